@@ -1,0 +1,175 @@
+//! Configuration errors: every problem names where it came from, the full key path and what was
+//! expected.
+
+use std::fmt;
+
+/// One thing wrong with a configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    /// Where the offending value came from: a file path, an environment variable, or `None`
+    /// for values set in code or defaults.
+    pub origin: Option<String>,
+    /// The full key path, e.g. `spring.cloud.stream.bindings.input.consumer.maxAttempts`.
+    pub path: String,
+    /// What is wrong and what was expected.
+    pub message: String,
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.origin {
+            Some(origin) => write!(f, "{origin}: {}: {}", self.path, self.message),
+            None => write!(f, "{}: {}", self.path, self.message),
+        }
+    }
+}
+
+/// Why a configuration could not be loaded. Loading reports every problem it finds at once.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    /// A file could not be read or parsed.
+    #[error("cannot read configuration file {path}: {reason}")]
+    File {
+        /// The file.
+        path: String,
+        /// The parser's or the file system's reason.
+        reason: String,
+    },
+    /// The configuration was read but is invalid.
+    #[error("{}", render(.0))]
+    Invalid(Vec<Problem>),
+}
+
+impl ConfigError {
+    /// The individual problems (empty for file errors).
+    pub fn problems(&self) -> &[Problem] {
+        match self {
+            ConfigError::Invalid(p) => p,
+            ConfigError::File { .. } => &[],
+        }
+    }
+}
+
+fn render(problems: &[Problem]) -> String {
+    let mut out = format!(
+        "invalid configuration ({} problem{}):",
+        problems.len(),
+        if problems.len() == 1 { "" } else { "s" }
+    );
+    for p in problems {
+        out.push_str("\n  - ");
+        out.push_str(&p.to_string());
+    }
+    out
+}
+
+/// Collects problems while a configuration is read, so all are reported together.
+#[derive(Debug, Default)]
+pub(crate) struct Problems(pub(crate) Vec<Problem>);
+
+impl Problems {
+    pub(crate) fn push(
+        &mut self,
+        origin: Option<&str>,
+        path: impl Into<String>,
+        message: impl Into<String>,
+    ) {
+        self.0.push(Problem {
+            origin: origin.map(str::to_owned),
+            path: path.into(),
+            message: message.into(),
+        });
+    }
+
+    pub(crate) fn into_result<T>(self, value: T) -> Result<T, ConfigError> {
+        if self.0.is_empty() {
+            Ok(value)
+        } else {
+            Err(ConfigError::Invalid(self.0))
+        }
+    }
+}
+
+/// Edit distance between two strings (optimal string alignment: insertions, deletions,
+/// substitutions and adjacent transpositions each cost 1).
+fn distance(a: &str, b: &str) -> usize {
+    let a: Vec<char> = a.chars().collect();
+    let b: Vec<char> = b.chars().collect();
+    let mut rows = vec![vec![0usize; b.len() + 1]; a.len() + 1];
+    for (i, row) in rows.iter_mut().enumerate() {
+        row[0] = i;
+    }
+    for j in 0..=b.len() {
+        rows[0][j] = j;
+    }
+    for i in 1..=a.len() {
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            let mut best = (rows[i - 1][j] + 1)
+                .min(rows[i][j - 1] + 1)
+                .min(rows[i - 1][j - 1] + cost);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                best = best.min(rows[i - 2][j - 2] + 1);
+            }
+            rows[i][j] = best;
+        }
+    }
+    rows[a.len()][b.len()]
+}
+
+/// The candidate nearest to `given` (compared case- and separator-insensitively), if it is
+/// near enough to be a likely typo.
+pub(crate) fn did_you_mean<'a>(
+    given: &str,
+    candidates: impl IntoIterator<Item = &'a str>,
+) -> Option<&'a str> {
+    let given = super::node::canonical(given);
+    let limit = (given.chars().count() / 3).clamp(1, 3);
+    candidates
+        .into_iter()
+        .map(|c| (distance(&given, &super::node::canonical(c)), c))
+        .filter(|(d, _)| *d <= limit)
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, c)| c)
+}
+
+/// `unknown property `x``, with a suggestion or the list of valid keys.
+pub(crate) fn unknown_key_message(what: &str, key: &str, valid: &[&str]) -> String {
+    match did_you_mean(key, valid.iter().copied()) {
+        Some(near) => format!("unknown {what} `{key}`; did you mean `{near}`?"),
+        None => format!("unknown {what} `{key}`; expected one of: {}", valid.join(", ")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn distance_counts_transpositions_once() {
+        assert_eq!(distance("maxattempts", "maxattempts"), 0);
+        assert_eq!(distance("maxatempts", "maxattempts"), 1);
+        assert_eq!(distance("maxattemtps", "maxattempts"), 1);
+        assert_eq!(distance("", "abc"), 3);
+    }
+
+    #[test]
+    fn suggestions_ignore_spelling_style() {
+        let keys = ["maxAttempts", "backOffMultiplier", "concurrency"];
+        assert_eq!(did_you_mean("max-atempts", keys), Some("maxAttempts"));
+        assert_eq!(did_you_mean("CONCURENCY", keys), Some("concurrency"));
+        assert_eq!(did_you_mean("color", keys), None);
+    }
+
+    #[test]
+    fn errors_render_every_problem_with_origin_and_path() {
+        let mut p = Problems::default();
+        p.push(Some("application.yaml"), "a.b", "bad");
+        p.push(None, "c", "worse");
+        let err = p.into_result(()).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "invalid configuration (2 problems):\n  - application.yaml: a.b: bad\n  - c: worse"
+        );
+    }
+}

@@ -1,0 +1,10 @@
+//! Core of the stream framework: the message model, codecs, the configuration model and loader,
+//! and the topology plan. No broker code lives here; binders build on these types.
+
+pub mod codec;
+pub mod config;
+pub mod message;
+pub mod topology;
+
+pub use codec::{Codec, Codecs, DEFAULT_CONTENT_TYPE, DecodeError, EncodeError};
+pub use message::{Decimal, DeliveryMode, HeaderValue, Headers, Message, Properties};

@@ -1,0 +1,1 @@
+//! Coming in a later issue.
