@@ -34,10 +34,76 @@ pub(crate) fn apply(root: &mut Value, vars: &[(String, String)], problems: &mut 
         .filter(|(k, _)| ENV_PREFIXES.iter().any(|p| k.starts_with(p)))
         .collect();
     relaxed.sort();
+    let known = names_in_maps(root);
     for (name, value) in relaxed {
         let tokens: Vec<&str> = name.split('_').filter(|t| !t.is_empty()).collect();
         let origin = format!("environment variable {name}");
-        set_relaxed(root, &tokens, Value::new(Some(&origin), value.as_str()));
+        set_relaxed(root, &tokens, Value::new(Some(&origin), value.as_str()), &known);
+    }
+}
+
+/// Binding and binder names written anywhere, so a variable reaches `orders-in-0` under
+/// `rabbit.bindings` even when only `bindings` names it so far.
+fn names_in_maps(root: &Value) -> Vec<String> {
+    let maps: [&[&str]; 3] = [
+        &["spring", "cloud", "stream", "bindings"],
+        &["spring", "cloud", "stream", "rabbit", "bindings"],
+        &["spring", "cloud", "stream", "binders"],
+    ];
+    let mut names = Vec::new();
+    for path in maps {
+        if let Some(ValueKind::Table(t)) = super::model::descend(root, path).map(|v| &v.kind) {
+            names.extend(t.keys().cloned());
+        }
+    }
+    names
+}
+
+/// Splits `a.b: v` into `a: {b: v}` at every level (Spring's dotted keys); a key written in
+/// brackets, `[orders.v1]`, stays one key, without the brackets.
+pub(crate) fn expand_dotted(value: &mut Value) {
+    match &mut value.kind {
+        ValueKind::Table(table) => {
+            let keys: Vec<String> = table.keys().cloned().collect();
+            for key in keys {
+                let Some(mut child) = table.remove(&key) else {
+                    continue;
+                };
+                expand_dotted(&mut child);
+                let segments = split_key(&key);
+                let origin = child.origin().map(str::to_owned);
+                let mut nested = child;
+                for segment in segments.iter().skip(1).rev() {
+                    let mut t = Table::new();
+                    t.insert(segment.clone(), nested);
+                    nested = Value::new(origin.as_ref(), ValueKind::Table(t));
+                }
+                match table.get_mut(&segments[0]) {
+                    Some(existing) => merge(existing, nested),
+                    None => {
+                        table.insert(segments[0].clone(), nested);
+                    }
+                }
+            }
+        }
+        ValueKind::Array(items) => items.iter_mut().for_each(expand_dotted),
+        _ => {}
+    }
+}
+
+fn split_key(key: &str) -> Vec<String> {
+    if key.starts_with('[') && key.ends_with(']') && key.len() >= 2 {
+        return vec![key[1..key.len() - 1].to_owned()];
+    }
+    let parts: Vec<String> = key
+        .split('.')
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+        .collect();
+    if parts.is_empty() {
+        vec![key.to_owned()]
+    } else {
+        parts
     }
 }
 
@@ -87,7 +153,7 @@ pub(crate) fn merge(into: &mut Value, from: Value) {
     }
 }
 
-fn set_relaxed(here: &mut Value, tokens: &[&str], leaf: Value) {
+fn set_relaxed(here: &mut Value, tokens: &[&str], leaf: Value, known: &[String]) {
     if tokens.is_empty() {
         *here = leaf;
         return;
@@ -108,9 +174,18 @@ fn set_relaxed(here: &mut Value, tokens: &[&str], leaf: Value) {
             break;
         }
     }
+    if chosen.is_none() {
+        for take in (1..tokens.len()).rev() {
+            let joined = canonical(&tokens[..take].concat());
+            if let Some(name) = known.iter().find(|k| canonical(k) == joined) {
+                chosen = Some((name.clone(), take));
+                break;
+            }
+        }
+    }
     let (key, take) = chosen.unwrap_or_else(|| (tokens[0].to_ascii_lowercase(), 1));
     let child = table
         .entry(key)
         .or_insert_with(|| Value::new(None, ValueKind::Table(Table::new())));
-    set_relaxed(child, &tokens[take..], leaf);
+    set_relaxed(child, &tokens[take..], leaf, known);
 }

@@ -40,7 +40,7 @@ const EXTENSIONS: &[(&str, FileFormat)] = &[
 ///   destination: orders
 ///   group: billing
 /// ").unwrap();
-/// let cfg = ConfigLoader::new().dir(&dir).env(Vec::new()).load().unwrap();
+/// let cfg = ConfigLoader::new().dir(&dir).env(Vec::<(String, String)>::new()).load().unwrap();
 /// assert_eq!(cfg.binding("input").group.as_deref(), Some("billing"));
 /// # std::fs::remove_dir_all(&dir).unwrap();
 /// ```
@@ -201,24 +201,37 @@ impl ConfigLoader {
         model::read(root, &binder_types, profiles, sources)
     }
 
+    /// Reads each source on its own, expands its dotted keys, and merges them in order, so a
+    /// later file wins whichever key style either file uses.
     fn build(&self, files: &[(PathBuf, FileFormat)]) -> Result<Value, ConfigError> {
-        let mut builder = Config::builder();
+        let mut root = Value::new(None, ValueKind::Table(super::node::Table::new()));
         if let Some((text, format)) = &self.text {
-            builder = builder.add_source(File::from_str(text, *format));
+            let tree = read_source(File::from_str(text, *format), "configuration text")?;
+            env::merge(&mut root, tree);
         }
         for (path, format) in files {
-            builder = builder.add_source(File::from(path.as_path()).format(*format).required(true));
+            let source = File::from(path.as_path()).format(*format).required(true);
+            let tree = read_source(source, &path.display().to_string())?;
+            env::merge(&mut root, tree);
         }
-        let built = builder.build().map_err(|e| ConfigError::File {
-            path: files
-                .iter()
-                .map(|(p, _)| p.display().to_string())
-                .collect::<Vec<_>>()
-                .join(", "),
+        Ok(root)
+    }
+}
+
+fn read_source<S: config::Source + Send + Sync + 'static>(
+    source: S,
+    name: &str,
+) -> Result<Value, ConfigError> {
+    let built = Config::builder()
+        .add_source(source)
+        .build()
+        .map_err(|e| ConfigError::File {
+            path: name.to_owned(),
             reason: e.to_string(),
         })?;
-        Ok(built.cache)
-    }
+    let mut tree = built.cache;
+    env::expand_dotted(&mut tree);
+    Ok(tree)
 }
 
 fn format_of(path: &Path) -> Result<FileFormat, ConfigError> {
