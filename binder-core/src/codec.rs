@@ -202,10 +202,10 @@ impl Codecs {
                 T::deserialize(StrDeserializer::<serde::de::value::Error>::new(text))
                     .map_err(|e| fail(format!("{e} (text/plain decodes into strings)")))
             }
-            Entry::Octet => T::deserialize(BytesDeserializer::<serde::de::value::Error>::new(
-                bytes,
-            ))
-            .map_err(|e| fail(format!("{e} (octet-stream decodes into `bytes::Bytes`)"))),
+            Entry::Octet => {
+                T::deserialize(BytesDeserializer::<serde::de::value::Error>::new(bytes))
+                    .map_err(|e| fail(format!("{e} (octet-stream decodes into `bytes::Bytes`)")))
+            }
             Entry::Custom(codec) => {
                 let mut out = None;
                 codec
@@ -384,7 +384,10 @@ mod tests {
         let err = codecs
             .decode_bytes::<String>("application/x-protobuf", b"")
             .unwrap_err();
-        assert!(err.reason.contains("application/json, application/octet-stream, text/plain"));
+        assert!(
+            err.reason
+                .contains("application/json, application/octet-stream, text/plain")
+        );
         assert!(codecs.encode("application/x-protobuf", &1).is_err());
     }
 
@@ -392,7 +395,9 @@ mod tests {
     fn long_payloads_are_previewed_briefly() {
         let codecs = Codecs::default();
         let long = vec![b'x'; 500];
-        let err = codecs.decode_bytes::<u32>("application/json", &long).unwrap_err();
+        let err = codecs
+            .decode_bytes::<u32>("application/json", &long)
+            .unwrap_err();
         assert_eq!(err.len, 500);
         assert!(err.preview.ends_with('…'));
         assert!(err.preview.len() < 80);

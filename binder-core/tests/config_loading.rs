@@ -130,7 +130,11 @@ fn files_profiles_and_precedence() {
     let cfg = load(ConfigLoader::new().env(NO_ENV));
     assert_eq!(cfg.active_profiles, ["dev"], "from spring.profiles.active");
     assert_eq!(cfg.binding("in").destination, "dev");
-    assert_eq!(cfg.binding("in").group.as_deref(), Some("g"), "base values stay");
+    assert_eq!(
+        cfg.binding("in").group.as_deref(),
+        Some("g"),
+        "base values stay"
+    );
     assert_eq!(cfg.sources.len(), 2);
 
     let cfg = load(ConfigLoader::new().env([("SPRING_PROFILES_ACTIVE", "prod")]));
@@ -141,11 +145,22 @@ fn files_profiles_and_precedence() {
 
     // An explicit file, by API or STREAM_CONFIG, with its profiles beside it.
     let other = dir.path().join("other.yaml");
-    fs::write(&other, "spring.cloud.stream.bindings.in.destination: other\n").unwrap();
-    write(dir.path(), "other-x.yaml", "spring.cloud.stream.bindings.in.group: x\n");
+    fs::write(
+        &other,
+        "spring.cloud.stream.bindings.in.destination: other\n",
+    )
+    .unwrap();
+    write(
+        dir.path(),
+        "other-x.yaml",
+        "spring.cloud.stream.bindings.in.group: x\n",
+    );
     let var = other.display().to_string();
     let cfg = ConfigLoader::new()
-        .env([("STREAM_CONFIG", var.as_str()), ("SPRING_PROFILES_ACTIVE", "x")])
+        .env([
+            ("STREAM_CONFIG", var.as_str()),
+            ("SPRING_PROFILES_ACTIVE", "x"),
+        ])
         .load()
         .unwrap();
     assert_eq!(cfg.binding("in").destination, "other");
@@ -163,8 +178,14 @@ spring.cloud.stream:
     let cfg = ConfigLoader::new()
         .yaml_str(text)
         .env([
-            ("SPRING_CLOUD_STREAM_BINDINGS_INPUTPRODUCTADD_DESTINATION", "fromEnv"),
-            ("SPRING_CLOUD_STREAM_BINDINGS_ORDERSIN0_CONSUMER_MAXATTEMPTS", "9"),
+            (
+                "SPRING_CLOUD_STREAM_BINDINGS_INPUTPRODUCTADD_DESTINATION",
+                "fromEnv",
+            ),
+            (
+                "SPRING_CLOUD_STREAM_BINDINGS_ORDERSIN0_CONSUMER_MAXATTEMPTS",
+                "9",
+            ),
             ("SPRING_CLOUD_STREAM_BINDINGS_ORDERSIN0_GROUP", "g"),
             (
                 "SPRING_CLOUD_STREAM_RABBIT_BINDINGS_ORDERSIN0_CONSUMER_AUTOBINDDLQ",
@@ -258,7 +279,10 @@ fn unknown_keys_are_named_with_file_path_and_a_suggestion() {
 fn unknown_keys_without_a_near_match_list_the_valid_ones() {
     let text = problems("spring.cloud.stream.bindings.input.colour: red");
     assert!(text.contains("unknown property `colour`"), "{text}");
-    assert!(text.contains("destination, group, contentType, binder"), "{text}");
+    assert!(
+        text.contains("destination, group, contentType, binder"),
+        "{text}"
+    );
     let text = problems("spring.cloud.stream.bindngs.input.group: g");
     assert!(text.contains("did you mean `bindings`?"), "{text}");
     let text = problems("spring.cloud.stream.rabbit.bindings.in.consumer.autoBindDql: true");
@@ -293,12 +317,17 @@ spring.cloud.stream.rabbit.bindings.in.consumer:
     ] {
         assert!(text.contains(expected), "missing {expected:?} in:\n{text}");
     }
-    assert!(text.starts_with("invalid configuration (7 problems)"), "{text}");
+    assert!(
+        text.starts_with("invalid configuration (7 problems)"),
+        "{text}"
+    );
 }
 
 #[test]
 fn a_key_written_twice_in_two_spellings_is_refused() {
-    let text = problems("spring.cloud.stream.bindings.in.consumer:\n  maxAttempts: 2\n  max-attempts: 3\n");
+    let text = problems(
+        "spring.cloud.stream.bindings.in.consumer:\n  maxAttempts: 2\n  max-attempts: 3\n",
+    );
     assert!(text.contains("set twice"), "{text}");
 }
 
@@ -412,25 +441,40 @@ spring.cloud.stream:
 fn file_problems_name_the_file() {
     let dir = tempfile::tempdir().unwrap();
     let missing = dir.path().join("nope.yaml");
-    let err = ConfigLoader::new().env(NO_ENV).file(&missing).load().unwrap_err();
+    let err = ConfigLoader::new()
+        .env(NO_ENV)
+        .file(&missing)
+        .load()
+        .unwrap_err();
     assert!(matches!(err, ConfigError::File { .. }));
     assert!(err.to_string().contains("nope.yaml"), "{err}");
 
     let bad = dir.path().join("application.yaml");
     fs::write(&bad, "spring: [unclosed\n").unwrap();
-    let err = ConfigLoader::new().env(NO_ENV).dir(dir.path()).load().unwrap_err();
+    let err = ConfigLoader::new()
+        .env(NO_ENV)
+        .dir(dir.path())
+        .load()
+        .unwrap_err();
     assert!(err.to_string().contains("application.yaml"), "{err}");
 
     let odd = dir.path().join("app.ini");
     fs::write(&odd, "").unwrap();
-    let err = ConfigLoader::new().env(NO_ENV).file(&odd).load().unwrap_err();
+    let err = ConfigLoader::new()
+        .env(NO_ENV)
+        .file(&odd)
+        .load()
+        .unwrap_err();
     assert!(err.to_string().contains(".yaml, .yml or .toml"), "{err}");
 }
 
 #[test]
 fn environment_problems_name_the_variable() {
     let err = ConfigLoader::new()
-        .env([("SPRING_CLOUD_STREAM_BINDINGS_A_CONSUMER_MAXATTEMPTS", "lots")])
+        .env([(
+            "SPRING_CLOUD_STREAM_BINDINGS_A_CONSUMER_MAXATTEMPTS",
+            "lots",
+        )])
         .load()
         .unwrap_err();
     let text = err.to_string();
@@ -442,5 +486,9 @@ fn environment_problems_name_the_variable() {
         .env([("SPRING_APPLICATION_JSON", "{oops")])
         .load()
         .unwrap_err();
-    assert!(err.to_string().contains("SPRING_APPLICATION_JSON: invalid JSON"), "{err}");
+    assert!(
+        err.to_string()
+            .contains("SPRING_APPLICATION_JSON: invalid JSON"),
+        "{err}"
+    );
 }

@@ -55,7 +55,10 @@ fn sections(cfg: &StreamConfig) -> Vec<(&'static str, Value, Vec<Value>)> {
         (
             "producer",
             json(&ProducerProperties::default()),
-            vec![json(&b("shipments").producer), json(&b("shipments2").producer)],
+            vec![
+                json(&b("shipments").producer),
+                json(&b("shipments2").producer),
+            ],
         ),
         (
             "rabbit consumer",
@@ -96,7 +99,10 @@ fn every_property_is_read_in_both_spellings_from_yaml_and_toml() {
         "all-properties-kebab.toml",
     ] {
         let cfg = load(other);
-        assert_eq!(cfg.bindings, camel_yaml.bindings, "{other} differs from the camelCase YAML");
+        assert_eq!(
+            cfg.bindings, camel_yaml.bindings,
+            "{other} differs from the camelCase YAML"
+        );
     }
     // Each property differs from its default in at least one binding: the fixtures cover every
     // property, and a property added later without a fixture entry fails here.
@@ -104,7 +110,10 @@ fn every_property_is_read_in_both_spellings_from_yaml_and_toml() {
     for (name, default, loaded) in sections(&camel_yaml) {
         untouched(&default, &loaded, name, &mut missing);
     }
-    assert!(missing.is_empty(), "not covered by the fixtures: {missing:?}");
+    assert!(
+        missing.is_empty(),
+        "not covered by the fixtures: {missing:?}"
+    );
 }
 
 #[test]
@@ -119,12 +128,18 @@ fn values_land_in_the_right_fields() {
     assert_eq!(orders.consumer.instance_index_list, vec![0, 2]);
     assert_eq!(orders.instance_indexes(), vec![0, 2]);
     assert_eq!(orders.rabbit_consumer.prefetch, 200);
-    assert_eq!(orders.rabbit_consumer.acknowledge_mode, AcknowledgeMode::Manual);
+    assert_eq!(
+        orders.rabbit_consumer.acknowledge_mode,
+        AcknowledgeMode::Manual
+    );
     assert_eq!(
         orders.rabbit_consumer.republish_delivery_mode,
         DeliveryMode::NonPersistent
     );
-    assert_eq!(orders.rabbit_consumer.common.exchange_type, ExchangeType::Direct);
+    assert_eq!(
+        orders.rabbit_consumer.common.exchange_type,
+        ExchangeType::Direct
+    );
     assert_eq!(orders.rabbit_consumer.common.quorum.delivery_limit, Some(7));
     assert_eq!(
         orders.rabbit_consumer.common.queue_binding_arguments["x-match"],
@@ -195,7 +210,10 @@ fn defaults_equal_spring_cloud_streams() {
         .unwrap();
     let b = cfg.binding("input");
     assert_eq!(b.content_type, "application/json");
-    assert_eq!(b.destination, "input", "destination defaults to the binding name");
+    assert_eq!(
+        b.destination, "input",
+        "destination defaults to the binding name"
+    );
     assert_eq!(b.instance_count(), 1);
     assert_eq!(b.instance_indexes(), vec![0]);
     assert_eq!(cfg.binder_for("input"), "embedded");

@@ -14,7 +14,11 @@ use super::error::Problems;
 use super::node::{Table, canonical};
 
 /// The relaxed prefixes that are read from the environment.
-pub const ENV_PREFIXES: &[&str] = &["SPRING_CLOUD_STREAM_", "SPRING_RABBITMQ_", "SPRING_PROFILES_"];
+pub const ENV_PREFIXES: &[&str] = &[
+    "SPRING_CLOUD_STREAM_",
+    "SPRING_RABBITMQ_",
+    "SPRING_PROFILES_",
+];
 
 /// The JSON override variable.
 pub const JSON_VAR: &str = "SPRING_APPLICATION_JSON";
@@ -38,7 +42,12 @@ pub(crate) fn apply(root: &mut Value, vars: &[(String, String)], problems: &mut 
     for (name, value) in relaxed {
         let tokens: Vec<&str> = name.split('_').filter(|t| !t.is_empty()).collect();
         let origin = format!("environment variable {name}");
-        set_relaxed(root, &tokens, Value::new(Some(&origin), value.as_str()), &known);
+        set_relaxed(
+            root,
+            &tokens,
+            Value::new(Some(&origin), value.as_str()),
+            &known,
+        );
     }
 }
 

@@ -99,8 +99,8 @@ fn distance(a: &str, b: &str) -> usize {
     for (i, row) in rows.iter_mut().enumerate() {
         row[0] = i;
     }
-    for j in 0..=b.len() {
-        rows[0][j] = j;
+    for (j, cell) in rows[0].iter_mut().enumerate() {
+        *cell = j;
     }
     for i in 1..=a.len() {
         for j in 1..=b.len() {
@@ -137,7 +137,10 @@ pub(crate) fn did_you_mean<'a>(
 pub(crate) fn unknown_key_message(what: &str, key: &str, valid: &[&str]) -> String {
     match did_you_mean(key, valid.iter().copied()) {
         Some(near) => format!("unknown {what} `{key}`; did you mean `{near}`?"),
-        None => format!("unknown {what} `{key}`; expected one of: {}", valid.join(", ")),
+        None => format!(
+            "unknown {what} `{key}`; expected one of: {}",
+            valid.join(", ")
+        ),
     }
 }
 

@@ -124,7 +124,10 @@ impl ConfigLoader {
     }
 
     /// The files to read before profiles, and the directory and stem profiles are found by.
-    fn base_files(&self, vars: &[(String, String)]) -> Result<Vec<(PathBuf, FileFormat)>, ConfigError> {
+    fn base_files(
+        &self,
+        vars: &[(String, String)],
+    ) -> Result<Vec<(PathBuf, FileFormat)>, ConfigError> {
         let explicit = self.file.clone().or_else(|| {
             vars.iter()
                 .find(|(k, _)| k == CONFIG_FILE_VAR)
@@ -194,8 +197,10 @@ impl ConfigLoader {
             return Err(ConfigError::Invalid(problems.0));
         }
 
-        let mut binder_types: Vec<String> =
-            BUILTIN_BINDER_TYPES.iter().map(|s| (*s).to_owned()).collect();
+        let mut binder_types: Vec<String> = BUILTIN_BINDER_TYPES
+            .iter()
+            .map(|s| (*s).to_owned())
+            .collect();
         binder_types.extend(self.binder_types.iter().cloned());
         let sources = files.iter().map(|(p, _)| p.display().to_string()).collect();
         model::read(root, &binder_types, profiles, sources)
@@ -235,7 +240,10 @@ fn read_source<S: config::Source + Send + Sync + 'static>(
 }
 
 fn format_of(path: &Path) -> Result<FileFormat, ConfigError> {
-    let ext = path.extension().and_then(|e| e.to_str()).unwrap_or_default();
+    let ext = path
+        .extension()
+        .and_then(|e| e.to_str())
+        .unwrap_or_default();
     EXTENSIONS
         .iter()
         .find(|(e, _)| e.eq_ignore_ascii_case(ext))

@@ -46,7 +46,7 @@ pub use model::{
     DEFAULT_BINDER_TYPE, RabbitBindingProperties, STREAM_PREFIX, StreamConfig,
 };
 pub use properties::{
-    AcknowledgeMode, AlternateExchange, AlternateExchangeBinding, ConsumerProperties,
-    ExchangeType, HeaderMode, OverflowBehavior, ProducerProperties, QuorumProperties,
-    RabbitCommonProperties, RabbitConsumerProperties, RabbitProducerProperties,
+    AcknowledgeMode, AlternateExchange, AlternateExchangeBinding, ConsumerProperties, ExchangeType,
+    HeaderMode, OverflowBehavior, ProducerProperties, QuorumProperties, RabbitCommonProperties,
+    RabbitConsumerProperties, RabbitProducerProperties,
 };

@@ -114,7 +114,6 @@ impl BindingConfig {
         }
     }
 
-
     /// A binding with all defaults, as used for a binding that no configuration mentions.
     pub fn defaults(name: &str) -> Self {
         BindingConfig::resolve(
@@ -215,10 +214,7 @@ const STREAM_KEYS: &[&str] = &[
 ];
 
 /// Finds a key in a table by its canonical spelling.
-pub(crate) fn lookup<'a>(
-    table: &'a Table,
-    key: &str,
-) -> Option<(&'a String, &'a Value)> {
+pub(crate) fn lookup<'a>(table: &'a Table, key: &str) -> Option<(&'a String, &'a Value)> {
     if let Some(found) = table.get_key_value(key) {
         return Some(found);
     }
@@ -300,7 +296,8 @@ pub(crate) fn read(
             "default" => common_default = Some(value),
             "binders" => read_binders(value, &path, &mut cfg, &mut problems),
             "bindings" => {
-                for (name, table) in sorted(as_table(value, &path, &mut problems).unwrap_or(&empty)) {
+                for (name, table) in sorted(as_table(value, &path, &mut problems).unwrap_or(&empty))
+                {
                     binding_tables.entry(name.clone()).or_default().0 = Some(table);
                 }
             }
@@ -350,7 +347,11 @@ pub(crate) fn read(
         let mut r = rabbit_template.clone();
         let mut configured = ConfiguredSections::default();
         if let Some(v) = common {
-            c.merge_table(v, &format!("{STREAM_PREFIX}.bindings.{name}"), &mut problems);
+            c.merge_table(
+                v,
+                &format!("{STREAM_PREFIX}.bindings.{name}"),
+                &mut problems,
+            );
             configured.consumer |= descend(v, &["consumer"]).is_some();
             configured.producer |= descend(v, &["producer"]).is_some();
         }
@@ -417,7 +418,12 @@ fn read_binders(value: &Value, path: &str, cfg: &mut StreamConfig, problems: &mu
                     unknown_key_message(
                         "key",
                         key,
-                        &["type", "environment", "defaultCandidate", "inheritEnvironment"],
+                        &[
+                            "type",
+                            "environment",
+                            "defaultCandidate",
+                            "inheritEnvironment",
+                        ],
                     ),
                 ),
             }

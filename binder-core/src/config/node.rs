@@ -266,8 +266,7 @@ pub(crate) trait Section: Default {
     fn keys() -> Vec<&'static str>;
 
     /// Applies one key if it belongs to this section; `false` if it is unknown here.
-    fn merge_key(&mut self, key: &str, value: &Value, path: &str, problems: &mut Problems)
-    -> bool;
+    fn merge_key(&mut self, key: &str, value: &Value, path: &str, problems: &mut Problems) -> bool;
 
     /// Applies every key of a table, reporting unknown keys and keys set twice in two
     /// spellings.

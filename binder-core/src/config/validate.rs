@@ -61,8 +61,11 @@ pub(crate) fn validate(
 
     for binder in cfg.binders.values() {
         if !binder.binder_type.is_empty() && !binder_types.contains(&binder.binder_type) {
-            let origin = descend(root, &["spring", "cloud", "stream", "binders", &binder.name])
-                .and_then(|v| v.origin());
+            let origin = descend(
+                root,
+                &["spring", "cloud", "stream", "binders", &binder.name],
+            )
+            .and_then(|v| v.origin());
             ctx.problems.push(
                 origin,
                 format!("{STREAM_PREFIX}.binders.{}.type", binder.name),
@@ -89,9 +92,7 @@ pub(crate) fn validate(
 fn unknown_binder<'a>(name: &str, known: impl Iterator<Item = &'a str> + Clone) -> String {
     let list: Vec<&str> = known.clone().collect();
     match did_you_mean(name, known) {
-        Some(near) => format!(
-            "no binder `{name}` is configured or known; did you mean `{near}`?"
-        ),
+        Some(near) => format!("no binder `{name}` is configured or known; did you mean `{near}`?"),
         None => format!(
             "no binder `{name}` is configured or known (available: {})",
             list.join(", ")
@@ -244,10 +245,7 @@ fn check_binding(ctx: &mut Ctx<'_>, b: &BindingConfig, known_binders: &[&str]) {
                     name,
                     true,
                     &format!("{side}.quorum.enabled"),
-                    format!(
-                        "quorum queues do not support {}",
-                        clash.join(", ")
-                    ),
+                    format!("quorum queues do not support {}", clash.join(", ")),
                 );
             }
         }
@@ -281,7 +279,11 @@ fn check_binding(ctx: &mut Ctx<'_>, b: &BindingConfig, known_binders: &[&str]) {
             );
         }
     }
-    if b.producer.required_groups.iter().any(|g| g.trim().is_empty()) {
+    if b.producer
+        .required_groups
+        .iter()
+        .any(|g| g.trim().is_empty())
+    {
         ctx.at(
             name,
             false,

@@ -229,7 +229,11 @@ impl fmt::Display for Headers {
 
 impl<K: Into<String>, V: Into<HeaderValue>> FromIterator<(K, V)> for Headers {
     fn from_iter<I: IntoIterator<Item = (K, V)>>(iter: I) -> Self {
-        Headers(iter.into_iter().map(|(k, v)| (k.into(), v.into())).collect())
+        Headers(
+            iter.into_iter()
+                .map(|(k, v)| (k.into(), v.into()))
+                .collect(),
+        )
     }
 }
 
@@ -287,7 +291,14 @@ mod tests {
 
     #[test]
     fn decimal_renders_with_scale() {
-        assert_eq!(Decimal { scale: 2, value: 12345 }.to_string(), "123.45");
+        assert_eq!(
+            Decimal {
+                scale: 2,
+                value: 12345
+            }
+            .to_string(),
+            "123.45"
+        );
         assert_eq!(Decimal { scale: 3, value: 5 }.to_string(), "0.005");
         assert_eq!(Decimal { scale: 0, value: 7 }.to_string(), "7");
     }

@@ -5,17 +5,13 @@ use std::time::Duration;
 crate::config::node::keyword_enum! {
     /// Whether the broker writes a message to disk (`PERSISTENT`, AMQP 2) or may keep it in
     /// memory only (`NON_PERSISTENT`, AMQP 1).
+    #[derive(Default)]
     pub enum DeliveryMode {
         /// AMQP delivery mode 1.
         NonPersistent => "NON_PERSISTENT",
         /// AMQP delivery mode 2 (Spring Cloud Stream's default for producers).
+        #[default]
         Persistent => "PERSISTENT",
-    }
-}
-
-impl Default for DeliveryMode {
-    fn default() -> Self {
-        DeliveryMode::Persistent
     }
 }
 

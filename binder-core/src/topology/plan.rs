@@ -21,7 +21,8 @@ pub enum BindingRole {
 pub enum PlanError {
     /// Two bindings need one exchange with different attributes.
     #[error(
-        "exchange `{name}` is declared twice with different attributes: {existing:?} and {wanted:?}"
+        "exchange `{name}` is declared twice with different {}",
+        exchange_diff(existing, wanted)
     )]
     ConflictingExchange {
         /// Exchange name.
@@ -32,7 +33,10 @@ pub enum PlanError {
         wanted: Box<ExchangeDecl>,
     },
     /// Two bindings need one queue with different attributes.
-    #[error("queue `{name}` is declared twice with different attributes: {existing:?} and {wanted:?}")]
+    #[error(
+        "queue `{name}` is declared twice with different {}",
+        queue_diff(existing, wanted)
+    )]
     ConflictingQueue {
         /// Queue name.
         name: String,
@@ -41,6 +45,54 @@ pub enum PlanError {
         /// The conflicting one.
         wanted: Box<QueueDecl>,
     },
+    /// A binding's declarations clash with an earlier binding's.
+    #[error("binding `{binding}`: {source}")]
+    InBinding {
+        /// The binding whose declarations clash.
+        binding: String,
+        /// The clash.
+        #[source]
+        source: Box<PlanError>,
+    },
+}
+
+fn diff_line<T: std::fmt::Display + PartialEq>(out: &mut Vec<String>, what: &str, a: T, b: T) {
+    if a != b {
+        out.push(format!("{what} ({a} vs {b})"));
+    }
+}
+
+fn args_text(args: &Headers) -> String {
+    serde_json::to_string(args).unwrap_or_else(|_| args.to_string())
+}
+
+fn exchange_diff(a: &ExchangeDecl, b: &ExchangeDecl) -> String {
+    let mut out = Vec::new();
+    diff_line(&mut out, "type", a.kind, b.kind);
+    diff_line(&mut out, "durable", a.durable, b.durable);
+    diff_line(&mut out, "auto-delete", a.auto_delete, b.auto_delete);
+    diff_line(&mut out, "internal", a.internal, b.internal);
+    diff_line(
+        &mut out,
+        "arguments",
+        args_text(&a.arguments),
+        args_text(&b.arguments),
+    );
+    out.join(", ")
+}
+
+fn queue_diff(a: &QueueDecl, b: &QueueDecl) -> String {
+    let mut out = Vec::new();
+    diff_line(&mut out, "durable", a.durable, b.durable);
+    diff_line(&mut out, "exclusive", a.exclusive, b.exclusive);
+    diff_line(&mut out, "auto-delete", a.auto_delete, b.auto_delete);
+    diff_line(
+        &mut out,
+        "arguments",
+        args_text(&a.arguments),
+        args_text(&b.arguments),
+    );
+    out.join(", ")
 }
 
 /// The declarations of a consumer binding and the queues it consumes from.
@@ -96,14 +148,20 @@ pub fn plan(config: &StreamConfig) -> Result<TopologyPlan, PlanError> {
             BindingRole::Consumer => plan_consumer(binding, "<unique>").plan,
             BindingRole::Producer => plan_producer(binding).plan,
         };
-        plan.merge(part)?;
+        plan.merge(part).map_err(|e| PlanError::InBinding {
+            binding: binding.name.clone(),
+            source: Box::new(e),
+        })?;
     }
     Ok(plan)
 }
 
 /// Keys from `bindingRoutingKey`, split by `bindingRoutingKeyDelimiter`.
 fn binding_keys(common: &RabbitCommonProperties) -> Vec<String> {
-    match (&common.binding_routing_key, &common.binding_routing_key_delimiter) {
+    match (
+        &common.binding_routing_key,
+        &common.binding_routing_key_delimiter,
+    ) {
         (None, _) => Vec::new(),
         (Some(key), Some(delim)) if !delim.is_empty() => {
             key.split(delim.as_str()).map(str::to_owned).collect()
@@ -148,7 +206,11 @@ fn bind_queue(
 
 /// The non-partitioned keys (`#` by default) or the partition's keys (`<key>-<index>`, the key
 /// defaulting to the destination).
-fn keys_for(common: &RabbitCommonProperties, destination: &str, partition: Option<u32>) -> Vec<String> {
+fn keys_for(
+    common: &RabbitCommonProperties,
+    destination: &str,
+    partition: Option<u32>,
+) -> Vec<String> {
     let keys = binding_keys(common);
     match partition {
         None if keys.is_empty() => vec!["#".to_owned()],
@@ -193,7 +255,11 @@ fn limit_args(args: &mut Headers, l: QueueLimits<'_>) {
     if l.quorum.enabled {
         args.insert("x-queue-type", "quorum");
         int_arg(args, "x-delivery-limit", l.quorum.delivery_limit);
-        int_arg(args, "x-quorum-initial-group-size", l.quorum.initial_group_size);
+        int_arg(
+            args,
+            "x-quorum-initial-group-size",
+            l.quorum.initial_group_size,
+        );
     }
     if l.single_active_consumer {
         args.insert("x-single-active-consumer", true);
@@ -249,7 +315,11 @@ fn dlq_args(common: &RabbitCommonProperties) -> Headers {
     args
 }
 
-fn exchange_decl(common: &RabbitCommonProperties, name: String, arguments: Headers) -> ExchangeDecl {
+fn exchange_decl(
+    common: &RabbitCommonProperties,
+    name: String,
+    arguments: Headers,
+) -> ExchangeDecl {
     ExchangeDecl {
         name,
         kind: common.exchange_type,
@@ -298,7 +368,12 @@ fn dead_letter_topology(
     let _ = plan.add_queue(durable_queue(&dlq, dlq_args(common)));
     let mut keys: Vec<String> = queues
         .iter()
-        .map(|q| common.dead_letter_routing_key.clone().unwrap_or_else(|| q.clone()))
+        .map(|q| {
+            common
+                .dead_letter_routing_key
+                .clone()
+                .unwrap_or_else(|| q.clone())
+        })
         .collect();
     keys.extend(extra_key.map(str::to_owned));
     let arguments = string_args(&common.dlq_binding_arguments);
@@ -343,7 +418,14 @@ pub fn plan_consumer(binding: &BindingConfig, anonymous_id: &str) -> ConsumerTop
                 arguments: queue_args(common, None),
             });
             let keys = keys_for(common, destination, None);
-            bind_queue(&mut plan, &exchange, common.exchange_type, &queue, &keys, &binding_args);
+            bind_queue(
+                &mut plan,
+                &exchange,
+                common.exchange_type,
+                &queue,
+                &keys,
+                &binding_args,
+            );
         }
         return ConsumerTopology {
             plan,
@@ -374,7 +456,9 @@ pub fn plan_consumer(binding: &BindingConfig, anonymous_id: &str) -> ConsumerTop
             .dead_letter_routing_key
             .clone()
             .unwrap_or_else(|| queue.clone());
-        let dead_letter = common.auto_bind_dlq.then_some((dlx.as_str(), dl_key.as_str()));
+        let dead_letter = common
+            .auto_bind_dlq
+            .then_some((dlx.as_str(), dl_key.as_str()));
         if common.bind_queue {
             let args = queue_args(common, dead_letter);
             let decl = if rabbit.durable_subscription {
@@ -390,7 +474,14 @@ pub fn plan_consumer(binding: &BindingConfig, anonymous_id: &str) -> ConsumerTop
             };
             let _ = plan.add_queue(decl);
             let keys = keys_for(common, destination, partition);
-            bind_queue(&mut plan, &exchange, common.exchange_type, &queue, &keys, &binding_args);
+            bind_queue(
+                &mut plan,
+                &exchange,
+                common.exchange_type,
+                &queue,
+                &keys,
+                &binding_args,
+            );
         }
         queues.push(queue);
     }
@@ -479,11 +570,20 @@ pub fn plan_producer(binding: &BindingConfig) -> ProducerTopology {
                 .dead_letter_routing_key
                 .clone()
                 .unwrap_or_else(|| queue.clone());
-            let dead_letter = common.auto_bind_dlq.then_some((dlx.as_str(), dl_key.as_str()));
+            let dead_letter = common
+                .auto_bind_dlq
+                .then_some((dlx.as_str(), dl_key.as_str()));
             if common.bind_queue {
                 let _ = plan.add_queue(durable_queue(&queue, queue_args(common, dead_letter)));
                 let keys = keys_for(common, destination, partition);
-                bind_queue(&mut plan, &exchange, common.exchange_type, &queue, &keys, &binding_args);
+                bind_queue(
+                    &mut plan,
+                    &exchange,
+                    common.exchange_type,
+                    &queue,
+                    &keys,
+                    &binding_args,
+                );
             }
             queues.push(queue);
         }

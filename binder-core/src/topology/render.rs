@@ -9,12 +9,19 @@ fn args(arguments: &Headers) -> String {
     if arguments.is_empty() {
         String::new()
     } else {
-        format!(" {arguments}")
+        format!(
+            " {}",
+            serde_json::to_string(arguments).unwrap_or_else(|_| arguments.to_string())
+        )
     }
 }
 
 fn flags(pairs: &[(bool, &str)]) -> String {
-    let set: Vec<&str> = pairs.iter().filter(|(on, _)| *on).map(|(_, s)| *s).collect();
+    let set: Vec<&str> = pairs
+        .iter()
+        .filter(|(on, _)| *on)
+        .map(|(_, s)| *s)
+        .collect();
     if set.is_empty() {
         String::new()
     } else {

@@ -12,7 +12,11 @@ use binder_core::topology;
 use clap::{Parser, Subcommand, ValueEnum};
 
 #[derive(Debug, Parser)]
-#[command(name = "streamctl", version, about = "Operator tool for stream services")]
+#[command(
+    name = "streamctl",
+    version,
+    about = "Operator tool for stream services"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

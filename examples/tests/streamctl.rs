@@ -1,0 +1,77 @@
+//! `streamctl plan` as an operator runs it.
+
+use std::process::Command;
+
+fn streamctl(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_streamctl"))
+        .args(args)
+        .env_remove("STREAM_CONFIG")
+        .env_remove("SPRING_PROFILES_ACTIVE")
+        .env_remove("SPRING_APPLICATION_JSON")
+        .output()
+        .unwrap()
+}
+
+fn write(text: &str) -> (tempfile::TempDir, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("application.yaml");
+    std::fs::write(&path, text).unwrap();
+    let path = path.display().to_string();
+    (dir, path)
+}
+
+#[test]
+fn plan_prints_json_with_the_documented_shape() {
+    let (_dir, path) = write(
+        "spring.cloud.stream:\n  bindings.inputProductAdd: {destination: mqTestProduct, group: addProductHandler}\n  rabbit.bindings.inputProductAdd.consumer.bindingRoutingKey: addProduct.*\n",
+    );
+    let out = streamctl(&["plan", "--config", &path, "--format", "json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        json,
+        serde_json::json!({
+            "exchanges": [{"name": "mqTestProduct", "type": "topic", "durable": true,
+                           "auto_delete": false, "internal": false, "arguments": {}}],
+            "queues": [{"name": "mqTestProduct.addProductHandler", "durable": true,
+                        "exclusive": false, "auto_delete": false, "arguments": {}}],
+            "bindings": [{"source": "mqTestProduct", "destination": "mqTestProduct.addProductHandler",
+                          "destination_type": "queue", "routing_key": "addProduct.*", "arguments": {}}]
+        })
+    );
+}
+
+#[test]
+fn plan_prints_text_by_default() {
+    let (_dir, path) = write("spring.cloud.stream.bindings.input: {destination: d, group: g}\n");
+    let out = streamctl(&["plan", "--config", &path]);
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("d -> queue d.g with '#'"), "{text}");
+}
+
+#[test]
+fn an_invalid_configuration_exits_2_with_every_problem_on_stderr() {
+    let (_dir, path) =
+        write("spring.cloud.stream.bindings.input:\n  grup: g\n  consumer.maxAttempts: 0\n");
+    let out = streamctl(&["plan", "--config", &path]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(out.stdout.is_empty());
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(err.contains("application.yaml: spring.cloud.stream.bindings.input.grup: unknown property `grup`; did you mean `group`?"), "{err}");
+    assert!(
+        err.contains("consumer.maxAttempts: must be at least 1"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_missing_file_exits_2() {
+    let out = streamctl(&["plan", "--config", "/nonexistent/application.yaml"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no such file"));
+}
