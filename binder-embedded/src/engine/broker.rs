@@ -1,0 +1,528 @@
+//! The engine's handles: [`Broker`], [`Connection`], [`Channel`], [`Consumer`].
+//!
+//! They mirror AMQP 0-9-1 (connections own channels; channels carry delivery tags, consumer
+//! tags, `basic.qos`, confirms and transactions) so that a wire front end can drive them.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+
+use binder_core::{Headers, Message};
+use tokio::sync::Notify;
+use tokio::sync::mpsc::{self, UnboundedReceiver};
+
+use super::error::{AmqpError, AmqpResult};
+use super::state::{PublishOutcome, Settle, State};
+use super::types::{
+    BrokerConfig, ChannelEvent, ConsumeOptions, Delivery, ExchangeKind, ExchangeOptions,
+    PublishOptions, QueueDeclareOk, QueueOptions,
+};
+
+#[derive(Debug)]
+struct Shared {
+    state: Mutex<State>,
+    /// Publishers are blocked by the memory alarm.
+    blocked: AtomicBool,
+    unblocked: Notify,
+    /// Wakes the timer task when a new deadline may be earlier.
+    timer: Arc<Notify>,
+    timer_started: AtomicBool,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic while holding the lock leaves consistent state (every operation validates
+        // before it mutates), so a poisoned lock is still usable.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Runs an operation and then the bookkeeping every operation needs: timer wake-ups and
+    /// the memory alarm.
+    fn with<T>(&self, op: impl FnOnce(&mut State) -> T) -> T {
+        let mut state = self.lock();
+        let out = op(&mut state);
+        if state.timer_dirty {
+            state.timer_dirty = false;
+            self.timer.notify_one();
+        }
+        self.memory_alarm(&mut state);
+        out
+    }
+
+    fn memory_alarm(&self, state: &mut State) {
+        let Some(high) = state.config.memory_high_watermark else {
+            return;
+        };
+        if !state.blocked && state.memory > high {
+            state.blocked = true;
+            self.blocked.store(true, Ordering::Release);
+            state.notify_all(&ChannelEvent::Blocked {
+                reason: "low on memory".to_owned(),
+            });
+        } else if state.blocked
+            && (state.memory as f64) <= high as f64 * state.config.memory_resume_ratio
+        {
+            state.blocked = false;
+            self.blocked.store(false, Ordering::Release);
+            state.notify_all(&ChannelEvent::Unblocked);
+            self.unblocked.notify_waiters();
+        }
+    }
+
+    fn channel_op<T>(
+        &self,
+        channel: u64,
+        op: impl FnOnce(&mut State) -> AmqpResult<T>,
+    ) -> AmqpResult<T> {
+        self.with(|state| state.on_channel(channel, op))
+    }
+}
+
+/// The broker engine: exchanges, queues and consumers with RabbitMQ semantics, in process.
+/// Cheap to clone; clones share one broker.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() {
+/// use binder_embedded::engine::*;
+/// use binder_core::Message;
+///
+/// let broker = Broker::new();
+/// let conn = broker.connect();
+/// let ch = conn.open_channel().unwrap();
+/// ch.queue_declare("jobs", QueueOptions::default(), Default::default()).unwrap();
+/// let mut consumer = ch.basic_consume("jobs", ConsumeOptions::default()).unwrap();
+/// ch.basic_publish("", "jobs", PublishOptions::default(), Message::new("hi")).await.unwrap();
+/// let delivery = consumer.recv().await.unwrap();
+/// assert_eq!(&delivery.message().payload[..], b"hi");
+/// ch.basic_ack(delivery.delivery_tag, false).unwrap();
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct Broker {
+    shared: Arc<Shared>,
+}
+
+impl Default for Broker {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Broker {
+    /// A broker with default settings.
+    pub fn new() -> Self {
+        Self::with_config(BrokerConfig::default())
+    }
+
+    /// A broker with these settings.
+    pub fn with_config(config: BrokerConfig) -> Self {
+        Broker {
+            shared: Arc::new(Shared {
+                state: Mutex::new(State::new(config)),
+                blocked: AtomicBool::new(false),
+                unblocked: Notify::new(),
+                timer: Arc::new(Notify::new()),
+                timer_started: AtomicBool::new(false),
+            }),
+        }
+    }
+
+    /// Opens a connection. Must be called inside a tokio runtime (the broker's timer task,
+    /// which expires messages and idle queues, starts with the first connection).
+    pub fn connect(&self) -> Connection {
+        self.start_timer();
+        let id = self.shared.with(State::open_connection);
+        Connection {
+            id,
+            shared: self.shared.clone(),
+        }
+    }
+
+    /// Whether publishers are currently blocked by the memory alarm.
+    pub fn is_blocked(&self) -> bool {
+        self.shared.blocked.load(Ordering::Acquire)
+    }
+
+    /// Payload bytes held in queues and unacknowledged deliveries.
+    pub fn memory_used(&self) -> usize {
+        self.shared.lock().memory
+    }
+
+    /// Ready messages and consumers of a queue, if it exists.
+    pub fn queue_counts(&self, queue: &str) -> Option<(u32, u32)> {
+        self.shared.lock().queue_counts(queue)
+    }
+
+    /// Whether an exchange exists.
+    pub fn exchange_exists(&self, name: &str) -> bool {
+        self.shared.lock().exchange_exists(name)
+    }
+
+    fn start_timer(&self) {
+        if self.shared.timer_started.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let weak: Weak<Shared> = Arc::downgrade(&self.shared);
+        let timer = self.shared.timer.clone();
+        tokio::spawn(async move {
+            loop {
+                let woken = timer.notified();
+                tokio::pin!(woken);
+                // Register interest before running the timers, so a wake-up sent in between
+                // is not lost.
+                woken.as_mut().enable();
+                let Some(shared) = weak.upgrade() else { return };
+                let next = shared.with(|s| s.run_timers(tokio::time::Instant::now()));
+                // The broker may be dropped while this task sleeps.
+                drop(shared);
+                match next {
+                    Some(at) => {
+                        tokio::select! {
+                            _ = tokio::time::sleep_until(at) => {}
+                            _ = &mut woken => {}
+                        }
+                    }
+                    None => woken.await,
+                }
+            }
+        });
+    }
+}
+
+/// A connection: owns channels and exclusive queues. Closing (or dropping) it closes its
+/// channels, requeues their unacknowledged deliveries and deletes its exclusive queues.
+#[derive(Debug)]
+pub struct Connection {
+    id: u64,
+    shared: Arc<Shared>,
+}
+
+impl Connection {
+    /// Opens a channel.
+    pub fn open_channel(&self) -> AmqpResult<Channel> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let id = self.shared.with(|s| s.open_channel(self.id, tx))?;
+        Ok(Channel {
+            id,
+            shared: self.shared.clone(),
+            events: Mutex::new(Some(rx)),
+        })
+    }
+
+    /// Closes the connection.
+    pub fn close(self) {
+        drop(self);
+    }
+}
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        let id = self.id;
+        self.shared.with(|s| s.close_connection(id));
+    }
+}
+
+/// Notifications of a channel: returns, consumer cancellations, flow control, closure.
+pub type ChannelEvents = UnboundedReceiver<ChannelEvent>;
+
+/// A `basic.get` result.
+#[derive(Debug, Clone)]
+pub struct GetOk {
+    /// The message.
+    pub delivery: Delivery,
+    /// Messages left in the queue.
+    pub message_count: u32,
+}
+
+/// A channel. Channel-level errors (404, 405, 406, 403) close it, as in AMQP; later calls
+/// return 504 CHANNEL_ERROR. Dropping it closes it and requeues its unacknowledged deliveries.
+#[derive(Debug)]
+pub struct Channel {
+    id: u64,
+    shared: Arc<Shared>,
+    events: Mutex<Option<ChannelEvents>>,
+}
+
+impl Channel {
+    /// Takes the channel's event stream (once).
+    pub fn events(&self) -> Option<ChannelEvents> {
+        self.events.lock().unwrap_or_else(|p| p.into_inner()).take()
+    }
+
+    /// `exchange.declare`.
+    pub fn exchange_declare(
+        &self,
+        name: &str,
+        kind: ExchangeKind,
+        options: ExchangeOptions,
+        arguments: Headers,
+    ) -> AmqpResult<()> {
+        self.shared.channel_op(self.id, |s| {
+            s.exchange_declare(name, kind, options, arguments)
+        })
+    }
+
+    /// `exchange.delete`; deleting a missing exchange succeeds.
+    pub fn exchange_delete(&self, name: &str, if_unused: bool) -> AmqpResult<()> {
+        self.shared
+            .channel_op(self.id, |s| s.exchange_delete(name, if_unused))
+    }
+
+    /// `exchange.bind`: routes what `source` matches with `key` on to `destination`.
+    pub fn exchange_bind(
+        &self,
+        destination: &str,
+        source: &str,
+        key: &str,
+        arguments: Headers,
+    ) -> AmqpResult<()> {
+        self.shared.channel_op(self.id, |s| {
+            s.exchange_bind(destination, source, key, arguments)
+        })
+    }
+
+    /// `exchange.unbind`.
+    pub fn exchange_unbind(
+        &self,
+        destination: &str,
+        source: &str,
+        key: &str,
+        arguments: &Headers,
+    ) -> AmqpResult<()> {
+        self.shared.channel_op(self.id, |s| {
+            s.exchange_unbind(destination, source, key, arguments)
+        })
+    }
+
+    /// `queue.declare`; an empty name asks for a server-named queue (`amq.gen-…`).
+    pub fn queue_declare(
+        &self,
+        name: &str,
+        options: QueueOptions,
+        arguments: Headers,
+    ) -> AmqpResult<QueueDeclareOk> {
+        let id = self.id;
+        self.shared
+            .channel_op(id, |s| s.queue_declare(id, name, options, arguments))
+    }
+
+    /// `queue.bind`.
+    pub fn queue_bind(
+        &self,
+        queue: &str,
+        exchange: &str,
+        key: &str,
+        arguments: Headers,
+    ) -> AmqpResult<()> {
+        let id = self.id;
+        self.shared
+            .channel_op(id, |s| s.queue_bind(id, queue, exchange, key, arguments))
+    }
+
+    /// `queue.unbind`.
+    pub fn queue_unbind(
+        &self,
+        queue: &str,
+        exchange: &str,
+        key: &str,
+        arguments: &Headers,
+    ) -> AmqpResult<()> {
+        let id = self.id;
+        self.shared
+            .channel_op(id, |s| s.queue_unbind(id, queue, exchange, key, arguments))
+    }
+
+    /// `queue.purge`: drops ready messages, returns how many.
+    pub fn queue_purge(&self, queue: &str) -> AmqpResult<u32> {
+        let id = self.id;
+        self.shared.channel_op(id, |s| s.queue_purge(id, queue))
+    }
+
+    /// `queue.delete`; returns the messages dropped. Deleting a missing queue succeeds.
+    pub fn queue_delete(&self, queue: &str, if_unused: bool, if_empty: bool) -> AmqpResult<u32> {
+        let id = self.id;
+        self.shared
+            .channel_op(id, |s| s.queue_delete(id, queue, if_unused, if_empty))
+    }
+
+    /// `basic.qos`: unacknowledged deliveries per new consumer (`global = false`) or shared by
+    /// the channel (`global = true`); 0 is unlimited.
+    pub fn basic_qos(&self, prefetch_count: u16, global: bool) -> AmqpResult<()> {
+        let id = self.id;
+        self.shared
+            .channel_op(id, |s| s.basic_qos(id, prefetch_count, global))
+    }
+
+    /// `confirm.select`: publishes get sequence numbers and an ack or nack.
+    pub fn confirm_select(&self) -> AmqpResult<()> {
+        let id = self.id;
+        self.shared.channel_op(id, |s| s.confirm_select(id))
+    }
+
+    /// `basic.publish`. Waits while the memory alarm blocks publishers. In confirm mode the
+    /// outcome carries the sequence number and whether the confirm is an ack.
+    pub async fn basic_publish(
+        &self,
+        exchange: &str,
+        routing_key: &str,
+        options: PublishOptions,
+        message: Message,
+    ) -> AmqpResult<PublishOutcome> {
+        while self.shared.blocked.load(Ordering::Acquire) {
+            let unblocked = self.shared.unblocked.notified();
+            tokio::pin!(unblocked);
+            unblocked.as_mut().enable();
+            if !self.shared.blocked.load(Ordering::Acquire) {
+                break;
+            }
+            unblocked.await;
+        }
+        let id = self.id;
+        self.shared.channel_op(id, |s| {
+            s.publish(id, exchange, routing_key, options.mandatory, message)
+        })
+    }
+
+    /// `basic.consume`: deliveries arrive on the returned [`Consumer`].
+    pub fn basic_consume(&self, queue: &str, options: ConsumeOptions) -> AmqpResult<Consumer> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let id = self.id;
+        let tag = self
+            .shared
+            .channel_op(id, |s| s.consume(id, queue, options, tx))?;
+        Ok(Consumer {
+            tag,
+            channel: id,
+            shared: self.shared.clone(),
+            receiver: rx,
+            cancelled: false,
+        })
+    }
+
+    /// `basic.cancel`. Unacknowledged deliveries of the consumer can still be settled.
+    pub fn basic_cancel(&self, consumer_tag: &str) -> AmqpResult<()> {
+        let id = self.id;
+        self.shared.channel_op(id, |s| s.cancel(id, consumer_tag))
+    }
+
+    /// `basic.get`: one message, if any.
+    pub fn basic_get(&self, queue: &str, no_ack: bool) -> AmqpResult<Option<GetOk>> {
+        let id = self.id;
+        let got = self.shared.channel_op(id, |s| s.get(id, queue, no_ack))?;
+        Ok(got.map(|(delivery, message_count)| GetOk {
+            delivery,
+            message_count,
+        }))
+    }
+
+    /// `basic.ack`; `multiple` acknowledges every delivery up to the tag (0: all).
+    pub fn basic_ack(&self, delivery_tag: u64, multiple: bool) -> AmqpResult<()> {
+        self.settle(delivery_tag, multiple, Settle::Ack)
+    }
+
+    /// `basic.nack`: requeue, or dead-letter/drop when `requeue` is false.
+    pub fn basic_nack(&self, delivery_tag: u64, multiple: bool, requeue: bool) -> AmqpResult<()> {
+        let outcome = if requeue {
+            Settle::Requeue
+        } else {
+            Settle::Discard
+        };
+        self.settle(delivery_tag, multiple, outcome)
+    }
+
+    /// `basic.reject`: one delivery.
+    pub fn basic_reject(&self, delivery_tag: u64, requeue: bool) -> AmqpResult<()> {
+        self.basic_nack(delivery_tag, false, requeue)
+    }
+
+    fn settle(&self, tag: u64, multiple: bool, outcome: Settle) -> AmqpResult<()> {
+        let id = self.id;
+        self.shared
+            .channel_op(id, |s| s.settle_deliveries(id, tag, multiple, outcome))
+    }
+
+    /// `tx.select`: publishes and settlements wait for `tx.commit`.
+    pub fn tx_select(&self) -> AmqpResult<()> {
+        let id = self.id;
+        self.shared.channel_op(id, |s| s.tx_select(id))
+    }
+
+    /// `tx.commit`: applies what the transaction holds, together.
+    pub fn tx_commit(&self) -> AmqpResult<()> {
+        let id = self.id;
+        self.shared.channel_op(id, |s| s.tx_commit(id))
+    }
+
+    /// `tx.rollback`: forgets what the transaction holds.
+    pub fn tx_rollback(&self) -> AmqpResult<()> {
+        let id = self.id;
+        self.shared.channel_op(id, |s| s.tx_rollback(id))
+    }
+
+    /// Closes the channel, requeueing its unacknowledged deliveries.
+    pub fn close(self) {
+        drop(self);
+    }
+}
+
+impl Drop for Channel {
+    fn drop(&mut self) {
+        let id = self.id;
+        self.shared.with(|s| s.close_channel(id, None));
+    }
+}
+
+/// A consumer's deliveries. Dropping it cancels the consumer.
+#[derive(Debug)]
+pub struct Consumer {
+    tag: String,
+    channel: u64,
+    shared: Arc<Shared>,
+    receiver: UnboundedReceiver<Delivery>,
+    cancelled: bool,
+}
+
+impl Consumer {
+    /// The consumer tag.
+    pub fn tag(&self) -> &str {
+        &self.tag
+    }
+
+    /// The next delivery; `None` once the consumer is cancelled (by the client, by queue
+    /// deletion, or because its channel closed).
+    pub async fn recv(&mut self) -> Option<Delivery> {
+        self.receiver.recv().await
+    }
+
+    /// Waits for at least one delivery and takes up to `limit` that are ready; returns how
+    /// many were added (0 once cancelled).
+    pub async fn recv_many(&mut self, buffer: &mut Vec<Delivery>, limit: usize) -> usize {
+        self.receiver.recv_many(buffer, limit).await
+    }
+
+    /// A delivery if one is ready now.
+    pub fn try_recv(&mut self) -> Option<Delivery> {
+        self.receiver.try_recv().ok()
+    }
+
+    /// `basic.cancel`.
+    pub fn cancel(mut self) -> AmqpResult<()> {
+        self.cancelled = true;
+        let (channel, tag) = (self.channel, self.tag.clone());
+        self.shared.with(|s| s.cancel(channel, &tag))
+    }
+}
+
+impl Drop for Consumer {
+    fn drop(&mut self) {
+        if !self.cancelled {
+            let (channel, tag) = (self.channel, self.tag.clone());
+            let _ = self.shared.with(|s| s.cancel(channel, &tag));
+        }
+    }
+}
+
+impl From<AmqpError> for std::io::Error {
+    fn from(e: AmqpError) -> Self {
+        std::io::Error::other(e)
+    }
+}

@@ -1,0 +1,198 @@
+//! Queue storage: where a queue's ready messages live. The trait keeps routing and delivery
+//! apart from the storage medium, so a paging or on-disk store can be added later.
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::sync::Arc;
+
+use tokio::time::Instant;
+
+use super::types::Published;
+
+/// A message in a queue.
+#[derive(Debug, Clone)]
+pub struct QueuedMessage {
+    /// Position in the queue's arrival order; requeued messages go back by it.
+    pub seq: u64,
+    /// The message (shared with other queues it was routed to).
+    pub body: Arc<Published>,
+    /// It was delivered before.
+    pub redelivered: bool,
+    /// When it expires, from queue or message TTL.
+    pub expires_at: Option<Instant>,
+    /// Effective priority (0 when the queue has none).
+    pub priority: u8,
+    /// Times it was delivered (for `x-delivery-limit`).
+    pub deliveries: u32,
+}
+
+impl QueuedMessage {
+    /// Payload bytes, as counted against length and memory limits.
+    pub fn size(&self) -> usize {
+        self.body.message.payload.len()
+    }
+}
+
+/// Storage of a queue's ready messages.
+pub trait QueueStorage: fmt::Debug + Send {
+    /// Appends a message.
+    fn push(&mut self, message: QueuedMessage);
+    /// Puts a message back at its arrival position (near the head).
+    fn requeue(&mut self, message: QueuedMessage);
+    /// Removes the next message to deliver.
+    fn pop(&mut self) -> Option<QueuedMessage>;
+    /// The next message to deliver.
+    fn peek(&self) -> Option<&QueuedMessage>;
+    /// Ready messages.
+    fn len(&self) -> usize;
+    /// Whether there are no ready messages.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Payload bytes of ready messages.
+    fn bytes(&self) -> usize;
+    /// Removes every ready message.
+    fn drain(&mut self) -> Vec<QueuedMessage>;
+}
+
+/// First-in, first-out storage in memory.
+#[derive(Debug, Default)]
+pub struct FifoStorage {
+    messages: VecDeque<QueuedMessage>,
+    bytes: usize,
+}
+
+impl QueueStorage for FifoStorage {
+    fn push(&mut self, message: QueuedMessage) {
+        self.bytes += message.size();
+        self.messages.push_back(message);
+    }
+
+    fn requeue(&mut self, message: QueuedMessage) {
+        self.bytes += message.size();
+        let at = self.messages.partition_point(|m| m.seq < message.seq);
+        self.messages.insert(at, message);
+    }
+
+    fn pop(&mut self) -> Option<QueuedMessage> {
+        let m = self.messages.pop_front()?;
+        self.bytes -= m.size();
+        Some(m)
+    }
+
+    fn peek(&self) -> Option<&QueuedMessage> {
+        self.messages.front()
+    }
+
+    fn len(&self) -> usize {
+        self.messages.len()
+    }
+
+    fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    fn drain(&mut self) -> Vec<QueuedMessage> {
+        self.bytes = 0;
+        self.messages.drain(..).collect()
+    }
+}
+
+/// Priority storage (`x-max-priority`): one FIFO per priority, highest served first.
+#[derive(Debug)]
+pub struct PriorityStorage {
+    levels: Vec<FifoStorage>,
+}
+
+impl PriorityStorage {
+    /// Storage for priorities `0..=max`.
+    pub fn new(max: u8) -> Self {
+        PriorityStorage {
+            levels: (0..=max).map(|_| FifoStorage::default()).collect(),
+        }
+    }
+
+    fn level(&mut self, priority: u8) -> &mut FifoStorage {
+        let i = usize::from(priority).min(self.levels.len() - 1);
+        &mut self.levels[i]
+    }
+}
+
+impl QueueStorage for PriorityStorage {
+    fn push(&mut self, message: QueuedMessage) {
+        self.level(message.priority).push(message);
+    }
+
+    fn requeue(&mut self, message: QueuedMessage) {
+        self.level(message.priority).requeue(message);
+    }
+
+    fn pop(&mut self) -> Option<QueuedMessage> {
+        self.levels.iter_mut().rev().find_map(FifoStorage::pop)
+    }
+
+    fn peek(&self) -> Option<&QueuedMessage> {
+        self.levels.iter().rev().find_map(|l| l.peek())
+    }
+
+    fn len(&self) -> usize {
+        self.levels.iter().map(FifoStorage::len).sum()
+    }
+
+    fn bytes(&self) -> usize {
+        self.levels.iter().map(FifoStorage::bytes).sum()
+    }
+
+    fn drain(&mut self) -> Vec<QueuedMessage> {
+        self.levels.iter_mut().rev().flat_map(FifoStorage::drain).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use binder_core::Message;
+
+    fn msg(seq: u64, priority: u8) -> QueuedMessage {
+        QueuedMessage {
+            seq,
+            body: Arc::new(Published {
+                exchange: String::new(),
+                routing_key: String::new(),
+                message: Message::new(vec![0u8; 10]),
+            }),
+            redelivered: false,
+            expires_at: None,
+            priority,
+            deliveries: 0,
+        }
+    }
+
+    #[test]
+    fn requeue_restores_arrival_order() {
+        let mut s = FifoStorage::default();
+        for i in 0..4 {
+            s.push(msg(i, 0));
+        }
+        let first = s.pop().unwrap();
+        let second = s.pop().unwrap();
+        s.requeue(second);
+        s.requeue(first);
+        let order: Vec<u64> = s.drain().iter().map(|m| m.seq).collect();
+        assert_eq!(order, vec![0, 1, 2, 3]);
+        assert_eq!(s.bytes(), 0);
+    }
+
+    #[test]
+    fn priorities_are_served_highest_first_and_capped() {
+        let mut s = PriorityStorage::new(5);
+        s.push(msg(0, 1));
+        s.push(msg(1, 9));
+        s.push(msg(2, 5));
+        s.push(msg(3, 0));
+        assert_eq!(s.len(), 4);
+        assert_eq!(s.bytes(), 40);
+        let order: Vec<u64> = std::iter::from_fn(|| s.pop()).map(|m| m.seq).collect();
+        assert_eq!(order, vec![1, 2, 0, 3], "9 is capped to 5 and keeps arrival order");
+    }
+}

@@ -1,0 +1,177 @@
+//! Values that cross the engine's API: options, deliveries, channel events.
+
+use std::sync::Arc;
+
+use binder_core::{Headers, Message};
+
+use super::error::AmqpError;
+
+/// The AMQP exchange types.
+pub use binder_core::config::ExchangeType as ExchangeKind;
+
+/// A message as published: where it was sent and what it carries. Shared (`Arc`) between the
+/// queues it was routed to.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Published {
+    /// The exchange it was published to.
+    pub exchange: String,
+    /// The routing key it was published with.
+    pub routing_key: String,
+    /// The message.
+    pub message: Message,
+}
+
+/// `exchange.declare` flags.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ExchangeOptions {
+    /// Only check that it exists.
+    pub passive: bool,
+    /// Survives a restart.
+    pub durable: bool,
+    /// Deleted when its last binding goes.
+    pub auto_delete: bool,
+    /// Cannot be published to directly.
+    pub internal: bool,
+}
+
+/// `queue.declare` flags.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct QueueOptions {
+    /// Only check that it exists.
+    pub passive: bool,
+    /// Survives a restart.
+    pub durable: bool,
+    /// Owned by this connection and deleted with it.
+    pub exclusive: bool,
+    /// Deleted when its last consumer goes.
+    pub auto_delete: bool,
+}
+
+/// `basic.consume` options.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ConsumeOptions {
+    /// The consumer tag; the engine makes one (`amq.ctag-…`) when `None`.
+    pub consumer_tag: Option<String>,
+    /// Deliveries need no acknowledgement.
+    pub no_ack: bool,
+    /// The only consumer of the queue.
+    pub exclusive: bool,
+    /// Consumer arguments (`x-priority`).
+    pub arguments: Headers,
+}
+
+/// `queue.declare-ok`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueDeclareOk {
+    /// The queue name (server-generated when declared with an empty name).
+    pub name: String,
+    /// Ready messages.
+    pub message_count: u32,
+    /// Active consumers.
+    pub consumer_count: u32,
+}
+
+/// `basic.publish` parameters.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PublishOptions {
+    /// Return the message (`basic.return`) if no queue takes it.
+    pub mandatory: bool,
+}
+
+/// A message handed to a consumer or returned by `basic.get`.
+#[derive(Debug, Clone)]
+pub struct Delivery {
+    /// The consumer it was delivered to (empty for `basic.get`).
+    pub consumer_tag: Arc<str>,
+    /// Channel-scoped tag for ack/nack/reject (0 for no-ack deliveries is never used: tags
+    /// are always assigned).
+    pub delivery_tag: u64,
+    /// It was delivered before and requeued.
+    pub redelivered: bool,
+    /// The message and where it was published.
+    pub body: Arc<Published>,
+}
+
+impl Delivery {
+    /// The message.
+    pub fn message(&self) -> &Message {
+        &self.body.message
+    }
+
+    /// The exchange the message was published to.
+    pub fn exchange(&self) -> &str {
+        &self.body.exchange
+    }
+
+    /// The routing key it was published with.
+    pub fn routing_key(&self) -> &str {
+        &self.body.routing_key
+    }
+}
+
+/// Asynchronous notifications of a channel, in the order they happened.
+#[derive(Debug, Clone)]
+pub enum ChannelEvent {
+    /// Publisher confirm: `seq` (and all before it when `multiple`) were accepted.
+    Ack {
+        /// The publish sequence number.
+        seq: u64,
+        /// Covers every earlier unconfirmed number too.
+        multiple: bool,
+    },
+    /// Publisher confirm: `seq` was refused (e.g. `x-overflow: reject-publish`).
+    Nack {
+        /// The publish sequence number.
+        seq: u64,
+        /// Covers every earlier unconfirmed number too.
+        multiple: bool,
+    },
+    /// A mandatory message no queue took (`basic.return`).
+    Return {
+        /// 312 NO_ROUTE.
+        reply_code: u16,
+        /// `NO_ROUTE`.
+        reply_text: String,
+        /// The returned message.
+        body: Arc<Published>,
+    },
+    /// The broker cancelled a consumer (its queue was deleted).
+    ConsumerCancelled {
+        /// The cancelled consumer.
+        consumer_tag: String,
+    },
+    /// Publishing is blocked (memory above the high watermark).
+    Blocked {
+        /// Why.
+        reason: String,
+    },
+    /// Publishing may resume.
+    Unblocked,
+    /// The channel was closed by the broker.
+    Closed {
+        /// The error that closed it.
+        error: AmqpError,
+    },
+}
+
+/// Broker-wide settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BrokerConfig {
+    /// Bytes of queued message payloads above which publishers are blocked; `None` disables
+    /// the check. Default: 400 MiB.
+    pub memory_high_watermark: Option<usize>,
+    /// Publishers resume below this fraction of the watermark. Default 0.9.
+    pub memory_resume_ratio: f64,
+    /// The virtual host name used in error texts.
+    pub vhost: String,
+}
+
+impl Default for BrokerConfig {
+    fn default() -> Self {
+        BrokerConfig {
+            memory_high_watermark: Some(400 * 1024 * 1024),
+            memory_resume_ratio: 0.9,
+            vhost: "/".to_owned(),
+        }
+    }
+}
