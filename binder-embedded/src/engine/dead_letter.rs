@@ -56,15 +56,16 @@ pub(crate) fn record_death(
         }
         _ => false,
     };
-    let previous = deaths
-        .iter()
-        .position(same)
-        .map(|i| deaths.remove(i));
+    let previous = deaths.iter().position(same).map(|i| deaths.remove(i));
     let mut entry = match previous {
         Some(HeaderValue::Table(t)) => t,
         _ => Headers::new(),
     };
-    let count = entry.get("count").and_then(HeaderValue::as_i64).unwrap_or(0) + 1;
+    let count = entry
+        .get("count")
+        .and_then(HeaderValue::as_i64)
+        .unwrap_or(0)
+        + 1;
     entry.insert("count", HeaderValue::I64(count));
     entry.insert("reason", reason.as_str());
     entry.insert("queue", queue);
@@ -78,7 +79,9 @@ pub(crate) fn record_death(
         entry.insert("original-expiration", exp);
     }
     deaths.insert(0, HeaderValue::Table(entry));
-    message.headers.insert("x-death", HeaderValue::Array(deaths));
+    message
+        .headers
+        .insert("x-death", HeaderValue::Array(deaths));
     for (suffix, value) in [
         ("queue", queue),
         ("reason", reason.as_str()),
@@ -88,7 +91,9 @@ pub(crate) fn record_death(
         if !message.headers.contains(&first) {
             message.headers.insert(first, value);
         }
-        message.headers.insert(format!("x-last-death-{suffix}"), value);
+        message
+            .headers
+            .insert(format!("x-last-death-{suffix}"), value);
     }
 }
 

@@ -203,7 +203,10 @@ mod tests {
     fn x_headers_count_only_with_x() {
         let msg = h(&[("x-tenant", "a".into())]);
         let plain = h(&[("x-match", "all".into()), ("x-tenant", "b".into())]);
-        assert!(headers_match(&plain, &msg), "x- arguments are ignored by all");
+        assert!(
+            headers_match(&plain, &msg),
+            "x- arguments are ignored by all"
+        );
         let with_x = h(&[("x-match", "all-with-x".into()), ("x-tenant", "b".into())]);
         assert!(!headers_match(&with_x, &msg));
         let any_with_x = h(&[("x-match", "any-with-x".into()), ("x-tenant", "a".into())]);

@@ -56,13 +56,23 @@ fn invalid(queue: &str, arg: &str, why: &str) -> AmqpError {
 fn non_negative(queue: &str, arg: &str, v: &HeaderValue) -> AmqpResult<u64> {
     v.as_i64()
         .and_then(|n| u64::try_from(n).ok())
-        .ok_or_else(|| invalid(queue, arg, &format!("expected a non-negative integer, got {v}")))
+        .ok_or_else(|| {
+            invalid(
+                queue,
+                arg,
+                &format!("expected a non-negative integer, got {v}"),
+            )
+        })
 }
 
 fn text(queue: &str, arg: &str, v: &HeaderValue) -> AmqpResult<String> {
-    v.as_str()
-        .map(str::to_owned)
-        .ok_or_else(|| invalid(queue, arg, &format!("expected a string, got {}", v.type_name())))
+    v.as_str().map(str::to_owned).ok_or_else(|| {
+        invalid(
+            queue,
+            arg,
+            &format!("expected a string, got {}", v.type_name()),
+        )
+    })
 }
 
 impl QueueArgs {
@@ -81,9 +91,7 @@ impl QueueArgs {
                     }
                     out.expires = Some(Duration::from_millis(ms));
                 }
-                "x-max-length" => {
-                    out.max_length = Some(non_negative(queue, arg, v)? as usize)
-                }
+                "x-max-length" => out.max_length = Some(non_negative(queue, arg, v)? as usize),
                 "x-max-length-bytes" => {
                     out.max_length_bytes = Some(non_negative(queue, arg, v)? as usize)
                 }
@@ -103,9 +111,7 @@ impl QueueArgs {
                         }
                     }
                 }
-                "x-dead-letter-exchange" => {
-                    out.dead_letter_exchange = Some(text(queue, arg, v)?)
-                }
+                "x-dead-letter-exchange" => out.dead_letter_exchange = Some(text(queue, arg, v)?),
                 "x-dead-letter-routing-key" => {
                     out.dead_letter_routing_key = Some(text(queue, arg, v)?)
                 }
@@ -270,7 +276,9 @@ impl Queue {
 
     /// Whether the queue is over its limits right now.
     pub(crate) fn over_limits(&self) -> bool {
-        self.args.max_length.is_some_and(|max| self.storage.len() > max)
+        self.args
+            .max_length
+            .is_some_and(|max| self.storage.len() > max)
             || self
                 .args
                 .max_length_bytes

@@ -15,8 +15,8 @@ use super::exchange::{Exchange, Target};
 use super::queue::{Overflow, Queue, QueueArgs, QueueConsumer};
 use super::storage::QueuedMessage;
 use super::types::{
-    BrokerConfig, ChannelEvent, ConsumeOptions, Delivery, ExchangeKind, ExchangeOptions,
-    Published, QueueDeclareOk, QueueOptions,
+    BrokerConfig, ChannelEvent, ConsumeOptions, Delivery, ExchangeKind, ExchangeOptions, Published,
+    QueueDeclareOk, QueueOptions,
 };
 
 /// What became of a publish.
@@ -75,7 +75,7 @@ enum TxOp {
         exchange: String,
         routing_key: String,
         mandatory: bool,
-        message: Message,
+        message: Box<Message>,
     },
     Settle {
         tag: u64,
@@ -345,7 +345,11 @@ impl State {
                 ))
             };
             if existing.kind != kind {
-                return Err(mismatch("type", kind.to_string(), existing.kind.to_string()));
+                return Err(mismatch(
+                    "type",
+                    kind.to_string(),
+                    existing.kind.to_string(),
+                ));
             }
             if existing.durable != options.durable {
                 return Err(mismatch(
@@ -681,7 +685,7 @@ impl State {
                 exchange: exchange.to_owned(),
                 routing_key: routing_key.to_owned(),
                 mandatory,
-                message,
+                message: Box::new(message),
             });
             return Ok(PublishOutcome {
                 seq: None,
@@ -844,7 +848,12 @@ impl State {
 
     // ---- consuming ----------------------------------------------------------------------
 
-    pub(crate) fn basic_qos(&mut self, channel: u64, prefetch: u16, global: bool) -> AmqpResult<()> {
+    pub(crate) fn basic_qos(
+        &mut self,
+        channel: u64,
+        prefetch: u16,
+        global: bool,
+    ) -> AmqpResult<()> {
         let ch = self
             .channels
             .get_mut(&channel)
@@ -1107,7 +1116,9 @@ impl State {
         let ch = self.channel(channel)?;
         if let Some(tx) = &mut ch.tx {
             if !multiple && !ch.unacked.contains_key(&tag) {
-                return Err(AmqpError::precondition(format!("unknown delivery tag {tag}")));
+                return Err(AmqpError::precondition(format!(
+                    "unknown delivery tag {tag}"
+                )));
             }
             tx.push(TxOp::Settle {
                 tag,
@@ -1133,12 +1144,16 @@ impl State {
             } else {
                 ch.unacked.split_off(&(tag + 1))
             };
-            std::mem::replace(&mut ch.unacked, rest).into_values().collect()
+            std::mem::replace(&mut ch.unacked, rest)
+                .into_values()
+                .collect()
         } else {
             match ch.unacked.remove(&tag) {
                 Some(u) => vec![u],
                 None => {
-                    return Err(AmqpError::precondition(format!("unknown delivery tag {tag}")));
+                    return Err(AmqpError::precondition(format!(
+                        "unknown delivery tag {tag}"
+                    )));
                 }
             }
         };
@@ -1157,7 +1172,8 @@ impl State {
                 Settle::Requeue => self.requeue(u.queue, u.message),
                 Settle::Discard => {
                     self.memory += u.message.size();
-                    self.dying.push((u.message, u.queue.clone(), DeathReason::Rejected));
+                    self.dying
+                        .push((u.message, u.queue.clone(), DeathReason::Rejected));
                     self.dirty.push(u.queue);
                 }
             }
@@ -1173,8 +1189,12 @@ impl State {
         };
         message.redelivered = true;
         self.memory += message.size();
-        if q.args.delivery_limit.is_some_and(|limit| message.deliveries > limit) {
-            self.dying.push((message, queue, DeathReason::DeliveryLimit));
+        if q.args
+            .delivery_limit
+            .is_some_and(|limit| message.deliveries > limit)
+        {
+            self.dying
+                .push((message, queue, DeathReason::DeliveryLimit));
             return;
         }
         q.storage.requeue(message);
@@ -1211,7 +1231,7 @@ impl State {
                     mandatory,
                     message,
                 } => {
-                    self.route_and_enqueue(channel, &exchange, &routing_key, mandatory, message);
+                    self.route_and_enqueue(channel, &exchange, &routing_key, mandatory, *message);
                 }
                 TxOp::Settle {
                     tag,

@@ -144,7 +144,11 @@ impl QueueStorage for PriorityStorage {
     }
 
     fn drain(&mut self) -> Vec<QueuedMessage> {
-        self.levels.iter_mut().rev().flat_map(FifoStorage::drain).collect()
+        self.levels
+            .iter_mut()
+            .rev()
+            .flat_map(FifoStorage::drain)
+            .collect()
     }
 }
 
@@ -193,6 +197,10 @@ mod tests {
         assert_eq!(s.len(), 4);
         assert_eq!(s.bytes(), 40);
         let order: Vec<u64> = std::iter::from_fn(|| s.pop()).map(|m| m.seq).collect();
-        assert_eq!(order, vec![1, 2, 0, 3], "9 is capped to 5 and keeps arrival order");
+        assert_eq!(
+            order,
+            vec![1, 2, 0, 3],
+            "9 is capped to 5 and keeps arrival order"
+        );
     }
 }

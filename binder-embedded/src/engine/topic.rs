@@ -17,7 +17,8 @@ enum Word {
 impl TopicPattern {
     pub(crate) fn new(pattern: &str) -> Self {
         let mut words: Vec<Word> = Vec::new();
-        for w in pattern.split('.') {
+        // As in RabbitMQ, the empty string has no words; `a..b` has an empty middle word.
+        for w in pattern.split('.').filter(|_| !pattern.is_empty()) {
             let word = match w {
                 "*" => Word::One,
                 "#" => Word::Many,
@@ -93,7 +94,7 @@ mod smallvec_like {
                 len: 0,
                 spill: Vec::new(),
             };
-            for (i, part) in key.split('.').enumerate() {
+            for (i, part) in key.split('.').filter(|_| !key.is_empty()).enumerate() {
                 if i < 8 {
                     w.inline[i] = part;
                     w.len = i + 1;
@@ -132,7 +133,8 @@ mod tests {
         assert!(!m("a.*.c", "a.b.b.c"));
         assert!(m("*", "a"));
         assert!(!m("*", "a.b"));
-        assert!(m("*", ""), "the empty key is one empty word");
+        assert!(!m("*", ""), "the empty key has no words");
+        assert!(m("*.*", "."), "`.` is two empty words");
     }
 
     #[test]

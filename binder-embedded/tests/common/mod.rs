@@ -1,0 +1,64 @@
+//! Shared helpers of the engine tests.
+#![allow(dead_code)]
+
+use std::time::Duration;
+
+use binder_core::{Headers, Message};
+use binder_embedded::engine::*;
+
+pub fn open() -> (Broker, Connection, Channel) {
+    let broker = Broker::new();
+    let conn = broker.connect();
+    let ch = conn.open_channel().unwrap();
+    (broker, conn, ch)
+}
+
+pub fn msg(text: &str) -> Message {
+    Message::new(text.as_bytes().to_vec())
+}
+
+pub fn text(d: &Delivery) -> String {
+    String::from_utf8(d.message().payload.to_vec()).unwrap()
+}
+
+pub fn args(pairs: &[(&str, binder_core::HeaderValue)]) -> Headers {
+    pairs.iter().cloned().collect()
+}
+
+pub fn declare(ch: &Channel, name: &str) {
+    ch.queue_declare(name, QueueOptions::default(), Headers::new())
+        .unwrap();
+}
+
+pub fn declare_with(ch: &Channel, name: &str, a: Headers) {
+    ch.queue_declare(name, QueueOptions::default(), a).unwrap();
+}
+
+pub async fn publish(ch: &Channel, exchange: &str, key: &str, body: &str) -> PublishOutcome {
+    ch.basic_publish(exchange, key, PublishOptions::default(), msg(body))
+        .await
+        .unwrap()
+}
+
+/// Texts of every message ready in a queue, taken with `basic.get` (no ack).
+pub fn drain(ch: &Channel, queue: &str) -> Vec<String> {
+    std::iter::from_fn(|| ch.basic_get(queue, true).unwrap())
+        .map(|g| text(&g.delivery))
+        .collect()
+}
+
+/// Deliveries already handed to a consumer (the engine dispatches synchronously).
+pub fn ready(consumer: &mut Consumer) -> Vec<Delivery> {
+    std::iter::from_fn(|| consumer.try_recv()).collect()
+}
+
+pub async fn next(consumer: &mut Consumer) -> Delivery {
+    tokio::time::timeout(Duration::from_secs(5), consumer.recv())
+        .await
+        .expect("no delivery within 5 s")
+        .expect("consumer cancelled")
+}
+
+pub fn consume(ch: &Channel, queue: &str) -> Consumer {
+    ch.basic_consume(queue, ConsumeOptions::default()).unwrap()
+}
