@@ -1,0 +1,190 @@
+//! Publishing: mandatory returns, confirms, transactions, memory back-pressure.
+
+mod common;
+
+use std::time::Duration;
+
+use binder_core::Headers;
+use binder_embedded::engine::*;
+use common::*;
+
+#[tokio::test]
+async fn mandatory_unroutable_messages_are_returned_then_acked() {
+    let (_b, _c, ch) = open();
+    let mut events = ch.events().unwrap();
+    ch.confirm_select().unwrap();
+    let out = ch
+        .basic_publish(
+            "",
+            "nowhere",
+            PublishOptions { mandatory: true },
+            msg("lost?"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(out.status, PublishStatus::Unroutable);
+    assert!(out.is_ack());
+    match events.try_recv().unwrap() {
+        ChannelEvent::Return {
+            reply_code,
+            reply_text,
+            body,
+        } => {
+            assert_eq!((reply_code, reply_text.as_str()), (312, "NO_ROUTE"));
+            assert_eq!(body.routing_key, "nowhere");
+            assert_eq!(&body.message.payload[..], b"lost?");
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    // Without mandatory nothing is returned.
+    publish(&ch, "", "nowhere", "dropped").await;
+    assert!(events.try_recv().is_err());
+}
+
+#[tokio::test]
+async fn confirm_sequence_numbers_are_per_channel() {
+    let (_b, conn, ch) = open();
+    declare(&ch, "q");
+    let other = conn.open_channel().unwrap();
+    ch.confirm_select().unwrap();
+    other.confirm_select().unwrap();
+    let seqs: Vec<Option<u64>> = [
+        publish(&ch, "", "q", "a").await,
+        publish(&ch, "", "q", "b").await,
+        publish(&other, "", "q", "c").await,
+    ]
+    .iter()
+    .map(|o| o.seq)
+    .collect();
+    assert_eq!(seqs, [Some(1), Some(2), Some(1)]);
+    let plain = conn.open_channel().unwrap();
+    assert_eq!(publish(&plain, "", "q", "d").await.seq, None);
+}
+
+#[tokio::test]
+async fn a_fanout_publish_is_confirmed_once_enqueued_everywhere() {
+    let (_b, _c, ch) = open();
+    ch.exchange_declare(
+        "f",
+        ExchangeKind::Fanout,
+        ExchangeOptions::default(),
+        Headers::new(),
+    )
+    .unwrap();
+    for q in ["a", "b", "c"] {
+        declare(&ch, q);
+        ch.queue_bind(q, "f", "", Headers::new()).unwrap();
+    }
+    ch.confirm_select().unwrap();
+    let out = publish(&ch, "f", "", "x").await;
+    assert_eq!(out.status, PublishStatus::Routed(3));
+    for q in ["a", "b", "c"] {
+        assert_eq!(drain(&ch, q), ["x"]);
+    }
+}
+
+#[tokio::test]
+async fn transactions_apply_publishes_and_acks_together() {
+    let (_b, conn, ch) = open();
+    declare(&ch, "in");
+    declare(&ch, "out");
+    publish(&ch, "", "in", "work").await;
+    let tx = conn.open_channel().unwrap();
+    tx.tx_select().unwrap();
+    let got = tx.basic_get("in", false).unwrap().unwrap();
+    tx.basic_ack(got.delivery.delivery_tag, false).unwrap();
+    let out = publish(&tx, "", "out", "result").await;
+    assert_eq!(out.status, PublishStatus::Buffered);
+    assert_eq!(
+        ch.queue_declare(
+            "out",
+            QueueOptions {
+                passive: true,
+                ..Default::default()
+            },
+            Headers::new()
+        )
+        .unwrap()
+        .message_count,
+        0
+    );
+
+    tx.tx_rollback().unwrap();
+    assert!(
+        drain(&ch, "out").is_empty(),
+        "rolled back: nothing published"
+    );
+    // The ack was rolled back too: the delivery is still unacked, so ack it for real.
+    tx.basic_ack(got.delivery.delivery_tag, false).unwrap();
+    publish(&tx, "", "out", "result").await;
+    tx.tx_commit().unwrap();
+    assert_eq!(drain(&ch, "out"), ["result"]);
+    assert!(drain(&ch, "in").is_empty());
+}
+
+#[tokio::test]
+async fn a_rolled_back_ack_leaves_the_message_to_be_redelivered_on_close() {
+    let (_b, conn, ch) = open();
+    declare(&ch, "in");
+    publish(&ch, "", "in", "work").await;
+    let tx = conn.open_channel().unwrap();
+    tx.tx_select().unwrap();
+    let got = tx.basic_get("in", false).unwrap().unwrap();
+    tx.basic_ack(got.delivery.delivery_tag, false).unwrap();
+    tx.tx_rollback().unwrap();
+    tx.close();
+    assert_eq!(drain(&ch, "in"), ["work"]);
+}
+
+#[tokio::test]
+async fn confirm_and_tx_modes_exclude_each_other() {
+    let (_b, conn, ch) = open();
+    ch.confirm_select().unwrap();
+    assert_eq!(
+        ch.tx_select().unwrap_err().code,
+        ReplyCode::PreconditionFailed
+    );
+    let ch = conn.open_channel().unwrap();
+    assert_eq!(
+        ch.tx_commit().unwrap_err().text,
+        "channel is not transactional"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_memory_watermark_blocks_publishers_until_consumers_catch_up() {
+    let broker = Broker::with_config(BrokerConfig {
+        memory_high_watermark: Some(1000),
+        ..Default::default()
+    });
+    let conn = broker.connect();
+    let ch = conn.open_channel().unwrap();
+    let mut events = ch.events().unwrap();
+    declare(&ch, "q");
+    let big = "x".repeat(600);
+    publish(&ch, "", "q", &big).await;
+    publish(&ch, "", "q", &big).await; // crosses the watermark
+    assert!(broker.is_blocked());
+    assert!(matches!(
+        events.try_recv(),
+        Ok(ChannelEvent::Blocked { .. })
+    ));
+
+    let blocked = ch.basic_publish("", "q", PublishOptions::default(), msg("waits"));
+    tokio::pin!(blocked);
+    assert!(
+        tokio::time::timeout(Duration::from_millis(50), &mut blocked)
+            .await
+            .is_err(),
+        "the publisher waits while blocked"
+    );
+    let drainer = conn.open_channel().unwrap();
+    assert_eq!(drainer.queue_purge("q").unwrap(), 2);
+    assert!(!broker.is_blocked());
+    assert!(matches!(events.try_recv(), Ok(ChannelEvent::Unblocked)));
+    let out = tokio::time::timeout(Duration::from_secs(5), blocked)
+        .await
+        .expect("unblocked")
+        .unwrap();
+    assert_eq!(out.status, PublishStatus::Routed(1));
+}
