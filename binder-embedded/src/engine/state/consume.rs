@@ -1,0 +1,263 @@
+//! Consumers, `basic.get` and dispatch to consumers with credit.
+
+use super::*;
+
+impl State {
+    // ---- consuming ----------------------------------------------------------------------
+
+    pub(crate) fn basic_qos(
+        &mut self,
+        channel: u64,
+        prefetch: u16,
+        global: bool,
+    ) -> AmqpResult<()> {
+        let ch = self
+            .channels
+            .get_mut(&channel)
+            .ok_or_else(AmqpError::channel_closed)?;
+        if global {
+            ch.channel_prefetch = u32::from(prefetch);
+            let consumers = &self.consumers;
+            let queues = ch
+                .consumers
+                .values()
+                .filter_map(|c| consumers.get(c).map(|c| c.queue.clone()));
+            self.dirty.extend(queues);
+        } else {
+            ch.consumer_prefetch = u32::from(prefetch);
+        }
+        Ok(())
+    }
+
+    pub(crate) fn consume(
+        &mut self,
+        channel: u64,
+        queue: &str,
+        options: ConsumeOptions,
+        sender: UnboundedSender<Delivery>,
+    ) -> AmqpResult<String> {
+        let q = self.queue_for(channel, queue)?;
+        let vhost = self.config.vhost.clone();
+        if q.exclusive_consumer || (options.exclusive && !q.consumers.is_empty()) {
+            return Err(AmqpError::access_refused(format!(
+                "queue '{queue}' in vhost '{vhost}' in exclusive use"
+            )));
+        }
+        let priority = match options.arguments.get("x-priority") {
+            None => 0,
+            Some(v) => v.as_i64().ok_or_else(|| {
+                AmqpError::precondition(format!(
+                    "invalid arg 'x-priority' for consumer: expected an integer, got {}",
+                    v.type_name()
+                ))
+            })?,
+        };
+        let id = self.id();
+        let tag: Arc<str> = match options.consumer_tag.filter(|t| !t.is_empty()) {
+            Some(t) => Arc::from(t.as_str()),
+            None => Arc::from(random_name("amq.ctag-").as_str()),
+        };
+        let ch = self.channel(channel)?;
+        if ch.consumers.contains_key(&tag) {
+            return Err(AmqpError::new(
+                ReplyCode::NotAllowed,
+                format!("attempt to reuse consumer tag '{tag}'"),
+            ));
+        }
+        ch.consumers.insert(tag.clone(), id);
+        let prefetch = ch.consumer_prefetch;
+        let q = self.queues.get_mut(queue).expect("checked above");
+        q.consumers.push(QueueConsumer { id, priority });
+        q.exclusive_consumer = options.exclusive;
+        q.had_consumer = true;
+        q.last_used = Instant::now();
+        let queue_name = q.name.clone();
+        self.consumers.insert(
+            id,
+            ConsumerState {
+                tag: tag.clone(),
+                channel,
+                queue: queue_name.clone(),
+                no_ack: options.no_ack,
+                prefetch,
+                unacked: 0,
+                sender,
+            },
+        );
+        mark_dirty(&mut self.dirty, queue_name);
+        Ok(tag.to_string())
+    }
+
+    pub(crate) fn cancel(&mut self, channel: u64, tag: &str) -> AmqpResult<()> {
+        let ch = self.channel(channel)?;
+        // Cancelling an unknown tag is not an error in AMQP.
+        if let Some(id) = ch.consumers.remove(tag) {
+            self.remove_consumer(id, true);
+        }
+        Ok(())
+    }
+
+    /// Removes a consumer from its queue; its unacknowledged deliveries stay on the channel
+    /// (they can still be acked, and are requeued when the channel closes).
+    pub(super) fn remove_consumer(&mut self, id: u64, detach_unacked: bool) {
+        let Some(consumer) = self.consumers.remove(&id) else {
+            return;
+        };
+        if detach_unacked {
+            if let Some(ch) = self.channels.get_mut(&consumer.channel) {
+                for u in ch.unacked.values_mut() {
+                    if u.consumer == Some(id) {
+                        u.consumer = None;
+                    }
+                }
+            }
+        }
+        let Some(q) = self.queues.get_mut(&consumer.queue) else {
+            return;
+        };
+        q.consumers.retain(|c| c.id != id);
+        q.exclusive_consumer = false;
+        q.last_used = Instant::now();
+        if q.consumers.is_empty() && q.args.expires.is_some() {
+            self.timer_dirty = true;
+        }
+        if q.auto_delete && q.had_consumer && q.consumers.is_empty() {
+            let name = q.name.clone();
+            self.delete_queue(&name);
+        } else {
+            // Single active consumer: the next one takes over.
+            let name = q.name.clone();
+            mark_dirty(&mut self.dirty, name);
+        }
+    }
+
+    pub(crate) fn get(
+        &mut self,
+        channel: u64,
+        queue: &str,
+        no_ack: bool,
+    ) -> AmqpResult<Option<(Delivery, u32)>> {
+        self.queue_for(channel, queue)?;
+        let now = Instant::now();
+        self.expire_head(queue, now);
+        let q = self.queues.get_mut(queue).expect("checked above");
+        q.last_used = now;
+        let Some(mut message) = q.storage.pop() else {
+            return Ok(None);
+        };
+        let remaining = q.storage.len() as u32;
+        let queue_name = q.name.clone();
+        message.deliveries += 1;
+        let ch = self.channels.get_mut(&channel).expect("checked above");
+        ch.next_tag += 1;
+        let delivery = Delivery {
+            consumer_tag: Arc::from(""),
+            delivery_tag: ch.next_tag,
+            redelivered: message.redelivered,
+            body: message.body.clone(),
+        };
+        if no_ack {
+            self.memory -= message.size();
+        } else {
+            ch.unacked.insert(
+                ch.next_tag,
+                Unacked {
+                    queue: queue_name,
+                    message,
+                    consumer: None,
+                    counted: false,
+                },
+            );
+        }
+        Ok(Some((delivery, remaining)))
+    }
+
+    /// Hands ready messages of a queue to consumers with credit: highest `x-priority` first,
+    /// round-robin among equals, only the first consumer under single-active-consumer.
+    pub(super) fn dispatch(&mut self, queue: &str) {
+        let now = Instant::now();
+        loop {
+            self.expire_head(queue, now);
+            let Some(q) = self.queues.get_mut(queue) else {
+                return;
+            };
+            if q.storage.is_empty() || q.consumers.is_empty() {
+                return;
+            }
+            let candidates = if q.args.single_active_consumer {
+                1
+            } else {
+                q.consumers.len()
+            };
+            let mut chosen: Option<(usize, i64)> = None;
+            for step in 0..candidates {
+                let idx = if q.args.single_active_consumer {
+                    0
+                } else {
+                    (q.cursor + step) % q.consumers.len()
+                };
+                let qc = &q.consumers[idx];
+                if chosen.is_some_and(|(_, p)| p >= qc.priority) {
+                    continue;
+                }
+                let Some(c) = self.consumers.get(&qc.id) else {
+                    continue;
+                };
+                let Some(ch) = self.channels.get(&c.channel) else {
+                    continue;
+                };
+                let has_credit = c.no_ack
+                    || ((c.prefetch == 0 || c.unacked < c.prefetch)
+                        && (ch.channel_prefetch == 0 || ch.channel_unacked < ch.channel_prefetch));
+                if has_credit {
+                    chosen = Some((idx, qc.priority));
+                }
+            }
+            let Some((idx, _)) = chosen else {
+                return;
+            };
+            let consumer_id = q.consumers[idx].id;
+            q.cursor = idx + 1;
+            let mut message = q.storage.pop().expect("checked non-empty");
+            let queue_name = q.name.clone();
+            message.deliveries += 1;
+            let consumer = self.consumers.get_mut(&consumer_id).expect("chosen above");
+            let ch = self
+                .channels
+                .get_mut(&consumer.channel)
+                .expect("chosen above");
+            ch.next_tag += 1;
+            let delivery = Delivery {
+                consumer_tag: consumer.tag.clone(),
+                delivery_tag: ch.next_tag,
+                redelivered: message.redelivered,
+                body: message.body.clone(),
+            };
+            if consumer.no_ack {
+                self.memory -= message.size();
+            } else {
+                consumer.unacked += 1;
+                ch.channel_unacked += 1;
+                ch.unacked.insert(
+                    ch.next_tag,
+                    Unacked {
+                        queue: queue_name,
+                        message,
+                        consumer: Some(consumer_id),
+                        counted: true,
+                    },
+                );
+            }
+            if consumer.sender.send(delivery).is_err() {
+                // The consumer's receiver is gone: take it out; its deliveries are requeued
+                // when the channel closes.
+                let channel = consumer.channel;
+                let tag = consumer.tag.clone();
+                if let Some(ch) = self.channels.get_mut(&channel) {
+                    ch.consumers.remove(&tag);
+                }
+                self.remove_consumer(consumer_id, false);
+            }
+        }
+    }
+}

@@ -1,0 +1,352 @@
+//! Declaring and deleting exchanges, queues and bindings.
+
+use super::*;
+
+impl State {
+    // ---- exchanges ----------------------------------------------------------------------
+
+    pub(super) fn check_exchange_name(name: &str) -> AmqpResult<()> {
+        if name.is_empty() {
+            return Err(AmqpError::access_refused(
+                "operation not permitted on the default exchange",
+            ));
+        }
+        if name.starts_with("amq.") {
+            return Err(AmqpError::access_refused(format!(
+                "exchange name '{name}' contains reserved prefix 'amq.*'"
+            )));
+        }
+        Ok(())
+    }
+
+    pub(super) fn no_exchange(&self, name: &str) -> AmqpError {
+        AmqpError::not_found(format!(
+            "exchange '{name}' in vhost '{}'",
+            self.config.vhost
+        ))
+    }
+
+    pub(super) fn no_queue(&self, name: &str) -> AmqpError {
+        AmqpError::not_found(format!("queue '{name}' in vhost '{}'", self.config.vhost))
+    }
+
+    pub(crate) fn exchange_declare(
+        &mut self,
+        name: &str,
+        kind: ExchangeKind,
+        options: ExchangeOptions,
+        args: Headers,
+    ) -> AmqpResult<()> {
+        if let Some(existing) = self.exchanges.get(name) {
+            if options.passive {
+                return Ok(());
+            }
+            Self::check_exchange_name(name)?;
+            let vhost = &self.config.vhost;
+            let mismatch = |what: &str, received: String, current: String| {
+                AmqpError::precondition(format!(
+                    "inequivalent arg '{what}' for exchange '{name}' in vhost '{vhost}': received '{received}' but current is '{current}'"
+                ))
+            };
+            if existing.kind != kind {
+                return Err(mismatch(
+                    "type",
+                    kind.to_string(),
+                    existing.kind.to_string(),
+                ));
+            }
+            if existing.durable != options.durable {
+                return Err(mismatch(
+                    "durable",
+                    options.durable.to_string(),
+                    existing.durable.to_string(),
+                ));
+            }
+            if existing.auto_delete != options.auto_delete {
+                return Err(mismatch(
+                    "auto_delete",
+                    options.auto_delete.to_string(),
+                    existing.auto_delete.to_string(),
+                ));
+            }
+            if existing.internal != options.internal {
+                return Err(mismatch(
+                    "internal",
+                    options.internal.to_string(),
+                    existing.internal.to_string(),
+                ));
+            }
+            let alternate = args.get_str("alternate-exchange").map(str::to_owned);
+            if existing.alternate != alternate {
+                return Err(mismatch(
+                    "alternate-exchange",
+                    alternate.unwrap_or_else(|| "none".into()),
+                    existing.alternate.clone().unwrap_or_else(|| "none".into()),
+                ));
+            }
+            return Ok(());
+        }
+        if options.passive {
+            return Err(self.no_exchange(name));
+        }
+        Self::check_exchange_name(name)?;
+        let name: Arc<str> = Arc::from(name);
+        self.exchanges.insert(
+            name.clone(),
+            Exchange::new(
+                name,
+                kind,
+                options.durable,
+                options.auto_delete,
+                options.internal,
+                args,
+            ),
+        );
+        Ok(())
+    }
+
+    pub(crate) fn exchange_delete(&mut self, name: &str, if_unused: bool) -> AmqpResult<()> {
+        Self::check_exchange_name(name)?;
+        let Some(x) = self.exchanges.get(name) else {
+            return Ok(());
+        };
+        if if_unused && !x.bindings.is_empty() {
+            return Err(AmqpError::precondition(format!(
+                "exchange '{name}' in vhost '{}' in use",
+                self.config.vhost
+            )));
+        }
+        self.remove_exchange(name);
+        Ok(())
+    }
+
+    pub(super) fn remove_exchange(&mut self, name: &str) {
+        if self.exchanges.remove(name).is_none() {
+            return;
+        }
+        let target = Target::Exchange(Arc::from(name));
+        let sources: Vec<Arc<str>> = self.exchanges.keys().cloned().collect();
+        for source in sources {
+            self.unbind_where(&source, |x| x.unbind_target(&target) > 0);
+        }
+    }
+
+    /// Applies an unbinding to `source` and deletes it if it is auto-delete and now unbound.
+    pub(super) fn unbind_where(&mut self, source: &str, f: impl FnOnce(&mut Exchange) -> bool) {
+        let Some(x) = self.exchanges.get_mut(source) else {
+            return;
+        };
+        if f(x) && x.auto_delete && x.bindings.is_empty() {
+            let name = x.name.clone();
+            self.remove_exchange(&name);
+        }
+    }
+
+    pub(super) fn bindable_exchange(&self, name: &str) -> AmqpResult<()> {
+        if name.is_empty() {
+            return Err(AmqpError::access_refused(
+                "operation not permitted on the default exchange",
+            ));
+        }
+        if !self.exchanges.contains_key(name) {
+            return Err(self.no_exchange(name));
+        }
+        Ok(())
+    }
+
+    pub(crate) fn exchange_bind(
+        &mut self,
+        destination: &str,
+        source: &str,
+        key: &str,
+        args: Headers,
+    ) -> AmqpResult<()> {
+        self.bindable_exchange(source)?;
+        self.bindable_exchange(destination)?;
+        let target = Target::Exchange(Arc::from(destination));
+        if let Some(x) = self.exchanges.get_mut(source) {
+            x.bind(target, key, args);
+        }
+        Ok(())
+    }
+
+    pub(crate) fn exchange_unbind(
+        &mut self,
+        destination: &str,
+        source: &str,
+        key: &str,
+        args: &Headers,
+    ) -> AmqpResult<()> {
+        self.bindable_exchange(source)?;
+        let target = Target::Exchange(Arc::from(destination));
+        self.unbind_where(source, |x| x.unbind(&target, key, args));
+        Ok(())
+    }
+
+    // ---- queues -------------------------------------------------------------------------
+
+    pub(super) fn check_owner(&self, queue: &Queue, connection: u64) -> AmqpResult<()> {
+        match queue.owner {
+            Some(owner) if owner != connection => Err(AmqpError::new(
+                ReplyCode::ResourceLocked,
+                format!(
+                    "cannot obtain exclusive access to locked queue '{}' in vhost '{}'",
+                    queue.name, self.config.vhost
+                ),
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    pub(super) fn queue_for(&self, channel: u64, name: &str) -> AmqpResult<&Queue> {
+        let conn = self.connection_of(channel)?;
+        let q = self.queues.get(name).ok_or_else(|| self.no_queue(name))?;
+        self.check_owner(q, conn)?;
+        Ok(q)
+    }
+
+    pub(crate) fn queue_declare(
+        &mut self,
+        channel: u64,
+        name: &str,
+        options: QueueOptions,
+        args: Headers,
+    ) -> AmqpResult<QueueDeclareOk> {
+        let conn = self.connection_of(channel)?;
+        let name = if name.is_empty() && !options.passive {
+            random_name("amq.gen-")
+        } else {
+            name.to_owned()
+        };
+        let vhost = self.config.vhost.clone();
+        if let Some(q) = self.queues.get(name.as_str()) {
+            self.check_owner(q, conn)?;
+            if !options.passive {
+                let owner = options.exclusive.then_some(conn);
+                q.check_equivalent(options, owner, &args, &vhost)?;
+            }
+            let q = self.queues.get_mut(name.as_str()).expect("checked above");
+            q.last_used = Instant::now();
+            return Ok(QueueDeclareOk {
+                name,
+                message_count: q.storage.len() as u32,
+                consumer_count: q.consumers.len() as u32,
+            });
+        }
+        if options.passive {
+            return Err(self.no_queue(&name));
+        }
+        if name.starts_with("amq.") && !name.starts_with("amq.gen-") {
+            return Err(AmqpError::access_refused(format!(
+                "queue name '{name}' contains reserved prefix 'amq.*'"
+            )));
+        }
+        let parsed = QueueArgs::parse(&name, &args)?;
+        if parsed.expires.is_some() {
+            self.timer_dirty = true;
+        }
+        let key: Arc<str> = Arc::from(name.as_str());
+        let owner = options.exclusive.then_some(conn);
+        self.queues
+            .insert(key.clone(), Queue::new(key, options, owner, args, parsed));
+        Ok(QueueDeclareOk {
+            name,
+            message_count: 0,
+            consumer_count: 0,
+        })
+    }
+
+    pub(crate) fn queue_bind(
+        &mut self,
+        channel: u64,
+        queue: &str,
+        exchange: &str,
+        key: &str,
+        args: Headers,
+    ) -> AmqpResult<()> {
+        self.queue_for(channel, queue)?;
+        self.bindable_exchange(exchange)?;
+        let target = Target::Queue(Arc::from(queue));
+        if let Some(x) = self.exchanges.get_mut(exchange) {
+            x.bind(target, key, args);
+        }
+        Ok(())
+    }
+
+    pub(crate) fn queue_unbind(
+        &mut self,
+        channel: u64,
+        queue: &str,
+        exchange: &str,
+        key: &str,
+        args: &Headers,
+    ) -> AmqpResult<()> {
+        self.queue_for(channel, queue)?;
+        self.bindable_exchange(exchange)?;
+        let target = Target::Queue(Arc::from(queue));
+        self.unbind_where(exchange, |x| x.unbind(&target, key, args));
+        Ok(())
+    }
+
+    pub(crate) fn queue_purge(&mut self, channel: u64, queue: &str) -> AmqpResult<u32> {
+        self.queue_for(channel, queue)?;
+        let q = self.queues.get_mut(queue).expect("checked above");
+        let purged = q.storage.drain();
+        let bytes: usize = purged.iter().map(QueuedMessage::size).sum();
+        self.memory -= bytes;
+        Ok(purged.len() as u32)
+    }
+
+    pub(crate) fn queue_delete(
+        &mut self,
+        channel: u64,
+        queue: &str,
+        if_unused: bool,
+        if_empty: bool,
+    ) -> AmqpResult<u32> {
+        let q = match self.queue_for(channel, queue) {
+            Ok(q) => q,
+            // Deleting a queue that does not exist succeeds, as on RabbitMQ.
+            Err(e) if e.code == ReplyCode::NotFound => return Ok(0),
+            Err(e) => return Err(e),
+        };
+        if if_unused && !q.consumers.is_empty() {
+            return Err(AmqpError::precondition(format!(
+                "queue '{queue}' in vhost '{}' in use",
+                self.config.vhost
+            )));
+        }
+        if if_empty && !q.storage.is_empty() {
+            return Err(AmqpError::precondition(format!(
+                "queue '{queue}' in vhost '{}' not empty",
+                self.config.vhost
+            )));
+        }
+        Ok(self.delete_queue(queue))
+    }
+
+    /// Deletes a queue: consumers are cancelled (with notification), bindings removed.
+    pub(super) fn delete_queue(&mut self, name: &str) -> u32 {
+        let Some(mut q) = self.queues.remove(name) else {
+            return 0;
+        };
+        let dropped = q.storage.drain();
+        self.memory -= dropped.iter().map(QueuedMessage::size).sum::<usize>();
+        for c in &q.consumers {
+            if let Some(consumer) = self.consumers.remove(&c.id) {
+                if let Some(ch) = self.channels.get_mut(&consumer.channel) {
+                    ch.consumers.remove(&consumer.tag);
+                    let _ = ch.events.send(ChannelEvent::ConsumerCancelled {
+                        consumer_tag: consumer.tag.to_string(),
+                    });
+                }
+            }
+        }
+        let target = Target::Queue(q.name.clone());
+        let sources: Vec<Arc<str>> = self.exchanges.keys().cloned().collect();
+        for source in sources {
+            self.unbind_where(&source, |x| x.unbind_target(&target) > 0);
+        }
+        dropped.len() as u32
+    }
+}

@@ -1,0 +1,96 @@
+//! Expiry of messages and idle queues, dead-lettering, and the follow-up loop.
+
+use super::*;
+
+impl State {
+    // ---- expiry, dead letters, follow-up work -------------------------------------------
+
+    /// Drops expired messages at the head of a queue (dead-lettering them).
+    pub(super) fn expire_head(&mut self, queue: &str, now: Instant) {
+        let Some(q) = self.queues.get_mut(queue) else {
+            return;
+        };
+        while q
+            .storage
+            .peek()
+            .and_then(|m| m.expires_at)
+            .is_some_and(|at| at <= now)
+        {
+            let m = q.storage.pop().expect("peeked");
+            self.dying.push((m, q.name.clone(), DeathReason::Expired));
+        }
+    }
+
+    /// Expires messages and idle queues due by `now`; returns the next deadline.
+    pub(crate) fn run_timers(&mut self, now: Instant) -> Option<Instant> {
+        let names: Vec<Arc<str>> = self.queues.keys().cloned().collect();
+        let mut next: Option<Instant> = None;
+        let mut earliest = |t: Instant| next = Some(next.map_or(t, |n: Instant| n.min(t)));
+        for name in names {
+            self.expire_head(&name, now);
+            let Some(q) = self.queues.get(&name) else {
+                continue;
+            };
+            if let Some(expires) = q.args.expires {
+                if q.consumers.is_empty() {
+                    let at = q.last_used + expires;
+                    if at <= now {
+                        self.delete_queue(&name);
+                        continue;
+                    }
+                    earliest(at);
+                }
+            }
+            if let Some(at) = q.storage.peek().and_then(|m| m.expires_at) {
+                earliest(at);
+            }
+        }
+        self.timer_dirty = false;
+        self.settle();
+        next
+    }
+
+    /// Runs follow-up work until none is left: dead letters are routed, queues that gained
+    /// messages or credit are dispatched.
+    pub(crate) fn settle(&mut self) {
+        loop {
+            if let Some((message, queue, reason)) = self.dying.pop() {
+                self.memory -= message.size();
+                self.dead_letter(message, &queue, reason);
+                continue;
+            }
+            if let Some(queue) = self.dirty.pop() {
+                self.dispatch(&queue);
+                continue;
+            }
+            break;
+        }
+    }
+
+    pub(super) fn dead_letter(&mut self, message: QueuedMessage, queue: &str, reason: DeathReason) {
+        let Some(q) = self.queues.get(queue) else {
+            return;
+        };
+        let Some(dlx) = q.args.dead_letter_exchange.clone() else {
+            return;
+        };
+        let routing_key = q.args.dead_letter_routing_key.clone();
+        let mut body = Arc::unwrap_or_clone(message.body);
+        let keys = vec![body.routing_key.clone()];
+        record_death(&mut body.message, queue, reason, &body.exchange, &keys);
+        let key = routing_key.unwrap_or_else(|| body.routing_key.clone());
+        let targets = self.route(&dlx, &key, &body.message.headers);
+        let body = Arc::new(Published {
+            exchange: dlx,
+            routing_key: key,
+            message: body.message,
+        });
+        let now = Instant::now();
+        for target in targets {
+            if is_cycle(&body.message, &target) {
+                continue;
+            }
+            self.enqueue(&target, body.clone(), now, true);
+        }
+    }
+}

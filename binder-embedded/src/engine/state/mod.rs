@@ -1,0 +1,333 @@
+//! The broker's state and every operation on it, one concern per submodule. All state sits behind one lock (see
+//! [`super::Broker`]): each operation runs to completion, so cross-queue effects (routing,
+//! dead-lettering, transactions, exclusive-queue cleanup) are atomic without further care.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+
+mod consume;
+mod declare;
+mod expiry;
+mod publish;
+mod settle;
+
+use binder_core::{Headers, Message};
+use tokio::sync::mpsc::UnboundedSender;
+use tokio::time::Instant;
+
+use super::dead_letter::{DeathReason, is_cycle, record_death};
+use super::error::{AmqpError, AmqpResult, ReplyCode};
+use super::exchange::{Exchange, Target};
+use super::queue::{Overflow, Queue, QueueArgs, QueueConsumer};
+use super::storage::QueuedMessage;
+use super::types::{
+    BrokerConfig, ChannelEvent, ConsumeOptions, Delivery, ExchangeKind, ExchangeOptions, Published,
+    QueueDeclareOk, QueueOptions,
+};
+
+/// What became of a publish.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PublishStatus {
+    /// Enqueued in this many queues.
+    Routed(usize),
+    /// No queue took it (returned first if mandatory).
+    Unroutable,
+    /// A full queue refused it (`x-overflow: reject-publish`); a confirm is a nack.
+    Rejected,
+    /// Held in the channel's transaction until commit.
+    Buffered,
+}
+
+/// The result of `basic.publish`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PublishOutcome {
+    /// The confirm sequence number, in confirm mode.
+    pub seq: Option<u64>,
+    /// What happened to the message.
+    pub status: PublishStatus,
+}
+
+impl PublishOutcome {
+    /// Whether a publisher confirm for it is an ack (everything but a rejection).
+    pub fn is_ack(&self) -> bool {
+        self.status != PublishStatus::Rejected
+    }
+}
+
+#[derive(Debug)]
+pub(crate) struct ConsumerState {
+    pub tag: Arc<str>,
+    pub channel: u64,
+    pub queue: Arc<str>,
+    pub no_ack: bool,
+    pub prefetch: u32,
+    pub unacked: u32,
+    pub sender: UnboundedSender<Delivery>,
+}
+
+#[derive(Debug)]
+struct Unacked {
+    queue: Arc<str>,
+    message: QueuedMessage,
+    /// The consumer whose prefetch it uses (`None` after a cancel, or for `basic.get`).
+    consumer: Option<u64>,
+    /// Whether it counts against the channel's global prefetch.
+    counted: bool,
+}
+
+#[derive(Debug)]
+enum TxOp {
+    Publish {
+        exchange: String,
+        routing_key: String,
+        mandatory: bool,
+        message: Box<Message>,
+    },
+    Settle {
+        tag: u64,
+        multiple: bool,
+        outcome: Settle,
+    },
+}
+
+/// How deliveries are settled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Settle {
+    Ack,
+    Requeue,
+    Discard,
+}
+
+#[derive(Debug)]
+struct ChannelState {
+    connection: u64,
+    next_tag: u64,
+    unacked: BTreeMap<u64, Unacked>,
+    consumer_prefetch: u32,
+    channel_prefetch: u32,
+    channel_unacked: u32,
+    confirm: bool,
+    next_seq: u64,
+    tx: Option<Vec<TxOp>>,
+    consumers: HashMap<Arc<str>, u64>,
+    events: UnboundedSender<ChannelEvent>,
+}
+
+#[derive(Debug, Default)]
+struct ConnectionState {
+    channels: Vec<u64>,
+}
+
+/// Everything the broker knows.
+#[derive(Debug)]
+pub(crate) struct State {
+    pub config: BrokerConfig,
+    exchanges: HashMap<Arc<str>, Exchange>,
+    queues: HashMap<Arc<str>, Queue>,
+    consumers: HashMap<u64, ConsumerState>,
+    channels: HashMap<u64, ChannelState>,
+    connections: HashMap<u64, ConnectionState>,
+    next_id: u64,
+    /// Payload bytes held in queues and unacknowledged deliveries.
+    pub memory: usize,
+    pub blocked: bool,
+    /// Queues with work to do (dispatch, overflow), handled by `settle`.
+    dirty: Vec<Arc<str>>,
+    /// Messages waiting to be dead-lettered: message, queue it died in, reason.
+    dying: Vec<(QueuedMessage, Arc<str>, DeathReason)>,
+    /// Set when a message with an expiry or a queue with `x-expires` appears, so the timer
+    /// recomputes its deadline.
+    pub timer_dirty: bool,
+}
+
+const PREDECLARED: &[(&str, ExchangeKind)] = &[
+    ("amq.direct", ExchangeKind::Direct),
+    ("amq.fanout", ExchangeKind::Fanout),
+    ("amq.topic", ExchangeKind::Topic),
+    ("amq.headers", ExchangeKind::Headers),
+    ("amq.match", ExchangeKind::Headers),
+];
+
+/// Queues a dispatch of `queue`, skipping a repeat of the last entry (settling a batch of
+/// acks would otherwise dispatch the same queue once per message).
+fn mark_dirty(dirty: &mut Vec<Arc<str>>, queue: Arc<str>) {
+    if dirty.last() != Some(&queue) {
+        dirty.push(queue);
+    }
+}
+
+fn random_name(prefix: &str) -> String {
+    format!("{prefix}{}", binder_core::topology::anonymous_suffix())
+}
+
+impl State {
+    pub(crate) fn new(config: BrokerConfig) -> Self {
+        let mut exchanges = HashMap::new();
+        for (name, kind) in PREDECLARED {
+            let name: Arc<str> = Arc::from(*name);
+            exchanges.insert(
+                name.clone(),
+                Exchange::new(name, *kind, true, false, false, Headers::new()),
+            );
+        }
+        State {
+            config,
+            exchanges,
+            queues: HashMap::new(),
+            consumers: HashMap::new(),
+            channels: HashMap::new(),
+            connections: HashMap::new(),
+            next_id: 1,
+            memory: 0,
+            blocked: false,
+            dirty: Vec::new(),
+            dying: Vec::new(),
+            timer_dirty: false,
+        }
+    }
+
+    fn id(&mut self) -> u64 {
+        self.next_id += 1;
+        self.next_id
+    }
+
+    // ---- connections and channels -------------------------------------------------------
+
+    pub(crate) fn open_connection(&mut self) -> u64 {
+        let id = self.id();
+        self.connections.insert(id, ConnectionState::default());
+        id
+    }
+
+    pub(crate) fn open_channel(
+        &mut self,
+        connection: u64,
+        events: UnboundedSender<ChannelEvent>,
+    ) -> AmqpResult<u64> {
+        let id = self.id();
+        let conn = self
+            .connections
+            .get_mut(&connection)
+            .ok_or_else(|| AmqpError::new(ReplyCode::ChannelError, "connection is closed"))?;
+        conn.channels.push(id);
+        if self.blocked {
+            let _ = events.send(ChannelEvent::Blocked {
+                reason: "low on memory".to_owned(),
+            });
+        }
+        self.channels.insert(
+            id,
+            ChannelState {
+                connection,
+                next_tag: 0,
+                unacked: BTreeMap::new(),
+                consumer_prefetch: 0,
+                channel_prefetch: 0,
+                channel_unacked: 0,
+                confirm: false,
+                next_seq: 0,
+                tx: None,
+                consumers: HashMap::new(),
+                events,
+            },
+        );
+        Ok(id)
+    }
+
+    fn channel(&mut self, id: u64) -> AmqpResult<&mut ChannelState> {
+        self.channels
+            .get_mut(&id)
+            .ok_or_else(AmqpError::channel_closed)
+    }
+
+    fn connection_of(&self, channel: u64) -> AmqpResult<u64> {
+        self.channels
+            .get(&channel)
+            .map(|c| c.connection)
+            .ok_or_else(AmqpError::channel_closed)
+    }
+
+    /// Closes a channel: cancels its consumers and requeues its unacknowledged deliveries.
+    pub(crate) fn close_channel(&mut self, id: u64, error: Option<AmqpError>) {
+        let Some(ch) = self.channels.remove(&id) else {
+            return;
+        };
+        if let Some(conn) = self.connections.get_mut(&ch.connection) {
+            conn.channels.retain(|c| *c != id);
+        }
+        for consumer in ch.consumers.values() {
+            self.remove_consumer(*consumer, false);
+        }
+        for (_, unacked) in ch.unacked {
+            self.memory -= unacked.message.size();
+            self.requeue(unacked.queue, unacked.message);
+        }
+        if let Some(error) = error {
+            let _ = ch.events.send(ChannelEvent::Closed { error });
+        }
+        self.settle();
+    }
+
+    /// Closes a connection: its channels, then its exclusive queues.
+    pub(crate) fn close_connection(&mut self, id: u64) {
+        let Some(conn) = self.connections.remove(&id) else {
+            return;
+        };
+        for ch in conn.channels {
+            self.close_channel(ch, None);
+        }
+        let owned: Vec<Arc<str>> = self
+            .queues
+            .values()
+            .filter(|q| q.owner == Some(id))
+            .map(|q| q.name.clone())
+            .collect();
+        for q in owned {
+            self.delete_queue(&q);
+        }
+        self.settle();
+    }
+
+    /// Runs an operation on a channel; a channel-level error closes the channel and a
+    /// connection-level error the connection, as AMQP requires.
+    pub(crate) fn on_channel<T>(
+        &mut self,
+        channel: u64,
+        op: impl FnOnce(&mut Self) -> AmqpResult<T>,
+    ) -> AmqpResult<T> {
+        if !self.channels.contains_key(&channel) {
+            return Err(AmqpError::channel_closed());
+        }
+        let result = op(self);
+        if let Err(e) = &result {
+            if e.code.is_connection_error() {
+                if let Ok(conn) = self.connection_of(channel) {
+                    self.close_channel(channel, Some(e.clone()));
+                    self.close_connection(conn);
+                }
+            } else if e.code != ReplyCode::ChannelError {
+                self.close_channel(channel, Some(e.clone()));
+            }
+        }
+        self.settle();
+        result
+    }
+
+    // ---- introspection ------------------------------------------------------------------
+
+    pub(crate) fn queue_counts(&self, queue: &str) -> Option<(u32, u32)> {
+        self.queues
+            .get(queue)
+            .map(|q| (q.storage.len() as u32, q.consumers.len() as u32))
+    }
+
+    pub(crate) fn exchange_exists(&self, name: &str) -> bool {
+        self.exchanges.contains_key(name)
+    }
+
+    pub(crate) fn notify_all(&self, event: &ChannelEvent) {
+        for ch in self.channels.values() {
+            let _ = ch.events.send(event.clone());
+        }
+    }
+}

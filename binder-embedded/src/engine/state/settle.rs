@@ -1,0 +1,148 @@
+//! Settling deliveries (ack, requeue, discard) and transactions.
+
+use super::*;
+
+impl State {
+    // ---- settlement ---------------------------------------------------------------------
+
+    pub(crate) fn settle_deliveries(
+        &mut self,
+        channel: u64,
+        tag: u64,
+        multiple: bool,
+        outcome: Settle,
+    ) -> AmqpResult<()> {
+        let ch = self.channel(channel)?;
+        if let Some(tx) = &mut ch.tx {
+            if !multiple && !ch.unacked.contains_key(&tag) {
+                return Err(AmqpError::precondition(format!(
+                    "unknown delivery tag {tag}"
+                )));
+            }
+            tx.push(TxOp::Settle {
+                tag,
+                multiple,
+                outcome,
+            });
+            return Ok(());
+        }
+        self.apply_settle(channel, tag, multiple, outcome)
+    }
+
+    pub(super) fn apply_settle(
+        &mut self,
+        channel: u64,
+        tag: u64,
+        multiple: bool,
+        outcome: Settle,
+    ) -> AmqpResult<()> {
+        let ch = self.channel(channel)?;
+        let settled: Vec<Unacked> = if multiple {
+            let rest = if tag == 0 {
+                BTreeMap::new()
+            } else {
+                ch.unacked.split_off(&(tag + 1))
+            };
+            std::mem::replace(&mut ch.unacked, rest)
+                .into_values()
+                .collect()
+        } else {
+            match ch.unacked.remove(&tag) {
+                Some(u) => vec![u],
+                None => {
+                    return Err(AmqpError::precondition(format!(
+                        "unknown delivery tag {tag}"
+                    )));
+                }
+            }
+        };
+        for u in settled {
+            if let Some(c) = u.consumer.and_then(|id| self.consumers.get_mut(&id)) {
+                c.unacked -= 1;
+            }
+            if u.counted {
+                if let Some(ch) = self.channels.get_mut(&channel) {
+                    ch.channel_unacked -= 1;
+                }
+            }
+            self.memory -= u.message.size();
+            match outcome {
+                Settle::Ack => mark_dirty(&mut self.dirty, u.queue),
+                Settle::Requeue => self.requeue(u.queue, u.message),
+                Settle::Discard => {
+                    self.memory += u.message.size();
+                    self.dying
+                        .push((u.message, u.queue.clone(), DeathReason::Rejected));
+                    mark_dirty(&mut self.dirty, u.queue);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Puts a delivered message back, marked redelivered, unless it reached the queue's
+    /// delivery limit (then it is dead-lettered).
+    pub(super) fn requeue(&mut self, queue: Arc<str>, mut message: QueuedMessage) {
+        let Some(q) = self.queues.get_mut(&queue) else {
+            return;
+        };
+        message.redelivered = true;
+        self.memory += message.size();
+        if q.args
+            .delivery_limit
+            .is_some_and(|limit| message.deliveries > limit)
+        {
+            self.dying
+                .push((message, queue, DeathReason::DeliveryLimit));
+            return;
+        }
+        q.storage.requeue(message);
+        mark_dirty(&mut self.dirty, queue);
+    }
+
+    // ---- transactions -------------------------------------------------------------------
+
+    pub(crate) fn tx_select(&mut self, channel: u64) -> AmqpResult<()> {
+        let ch = self.channel(channel)?;
+        if ch.confirm {
+            return Err(AmqpError::precondition(
+                "cannot switch from confirm to tx mode",
+            ));
+        }
+        ch.tx.get_or_insert_with(Vec::new);
+        Ok(())
+    }
+
+    pub(super) fn take_tx(&mut self, channel: u64) -> AmqpResult<Vec<TxOp>> {
+        let ch = self.channel(channel)?;
+        match &mut ch.tx {
+            Some(ops) => Ok(std::mem::take(ops)),
+            None => Err(AmqpError::precondition("channel is not transactional")),
+        }
+    }
+
+    pub(crate) fn tx_commit(&mut self, channel: u64) -> AmqpResult<()> {
+        for op in self.take_tx(channel)? {
+            match op {
+                TxOp::Publish {
+                    exchange,
+                    routing_key,
+                    mandatory,
+                    message,
+                } => {
+                    self.route_and_enqueue(channel, &exchange, &routing_key, mandatory, *message);
+                }
+                TxOp::Settle {
+                    tag,
+                    multiple,
+                    outcome,
+                } => self.apply_settle(channel, tag, multiple, outcome)?,
+            }
+        }
+        Ok(())
+    }
+
+    pub(crate) fn tx_rollback(&mut self, channel: u64) -> AmqpResult<()> {
+        self.take_tx(channel).map(drop)
+    }
+}
