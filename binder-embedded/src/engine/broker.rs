@@ -45,6 +45,14 @@ impl Shared {
             self.timer.notify_one();
         }
         self.memory_alarm(&mut state);
+        let garbage = if state.garbage.is_empty() {
+            Vec::new()
+        } else {
+            std::mem::take(&mut state.garbage)
+        };
+        drop(state);
+        // Settled messages are freed here, outside the lock.
+        drop(garbage);
         out
     }
 
@@ -367,6 +375,9 @@ impl Channel {
         options: PublishOptions,
         message: Message,
     ) -> AmqpResult<PublishOutcome> {
+        // A publisher that never waits would keep the consumers it wakes from running on its
+        // worker thread; spending tokio's cooperative budget lets them in.
+        tokio::task::coop::consume_budget().await;
         while self.shared.blocked.load(Ordering::Acquire) {
             let unblocked = self.shared.unblocked.notified();
             tokio::pin!(unblocked);
@@ -384,16 +395,16 @@ impl Channel {
 
     /// `basic.consume`: deliveries arrive on the returned [`Consumer`].
     pub fn basic_consume(&self, queue: &str, options: ConsumeOptions) -> AmqpResult<Consumer> {
-        let (tx, rx) = mpsc::unbounded_channel();
-        let id = self.id;
-        let tag = self
+        let channel = self.id;
+        let (id, tag, notify) = self
             .shared
-            .channel_op(id, |s| s.consume(id, queue, options, tx))?;
+            .channel_op(channel, |s| s.consume(channel, queue, options))?;
         Ok(Consumer {
+            id,
             tag,
-            channel: id,
+            channel,
             shared: self.shared.clone(),
-            receiver: rx,
+            notify,
             cancelled: false,
         })
     }
@@ -472,12 +483,17 @@ impl Drop for Channel {
 }
 
 /// A consumer's deliveries. Dropping it cancels the consumer.
+///
+/// Deliveries are handed over in batches: while the handle is busy, messages wait in the queue
+/// and the next `recv_many` takes up to the prefetch window at once; while it waits, a publish
+/// dispatches to it directly.
 #[derive(Debug)]
 pub struct Consumer {
+    id: u64,
     tag: String,
     channel: u64,
     shared: Arc<Shared>,
-    receiver: UnboundedReceiver<Delivery>,
+    notify: Arc<Notify>,
     cancelled: bool,
 }
 
@@ -490,18 +506,35 @@ impl Consumer {
     /// The next delivery; `None` once the consumer is cancelled (by the client, by queue
     /// deletion, or because its channel closed).
     pub async fn recv(&mut self) -> Option<Delivery> {
-        self.receiver.recv().await
+        let mut one = Vec::with_capacity(1);
+        self.recv_many(&mut one, 1).await;
+        one.pop()
     }
 
     /// Waits for at least one delivery and takes up to `limit` that are ready; returns how
     /// many were added (0 once cancelled).
     pub async fn recv_many(&mut self, buffer: &mut Vec<Delivery>, limit: usize) -> usize {
-        self.receiver.recv_many(buffer, limit).await
+        let limit = limit.max(1);
+        loop {
+            // Register for a wake-up before looking, so one sent in between is not lost.
+            let notified = self.notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let id = self.id;
+            match self.shared.with(|s| s.pull(id, buffer, limit, true)) {
+                None => return 0,
+                Some(0) => notified.await,
+                Some(n) => return n,
+            }
+        }
     }
 
     /// A delivery if one is ready now.
     pub fn try_recv(&mut self) -> Option<Delivery> {
-        self.receiver.try_recv().ok()
+        let mut one = Vec::with_capacity(1);
+        let id = self.id;
+        self.shared.with(|s| s.pull(id, &mut one, 1, false));
+        one.pop()
     }
 
     /// `basic.cancel`.

@@ -1,12 +1,13 @@
 //! Exchanges and their bindings: who receives a message published with a routing key and
 //! headers.
 
-use std::collections::HashMap;
 use std::sync::Arc;
+
+use rustc_hash::FxHashMap as HashMap;
 
 use binder_core::{HeaderValue, Headers};
 
-use super::topic::TopicPattern;
+use super::topic::{TopicKey, TopicPattern};
 use super::types::ExchangeKind;
 
 /// Where a binding delivers.
@@ -43,6 +44,8 @@ pub(crate) struct Exchange {
     pub bindings: Vec<Binding>,
     /// Direct exchanges: routing key to binding indexes.
     direct_index: HashMap<String, Vec<usize>>,
+    /// Bindings whose target is an exchange.
+    exchange_targets: usize,
 }
 
 impl Exchange {
@@ -63,7 +66,8 @@ impl Exchange {
             internal,
             alternate,
             bindings: Vec::new(),
-            direct_index: HashMap::new(),
+            direct_index: HashMap::default(),
+            exchange_targets: 0,
         }
     }
 
@@ -106,11 +110,57 @@ impl Exchange {
     }
 
     fn reindex(&mut self) {
+        self.exchange_targets = self
+            .bindings
+            .iter()
+            .filter(|b| matches!(b.target, Target::Exchange(_)))
+            .count();
         self.direct_index.clear();
         if self.kind == ExchangeKind::Direct {
             for (i, b) in self.bindings.iter().enumerate() {
                 self.direct_index.entry(b.key.clone()).or_default().push(i);
             }
+        }
+    }
+
+    /// Whether any binding routes on to another exchange.
+    pub(crate) fn has_exchange_targets(&self) -> bool {
+        self.exchange_targets > 0
+    }
+
+    /// The queues a message matches directly (for exchanges without exchange targets).
+    pub(crate) fn matching_queues(
+        &self,
+        routing_key: &str,
+        headers: &Headers,
+        out: &mut Vec<Arc<str>>,
+    ) {
+        let queue = |t: &Target| match t {
+            Target::Queue(q) => Some(q.clone()),
+            Target::Exchange(_) => None,
+        };
+        match self.kind {
+            ExchangeKind::Direct => {
+                if let Some(idx) = self.direct_index.get(routing_key) {
+                    out.extend(idx.iter().filter_map(|i| queue(&self.bindings[*i].target)));
+                }
+            }
+            ExchangeKind::Fanout => out.extend(self.bindings.iter().filter_map(|b| queue(&b.target))),
+            ExchangeKind::Topic => {
+                let words = TopicKey::new(routing_key);
+                out.extend(
+                    self.bindings
+                        .iter()
+                        .filter(|b| b.topic.as_ref().is_some_and(|t| t.matches_key(&words)))
+                        .filter_map(|b| queue(&b.target)),
+                )
+            }
+            ExchangeKind::Headers => out.extend(
+                self.bindings
+                    .iter()
+                    .filter(|b| headers_match(&b.args, headers))
+                    .filter_map(|b| queue(&b.target)),
+            ),
         }
     }
 
@@ -123,12 +173,15 @@ impl Exchange {
                 }
             }
             ExchangeKind::Fanout => out.extend(self.bindings.iter().map(|b| b.target.clone())),
-            ExchangeKind::Topic => out.extend(
-                self.bindings
-                    .iter()
-                    .filter(|b| b.topic.as_ref().is_some_and(|t| t.matches(routing_key)))
-                    .map(|b| b.target.clone()),
-            ),
+            ExchangeKind::Topic => {
+                let words = TopicKey::new(routing_key);
+                out.extend(
+                    self.bindings
+                        .iter()
+                        .filter(|b| b.topic.as_ref().is_some_and(|t| t.matches_key(&words)))
+                        .map(|b| b.target.clone()),
+                )
+            }
             ExchangeKind::Headers => out.extend(
                 self.bindings
                     .iter()

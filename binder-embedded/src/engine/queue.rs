@@ -182,6 +182,8 @@ pub(crate) struct Queue {
     pub consumers: Vec<QueueConsumer>,
     pub cursor: usize,
     pub exclusive_consumer: bool,
+    /// Consumers waiting for deliveries (see `ConsumerState::parked`).
+    pub parked: usize,
     pub had_consumer: bool,
     pub last_used: Instant,
     pub next_seq: u64,
@@ -210,6 +212,7 @@ impl Queue {
             consumers: Vec::new(),
             cursor: 0,
             exclusive_consumer: false,
+            parked: 0,
             had_consumer: false,
             last_used: Instant::now(),
             next_seq: 0,

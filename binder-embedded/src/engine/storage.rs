@@ -14,6 +14,8 @@ use super::types::Published;
 pub struct QueuedMessage {
     /// Position in the queue's arrival order; requeued messages go back by it.
     pub seq: u64,
+    /// Payload bytes, kept here so limits and accounting do not touch the shared message.
+    pub size: usize,
     /// The message (shared with other queues it was routed to).
     pub body: Arc<Published>,
     /// It was delivered before.
@@ -29,7 +31,7 @@ pub struct QueuedMessage {
 impl QueuedMessage {
     /// Payload bytes, as counted against length and memory limits.
     pub fn size(&self) -> usize {
-        self.body.message.payload.len()
+        self.size
     }
 }
 
@@ -160,8 +162,9 @@ mod tests {
     fn msg(seq: u64, priority: u8) -> QueuedMessage {
         QueuedMessage {
             seq,
+            size: 10,
             body: Arc::new(Published {
-                exchange: String::new(),
+                exchange: Arc::from(""),
                 routing_key: String::new(),
                 message: Message::new(vec![0u8; 10]),
             }),

@@ -35,8 +35,21 @@ impl TopicPattern {
 
     /// Whether `routing_key` matches. Runs in O(pattern × key) without allocation.
     pub(crate) fn matches(&self, routing_key: &str) -> bool {
-        let key: smallvec_like::Words<'_> = smallvec_like::Words::new(routing_key);
-        matches_from(&self.words, key.as_slice())
+        self.matches_key(&TopicKey::new(routing_key))
+    }
+
+    /// Whether a routing key split once (for all bindings of an exchange) matches.
+    pub(crate) fn matches_key(&self, key: &TopicKey<'_>) -> bool {
+        matches_from(&self.words, key.0.as_slice())
+    }
+}
+
+/// A routing key split into words.
+pub(crate) struct TopicKey<'a>(smallvec_like::Words<'a>);
+
+impl<'a> TopicKey<'a> {
+    pub(crate) fn new(routing_key: &'a str) -> Self {
+        TopicKey(smallvec_like::Words::new(routing_key))
     }
 }
 

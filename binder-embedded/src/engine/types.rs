@@ -13,8 +13,8 @@ pub use binder_core::config::ExchangeType as ExchangeKind;
 /// queues it was routed to.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Published {
-    /// The exchange it was published to.
-    pub exchange: String,
+    /// The exchange it was published to (shared with the exchange's own name).
+    pub exchange: Arc<str>,
     /// The routing key it was published with.
     pub routing_key: String,
     /// The message.

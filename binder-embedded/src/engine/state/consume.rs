@@ -34,8 +34,7 @@ impl State {
         channel: u64,
         queue: &str,
         options: ConsumeOptions,
-        sender: UnboundedSender<Delivery>,
-    ) -> AmqpResult<String> {
+    ) -> AmqpResult<(u64, String, Arc<Notify>)> {
         let q = self.queue_for(channel, queue)?;
         let vhost = self.config.vhost.clone();
         if q.exclusive_consumer || (options.exclusive && !q.consumers.is_empty()) {
@@ -53,6 +52,7 @@ impl State {
             })?,
         };
         let id = self.id();
+        let notify = Arc::new(Notify::new());
         let tag: Arc<str> = match options.consumer_tag.filter(|t| !t.is_empty()) {
             Some(t) => Arc::from(t.as_str()),
             None => Arc::from(random_name("amq.ctag-").as_str()),
@@ -70,6 +70,7 @@ impl State {
         q.consumers.push(QueueConsumer { id, priority });
         q.exclusive_consumer = options.exclusive;
         q.had_consumer = true;
+        q.parked += 1;
         q.last_used = Instant::now();
         let queue_name = q.name.clone();
         self.consumers.insert(
@@ -81,11 +82,43 @@ impl State {
                 no_ack: options.no_ack,
                 prefetch,
                 unacked: 0,
-                sender,
+                buffer: VecDeque::new(),
+                notify: notify.clone(),
+                parked: true,
             },
         );
         mark_dirty(&mut self.dirty, queue_name);
-        Ok(tag.to_string())
+        Ok((id, tag.to_string(), notify))
+    }
+
+    /// Takes up to `limit` deliveries for a consumer handle, dispatching ready messages first.
+    /// With `park`, a consumer that got nothing is marked as waiting, so the next publish
+    /// dispatches to it. `None` once the consumer is cancelled.
+    pub(crate) fn pull(
+        &mut self,
+        consumer: u64,
+        out: &mut Vec<Delivery>,
+        limit: usize,
+        park: bool,
+    ) -> Option<usize> {
+        let queue = self.consumers.get(&consumer)?.queue.clone();
+        self.dispatch(&queue);
+        self.settle();
+        let c = self.consumers.get_mut(&consumer)?;
+        let n = limit.min(c.buffer.len());
+        out.extend(c.buffer.drain(..n));
+        let parked = if n > 0 { false } else { park || c.parked };
+        if parked != c.parked {
+            c.parked = parked;
+            if let Some(q) = self.queues.get_mut(&queue) {
+                if parked {
+                    q.parked += 1;
+                } else {
+                    q.parked -= 1;
+                }
+            }
+        }
+        Some(n)
     }
 
     pub(crate) fn cancel(&mut self, channel: u64, tag: &str) -> AmqpResult<()> {
@@ -100,12 +133,32 @@ impl State {
     /// Removes a consumer from its queue; its unacknowledged deliveries stay on the channel
     /// (they can still be acked, and are requeued when the channel closes).
     pub(super) fn remove_consumer(&mut self, id: u64, detach_unacked: bool) {
-        let Some(consumer) = self.consumers.remove(&id) else {
+        let Some(mut consumer) = self.consumers.remove(&id) else {
             return;
         };
+        consumer.notify.notify_one();
+        // Deliveries the handle never took go back as they were.
+        for d in consumer.buffer.drain(..).rev() {
+            let ch = self.channels.get_mut(&consumer.channel);
+            let Some(u) = ch.and_then(|ch| ch.unacked.remove(d.delivery_tag)) else {
+                continue;
+            };
+            if u.counted {
+                if let Some(ch) = self.channels.get_mut(&consumer.channel) {
+                    ch.channel_unacked -= 1;
+                }
+            }
+            if let Some(q) = self.queues.get_mut(&u.queue) {
+                let mut m = u.message;
+                m.deliveries -= 1;
+                q.storage.requeue(m);
+            } else {
+                self.memory -= u.message.size();
+            }
+        }
         if detach_unacked {
             if let Some(ch) = self.channels.get_mut(&consumer.channel) {
-                for u in ch.unacked.values_mut() {
+                for u in ch.unacked.iter_mut() {
                     if u.consumer == Some(id) {
                         u.consumer = None;
                     }
@@ -116,6 +169,9 @@ impl State {
             return;
         };
         q.consumers.retain(|c| c.id != id);
+        if consumer.parked {
+            q.parked -= 1;
+        }
         q.exclusive_consumer = false;
         q.last_used = Instant::now();
         if q.consumers.is_empty() && q.args.expires.is_some() {
@@ -138,10 +194,9 @@ impl State {
         no_ack: bool,
     ) -> AmqpResult<Option<(Delivery, u32)>> {
         self.queue_for(channel, queue)?;
-        let now = Instant::now();
-        self.expire_head(queue, now);
+        self.expire_head(queue);
         let q = self.queues.get_mut(queue).expect("checked above");
-        q.last_used = now;
+        q.last_used = Instant::now();
         let Some(mut message) = q.storage.pop() else {
             return Ok(None);
         };
@@ -175,9 +230,8 @@ impl State {
     /// Hands ready messages of a queue to consumers with credit: highest `x-priority` first,
     /// round-robin among equals, only the first consumer under single-active-consumer.
     pub(super) fn dispatch(&mut self, queue: &str) {
-        let now = Instant::now();
         loop {
-            self.expire_head(queue, now);
+            self.expire_head(queue);
             let Some(q) = self.queues.get_mut(queue) else {
                 return;
             };
@@ -248,16 +302,10 @@ impl State {
                     },
                 );
             }
-            if consumer.sender.send(delivery).is_err() {
-                // The consumer's receiver is gone: take it out; its deliveries are requeued
-                // when the channel closes.
-                let channel = consumer.channel;
-                let tag = consumer.tag.clone();
-                if let Some(ch) = self.channels.get_mut(&channel) {
-                    ch.consumers.remove(&tag);
-                }
-                self.remove_consumer(consumer_id, false);
+            if consumer.buffer.is_empty() && consumer.parked {
+                consumer.notify.notify_one();
             }
+            consumer.buffer.push_back(delivery);
         }
     }
 }

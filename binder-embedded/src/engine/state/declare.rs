@@ -334,6 +334,7 @@ impl State {
         self.memory -= dropped.iter().map(QueuedMessage::size).sum::<usize>();
         for c in &q.consumers {
             if let Some(consumer) = self.consumers.remove(&c.id) {
+                consumer.notify.notify_one();
                 if let Some(ch) = self.channels.get_mut(&consumer.channel) {
                     ch.consumers.remove(&consumer.tag);
                     let _ = ch.events.send(ChannelEvent::ConsumerCancelled {

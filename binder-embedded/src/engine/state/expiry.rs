@@ -5,11 +5,16 @@ use super::*;
 impl State {
     // ---- expiry, dead letters, follow-up work -------------------------------------------
 
-    /// Drops expired messages at the head of a queue (dead-lettering them).
-    pub(super) fn expire_head(&mut self, queue: &str, now: Instant) {
+    /// Drops expired messages at the head of a queue (dead-lettering them). Reads the clock
+    /// only when the head can expire.
+    pub(super) fn expire_head(&mut self, queue: &str) {
         let Some(q) = self.queues.get_mut(queue) else {
             return;
         };
+        if q.storage.peek().and_then(|m| m.expires_at).is_none() {
+            return;
+        }
+        let now = Instant::now();
         while q
             .storage
             .peek()
@@ -27,7 +32,7 @@ impl State {
         let mut next: Option<Instant> = None;
         let mut earliest = |t: Instant| next = Some(next.map_or(t, |n: Instant| n.min(t)));
         for name in names {
-            self.expire_head(&name, now);
+            self.expire_head(&name);
             let Some(q) = self.queues.get(&name) else {
                 continue;
             };
@@ -60,7 +65,11 @@ impl State {
                 continue;
             }
             if let Some(queue) = self.dirty.pop() {
-                self.dispatch(&queue);
+                // Only waiting consumers are served here; busy ones take their next batch
+                // when they ask for it.
+                if self.queues.get(&queue).is_some_and(|q| q.parked > 0) {
+                    self.dispatch(&queue);
+                }
                 continue;
             }
             break;
@@ -79,18 +88,18 @@ impl State {
         let keys = vec![body.routing_key.clone()];
         record_death(&mut body.message, queue, reason, &body.exchange, &keys);
         let key = routing_key.unwrap_or_else(|| body.routing_key.clone());
-        let targets = self.route(&dlx, &key, &body.message.headers);
+        let mut targets = Vec::new();
+        let exchange = self.route(&dlx, &key, &body.message.headers, &mut targets);
         let body = Arc::new(Published {
-            exchange: dlx,
+            exchange,
             routing_key: key,
             message: body.message,
         });
-        let now = Instant::now();
         for target in targets {
             if is_cycle(&body.message, &target) {
                 continue;
             }
-            self.enqueue(&target, body.clone(), now, true);
+            self.enqueue(&target, body.clone(), true);
         }
     }
 }

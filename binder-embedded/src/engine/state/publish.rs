@@ -65,9 +65,11 @@ impl State {
         mandatory: bool,
         message: Message,
     ) -> PublishStatus {
-        let targets = self.route(exchange, routing_key, &message.headers);
+        let mut targets = std::mem::take(&mut self.route_scratch);
+        targets.clear();
+        let exchange = self.route(exchange, routing_key, &message.headers, &mut targets);
         let body = Arc::new(Published {
-            exchange: exchange.to_owned(),
+            exchange,
             routing_key: routing_key.to_owned(),
             message,
         });
@@ -81,14 +83,15 @@ impl State {
                     });
                 }
             }
+            self.route_scratch = targets;
             return PublishStatus::Unroutable;
         }
         let mut rejected = false;
-        let now = Instant::now();
         let count = targets.len();
-        for queue in targets {
-            rejected |= !self.enqueue(&queue, body.clone(), now, false);
+        for queue in targets.drain(..) {
+            rejected |= !self.enqueue(&queue, body.clone(), false);
         }
+        self.route_scratch = targets;
         if rejected {
             PublishStatus::Rejected
         } else {
@@ -96,49 +99,60 @@ impl State {
         }
     }
 
-    /// The queues a message reaches, each once.
+    /// Adds the queues a message reaches, each once, to `queues`; returns the exchange's
+    /// shared name (for the published message).
     pub(super) fn route(
         &self,
         exchange: &str,
         routing_key: &str,
         headers: &Headers,
-    ) -> Vec<Arc<str>> {
+        queues: &mut Vec<Arc<str>>,
+    ) -> Arc<str> {
         if exchange.is_empty() {
-            return self
-                .queues
-                .get_key_value(routing_key)
-                .map(|(k, _)| vec![k.clone()])
-                .unwrap_or_default();
+            if let Some((name, _)) = self.queues.get_key_value(routing_key) {
+                queues.push(name.clone());
+            }
+            return self.default_exchange.clone();
         }
-        let mut queues = Vec::new();
-        let mut visited = HashSet::new();
-        self.route_exchange(exchange, routing_key, headers, &mut visited, &mut queues);
-        let mut seen = HashSet::new();
-        queues.retain(|q| seen.insert(q.clone()));
-        queues
+        let Some((name, x)) = self.exchanges.get_key_value(exchange) else {
+            return Arc::from(exchange);
+        };
+        if x.alternate.is_none() && !x.has_exchange_targets() {
+            // The common case: no onward routing, so no loop detection is needed.
+            let before = queues.len();
+            x.matching_queues(routing_key, headers, queues);
+            dedup_from(queues, before);
+            return name.clone();
+        }
+        let mut visited = Vec::new();
+        self.route_exchange(exchange, routing_key, headers, &mut visited, queues);
+        name.clone()
     }
 
+    /// Routes through one exchange, following exchange-to-exchange bindings and the alternate
+    /// exchange. `visited` breaks loops; both lists are short, so linear scans beat hashing.
     pub(super) fn route_exchange(
         &self,
         exchange: &str,
         routing_key: &str,
         headers: &Headers,
-        visited: &mut HashSet<Arc<str>>,
+        visited: &mut Vec<Arc<str>>,
         queues: &mut Vec<Arc<str>>,
     ) {
         let Some(x) = self.exchanges.get(exchange) else {
             return;
         };
-        if !visited.insert(x.name.clone()) {
+        if visited.contains(&x.name) {
             return;
         }
+        visited.push(x.name.clone());
         let before = queues.len();
         let mut targets = Vec::new();
         x.matching(routing_key, headers, &mut targets);
         for t in targets {
             match t {
                 Target::Queue(q) => {
-                    if self.queues.contains_key(&q) {
+                    if !queues.contains(&q) {
                         queues.push(q);
                     }
                 }
@@ -156,13 +170,7 @@ impl State {
 
     /// Adds a message to a queue, applying TTL, priority and length limits. Returns `false`
     /// when the queue refused it.
-    pub(super) fn enqueue(
-        &mut self,
-        queue: &str,
-        body: Arc<Published>,
-        now: Instant,
-        redead: bool,
-    ) -> bool {
+    pub(super) fn enqueue(&mut self, queue: &str, body: Arc<Published>, redead: bool) -> bool {
         let Some(q) = self.queues.get_mut(queue) else {
             return true;
         };
@@ -181,9 +189,10 @@ impl State {
         q.next_seq += 1;
         let message = QueuedMessage {
             seq: q.next_seq,
+            size,
             body,
             redelivered: false,
-            expires_at: ttl.map(|t| now + t),
+            expires_at: ttl.map(|t| Instant::now() + t),
             priority,
             deliveries: 0,
         };
@@ -212,5 +221,17 @@ impl State {
         }
         mark_dirty(&mut self.dirty, q.name.clone());
         true
+    }
+}
+
+/// Removes repeats from `queues[from..]`, keeping first occurrences (lists are short).
+fn dedup_from(queues: &mut Vec<Arc<str>>, from: usize) {
+    let mut i = from + 1;
+    while i < queues.len() {
+        if queues[from..i].contains(&queues[i]) {
+            queues.remove(i);
+        } else {
+            i += 1;
+        }
     }
 }

@@ -14,7 +14,7 @@ impl State {
     ) -> AmqpResult<()> {
         let ch = self.channel(channel)?;
         if let Some(tx) = &mut ch.tx {
-            if !multiple && !ch.unacked.contains_key(&tag) {
+            if !multiple && !ch.unacked.contains(tag) {
                 return Err(AmqpError::precondition(format!(
                     "unknown delivery tag {tag}"
                 )));
@@ -38,16 +38,9 @@ impl State {
     ) -> AmqpResult<()> {
         let ch = self.channel(channel)?;
         let settled: Vec<Unacked> = if multiple {
-            let rest = if tag == 0 {
-                BTreeMap::new()
-            } else {
-                ch.unacked.split_off(&(tag + 1))
-            };
-            std::mem::replace(&mut ch.unacked, rest)
-                .into_values()
-                .collect()
+            ch.unacked.remove_up_to(tag)
         } else {
-            match ch.unacked.remove(&tag) {
+            match ch.unacked.remove(tag) {
                 Some(u) => vec![u],
                 None => {
                     return Err(AmqpError::precondition(format!(
@@ -67,7 +60,10 @@ impl State {
             }
             self.memory -= u.message.size();
             match outcome {
-                Settle::Ack => mark_dirty(&mut self.dirty, u.queue),
+                Settle::Ack => {
+                    mark_dirty(&mut self.dirty, u.queue);
+                    self.garbage.push(u.message.body);
+                }
                 Settle::Requeue => self.requeue(u.queue, u.message),
                 Settle::Discard => {
                     self.memory += u.message.size();
