@@ -11,11 +11,18 @@ use tokio::sync::Notify;
 use tokio::sync::mpsc::{self, UnboundedReceiver};
 
 use super::error::{AmqpError, AmqpResult};
+use super::inbox::Inbox;
 use super::state::{PublishOutcome, Settle, State};
 use super::types::{
     BrokerConfig, ChannelEvent, ConsumeOptions, Delivery, ExchangeKind, ExchangeOptions,
-    PublishOptions, QueueDeclareOk, QueueOptions,
+    PublishOptions, Published, QueueDeclareOk, QueueOptions,
 };
+
+/// A shared empty name, so building a message before routing allocates nothing for it.
+fn unnamed() -> Arc<str> {
+    static EMPTY: std::sync::LazyLock<Arc<str>> = std::sync::LazyLock::new(|| Arc::from(""));
+    EMPTY.clone()
+}
 
 #[derive(Debug)]
 struct Shared {
@@ -387,16 +394,22 @@ impl Channel {
             }
             unblocked.await;
         }
+        // The message is moved into its shared allocation once, here; the engine fills in
+        // the exchange's shared name.
+        let body = Arc::new(Published {
+            exchange: unnamed(),
+            routing_key: routing_key.to_owned(),
+            message,
+        });
         let id = self.id;
-        self.shared.channel_op(id, |s| {
-            s.publish(id, exchange, routing_key, options.mandatory, message)
-        })
+        self.shared
+            .channel_op(id, |s| s.publish(id, exchange, options.mandatory, body))
     }
 
     /// `basic.consume`: deliveries arrive on the returned [`Consumer`].
     pub fn basic_consume(&self, queue: &str, options: ConsumeOptions) -> AmqpResult<Consumer> {
         let channel = self.id;
-        let (id, tag, notify) = self
+        let (id, tag, inbox) = self
             .shared
             .channel_op(channel, |s| s.consume(channel, queue, options))?;
         Ok(Consumer {
@@ -404,7 +417,7 @@ impl Channel {
             tag,
             channel,
             shared: self.shared.clone(),
-            notify,
+            inbox,
             cancelled: false,
         })
     }
@@ -484,16 +497,15 @@ impl Drop for Channel {
 
 /// A consumer's deliveries. Dropping it cancels the consumer.
 ///
-/// Deliveries are handed over in batches: while the handle is busy, messages wait in the queue
-/// and the next `recv_many` takes up to the prefetch window at once; while it waits, a publish
-/// dispatches to it directly.
+/// The engine pushes deliveries (up to the prefetch window) into the consumer's inbox; the
+/// handle takes them in batches without touching the engine's lock.
 #[derive(Debug)]
 pub struct Consumer {
     id: u64,
     tag: String,
     channel: u64,
     shared: Arc<Shared>,
-    notify: Arc<Notify>,
+    inbox: Arc<Inbox>,
     cancelled: bool,
 }
 
@@ -516,12 +528,21 @@ impl Consumer {
     pub async fn recv_many(&mut self, buffer: &mut Vec<Delivery>, limit: usize) -> usize {
         let limit = limit.max(1);
         loop {
-            // Register for a wake-up before looking, so one sent in between is not lost.
-            let notified = self.notify.notified();
+            // Register before looking, so a push in between is not missed.
+            let notified = self.inbox.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
+            match self.inbox.take(buffer, limit) {
+                None => return 0,
+                Some(0) => {}
+                Some(n) => return n,
+            }
+            // Empty: have the engine move ready messages over, or note that we wait.
             let id = self.id;
-            match self.shared.with(|s| s.pull(id, buffer, limit, true)) {
+            if !self.shared.with(|s| s.park(id)) {
+                return self.inbox.take(buffer, limit).unwrap_or(0);
+            }
+            match self.inbox.take(buffer, limit) {
                 None => return 0,
                 Some(0) => notified.await,
                 Some(n) => return n,
@@ -532,8 +553,11 @@ impl Consumer {
     /// A delivery if one is ready now.
     pub fn try_recv(&mut self) -> Option<Delivery> {
         let mut one = Vec::with_capacity(1);
-        let id = self.id;
-        self.shared.with(|s| s.pull(id, &mut one, 1, false));
+        if self.inbox.take(&mut one, 1) == Some(0) {
+            let id = self.id;
+            self.shared.with(|s| s.park(id));
+            self.inbox.take(&mut one, 1);
+        }
         one.pop()
     }
 

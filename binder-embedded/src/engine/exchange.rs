@@ -145,7 +145,9 @@ impl Exchange {
                     out.extend(idx.iter().filter_map(|i| queue(&self.bindings[*i].target)));
                 }
             }
-            ExchangeKind::Fanout => out.extend(self.bindings.iter().filter_map(|b| queue(&b.target))),
+            ExchangeKind::Fanout => {
+                out.extend(self.bindings.iter().filter_map(|b| queue(&b.target)))
+            }
             ExchangeKind::Topic => {
                 let words = TopicKey::new(routing_key);
                 out.extend(

@@ -17,6 +17,7 @@ mod broker;
 mod dead_letter;
 mod error;
 mod exchange;
+mod inbox;
 mod queue;
 mod state;
 mod storage;

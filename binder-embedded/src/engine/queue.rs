@@ -182,7 +182,7 @@ pub(crate) struct Queue {
     pub consumers: Vec<QueueConsumer>,
     pub cursor: usize,
     pub exclusive_consumer: bool,
-    /// Consumers waiting for deliveries (see `ConsumerState::parked`).
+    /// Consumers whose handle is waiting (see `ConsumerState::parked`).
     pub parked: usize,
     pub had_consumer: bool,
     pub last_used: Instant,

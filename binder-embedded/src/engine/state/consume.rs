@@ -34,7 +34,7 @@ impl State {
         channel: u64,
         queue: &str,
         options: ConsumeOptions,
-    ) -> AmqpResult<(u64, String, Arc<Notify>)> {
+    ) -> AmqpResult<(u64, String, Arc<Inbox>)> {
         let q = self.queue_for(channel, queue)?;
         let vhost = self.config.vhost.clone();
         if q.exclusive_consumer || (options.exclusive && !q.consumers.is_empty()) {
@@ -52,7 +52,7 @@ impl State {
             })?,
         };
         let id = self.id();
-        let notify = Arc::new(Notify::new());
+        let inbox = Arc::new(Inbox::default());
         let tag: Arc<str> = match options.consumer_tag.filter(|t| !t.is_empty()) {
             Some(t) => Arc::from(t.as_str()),
             None => Arc::from(random_name("amq.ctag-").as_str()),
@@ -82,43 +82,32 @@ impl State {
                 no_ack: options.no_ack,
                 prefetch,
                 unacked: 0,
-                buffer: VecDeque::new(),
-                notify: notify.clone(),
+                inbox: inbox.clone(),
                 parked: true,
             },
         );
         mark_dirty(&mut self.dirty, queue_name);
-        Ok((id, tag.to_string(), notify))
+        Ok((id, tag.to_string(), inbox))
     }
 
-    /// Takes up to `limit` deliveries for a consumer handle, dispatching ready messages first.
-    /// With `park`, a consumer that got nothing is marked as waiting, so the next publish
-    /// dispatches to it. `None` once the consumer is cancelled.
-    pub(crate) fn pull(
-        &mut self,
-        consumer: u64,
-        out: &mut Vec<Delivery>,
-        limit: usize,
-        park: bool,
-    ) -> Option<usize> {
-        let queue = self.consumers.get(&consumer)?.queue.clone();
-        self.dispatch(&queue);
-        self.settle();
-        let c = self.consumers.get_mut(&consumer)?;
-        let n = limit.min(c.buffer.len());
-        out.extend(c.buffer.drain(..n));
-        let parked = if n > 0 { false } else { park || c.parked };
-        if parked != c.parked {
-            c.parked = parked;
+    /// The consumer's handle found its inbox empty: move what is ready into it, and if
+    /// nothing was, mark the consumer as waiting so publishes dispatch to it directly.
+    /// `false` once the consumer is gone.
+    pub(crate) fn park(&mut self, consumer: u64) -> bool {
+        let Some(c) = self.consumers.get(&consumer) else {
+            return false;
+        };
+        let queue = c.queue.clone();
+        if !c.parked {
+            if let Some(c) = self.consumers.get_mut(&consumer) {
+                c.parked = true;
+            }
             if let Some(q) = self.queues.get_mut(&queue) {
-                if parked {
-                    q.parked += 1;
-                } else {
-                    q.parked -= 1;
-                }
+                q.parked += 1;
             }
         }
-        Some(n)
+        self.dispatch(&queue);
+        true
     }
 
     pub(crate) fn cancel(&mut self, channel: u64, tag: &str) -> AmqpResult<()> {
@@ -133,12 +122,11 @@ impl State {
     /// Removes a consumer from its queue; its unacknowledged deliveries stay on the channel
     /// (they can still be acked, and are requeued when the channel closes).
     pub(super) fn remove_consumer(&mut self, id: u64, detach_unacked: bool) {
-        let Some(mut consumer) = self.consumers.remove(&id) else {
+        let Some(consumer) = self.consumers.remove(&id) else {
             return;
         };
-        consumer.notify.notify_one();
         // Deliveries the handle never took go back as they were.
-        for d in consumer.buffer.drain(..).rev() {
+        for d in consumer.inbox.close().into_iter().rev() {
             let ch = self.channels.get_mut(&consumer.channel);
             let Some(u) = ch.and_then(|ch| ch.unacked.remove(d.delivery_tag)) else {
                 continue;
@@ -302,10 +290,13 @@ impl State {
                     },
                 );
             }
-            if consumer.buffer.is_empty() && consumer.parked {
-                consumer.notify.notify_one();
+            consumer.inbox.push(delivery);
+            if consumer.parked {
+                consumer.parked = false;
+                if let Some(q) = self.queues.get_mut(queue) {
+                    q.parked -= 1;
+                }
             }
-            consumer.buffer.push_back(delivery);
         }
     }
 }

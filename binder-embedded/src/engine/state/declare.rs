@@ -334,7 +334,9 @@ impl State {
         self.memory -= dropped.iter().map(QueuedMessage::size).sum::<usize>();
         for c in &q.consumers {
             if let Some(consumer) = self.consumers.remove(&c.id) {
-                consumer.notify.notify_one();
+                // Deliveries the handle never took stay unacked on the channel, like any
+                // delivery of a deleted queue; acking them is harmless.
+                consumer.inbox.close();
                 if let Some(ch) = self.channels.get_mut(&consumer.channel) {
                     ch.consumers.remove(&consumer.tag);
                     let _ = ch.events.send(ChannelEvent::ConsumerCancelled {

@@ -65,11 +65,7 @@ impl State {
                 continue;
             }
             if let Some(queue) = self.dirty.pop() {
-                // Only waiting consumers are served here; busy ones take their next batch
-                // when they ask for it.
-                if self.queues.get(&queue).is_some_and(|q| q.parked > 0) {
-                    self.dispatch(&queue);
-                }
+                self.dispatch(&queue);
                 continue;
             }
             break;

@@ -2,10 +2,9 @@
 //! [`super::Broker`]): each operation runs to completion, so cross-queue effects (routing,
 //! dead-lettering, transactions, exclusive-queue cleanup) are atomic without further care.
 
-use std::collections::VecDeque;
-
 use rustc_hash::FxHashMap as HashMap;
-use tokio::sync::Notify;
+
+use super::inbox::Inbox;
 use std::sync::Arc;
 
 mod consume;
@@ -15,7 +14,7 @@ mod publish;
 mod settle;
 mod unacked;
 
-use binder_core::{Headers, Message};
+use binder_core::Headers;
 use tokio::sync::mpsc::UnboundedSender;
 use tokio::time::Instant;
 
@@ -66,12 +65,11 @@ pub(crate) struct ConsumerState {
     pub no_ack: bool,
     pub prefetch: u32,
     pub unacked: u32,
-    /// Deliveries assigned to this consumer, not yet taken by its handle.
-    pub buffer: VecDeque<Delivery>,
-    /// Wakes the handle when deliveries arrive or the consumer is cancelled.
-    pub notify: Arc<Notify>,
-    /// The handle is waiting for deliveries: publishes dispatch to it at once. A busy
-    /// consumer is not parked, so messages wait in the queue and it takes them in a batch.
+    /// Deliveries on their way to the handle.
+    pub inbox: Arc<Inbox>,
+    /// The handle waits for deliveries, so a publish dispatches to it at once. A busy
+    /// consumer is not parked: messages wait in the queue and its next ack (or wait) moves
+    /// a whole batch into its inbox.
     pub parked: bool,
 }
 
@@ -89,9 +87,8 @@ struct Unacked {
 enum TxOp {
     Publish {
         exchange: String,
-        routing_key: String,
         mandatory: bool,
-        message: Box<Message>,
+        body: Arc<Published>,
     },
     Settle {
         tag: u64,

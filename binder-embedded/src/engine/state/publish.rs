@@ -16,13 +16,14 @@ impl State {
         Ok(())
     }
 
+    /// `basic.publish` of a message the caller already put in an `Arc` (so the message is
+    /// copied once, not at every layer); its `exchange` field is filled in here.
     pub(crate) fn publish(
         &mut self,
         channel: u64,
         exchange: &str,
-        routing_key: &str,
         mandatory: bool,
-        message: Message,
+        body: Arc<Published>,
     ) -> AmqpResult<PublishOutcome> {
         if !exchange.is_empty() {
             match self.exchanges.get(exchange) {
@@ -40,9 +41,8 @@ impl State {
         if let Some(tx) = &mut ch.tx {
             tx.push(TxOp::Publish {
                 exchange: exchange.to_owned(),
-                routing_key: routing_key.to_owned(),
                 mandatory,
-                message: Box::new(message),
+                body,
             });
             return Ok(PublishOutcome {
                 seq: None,
@@ -53,7 +53,7 @@ impl State {
             ch.next_seq += 1;
             ch.next_seq
         });
-        let status = self.route_and_enqueue(channel, exchange, routing_key, mandatory, message);
+        let status = self.route_and_enqueue(channel, exchange, mandatory, body);
         Ok(PublishOutcome { seq, status })
     }
 
@@ -61,18 +61,25 @@ impl State {
         &mut self,
         channel: u64,
         exchange: &str,
-        routing_key: &str,
         mandatory: bool,
-        message: Message,
+        mut body: Arc<Published>,
     ) -> PublishStatus {
         let mut targets = std::mem::take(&mut self.route_scratch);
         targets.clear();
-        let exchange = self.route(exchange, routing_key, &message.headers, &mut targets);
-        let body = Arc::new(Published {
+        let name = self.route(
             exchange,
-            routing_key: routing_key.to_owned(),
-            message,
-        });
+            &body.routing_key,
+            &body.message.headers,
+            &mut targets,
+        );
+        match Arc::get_mut(&mut body) {
+            Some(b) => b.exchange = name,
+            None => {
+                let mut copy = Published::clone(&body);
+                copy.exchange = name;
+                body = Arc::new(copy);
+            }
+        }
         if targets.is_empty() {
             if mandatory {
                 if let Some(ch) = self.channels.get(&channel) {
@@ -219,7 +226,9 @@ impl State {
             let Some(head) = q.storage.pop() else { break };
             self.dying.push((head, q.name.clone(), DeathReason::MaxLen));
         }
-        mark_dirty(&mut self.dirty, q.name.clone());
+        if q.parked > 0 {
+            mark_dirty(&mut self.dirty, q.name.clone());
+        }
         true
     }
 }

@@ -122,11 +122,10 @@ impl State {
             match op {
                 TxOp::Publish {
                     exchange,
-                    routing_key,
                     mandatory,
-                    message,
+                    body,
                 } => {
-                    self.route_and_enqueue(channel, &exchange, &routing_key, mandatory, *message);
+                    self.route_and_enqueue(channel, &exchange, mandatory, body);
                 }
                 TxOp::Settle {
                     tag,

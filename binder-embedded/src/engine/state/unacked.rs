@@ -35,8 +35,7 @@ impl UnackedLog {
     }
 
     pub(super) fn contains(&self, tag: u64) -> bool {
-        self.index(tag)
-            .is_some_and(|i| self.entries[i].is_some())
+        self.index(tag).is_some_and(|i| self.entries[i].is_some())
     }
 
     /// Removes one delivery.

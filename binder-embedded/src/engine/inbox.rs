@@ -1,0 +1,62 @@
+//! A consumer's inbox: deliveries the engine assigned to it, waiting for its handle.
+//!
+//! The engine pushes under its own lock; the handle takes batches under the inbox's small lock
+//! only, so a consumer waiting or draining never contends with publishers for the engine.
+
+use std::collections::VecDeque;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use tokio::sync::Notify;
+
+use super::types::Delivery;
+
+#[derive(Debug, Default)]
+pub(crate) struct Inbox {
+    deliveries: Mutex<VecDeque<Delivery>>,
+    ready: Notify,
+    closed: AtomicBool,
+}
+
+impl Inbox {
+    fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<Delivery>> {
+        self.deliveries.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Adds a delivery, waking the handle if the inbox was empty.
+    pub(crate) fn push(&self, delivery: Delivery) {
+        let was_empty = {
+            let mut d = self.lock();
+            let was_empty = d.is_empty();
+            d.push_back(delivery);
+            was_empty
+        };
+        if was_empty {
+            self.ready.notify_one();
+        }
+    }
+
+    /// Closes the inbox (consumer cancelled) and returns what the handle never took.
+    pub(crate) fn close(&self) -> Vec<Delivery> {
+        self.closed.store(true, Ordering::Release);
+        let left: Vec<Delivery> = self.lock().drain(..).collect();
+        self.ready.notify_one();
+        left
+    }
+
+    /// Takes up to `limit` deliveries now; `None` when closed and empty.
+    pub(crate) fn take(&self, out: &mut Vec<Delivery>, limit: usize) -> Option<usize> {
+        let mut d = self.lock();
+        let n = limit.min(d.len());
+        if n == 0 && self.closed.load(Ordering::Acquire) {
+            return None;
+        }
+        out.extend(d.drain(..n));
+        Some(n)
+    }
+
+    /// A future that completes at the next push or close (register it before looking).
+    pub(crate) fn notified(&self) -> tokio::sync::futures::Notified<'_> {
+        self.ready.notified()
+    }
+}
