@@ -23,12 +23,15 @@ impl Inbox {
         self.deliveries.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Adds a delivery, waking the handle if the inbox was empty.
-    pub(crate) fn push(&self, delivery: Delivery) {
+    /// Adds deliveries under one lock, waking the handle if the inbox was empty.
+    pub(crate) fn push_many(&self, deliveries: Vec<Delivery>) {
+        if deliveries.is_empty() {
+            return;
+        }
         let was_empty = {
             let mut d = self.lock();
             let was_empty = d.is_empty();
-            d.push_back(delivery);
+            d.extend(deliveries);
             was_empty
         };
         if was_empty {

@@ -260,42 +260,72 @@ impl State {
             };
             let consumer_id = q.consumers[idx].id;
             q.cursor = idx + 1;
-            let mut message = q.storage.pop().expect("checked non-empty");
-            let queue_name = q.name.clone();
-            message.deliveries += 1;
             let consumer = self.consumers.get_mut(&consumer_id).expect("chosen above");
             let ch = self
                 .channels
                 .get_mut(&consumer.channel)
                 .expect("chosen above");
-            ch.next_tag += 1;
-            let delivery = Delivery {
-                consumer_tag: consumer.tag.clone(),
-                delivery_tag: ch.next_tag,
-                redelivered: message.redelivered,
-                body: message.body.clone(),
-            };
-            if consumer.no_ack {
-                self.memory -= message.size();
+            // A lone (or single active) consumer takes all its credit allows in one burst,
+            // handed over with one inbox lock; competing consumers go round-robin, one each.
+            let burst = if candidates == 1 || q.consumers.len() == 1 {
+                let window = |limit: u32, used: u32| {
+                    if limit == 0 {
+                        usize::MAX
+                    } else {
+                        limit.saturating_sub(used) as usize
+                    }
+                };
+                if consumer.no_ack {
+                    q.storage.len()
+                } else {
+                    window(consumer.prefetch, consumer.unacked)
+                        .min(window(ch.channel_prefetch, ch.channel_unacked))
+                        .min(q.storage.len())
+                }
             } else {
-                consumer.unacked += 1;
-                ch.channel_unacked += 1;
-                ch.unacked.insert(
-                    ch.next_tag,
-                    Unacked {
-                        queue: queue_name,
-                        message,
-                        consumer: Some(consumer_id),
-                        counted: true,
-                    },
-                );
+                1
+            };
+            let mut now: Option<Instant> = None;
+            let mut deliveries = Vec::with_capacity(burst);
+            for _ in 0..burst {
+                let Some(mut message) = q.storage.pop() else {
+                    break;
+                };
+                if let Some(at) = message.expires_at {
+                    if at <= *now.get_or_insert_with(Instant::now) {
+                        self.dying
+                            .push((message, q.name.clone(), DeathReason::Expired));
+                        continue;
+                    }
+                }
+                message.deliveries += 1;
+                ch.next_tag += 1;
+                deliveries.push(Delivery {
+                    consumer_tag: consumer.tag.clone(),
+                    delivery_tag: ch.next_tag,
+                    redelivered: message.redelivered,
+                    body: message.body.clone(),
+                });
+                if consumer.no_ack {
+                    self.memory -= message.size();
+                } else {
+                    consumer.unacked += 1;
+                    ch.channel_unacked += 1;
+                    ch.unacked.insert(
+                        ch.next_tag,
+                        Unacked {
+                            queue: q.name.clone(),
+                            message,
+                            consumer: Some(consumer_id),
+                            counted: true,
+                        },
+                    );
+                }
             }
-            consumer.inbox.push(delivery);
+            consumer.inbox.push_many(deliveries);
             if consumer.parked {
                 consumer.parked = false;
-                if let Some(q) = self.queues.get_mut(queue) {
-                    q.parked -= 1;
-                }
+                q.parked -= 1;
             }
         }
     }

@@ -49,15 +49,17 @@ impl State {
                 }
             }
         };
+        // Credit is returned per consumer once per batch, not once per message.
+        let mut credit: Vec<(u64, u32)> = Vec::new();
+        let mut counted = 0u32;
         for u in settled {
-            if let Some(c) = u.consumer.and_then(|id| self.consumers.get_mut(&id)) {
-                c.unacked -= 1;
-            }
-            if u.counted {
-                if let Some(ch) = self.channels.get_mut(&channel) {
-                    ch.channel_unacked -= 1;
+            if let Some(id) = u.consumer {
+                match credit.iter_mut().find(|(c, _)| *c == id) {
+                    Some((_, n)) => *n += 1,
+                    None => credit.push((id, 1)),
                 }
             }
+            counted += u32::from(u.counted);
             self.memory -= u.message.size();
             match outcome {
                 Settle::Ack => {
@@ -72,6 +74,14 @@ impl State {
                     mark_dirty(&mut self.dirty, u.queue);
                 }
             }
+        }
+        for (id, n) in credit {
+            if let Some(c) = self.consumers.get_mut(&id) {
+                c.unacked -= n;
+            }
+        }
+        if let Some(ch) = self.channels.get_mut(&channel) {
+            ch.channel_unacked -= counted;
         }
         Ok(())
     }
