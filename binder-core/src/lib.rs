@@ -1,9 +1,11 @@
 //! Core of the stream framework: the message model, codecs, the configuration model and loader,
 //! and the topology plan. No broker code lives here; binders build on these types.
 
+pub mod binder;
 pub mod codec;
 pub mod config;
 pub mod message;
+pub mod runtime;
 pub mod topology;
 
 pub use codec::{Codec, Codecs, DEFAULT_CONTENT_TYPE, DecodeError, EncodeError};

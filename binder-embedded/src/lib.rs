@@ -1,6 +1,9 @@
-//! The `embedded` binder's broker engine: RabbitMQ semantics inside the process.
+//! The `embedded` binder and its broker engine: RabbitMQ semantics inside the process.
 //!
-//! The engine is usable on its own as a library ([`engine::Broker`]); the binder on top of it
-//! arrives with the runtime.
+//! The engine is usable on its own as a library ([`engine::Broker`]); [`EmbeddedBinder`]
+//! implements the binder SPI on it and registers itself as binder type `embedded`.
 
+mod binder;
 pub mod engine;
+
+pub use binder::EmbeddedBinder;

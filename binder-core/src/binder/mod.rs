@@ -1,0 +1,183 @@
+//! The binder SPI: what a middleware must offer so the runtime can carry messages over it.
+//!
+//! A binder applies a [`TopologyPlan`], opens [`Producer`]s that publish with confirms, and
+//! opens [`Subscription`]s whose deliveries are settled explicitly. Everything the runtime does
+//! (retries, dead-lettering, lifecycle) is built on these few operations, so a new binder only
+//! implements them; the conformance kit checks that it does so faithfully.
+
+mod dead_letter;
+
+pub use dead_letter::{ATTEMPTS_HEADER, DeadLetter, republish_headers};
+
+use std::fmt;
+
+use async_trait::async_trait;
+
+use crate::message::{DeliveryMode, Message};
+use crate::topology::TopologyPlan;
+
+/// Why a binder operation failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BinderError {
+    /// A declaration was refused (e.g. a redeclaration with other arguments).
+    #[error("cannot declare {what}: {reason}")]
+    Declare {
+        /// The entity, e.g. "queue `orders.billing`".
+        what: String,
+        /// The broker's reason.
+        reason: String,
+    },
+    /// The broker refused a publish (negative confirm), or no confirm came.
+    #[error(
+        "publish to exchange `{exchange}` with key `{routing_key}` was not confirmed: {reason}"
+    )]
+    NotConfirmed {
+        /// Target exchange.
+        exchange: String,
+        /// Routing key.
+        routing_key: String,
+        /// Why.
+        reason: String,
+    },
+    /// The queue or exchange does not exist.
+    #[error("{0} does not exist")]
+    NotFound(String),
+    /// The binder, producer or subscription is closed.
+    #[error("{0} is closed")]
+    Closed(String),
+    /// Any other broker failure.
+    #[error("{0}")]
+    Broker(String),
+}
+
+/// Shorthand for binder results.
+pub type BinderResult<T> = Result<T, BinderError>;
+
+/// What a producer publishes to and how.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProducerSpec {
+    /// The exchange (destination with prefix).
+    pub exchange: String,
+    /// Default delivery mode of messages without one.
+    pub delivery_mode: DeliveryMode,
+}
+
+/// What a subscription consumes and how.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SubscriptionSpec {
+    /// The queue.
+    pub queue: String,
+    /// Unsettled deliveries at most (`basic.qos`); 0 is unlimited.
+    pub prefetch: u16,
+    /// The broker forgets a message once delivered (`acknowledgeMode: NONE`).
+    pub auto_ack: bool,
+    /// The only consumer of the queue.
+    pub exclusive: bool,
+    /// Consumer tag, or `None` for a broker-generated one.
+    pub consumer_tag: Option<String>,
+}
+
+/// How a delivery is settled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Settlement {
+    /// Done: remove it.
+    Ack,
+    /// Put it back for another attempt (`redelivered` set).
+    Requeue,
+    /// Refuse it without requeue: the broker dead-letters it if the queue has a DLX.
+    Reject,
+}
+
+/// Settles one delivery; implemented by each binder.
+#[async_trait]
+pub trait Settle: fmt::Debug + Send + Sync {
+    /// Applies the settlement.
+    async fn settle(&self, settlement: Settlement) -> BinderResult<()>;
+}
+
+/// A delivery from a subscription.
+#[derive(Debug)]
+pub struct Inbound {
+    /// The message.
+    pub message: Message,
+    /// The exchange it was published to.
+    pub exchange: String,
+    /// The routing key it was published with.
+    pub routing_key: String,
+    /// It was delivered before.
+    pub redelivered: bool,
+    /// Settles it (a no-op for auto-ack subscriptions).
+    pub settler: Box<dyn Settle>,
+}
+
+/// A stream of deliveries from one queue.
+#[async_trait]
+pub trait Subscription: fmt::Debug + Send {
+    /// The next delivery; `None` once cancelled.
+    async fn next(&mut self) -> Option<Inbound>;
+    /// Stops deliveries. Unsettled ones can still be settled; the binder returns any that
+    /// are never settled to the queue when it closes.
+    async fn cancel(&mut self) -> BinderResult<()>;
+}
+
+/// Publishes messages with confirms.
+#[async_trait]
+pub trait Producer: fmt::Debug + Send + Sync {
+    /// Publishes to the producer's exchange and waits for the broker's confirm.
+    async fn publish(&self, routing_key: &str, message: Message) -> BinderResult<()>;
+    /// Publishes to another exchange (dead-letter republishing) and waits for the confirm.
+    async fn publish_to(
+        &self,
+        exchange: &str,
+        routing_key: &str,
+        message: Message,
+    ) -> BinderResult<()>;
+}
+
+/// A middleware connection: applies plans, opens producers and subscriptions.
+#[async_trait]
+pub trait Binder: fmt::Debug + Send + Sync {
+    /// The binder type (`embedded`, `rabbit`).
+    fn binder_type(&self) -> &str;
+    /// Declares every exchange, queue and binding of the plan (idempotently).
+    async fn provision(&self, plan: &TopologyPlan) -> BinderResult<()>;
+    /// Opens a producer.
+    async fn producer(&self, spec: ProducerSpec) -> BinderResult<Box<dyn Producer>>;
+    /// Starts consuming a queue.
+    async fn subscribe(&self, spec: SubscriptionSpec) -> BinderResult<Box<dyn Subscription>>;
+    /// Closes connections; unsettled deliveries go back to their queues.
+    async fn close(&self);
+}
+
+/// A binder type that can be created from configuration, registered with `inventory`:
+///
+/// ```ignore
+/// inventory::submit! { binder_core::binder::BinderRegistration::new("embedded", create) }
+/// ```
+#[derive(Debug)]
+pub struct BinderRegistration {
+    /// The type name the configuration uses.
+    pub binder_type: &'static str,
+    /// Creates a binder from its configuration's `environment` tree.
+    pub create: fn(&config::Value) -> BinderResult<std::sync::Arc<dyn Binder>>,
+}
+
+impl BinderRegistration {
+    /// A registration.
+    pub const fn new(
+        binder_type: &'static str,
+        create: fn(&config::Value) -> BinderResult<std::sync::Arc<dyn Binder>>,
+    ) -> Self {
+        BinderRegistration {
+            binder_type,
+            create,
+        }
+    }
+}
+
+inventory::collect!(BinderRegistration);
+
+/// The registered binder types.
+pub fn registered() -> impl Iterator<Item = &'static BinderRegistration> {
+    inventory::iter::<BinderRegistration>.into_iter()
+}

@@ -1,0 +1,597 @@
+//! The application: configuration plus handlers, started on binders, run until shutdown.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex as StdMutex};
+use std::time::Duration;
+
+use tokio::sync::{Mutex, Semaphore, watch};
+use tokio::task::JoinHandle;
+
+use super::consumer::{DeadLetterTarget, ErrorHook, Failure, Inflight, InputRuntime, run_queue};
+use super::error::StartupError;
+use super::handler::Handler;
+use super::lifecycle::{BindingState, ControlError};
+use super::output::{Output, OutputInner, Publisher};
+use super::retry::BackOff;
+use crate::binder::{Binder, ProducerSpec, SubscriptionSpec, registered};
+use crate::codec::{Codec, Codecs};
+use crate::config::{AcknowledgeMode, StreamConfig};
+use crate::topology::{anonymous_suffix, plan_consumer};
+
+/// The binders of an application: instances given in code, and those created from the
+/// configuration through their registration, one per binder configuration.
+pub(crate) struct Binders {
+    explicit: HashMap<String, Arc<dyn Binder>>,
+    created: StdMutex<HashMap<String, Arc<dyn Binder>>>,
+}
+
+impl std::fmt::Debug for Binders {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Binders")
+            .field("explicit", &self.explicit.keys().collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Binders {
+    /// The binder that carries a binding.
+    pub(crate) fn for_binding(
+        &self,
+        config: &StreamConfig,
+        binding: &str,
+    ) -> Result<Arc<dyn Binder>, String> {
+        let name = config.binder_for(binding);
+        let binder_type = config.binder_type(&name);
+        if let Some(b) = self
+            .explicit
+            .get(&name)
+            .or_else(|| self.explicit.get(&binder_type))
+        {
+            return Ok(b.clone());
+        }
+        let mut created = self.created.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(b) = created.get(&name) {
+            return Ok(b.clone());
+        }
+        let Some(registration) = registered().find(|r| r.binder_type == binder_type) else {
+            let mut available: Vec<&str> = registered().map(|r| r.binder_type).collect();
+            available.extend(self.explicit.keys().map(String::as_str));
+            return Err(format!(
+                "binding `{binding}` uses binder `{name}` (type `{binder_type}`), which is not available in this program (available: {}); add the binder crate as a dependency or give an instance with AppBuilder::binder",
+                if available.is_empty() {
+                    "none".to_owned()
+                } else {
+                    available.join(", ")
+                }
+            ));
+        };
+        let env = config
+            .binders
+            .get(&name)
+            .map(|b| b.environment.clone())
+            .unwrap_or_default();
+        let binder = (registration.create)(&env)
+            .map_err(|e| format!("binding `{binding}`: cannot create binder `{name}`: {e}"))?;
+        created.insert(name, binder.clone());
+        Ok(binder)
+    }
+
+    fn all(&self) -> Vec<Arc<dyn Binder>> {
+        let mut all: Vec<Arc<dyn Binder>> = self.explicit.values().cloned().collect();
+        all.extend(
+            self.created
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .values()
+                .cloned(),
+        );
+        all
+    }
+}
+
+struct Listener {
+    input: String,
+    output: Option<String>,
+    handler: Arc<dyn Handler>,
+}
+
+/// Builds an application from a configuration and handlers.
+///
+/// ```no_run
+/// use binder_core::config::ConfigLoader;
+/// use binder_core::runtime::{handler, App, Reply};
+///
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// let config = ConfigLoader::new().load()?;
+/// let app = App::builder(config)
+///     .processor("orders-in", "invoices-out", handler::payload(|id: u64| async move {
+///         Reply(format!("invoice for order {id}"))
+///     }))
+///     .start()
+///     .await?;
+/// app.run_until_signal().await;
+/// # Ok(()) }
+/// ```
+pub struct AppBuilder {
+    config: StreamConfig,
+    binders: HashMap<String, Arc<dyn Binder>>,
+    listeners: Vec<Listener>,
+    outputs: Vec<String>,
+    codecs: Codecs,
+    hook: Option<ErrorHook>,
+    shutdown_timeout: Duration,
+}
+
+impl std::fmt::Debug for AppBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AppBuilder")
+            .field(
+                "listeners",
+                &self.listeners.iter().map(|l| &l.input).collect::<Vec<_>>(),
+            )
+            .field("outputs", &self.outputs)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The application, before it starts.
+#[derive(Debug)]
+pub struct App;
+
+impl App {
+    /// Starts building an application on this configuration.
+    pub fn builder(config: StreamConfig) -> AppBuilder {
+        AppBuilder {
+            config,
+            binders: HashMap::new(),
+            listeners: Vec::new(),
+            outputs: Vec::new(),
+            codecs: Codecs::default(),
+            hook: None,
+            shutdown_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+impl AppBuilder {
+    /// Uses this binder instance for a binder configuration name or type (instead of
+    /// creating one from the configuration).
+    pub fn binder(mut self, name_or_type: impl Into<String>, binder: Arc<dyn Binder>) -> Self {
+        self.binders.insert(name_or_type.into(), binder);
+        self
+    }
+
+    /// Handles messages of an input binding.
+    pub fn listener(mut self, input: impl Into<String>, handler: impl Handler) -> Self {
+        self.listeners.push(Listener {
+            input: input.into(),
+            output: None,
+            handler: Arc::new(handler),
+        });
+        self
+    }
+
+    /// Handles messages of an input binding and sends what the handler returns to an output
+    /// binding (SCSt's `@StreamListener` with `@SendTo`).
+    pub fn processor(
+        mut self,
+        input: impl Into<String>,
+        output: impl Into<String>,
+        handler: impl Handler,
+    ) -> Self {
+        let output = output.into();
+        if !self.outputs.contains(&output) {
+            self.outputs.push(output.clone());
+        }
+        self.listeners.push(Listener {
+            input: input.into(),
+            output: Some(output),
+            handler: Arc::new(handler),
+        });
+        self
+    }
+
+    /// Declares an output binding the application sends to.
+    pub fn output(mut self, binding: impl Into<String>) -> Self {
+        let binding = binding.into();
+        if !self.outputs.contains(&binding) {
+            self.outputs.push(binding);
+        }
+        self
+    }
+
+    /// Registers a codec for a content type.
+    pub fn codec(mut self, codec: impl Codec) -> Self {
+        self.codecs.register(codec);
+        self
+    }
+
+    /// Observes failures (it cannot change what happens to the message).
+    pub fn on_error(mut self, hook: impl Fn(&Failure) + Send + Sync + 'static) -> Self {
+        self.hook = Some(Arc::new(hook));
+        self
+    }
+
+    /// How long shutdown waits for handlers in progress (default 30 s).
+    pub fn shutdown_timeout(mut self, timeout: Duration) -> Self {
+        self.shutdown_timeout = timeout;
+        self
+    }
+
+    /// Problems found before anything connects.
+    fn check(&self) -> Vec<String> {
+        let mut problems = Vec::new();
+        let mut inputs: Vec<&str> = Vec::new();
+        for l in &self.listeners {
+            if inputs.contains(&l.input.as_str()) {
+                problems.push(format!("binding `{}` has more than one listener", l.input));
+            }
+            inputs.push(&l.input);
+            if self.outputs.contains(&l.input) {
+                problems.push(format!(
+                    "binding `{}` is used both as an input and as an output",
+                    l.input
+                ));
+            }
+        }
+        for name in self.config.bindings.keys() {
+            if !inputs.contains(&name.as_str()) && !self.outputs.contains(name) {
+                problems.push(format!(
+                    "binding `{name}` is configured but no listener or output uses it (bindings in use: {})",
+                    inputs
+                        .iter()
+                        .copied()
+                        .chain(self.outputs.iter().map(String::as_str))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ));
+            }
+        }
+        for input in &inputs {
+            let b = self.config.binding(input);
+            if b.consumer.batch_mode {
+                problems.push(format!(
+                    "binding `{input}`: consumer.batchMode is not supported yet"
+                ));
+            }
+        }
+        for output in &self.outputs {
+            let b = self.config.binding(output);
+            if let Err(e) = OutputInner::routing(&b) {
+                problems.push(e);
+            }
+        }
+        problems
+    }
+
+    /// Checks everything, provisions topology, opens producers and subscriptions, and starts
+    /// consuming. Every problem is reported at once.
+    pub async fn start(self) -> Result<RunningApp, StartupError> {
+        let mut problems = self.check();
+        let binders = Arc::new(Binders {
+            explicit: self.binders,
+            created: StdMutex::new(HashMap::new()),
+        });
+        let config = Arc::new(self.config);
+        let codecs = Arc::new(self.codecs);
+
+        let mut resolved: HashMap<String, Arc<dyn Binder>> = HashMap::new();
+        for name in self
+            .listeners
+            .iter()
+            .map(|l| &l.input)
+            .chain(self.outputs.iter())
+        {
+            match binders.for_binding(&config, name) {
+                Ok(b) => {
+                    resolved.insert(name.clone(), b);
+                }
+                Err(e) => problems.push(e),
+            }
+        }
+        if !problems.is_empty() {
+            return Err(StartupError { problems });
+        }
+
+        let mut outputs: HashMap<String, Arc<OutputInner>> = HashMap::new();
+        for name in &self.outputs {
+            let binding = config.binding(name);
+            match OutputInner::open(&binding, &resolved[name], codecs.clone()).await {
+                Ok(o) => {
+                    outputs.insert(name.clone(), Arc::new(o));
+                }
+                Err(e) => problems.push(e),
+            }
+        }
+
+        let inflight = Arc::new(Inflight::default());
+        let mut inputs = HashMap::new();
+        let mut tasks = Vec::new();
+        for listener in self.listeners {
+            let binding = config.binding(&listener.input);
+            let binder = resolved[&listener.input].clone();
+            let topology = plan_consumer(&binding, &anonymous_suffix());
+            if let Err(e) = binder.provision(&topology.plan).await {
+                problems.push(format!("binding `{}`: {e}", listener.input));
+                continue;
+            }
+            let rabbit = &binding.rabbit_consumer;
+            let dead_letter = match &topology.dead_letter {
+                Some((exchange, routing_key))
+                    if rabbit.republish_to_dlq && rabbit.common.auto_bind_dlq =>
+                {
+                    let spec = ProducerSpec {
+                        exchange: exchange.clone(),
+                        delivery_mode: rabbit.republish_delivery_mode,
+                    };
+                    match binder.producer(spec).await {
+                        Ok(producer) => Some(DeadLetterTarget {
+                            producer,
+                            exchange: exchange.clone(),
+                            routing_key: routing_key.clone(),
+                        }),
+                        Err(e) => {
+                            problems.push(format!("binding `{}`: {e}", listener.input));
+                            continue;
+                        }
+                    }
+                }
+                _ => None,
+            };
+            let initial = if binding.consumer.auto_startup {
+                BindingState::Running
+            } else {
+                BindingState::Stopped
+            };
+            let (desired, _) = watch::channel(initial);
+            let mut actual = Vec::new();
+            let runtime = Arc::new(InputRuntime {
+                name: Arc::from(listener.input.as_str()),
+                output: listener
+                    .output
+                    .as_ref()
+                    .and_then(|o| outputs.get(o).cloned()),
+                handler: listener.handler,
+                dead_letter,
+                codecs: codecs.clone(),
+                hook: self.hook.clone(),
+                backoff: BackOff::of(&binding.consumer),
+                permits: Arc::new(Semaphore::new(binding.consumer.concurrency as usize)),
+                inflight: inflight.clone(),
+                content_type: Arc::from(binding.content_type.as_str()),
+                config: binding.clone(),
+            });
+            for (i, queue) in topology.queues.iter().enumerate() {
+                let spec = SubscriptionSpec {
+                    queue: queue.clone(),
+                    prefetch: rabbit.prefetch,
+                    auto_ack: rabbit.acknowledge_mode == AcknowledgeMode::None,
+                    exclusive: rabbit.exclusive,
+                    consumer_tag: rabbit
+                        .consumer_tag_prefix
+                        .as_ref()
+                        .map(|p| format!("{p}#{i}")),
+                };
+                let (reported, seen) = watch::channel(BindingState::Stopped);
+                actual.push(seen);
+                tasks.push(tokio::spawn(run_queue(
+                    runtime.clone(),
+                    binder.clone(),
+                    spec,
+                    desired.subscribe(),
+                    reported,
+                )));
+            }
+            inputs.insert(listener.input.clone(), InputControl { desired, actual });
+        }
+        if !problems.is_empty() {
+            for t in &tasks {
+                t.abort();
+            }
+            for b in binders.all() {
+                b.close().await;
+            }
+            return Err(StartupError { problems });
+        }
+        let outputs = Arc::new(outputs);
+        let publisher = Publisher {
+            outputs: outputs.clone(),
+            dynamic: Arc::new(Mutex::new(HashMap::new())),
+            config: config.clone(),
+            binders: binders.clone(),
+            codecs,
+        };
+        Ok(RunningApp {
+            inputs,
+            outputs,
+            publisher,
+            binders,
+            tasks: Mutex::new(tasks),
+            inflight,
+            shutdown_timeout: self.shutdown_timeout,
+        })
+    }
+}
+
+/// The control of an input binding: the state asked for, and the state each of its queue
+/// loops has reached.
+#[derive(Debug)]
+struct InputControl {
+    desired: watch::Sender<BindingState>,
+    actual: Vec<watch::Receiver<BindingState>>,
+}
+
+/// What shutdown did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShutdownReport {
+    /// Every handler in progress finished within the timeout.
+    pub drained: bool,
+    /// Handlers still running at the timeout, stopped; their messages return to the queue.
+    pub abandoned: usize,
+}
+
+/// A started application.
+#[derive(Debug)]
+pub struct RunningApp {
+    inputs: HashMap<String, InputControl>,
+    outputs: Arc<HashMap<String, Arc<OutputInner>>>,
+    publisher: Publisher,
+    binders: Arc<Binders>,
+    tasks: Mutex<Vec<JoinHandle<()>>>,
+    inflight: Arc<Inflight>,
+    shutdown_timeout: Duration,
+}
+
+impl RunningApp {
+    /// The sender of an output binding.
+    pub fn output(&self, binding: &str) -> Option<Output> {
+        self.outputs.get(binding).map(|inner| Output {
+            inner: inner.clone(),
+        })
+    }
+
+    /// The dynamic publisher (any output binding or destination).
+    pub fn publisher(&self) -> Publisher {
+        self.publisher.clone()
+    }
+
+    /// The state of a binding.
+    pub fn state(&self, binding: &str) -> Option<BindingState> {
+        if let Some(c) = self.inputs.get(binding) {
+            return Some(*c.desired.borrow());
+        }
+        self.outputs.get(binding).map(|o| {
+            if o.stopped.load(std::sync::atomic::Ordering::Acquire) {
+                BindingState::Stopped
+            } else {
+                BindingState::Running
+            }
+        })
+    }
+
+    /// Every binding with its state, by name.
+    pub fn states(&self) -> Vec<(String, BindingState)> {
+        let mut all: Vec<(String, BindingState)> = self
+            .inputs
+            .keys()
+            .chain(self.outputs.keys())
+            .filter_map(|n| self.state(n).map(|s| (n.clone(), s)))
+            .collect();
+        all.sort_by(|a, b| a.0.cmp(&b.0));
+        all
+    }
+
+    /// Asks a binding for a state and waits until it is there: after `stop` returns, no new
+    /// delivery is taken; after `start`, the subscription is open.
+    async fn set(&self, binding: &str, state: BindingState) -> Result<(), ControlError> {
+        if let Some(c) = self.inputs.get(binding) {
+            c.desired.send_replace(state);
+            for seen in &c.actual {
+                let mut seen = seen.clone();
+                // A loop that ended (shutdown) reports nothing more.
+                let _ = seen.wait_for(|s| *s == state).await;
+            }
+            return Ok(());
+        }
+        match self.outputs.get(binding) {
+            Some(_) if state == BindingState::Paused => {
+                Err(ControlError::NotPausable(binding.to_owned()))
+            }
+            Some(o) => {
+                o.stopped.store(
+                    state == BindingState::Stopped,
+                    std::sync::atomic::Ordering::Release,
+                );
+                Ok(())
+            }
+            None => Err(ControlError::Unknown(binding.to_owned())),
+        }
+    }
+
+    /// Stops taking new deliveries; the subscription stays.
+    pub async fn pause(&self, binding: &str) -> Result<(), ControlError> {
+        self.set(binding, BindingState::Paused).await
+    }
+
+    /// Takes deliveries again after [`RunningApp::pause`].
+    pub async fn resume(&self, binding: &str) -> Result<(), ControlError> {
+        self.set(binding, BindingState::Running).await
+    }
+
+    /// Cancels the subscription (input; unsettled deliveries return to the queue) or refuses
+    /// sends (output).
+    pub async fn stop(&self, binding: &str) -> Result<(), ControlError> {
+        self.set(binding, BindingState::Stopped).await
+    }
+
+    /// Starts a stopped binding.
+    pub async fn start(&self, binding: &str) -> Result<(), ControlError> {
+        self.set(binding, BindingState::Running).await
+    }
+
+    /// Deliveries being handled right now.
+    pub fn in_flight(&self) -> usize {
+        self.inflight.len()
+    }
+
+    /// Shuts down in order: stop intake → let handlers in progress finish (bounded by the
+    /// shutdown timeout) → their settlements and replies complete with them (every send
+    /// waits for its confirm, so nothing is left to flush) → close the binders, which return
+    /// any delivery still unsettled to its queue.
+    pub async fn shutdown(self) -> ShutdownReport {
+        for control in self.inputs.values() {
+            control.desired.send_replace(BindingState::Stopped);
+        }
+        drop(self.inputs);
+        for task in self.tasks.lock().await.drain(..) {
+            let _ = task.await;
+        }
+        let drained = self.inflight.drain(self.shutdown_timeout).await;
+        let abandoned = self.inflight.len();
+        if !drained {
+            tracing::warn!(
+                abandoned,
+                "shutdown timeout: stopping handlers still running; their messages return to the queue"
+            );
+            self.inflight.abort_all();
+        }
+        for output in self.outputs.values() {
+            output
+                .stopped
+                .store(true, std::sync::atomic::Ordering::Release);
+        }
+        for binder in self.binders.all() {
+            binder.close().await;
+        }
+        ShutdownReport { drained, abandoned }
+    }
+
+    /// Runs until Ctrl-C (or SIGTERM on Unix), then shuts down gracefully.
+    pub async fn run_until_signal(self) -> ShutdownReport {
+        wait_for_signal().await;
+        tracing::info!("shutting down");
+        self.shutdown().await
+    }
+}
+
+async fn wait_for_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}

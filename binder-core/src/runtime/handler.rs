@@ -1,0 +1,195 @@
+//! Handlers: plain async functions over a typed payload or the whole incoming message.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use super::error::HandlerError;
+use crate::binder::{BinderResult, Settle, Settlement};
+use crate::codec::{Codecs, DecodeError};
+use crate::message::Message;
+
+/// A boxed, sendable future.
+pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
+
+/// A message as a handler sees it.
+#[derive(Debug)]
+pub struct Incoming {
+    /// The message.
+    pub message: Message,
+    /// The input binding it arrived on.
+    pub binding: Arc<str>,
+    /// This attempt's number, from 1.
+    pub attempt: u32,
+    /// The broker delivered it before.
+    pub redelivered: bool,
+    pub(crate) content_type: Arc<str>,
+    pub(crate) codecs: Arc<Codecs>,
+    pub(crate) settler: Option<Arc<dyn Settle>>,
+}
+
+impl Incoming {
+    /// Decodes the payload by its content type (or the binding's).
+    pub fn payload<T: DeserializeOwned>(&self) -> Result<T, DecodeError> {
+        self.codecs.decode(&self.message, &self.content_type)
+    }
+
+    /// Settles the delivery explicitly (`acknowledgeMode: MANUAL`; otherwise the runtime
+    /// settles and this is an error).
+    pub async fn settle(&self, settlement: Settlement) -> BinderResult<()> {
+        match &self.settler {
+            Some(s) => s.settle(settlement).await,
+            None => Err(crate::binder::BinderError::Broker(
+                "this binding settles automatically (acknowledgeMode is not MANUAL)".to_owned(),
+            )),
+        }
+    }
+}
+
+/// What a handler returns to the runtime.
+#[derive(Debug)]
+pub enum Outcome {
+    /// Success, nothing to send.
+    Done,
+    /// Success; send this to the output binding.
+    Reply(ReplyBody),
+}
+
+/// A reply to encode (by the output binding's content type) or a ready message.
+pub enum ReplyBody {
+    /// A value encoded with the output's codec.
+    Value(Box<dyn erased_serde::Serialize + Send + Sync>),
+    /// A message sent as it is.
+    Message(Box<Message>),
+}
+
+impl std::fmt::Debug for ReplyBody {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ReplyBody::Value(_) => f.write_str("ReplyBody::Value(..)"),
+            ReplyBody::Message(m) => f.debug_tuple("ReplyBody::Message").field(m).finish(),
+        }
+    }
+}
+
+/// A value a handler returns for its output binding (SCSt's `@SendTo`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Reply<T>(pub T);
+
+/// Return types of handlers: `()`, [`Reply`], a [`Message`], `Option` of those, and `Result`
+/// of those with any error convertible to [`HandlerError`].
+pub trait IntoOutcome {
+    /// Converts the return value.
+    fn into_outcome(self) -> Result<Outcome, HandlerError>;
+}
+
+impl IntoOutcome for () {
+    fn into_outcome(self) -> Result<Outcome, HandlerError> {
+        Ok(Outcome::Done)
+    }
+}
+
+impl<T: Serialize + Send + Sync + 'static> IntoOutcome for Reply<T> {
+    fn into_outcome(self) -> Result<Outcome, HandlerError> {
+        Ok(Outcome::Reply(ReplyBody::Value(Box::new(self.0))))
+    }
+}
+
+impl IntoOutcome for Message {
+    fn into_outcome(self) -> Result<Outcome, HandlerError> {
+        Ok(Outcome::Reply(ReplyBody::Message(Box::new(self))))
+    }
+}
+
+impl<T: IntoOutcome> IntoOutcome for Option<T> {
+    fn into_outcome(self) -> Result<Outcome, HandlerError> {
+        self.map_or(Ok(Outcome::Done), IntoOutcome::into_outcome)
+    }
+}
+
+impl<T: IntoOutcome, E: Into<HandlerError>> IntoOutcome for Result<T, E> {
+    fn into_outcome(self) -> Result<Outcome, HandlerError> {
+        self.map_err(Into::into).and_then(IntoOutcome::into_outcome)
+    }
+}
+
+/// A message handler, usually built with [`payload`] or [`incoming`].
+pub trait Handler: Send + Sync + 'static {
+    /// Handles one attempt of one message.
+    fn call(&self, incoming: Incoming) -> BoxFuture<Result<Outcome, HandlerError>>;
+}
+
+struct PayloadHandler<F, T> {
+    f: F,
+    _payload: std::marker::PhantomData<fn() -> T>,
+}
+
+impl<F, T, Fut, R> Handler for PayloadHandler<F, T>
+where
+    F: Fn(T) -> Fut + Send + Sync + 'static,
+    T: DeserializeOwned + Send + 'static,
+    Fut: Future<Output = R> + Send + 'static,
+    R: IntoOutcome,
+{
+    fn call(&self, incoming: Incoming) -> BoxFuture<Result<Outcome, HandlerError>> {
+        match incoming.payload::<T>() {
+            Ok(value) => {
+                let fut = (self.f)(value);
+                Box::pin(async move { fut.await.into_outcome() })
+            }
+            Err(e) => Box::pin(async move { Err(HandlerError::decode(e)) }),
+        }
+    }
+}
+
+/// A handler taking the decoded payload. A payload that does not decode is a failure with
+/// the decode error as its reason (not retried).
+///
+/// ```
+/// use binder_core::runtime::{handler, Reply};
+///
+/// #[derive(serde::Deserialize)]
+/// struct Order { id: u32 }
+///
+/// let h = handler::payload(|order: Order| async move { Reply(format!("order {}", order.id)) });
+/// # let _ = h;
+/// ```
+pub fn payload<T, F, Fut, R>(f: F) -> impl Handler
+where
+    F: Fn(T) -> Fut + Send + Sync + 'static,
+    T: DeserializeOwned + Send + 'static,
+    Fut: Future<Output = R> + Send + 'static,
+    R: IntoOutcome,
+{
+    PayloadHandler {
+        f,
+        _payload: std::marker::PhantomData,
+    }
+}
+
+struct IncomingHandler<F>(F);
+
+impl<F, Fut, R> Handler for IncomingHandler<F>
+where
+    F: Fn(Incoming) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = R> + Send + 'static,
+    R: IntoOutcome,
+{
+    fn call(&self, incoming: Incoming) -> BoxFuture<Result<Outcome, HandlerError>> {
+        let fut = (self.0)(incoming);
+        Box::pin(async move { fut.await.into_outcome() })
+    }
+}
+
+/// A handler taking the whole [`Incoming`] message (headers, properties, attempt number).
+pub fn incoming<F, Fut, R>(f: F) -> impl Handler
+where
+    F: Fn(Incoming) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = R> + Send + 'static,
+    R: IntoOutcome,
+{
+    IncomingHandler(f)
+}

@@ -1,0 +1,25 @@
+//! The runtime: an application built from a configuration and handlers, consuming through
+//! binders, with retries, dead-lettering, lifecycle control and graceful shutdown.
+//!
+//! The macros of `stream-macros` only generate calls to this API; it is public so handlers
+//! can also be registered by hand.
+
+mod app;
+mod consumer;
+mod error;
+mod expression;
+pub mod handler;
+mod lifecycle;
+mod output;
+mod retry;
+mod trace;
+
+pub use app::{App, AppBuilder, RunningApp, ShutdownReport};
+pub use consumer::{ErrorHook, Failure, FailureAction};
+pub use error::{HandlerError, SendError, StartupError};
+pub use expression::{ExpressionError, RoutingKeyExpression};
+pub use handler::{Handler, Incoming, IntoOutcome, Outcome, Reply, ReplyBody};
+pub use lifecycle::{BindingState, ControlError};
+pub use output::{Output, Publisher};
+pub use retry::BackOff;
+pub use trace::TRACEPARENT;

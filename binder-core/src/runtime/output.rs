@@ -1,0 +1,274 @@
+//! Sending: output bindings and the dynamic publisher (SCSt's `StreamBridge`).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use serde::Serialize;
+use tokio::sync::Mutex;
+
+use super::error::SendError;
+use super::expression::RoutingKeyExpression;
+use super::trace;
+use crate::binder::{Binder, Producer, ProducerSpec};
+use crate::codec::Codecs;
+use crate::config::{BindingConfig, StreamConfig};
+use crate::message::Message;
+use crate::topology::plan_producer;
+
+/// How an output chooses routing keys.
+#[derive(Debug)]
+pub(crate) enum Routing {
+    /// A fixed key (`routingKey`, or the destination by default).
+    Fixed(String),
+    /// `routingKeyExpression`.
+    Expression(RoutingKeyExpression),
+}
+
+/// Partitioning of a producer (`partitionKeyExpression`, `partitionCount`).
+#[derive(Debug)]
+struct Partitioning {
+    key: RoutingKeyExpression,
+    count: u32,
+}
+
+/// Java's `String.hashCode`, so partitions match those Spring services pick for the same key.
+fn java_hash(s: &str) -> i32 {
+    s.encode_utf16().fold(0i32, |h, unit| {
+        h.wrapping_mul(31).wrapping_add(i32::from(unit))
+    })
+}
+
+/// SCSt's default partition selector: `abs(key.hashCode()) % partitionCount`.
+fn partition_of(key: &str, count: u32) -> u32 {
+    let h = java_hash(key);
+    let h = if h == i32::MIN { 0 } else { h.abs() };
+    (h as u32) % count.max(1)
+}
+
+/// One output binding, ready to send.
+#[derive(Debug)]
+pub(crate) struct OutputInner {
+    pub binding: String,
+    destination: String,
+    producer: Box<dyn Producer>,
+    content_type: String,
+    routing: Routing,
+    partitioning: Option<Partitioning>,
+    codecs: Arc<Codecs>,
+    pub stopped: AtomicBool,
+}
+
+impl OutputInner {
+    /// Builds an output from its binding: provisions its topology and opens a producer.
+    pub(crate) async fn open(
+        binding: &BindingConfig,
+        binder: &Arc<dyn Binder>,
+        codecs: Arc<Codecs>,
+    ) -> Result<Self, String> {
+        let routing = Self::routing(binding)?;
+        let partitioning = Self::partitioning(binding)?;
+        let topology = plan_producer(binding);
+        binder
+            .provision(&topology.plan)
+            .await
+            .map_err(|e| format!("binding `{}`: {e}", binding.name))?;
+        let producer = binder
+            .producer(ProducerSpec {
+                exchange: topology.exchange,
+                delivery_mode: binding.rabbit_producer.delivery_mode,
+            })
+            .await
+            .map_err(|e| format!("binding `{}`: {e}", binding.name))?;
+        Ok(OutputInner {
+            binding: binding.name.clone(),
+            destination: binding.destination.clone(),
+            producer,
+            content_type: binding.content_type.clone(),
+            routing,
+            partitioning,
+            codecs,
+            stopped: AtomicBool::new(!binding.producer.auto_startup),
+        })
+    }
+
+    /// The routing of a binding, checked at startup.
+    pub(crate) fn routing(binding: &BindingConfig) -> Result<Routing, String> {
+        let p = &binding.rabbit_producer;
+        Ok(match (&p.routing_key_expression, &p.routing_key) {
+            (Some(expr), _) => {
+                Routing::Expression(RoutingKeyExpression::parse(expr).map_err(|e| {
+                    format!("binding `{}`: routingKeyExpression: {e}", binding.name)
+                })?)
+            }
+            (None, Some(key)) => Routing::Fixed(key.clone()),
+            (None, None) => Routing::Fixed(binding.destination.clone()),
+        })
+    }
+
+    fn partitioning(binding: &BindingConfig) -> Result<Option<Partitioning>, String> {
+        let p = &binding.producer;
+        if p.partition_selector_expression.is_some() {
+            return Err(format!(
+                "binding `{}`: partitionSelectorExpression is not supported; the default selector (the key's Java hash modulo partitionCount) is used when it is unset",
+                binding.name
+            ));
+        }
+        let Some(expr) = &p.partition_key_expression else {
+            return Ok(None);
+        };
+        let key = RoutingKeyExpression::parse(expr)
+            .map_err(|e| format!("binding `{}`: partitionKeyExpression: {e}", binding.name))?;
+        Ok(Some(Partitioning {
+            key,
+            count: p.partition_count,
+        }))
+    }
+
+    fn routing_key(&self, message: &Message) -> Result<String, SendError> {
+        let fail = |reason: String| SendError::RoutingKey {
+            binding: self.binding.clone(),
+            reason,
+        };
+        let base = match &self.routing {
+            Routing::Fixed(k) => k.clone(),
+            Routing::Expression(e) => e.evaluate(message).map_err(|e| fail(e.to_string()))?,
+        };
+        match &self.partitioning {
+            None => Ok(base),
+            Some(p) => {
+                let key = p.key.evaluate(message).map_err(|e| fail(e.to_string()))?;
+                let partition = partition_of(&key, p.count);
+                // As SCSt: `<destination>-<n>` unless a routing key was configured.
+                let base = match &self.routing {
+                    Routing::Fixed(k) if *k == self.destination => self.destination.clone(),
+                    _ => base,
+                };
+                Ok(format!("{base}-{partition}"))
+            }
+        }
+    }
+
+    pub(crate) async fn send_message(&self, mut message: Message) -> Result<(), SendError> {
+        if self.stopped.load(Ordering::Acquire) {
+            return Err(SendError::Stopped(self.binding.clone()));
+        }
+        if message.properties.content_type.is_none() {
+            message.properties.content_type = Some(self.content_type.clone());
+        }
+        trace::propagate(&mut message);
+        let key = self.routing_key(&message)?;
+        self.producer.publish(&key, message).await?;
+        Ok(())
+    }
+
+    pub(crate) async fn send<T: Serialize + ?Sized>(&self, payload: &T) -> Result<(), SendError> {
+        let bytes = self.codecs.encode(&self.content_type, payload)?;
+        self.send_message(Message::new(bytes).with_content_type(self.content_type.clone()))
+            .await
+    }
+}
+
+/// An output binding's sender. Cheap to clone. Each send waits for the broker's confirm.
+#[derive(Debug, Clone)]
+pub struct Output {
+    pub(crate) inner: Arc<OutputInner>,
+}
+
+impl Output {
+    /// The binding name.
+    pub fn binding(&self) -> &str {
+        &self.inner.binding
+    }
+
+    /// Encodes `payload` with the binding's content type and sends it.
+    pub async fn send<T: Serialize + ?Sized>(&self, payload: &T) -> Result<(), SendError> {
+        self.inner.send(payload).await
+    }
+
+    /// Sends a ready message (its content type is set to the binding's if missing).
+    pub async fn send_message(&self, message: Message) -> Result<(), SendError> {
+        self.inner.send_message(message).await
+    }
+}
+
+/// Sends to any output binding by name, or to a destination not configured in advance,
+/// with the same routing, confirms and trace propagation (SCSt's `StreamBridge`). Producers
+/// for new destinations are created once and kept, however many there are.
+#[derive(Debug, Clone)]
+pub struct Publisher {
+    pub(crate) outputs: Arc<HashMap<String, Arc<OutputInner>>>,
+    pub(crate) dynamic: Arc<Mutex<HashMap<String, Arc<OutputInner>>>>,
+    pub(crate) config: Arc<StreamConfig>,
+    pub(crate) binders: Arc<super::app::Binders>,
+    pub(crate) codecs: Arc<Codecs>,
+}
+
+impl Publisher {
+    async fn resolve(&self, target: &str) -> Result<Arc<OutputInner>, SendError> {
+        if let Some(o) = self.outputs.get(target) {
+            return Ok(o.clone());
+        }
+        let mut dynamic = self.dynamic.lock().await;
+        if let Some(o) = dynamic.get(target) {
+            return Ok(o.clone());
+        }
+        let allowed = &self.config.dynamic_destinations;
+        if !allowed.is_empty() && !allowed.iter().any(|d| d == target) {
+            return Err(SendError::Destination(format!(
+                "destination `{target}` is not in spring.cloud.stream.dynamicDestinations ({})",
+                allowed.join(", ")
+            )));
+        }
+        let binding = self.config.binding(target);
+        let binder = self
+            .binders
+            .for_binding(&self.config, target)
+            .map_err(SendError::Destination)?;
+        let output = OutputInner::open(&binding, &binder, self.codecs.clone())
+            .await
+            .map_err(SendError::Destination)?;
+        let output = Arc::new(output);
+        dynamic.insert(target.to_owned(), output.clone());
+        Ok(output)
+    }
+
+    /// Encodes and sends `payload` to a binding or destination.
+    pub async fn send<T: Serialize + ?Sized>(
+        &self,
+        binding_or_destination: &str,
+        payload: &T,
+    ) -> Result<(), SendError> {
+        self.resolve(binding_or_destination)
+            .await?
+            .send(payload)
+            .await
+    }
+
+    /// Sends a ready message to a binding or destination.
+    pub async fn send_message(
+        &self,
+        binding_or_destination: &str,
+        message: Message,
+    ) -> Result<(), SendError> {
+        self.resolve(binding_or_destination)
+            .await?
+            .send_message(message)
+            .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn java_string_hash_matches_java() {
+        assert_eq!(java_hash(""), 0);
+        assert_eq!(java_hash("a"), 97);
+        assert_eq!(java_hash("hello"), 99_162_322);
+        assert_eq!(java_hash("customer-42"), -1_772_111_155);
+        assert_eq!(partition_of("hello", 4), 99_162_322 % 4);
+        assert_eq!(partition_of("customer-42", 3), 1_772_111_155 % 3);
+    }
+}

@@ -1,0 +1,28 @@
+//! Trace context: the W3C `traceparent` of the message being handled travels to everything
+//! the handler sends.
+
+use crate::message::Message;
+
+/// The W3C trace-context header.
+pub const TRACEPARENT: &str = "traceparent";
+
+tokio::task_local! {
+    static CURRENT: Option<String>;
+}
+
+/// Runs `fut` with the trace context of `message` in scope.
+pub(crate) async fn scope<F: std::future::Future>(message: &Message, fut: F) -> F::Output {
+    let parent = message.headers.get_str(TRACEPARENT).map(str::to_owned);
+    CURRENT.scope(parent, fut).await
+}
+
+/// Copies the current trace context onto an outgoing message that has none.
+pub(crate) fn propagate(message: &mut Message) {
+    if message.headers.contains(TRACEPARENT) {
+        return;
+    }
+    let current = CURRENT.try_with(Clone::clone).ok().flatten();
+    if let Some(parent) = current {
+        message.headers.insert(TRACEPARENT, parent);
+    }
+}

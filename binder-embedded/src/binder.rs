@@ -1,0 +1,302 @@
+//! The `embedded` binder: the binder SPI on the in-process engine.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, LazyLock};
+
+use async_trait::async_trait;
+use binder_core::binder::{
+    Binder, BinderError, BinderRegistration, BinderResult, Inbound, Producer, ProducerSpec, Settle,
+    Settlement, Subscription, SubscriptionSpec,
+};
+use binder_core::message::Message;
+use binder_core::topology::{DestinationType, TopologyPlan};
+
+use crate::engine::{
+    AmqpError, Broker, Channel, Connection, ConsumeOptions, Consumer, Delivery, ExchangeOptions,
+    PublishOptions, QueueOptions,
+};
+
+/// The broker every `embedded` binder created from configuration shares, so services in one
+/// process meet on it: groups compete, anonymous consumers each get every message.
+static SHARED: LazyLock<Broker> = LazyLock::new(Broker::new);
+
+fn create(_environment: &config::Value) -> BinderResult<Arc<dyn Binder>> {
+    Ok(Arc::new(EmbeddedBinder::new(SHARED.clone())))
+}
+
+inventory::submit! { BinderRegistration::new("embedded", create) }
+
+fn broker_error(e: AmqpError) -> BinderError {
+    BinderError::Broker(e.to_string())
+}
+
+/// The `embedded` binder over one [`Broker`].
+#[derive(Debug)]
+pub struct EmbeddedBinder {
+    broker: Broker,
+    connection: std::sync::Mutex<Option<Connection>>,
+}
+
+impl EmbeddedBinder {
+    /// A binder on this broker (tests give each their own; configuration uses a shared one).
+    pub fn new(broker: Broker) -> Self {
+        EmbeddedBinder {
+            broker,
+            connection: std::sync::Mutex::new(None),
+        }
+    }
+
+    /// The process-wide broker that configured `embedded` binders share.
+    pub fn shared_broker() -> Broker {
+        SHARED.clone()
+    }
+
+    /// The broker under this binder.
+    pub fn broker(&self) -> &Broker {
+        &self.broker
+    }
+
+    /// A fresh channel (channel errors close channels, so each operation gets its own).
+    fn channel(&self) -> BinderResult<Channel> {
+        let mut conn = self.connection.lock().unwrap_or_else(|p| p.into_inner());
+        let conn = conn.get_or_insert_with(|| self.broker.connect());
+        conn.open_channel().map_err(broker_error)
+    }
+}
+
+#[async_trait]
+impl Binder for EmbeddedBinder {
+    fn binder_type(&self) -> &str {
+        "embedded"
+    }
+
+    async fn provision(&self, plan: &TopologyPlan) -> BinderResult<()> {
+        let declare = |what: String| {
+            move |e: AmqpError| BinderError::Declare {
+                what: what.clone(),
+                reason: e.to_string(),
+            }
+        };
+        let ch = self.channel()?;
+        for x in &plan.exchanges {
+            let options = ExchangeOptions {
+                passive: false,
+                durable: x.durable,
+                auto_delete: x.auto_delete,
+                internal: x.internal,
+            };
+            ch.exchange_declare(&x.name, x.kind, options, x.arguments.clone())
+                .map_err(declare(format!("exchange `{}`", x.name)))?;
+        }
+        for q in &plan.queues {
+            let options = QueueOptions {
+                passive: false,
+                durable: q.durable,
+                exclusive: q.exclusive,
+                auto_delete: q.auto_delete,
+            };
+            ch.queue_declare(&q.name, options, q.arguments.clone())
+                .map_err(declare(format!("queue `{}`", q.name)))?;
+        }
+        for b in &plan.bindings {
+            let what = format!(
+                "binding {} -> {} ({})",
+                b.source, b.destination, b.routing_key
+            );
+            match b.destination_type {
+                DestinationType::Queue => ch.queue_bind(
+                    &b.destination,
+                    &b.source,
+                    &b.routing_key,
+                    b.arguments.clone(),
+                ),
+                DestinationType::Exchange => ch.exchange_bind(
+                    &b.destination,
+                    &b.source,
+                    &b.routing_key,
+                    b.arguments.clone(),
+                ),
+            }
+            .map_err(declare(what))?;
+        }
+        Ok(())
+    }
+
+    async fn producer(&self, spec: ProducerSpec) -> BinderResult<Box<dyn Producer>> {
+        let channel = self.channel()?;
+        channel.confirm_select().map_err(broker_error)?;
+        Ok(Box::new(EmbeddedProducer { channel, spec }))
+    }
+
+    async fn subscribe(&self, spec: SubscriptionSpec) -> BinderResult<Box<dyn Subscription>> {
+        let channel = Arc::new(self.channel()?);
+        channel
+            .basic_qos(spec.prefetch, false)
+            .map_err(broker_error)?;
+        let consumer = channel
+            .basic_consume(
+                &spec.queue,
+                ConsumeOptions {
+                    consumer_tag: spec.consumer_tag.clone(),
+                    no_ack: spec.auto_ack,
+                    exclusive: spec.exclusive,
+                    arguments: Default::default(),
+                },
+            )
+            .map_err(|e| match e.code {
+                crate::engine::ReplyCode::NotFound => {
+                    BinderError::NotFound(format!("queue `{}`", spec.queue))
+                }
+                _ => broker_error(e),
+            })?;
+        Ok(Box::new(EmbeddedSubscription {
+            channel,
+            consumer: Some(consumer),
+            ready: VecDeque::new(),
+            batch: Vec::new(),
+            auto_ack: spec.auto_ack,
+        }))
+    }
+
+    async fn close(&self) {
+        let conn = self
+            .connection
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        drop(conn);
+    }
+}
+
+#[derive(Debug)]
+struct EmbeddedProducer {
+    channel: Channel,
+    spec: ProducerSpec,
+}
+
+impl EmbeddedProducer {
+    async fn send(
+        &self,
+        exchange: &str,
+        routing_key: &str,
+        mut message: Message,
+    ) -> BinderResult<()> {
+        if message.properties.delivery_mode.is_none() {
+            message.properties.delivery_mode = Some(self.spec.delivery_mode);
+        }
+        let outcome = self
+            .channel
+            .basic_publish(exchange, routing_key, PublishOptions::default(), message)
+            .await
+            .map_err(|e| BinderError::NotConfirmed {
+                exchange: exchange.to_owned(),
+                routing_key: routing_key.to_owned(),
+                reason: e.to_string(),
+            })?;
+        if outcome.is_ack() {
+            Ok(())
+        } else {
+            Err(BinderError::NotConfirmed {
+                exchange: exchange.to_owned(),
+                routing_key: routing_key.to_owned(),
+                reason: "a full queue refused the message (x-overflow: reject-publish)".to_owned(),
+            })
+        }
+    }
+}
+
+#[async_trait]
+impl Producer for EmbeddedProducer {
+    async fn publish(&self, routing_key: &str, message: Message) -> BinderResult<()> {
+        self.send(&self.spec.exchange, routing_key, message).await
+    }
+
+    async fn publish_to(
+        &self,
+        exchange: &str,
+        routing_key: &str,
+        message: Message,
+    ) -> BinderResult<()> {
+        self.send(exchange, routing_key, message).await
+    }
+}
+
+#[derive(Debug)]
+struct EmbeddedSubscription {
+    channel: Arc<Channel>,
+    consumer: Option<Consumer>,
+    ready: VecDeque<Delivery>,
+    batch: Vec<Delivery>,
+    auto_ack: bool,
+}
+
+#[derive(Debug)]
+struct EmbeddedSettler {
+    channel: Arc<Channel>,
+    tag: u64,
+}
+
+#[async_trait]
+impl Settle for EmbeddedSettler {
+    async fn settle(&self, settlement: Settlement) -> BinderResult<()> {
+        match settlement {
+            Settlement::Ack => self.channel.basic_ack(self.tag, false),
+            Settlement::Requeue => self.channel.basic_nack(self.tag, false, true),
+            Settlement::Reject => self.channel.basic_reject(self.tag, false),
+        }
+        .map_err(broker_error)
+    }
+}
+
+#[derive(Debug)]
+struct Settled;
+
+#[async_trait]
+impl Settle for Settled {
+    async fn settle(&self, _: Settlement) -> BinderResult<()> {
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl Subscription for EmbeddedSubscription {
+    async fn next(&mut self) -> Option<Inbound> {
+        if self.ready.is_empty() {
+            let consumer = self.consumer.as_mut()?;
+            // Cancel-safe: a dropped receive leaves deliveries in the consumer's inbox.
+            if consumer.recv_many(&mut self.batch, 256).await == 0 {
+                return None;
+            }
+            self.ready.extend(self.batch.drain(..));
+        }
+        let d = self.ready.pop_front()?;
+        let settler: Box<dyn Settle> = if self.auto_ack {
+            Box::new(Settled)
+        } else {
+            Box::new(EmbeddedSettler {
+                channel: self.channel.clone(),
+                tag: d.delivery_tag,
+            })
+        };
+        Some(Inbound {
+            message: d.body.message.clone(),
+            exchange: d.exchange().to_owned(),
+            routing_key: d.routing_key().to_owned(),
+            redelivered: d.redelivered,
+            settler,
+        })
+    }
+
+    async fn cancel(&mut self) -> BinderResult<()> {
+        // Deliveries taken from the consumer but not yet handed out go back to the queue.
+        for d in self.ready.drain(..).rev() {
+            if !self.auto_ack {
+                let _ = self.channel.basic_nack(d.delivery_tag, false, true);
+            }
+        }
+        match self.consumer.take() {
+            Some(c) => c.cancel().map_err(broker_error),
+            None => Ok(()),
+        }
+    }
+}
