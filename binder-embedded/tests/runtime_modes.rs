@@ -1,0 +1,267 @@
+//! Acknowledge modes, prefetch, binder selection and startup checks of the runtime.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use binder_core::binder::Settlement;
+use binder_core::config::{ConfigLoader, StreamConfig};
+use binder_core::runtime::{App, AppBuilder, handler};
+use binder_embedded::EmbeddedBinder;
+use binder_embedded::engine::Broker;
+use tokio::sync::mpsc;
+
+fn config(yaml: &str) -> StreamConfig {
+    ConfigLoader::new()
+        .env(Vec::<(String, String)>::new())
+        .yaml_str(yaml)
+        .load()
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn app(broker: &Broker, yaml: &str) -> AppBuilder {
+    App::builder(config(yaml)).binder("embedded", Arc::new(EmbeddedBinder::new(broker.clone())))
+}
+
+async fn recv<T>(rx: &mut mpsc::UnboundedReceiver<T>) -> T {
+    tokio::time::timeout(Duration::from_secs(10), rx.recv())
+        .await
+        .expect("nothing arrived within 10 s")
+        .expect("channel closed")
+}
+
+#[tokio::test]
+async fn prefetch_caps_deliveries_in_progress_below_concurrency() {
+    let broker = Broker::new();
+    let yaml = "spring.cloud.stream:\n  bindings.in: {destination: p, group: g, consumer: {concurrency: 5}}\n  rabbit.bindings.in.consumer.prefetch: 2\n";
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let g = gate.clone();
+    let h = handler::payload(move |n: u32| {
+        let (tx, g) = (tx.clone(), g.clone());
+        async move {
+            let _ = tx.send(n);
+            let _p = g.acquire().await.unwrap();
+        }
+    });
+    let running = app(&broker, yaml).listener("in", h).start().await.unwrap();
+    for n in 0..6u32 {
+        running.publisher().send("p", &n).await.unwrap();
+    }
+    recv(&mut rx).await;
+    recv(&mut rx).await;
+    for _ in 0..20 {
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(
+        running.in_flight(),
+        2,
+        "prefetch 2 holds back the other four"
+    );
+    assert_eq!(broker.queue_counts("p.g"), Some((4, 1)));
+    gate.add_permits(10);
+    for _ in 0..4 {
+        recv(&mut rx).await;
+    }
+    running.shutdown().await;
+}
+
+#[tokio::test]
+async fn manual_acknowledgement_is_left_to_the_handler() {
+    let broker = Broker::new();
+    let yaml = "spring.cloud.stream:\n  bindings.in: {destination: m, group: g}\n  rabbit.bindings.in.consumer.acknowledgeMode: MANUAL\n";
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let h = handler::incoming(move |inc| {
+        let tx = tx.clone();
+        async move {
+            let n: u32 = inc.payload()?;
+            if n == 1 {
+                inc.settle(Settlement::Ack).await?;
+            }
+            let _ = tx.send(n);
+            Ok::<(), binder_core::runtime::HandlerError>(())
+        }
+    });
+    let running = app(&broker, yaml).listener("in", h).start().await.unwrap();
+    running.publisher().send("m", &1u32).await.unwrap();
+    running.publisher().send("m", &2u32).await.unwrap();
+    recv(&mut rx).await;
+    recv(&mut rx).await;
+    running.shutdown().await;
+    assert_eq!(
+        broker.queue_counts("m.g"),
+        Some((1, 0)),
+        "2 was never acked, so it is back in the queue after shutdown"
+    );
+}
+
+#[tokio::test]
+async fn acknowledge_mode_none_needs_no_settlement() {
+    let broker = Broker::new();
+    let yaml = "spring.cloud.stream:\n  bindings.in: {destination: n, group: g}\n  rabbit.bindings.in.consumer.acknowledgeMode: NONE\n";
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let h = handler::payload(move |n: u32| {
+        let tx = tx.clone();
+        async move {
+            let _ = tx.send(n);
+        }
+    });
+    let running = app(&broker, yaml).listener("in", h).start().await.unwrap();
+    for n in 0..3u32 {
+        running.publisher().send("n", &n).await.unwrap();
+    }
+    for _ in 0..3 {
+        recv(&mut rx).await;
+    }
+    assert_eq!(broker.memory_used(), 0, "nothing unacknowledged");
+    running.shutdown().await;
+}
+
+#[tokio::test]
+async fn named_binder_configurations_choose_the_binder() {
+    let broker = Broker::new();
+    let yaml = r#"
+spring.cloud.stream:
+  defaultBinder: local
+  binders:
+    local: {type: embedded}
+    other: {type: embedded}
+  bindings:
+    a: {destination: da, group: g}
+    b: {destination: db, group: g, binder: other}
+"#;
+    let other = Broker::new();
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let (tx2, mut rx2) = mpsc::unbounded_channel();
+    let running = App::builder(config(yaml))
+        .binder("local", Arc::new(EmbeddedBinder::new(broker.clone())))
+        .binder("other", Arc::new(EmbeddedBinder::new(other.clone())))
+        .listener(
+            "a",
+            handler::payload(move |n: u32| {
+                let tx = tx.clone();
+                async move {
+                    let _ = tx.send(n);
+                }
+            }),
+        )
+        .listener(
+            "b",
+            handler::payload(move |n: u32| {
+                let tx = tx2.clone();
+                async move {
+                    let _ = tx.send(n);
+                }
+            }),
+        )
+        .start()
+        .await
+        .unwrap();
+    assert!(broker.queue_counts("da.g").is_some() && broker.queue_counts("db.g").is_none());
+    assert!(
+        other.queue_counts("db.g").is_some(),
+        "binding b lives on the other binder"
+    );
+    running.publisher().send("a", &1u32).await.unwrap();
+    assert_eq!(recv(&mut rx).await, 1);
+    let conn = other.connect();
+    let ch = conn.open_channel().unwrap();
+    ch.basic_publish(
+        "db",
+        "db",
+        Default::default(),
+        binder_core::Message::new("2"),
+    )
+    .await
+    .unwrap();
+    assert_eq!(recv(&mut rx2).await, 2);
+    running.shutdown().await;
+}
+
+#[tokio::test]
+async fn configured_embedded_binders_share_one_broker_in_the_process() {
+    // No instance given: the `embedded` registration creates binders on the shared broker.
+    let yaml = "spring.cloud.stream.bindings:\n  in: {destination: shared-dest-7f3a, group: g}\n  out: {destination: shared-dest-7f3a}\n";
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let consumer = App::builder(config(yaml))
+        .listener(
+            "in",
+            handler::payload(move |n: u32| {
+                let tx = tx.clone();
+                async move {
+                    let _ = tx.send(n);
+                }
+            }),
+        )
+        .output("out")
+        .start()
+        .await
+        .unwrap();
+    let producer = App::builder(config(
+        "spring.cloud.stream.bindings.out.destination: shared-dest-7f3a\n",
+    ))
+    .output("out")
+    .start()
+    .await
+    .unwrap();
+    producer.output("out").unwrap().send(&42u32).await.unwrap();
+    assert_eq!(recv(&mut rx).await, 42);
+    assert!(
+        EmbeddedBinder::shared_broker()
+            .queue_counts("shared-dest-7f3a.g")
+            .is_some()
+    );
+    producer.shutdown().await;
+    consumer.shutdown().await;
+}
+
+#[tokio::test]
+async fn startup_reports_every_problem_at_once() {
+    let yaml = r#"
+spring.cloud.stream:
+  binders.mq: {type: rabbit}
+  bindings:
+    a: {destination: x, binder: mq}
+    b: {destination: y, consumer: {batchMode: true}}
+    unused: {destination: z}
+"#;
+    let err = App::builder(config(yaml))
+        .listener("a", handler::payload(|_: u32| async {}))
+        .listener("b", handler::payload(|_: u32| async {}))
+        .listener("b", handler::payload(|_: u32| async {}))
+        .start()
+        .await
+        .unwrap_err();
+    let text = err.to_string();
+    for expected in [
+        "binding `b` has more than one listener",
+        "binding `unused` is configured but no listener or output uses it",
+        "binding `b`: consumer.batchMode is not supported yet",
+        "binding `a` uses binder `mq` (type `rabbit`), which is not available in this program",
+    ] {
+        assert!(text.contains(expected), "missing {expected:?} in\n{text}");
+    }
+}
+
+#[tokio::test]
+async fn a_reply_without_an_output_binding_is_a_failure_not_a_loss() {
+    let broker = Broker::new();
+    let yaml = "spring.cloud.stream:\n  bindings.in: {destination: r, group: g, consumer: {maxAttempts: 1}}\n  rabbit.bindings.in.consumer.autoBindDlq: true\n";
+    let h = handler::payload(|n: u32| async move { binder_core::runtime::Reply(n + 1) });
+    let running = app(&broker, yaml).listener("in", h).start().await.unwrap();
+    let conn = broker.connect();
+    let ch = conn.open_channel().unwrap();
+    let mut dlq = ch.basic_consume("r.g.dlq", Default::default()).unwrap();
+    running.publisher().send("r", &1u32).await.unwrap();
+    let d = tokio::time::timeout(Duration::from_secs(10), dlq.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        d.message()
+            .headers
+            .get_str("x-exception-message")
+            .unwrap()
+            .contains("has no output binding")
+    );
+    running.shutdown().await;
+}
