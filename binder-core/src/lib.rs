@@ -10,3 +10,9 @@ pub mod topology;
 
 pub use codec::{Codec, Codecs, DEFAULT_CONTENT_TYPE, DecodeError, EncodeError};
 pub use message::{Decimal, DeliveryMode, HeaderValue, Headers, Message, Properties};
+
+/// Items the macros' generated code names; not part of the API.
+#[doc(hidden)]
+pub mod __private {
+    pub use inventory;
+}

@@ -7,7 +7,9 @@ use std::time::Duration;
 use tokio::sync::{Mutex, Semaphore, watch};
 use tokio::task::JoinHandle;
 
-use super::consumer::{DeadLetterTarget, ErrorHook, Failure, Inflight, InputRuntime, run_queue};
+use super::consumer::{
+    DeadLetterTarget, ErrorHook, Failure, Inflight, InputRuntime, Route, run_queue,
+};
 use super::error::StartupError;
 use super::handler::Handler;
 use super::lifecycle::{BindingState, ControlError};
@@ -90,8 +92,10 @@ impl Binders {
 }
 
 struct Listener {
+    name: String,
     input: String,
     output: Option<String>,
+    condition: Option<String>,
     handler: Arc<dyn Handler>,
 }
 
@@ -120,6 +124,7 @@ pub struct AppBuilder {
     codecs: Codecs,
     hook: Option<ErrorHook>,
     shutdown_timeout: Duration,
+    state: HashMap<std::any::TypeId, Arc<dyn std::any::Any + Send + Sync>>,
 }
 
 impl std::fmt::Debug for AppBuilder {
@@ -149,6 +154,7 @@ impl App {
             codecs: Codecs::default(),
             hook: None,
             shutdown_timeout: Duration::from_secs(30),
+            state: HashMap::new(),
         }
     }
 }
@@ -163,11 +169,60 @@ impl AppBuilder {
 
     /// Handles messages of an input binding.
     pub fn listener(mut self, input: impl Into<String>, handler: impl Handler) -> Self {
+        let input = input.into();
         self.listeners.push(Listener {
-            input: input.into(),
+            name: format!("listener of `{input}`"),
+            input,
             output: None,
+            condition: None,
             handler: Arc::new(handler),
         });
+        self
+    }
+
+    /// Handles the messages of an input binding whose headers meet `condition` (see
+    /// [`super::Condition`]). Several listeners can share a binding: a message goes to the one
+    /// whose condition matches, else to the binding's listener without a condition; none or
+    /// several matching is a failure (dead-letter path), never a silent drop.
+    pub fn listener_when(
+        mut self,
+        input: impl Into<String>,
+        condition: impl Into<String>,
+        handler: impl Handler,
+    ) -> Self {
+        let (input, condition) = (input.into(), condition.into());
+        self.listeners.push(Listener {
+            name: format!("listener of `{input}` when {condition}"),
+            input,
+            output: None,
+            condition: Some(condition),
+            handler: Arc::new(handler),
+        });
+        self
+    }
+
+    /// Adds a listener declared with `#[stream_listener]` (its nameable value), for tests and
+    /// for libraries whose `inventory` registrations the linker may drop.
+    pub fn register(mut self, def: &super::registry::ListenerDef) -> Self {
+        for out in def.output.iter().chain(def.uses.iter()) {
+            if !self.outputs.iter().any(|o| o == out) {
+                self.outputs.push((*out).to_owned());
+            }
+        }
+        self.listeners.push(Listener {
+            name: def.name.to_owned(),
+            input: def.input.to_owned(),
+            output: def.output.map(str::to_owned),
+            condition: def.condition.map(str::to_owned),
+            handler: (def.handler)(),
+        });
+        self
+    }
+
+    /// Shares a value with every handler (`State<T>` arguments, `Context::state`).
+    pub fn state<T: Send + Sync + 'static>(mut self, value: T) -> Self {
+        self.state
+            .insert(std::any::TypeId::of::<T>(), Arc::new(value));
         self
     }
 
@@ -183,9 +238,12 @@ impl AppBuilder {
         if !self.outputs.contains(&output) {
             self.outputs.push(output.clone());
         }
+        let input = input.into();
         self.listeners.push(Listener {
-            input: input.into(),
+            name: format!("processor of `{input}`"),
+            input,
             output: Some(output),
+            condition: None,
             handler: Arc::new(handler),
         });
         self
@@ -223,10 +281,25 @@ impl AppBuilder {
         let mut problems = Vec::new();
         let mut inputs: Vec<&str> = Vec::new();
         for l in &self.listeners {
-            if inputs.contains(&l.input.as_str()) {
-                problems.push(format!("binding `{}` has more than one listener", l.input));
+            if let Some(c) = &l.condition {
+                if let Err(e) = super::condition::Condition::parse(c) {
+                    problems.push(format!("{} of binding `{}`: {e}", l.name, l.input));
+                }
             }
-            inputs.push(&l.input);
+            let unconditional = self
+                .listeners
+                .iter()
+                .filter(|o| o.input == l.input && o.condition.is_none())
+                .count();
+            if unconditional > 1 && !inputs.contains(&l.input.as_str()) {
+                problems.push(format!(
+                    "binding `{}` has {unconditional} listeners without a condition; at most one can take what no condition matches",
+                    l.input
+                ));
+            }
+            if !inputs.contains(&l.input.as_str()) {
+                inputs.push(&l.input);
+            }
             if self.outputs.contains(&l.input) {
                 problems.push(format!(
                     "binding `{}` is used both as an input and as an output",
@@ -305,14 +378,29 @@ impl AppBuilder {
         }
 
         let inflight = Arc::new(Inflight::default());
+        let context = Arc::new(super::bindings::Context {
+            outputs: outputs
+                .iter()
+                .map(|(k, v)| (k.clone(), Output { inner: v.clone() }))
+                .collect(),
+            state: self.state,
+        });
+        // One input runtime per binding, with a route per listener.
+        let mut by_input: Vec<(String, Vec<Listener>)> = Vec::new();
+        for l in self.listeners {
+            match by_input.iter_mut().find(|(i, _)| *i == l.input) {
+                Some((_, ls)) => ls.push(l),
+                None => by_input.push((l.input.clone(), vec![l])),
+            }
+        }
         let mut inputs = HashMap::new();
         let mut tasks = Vec::new();
-        for listener in self.listeners {
-            let binding = config.binding(&listener.input);
-            let binder = resolved[&listener.input].clone();
+        for (input, listeners) in by_input {
+            let binding = config.binding(&input);
+            let binder = resolved[&input].clone();
             let topology = plan_consumer(&binding, &anonymous_suffix());
             if let Err(e) = binder.provision(&topology.plan).await {
-                problems.push(format!("binding `{}`: {e}", listener.input));
+                problems.push(format!("binding `{input}`: {e}"));
                 continue;
             }
             let rabbit = &binding.rabbit_consumer;
@@ -331,7 +419,7 @@ impl AppBuilder {
                             routing_key: routing_key.clone(),
                         }),
                         Err(e) => {
-                            problems.push(format!("binding `{}`: {e}", listener.input));
+                            problems.push(format!("binding `{input}`: {e}"));
                             continue;
                         }
                     }
@@ -345,13 +433,22 @@ impl AppBuilder {
             };
             let (desired, _) = watch::channel(initial);
             let mut actual = Vec::new();
+            let routes = listeners
+                .into_iter()
+                .map(|l| Route {
+                    condition: l
+                        .condition
+                        .as_deref()
+                        .and_then(|c| super::condition::Condition::parse(c).ok()),
+                    output: l.output.as_ref().and_then(|o| outputs.get(o).cloned()),
+                    handler: l.handler,
+                    name: l.name,
+                })
+                .collect();
             let runtime = Arc::new(InputRuntime {
-                name: Arc::from(listener.input.as_str()),
-                output: listener
-                    .output
-                    .as_ref()
-                    .and_then(|o| outputs.get(o).cloned()),
-                handler: listener.handler,
+                name: Arc::from(input.as_str()),
+                routes,
+                context: context.clone(),
                 dead_letter,
                 codecs: codecs.clone(),
                 hook: self.hook.clone(),
@@ -382,7 +479,7 @@ impl AppBuilder {
                     reported,
                 )));
             }
-            inputs.insert(listener.input.clone(), InputControl { desired, actual });
+            inputs.insert(input.clone(), InputControl { desired, actual });
         }
         if !problems.is_empty() {
             for t in &tasks {

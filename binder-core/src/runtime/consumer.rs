@@ -12,6 +12,8 @@ use tokio::task::JoinSet;
 use tracing::Instrument;
 
 use super::error::HandlerError;
+use super::bindings::Context;
+use super::condition::Condition;
 use super::handler::{Handler, Incoming, Outcome, ReplyBody};
 use super::lifecycle::BindingState;
 use super::output::OutputInner;
@@ -122,11 +124,19 @@ pub(crate) struct DeadLetterTarget {
 }
 
 /// Everything an input binding needs at run time.
+/// One listener of an input binding: its condition, handler and reply output.
+pub(crate) struct Route {
+    pub name: String,
+    pub condition: Option<Condition>,
+    pub handler: Arc<dyn Handler>,
+    pub output: Option<Arc<OutputInner>>,
+}
+
 pub(crate) struct InputRuntime {
     pub name: Arc<str>,
     pub config: BindingConfig,
-    pub handler: Arc<dyn Handler>,
-    pub output: Option<Arc<OutputInner>>,
+    pub routes: Vec<Route>,
+    pub context: Arc<Context>,
     pub dead_letter: Option<DeadLetterTarget>,
     pub codecs: Arc<Codecs>,
     pub hook: Option<ErrorHook>,
@@ -161,10 +171,53 @@ impl InputRuntime {
         self.config.rabbit_consumer.acknowledge_mode == AcknowledgeMode::None
     }
 
+    /// The listener for a message: the one conditional listener whose condition matches,
+    /// else the unconditional one. None matching, or several, is a failure (never a silent
+    /// drop).
+    fn route(&self, message: &Message) -> Result<&Route, HandlerError> {
+        if self.routes.len() == 1 && self.routes[0].condition.is_none() {
+            return Ok(&self.routes[0]);
+        }
+        let header = |name: &str| message.headers.get(name).map(|v| v.to_string());
+        let matching: Vec<&Route> = self
+            .routes
+            .iter()
+            .filter(|r| r.condition.as_ref().is_some_and(|c| c.matches(&header)))
+            .collect();
+        match matching.as_slice() {
+            [one] => Ok(one),
+            [] => self
+                .routes
+                .iter()
+                .find(|r| r.condition.is_none())
+                .ok_or_else(|| {
+                    HandlerError::fatal(format!(
+                        "no listener of binding `{}` accepts this message (their conditions: {})",
+                        self.name,
+                        self.routes
+                            .iter()
+                            .map(|r| r.name.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ))
+                }),
+            several => Err(HandlerError::fatal(format!(
+                "the conditions of several listeners of binding `{}` match this message: {}",
+                self.name,
+                several
+                    .iter()
+                    .map(|r| r.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))),
+        }
+    }
+
     /// One attempt: the handler (panics caught), then its reply, sent before the input is
     /// acknowledged.
     async fn attempt(&self, incoming: Incoming, message: &Message) -> Result<(), HandlerError> {
-        let call = AssertUnwindSafe(self.handler.call(incoming)).catch_unwind();
+        let route = self.route(message)?;
+        let call = AssertUnwindSafe(route.handler.call(incoming)).catch_unwind();
         let outcome = match trace::scope(message, call).await {
             Ok(result) => result?,
             Err(panic) => return Err(HandlerError::panic(panic_text(&*panic))),
@@ -172,10 +225,10 @@ impl InputRuntime {
         let Outcome::Reply(body) = outcome else {
             return Ok(());
         };
-        let Some(output) = &self.output else {
+        let Some(output) = &route.output else {
             return Err(HandlerError::fatal(format!(
-                "the handler returned a reply but binding `{}` has no output binding",
-                self.name
+                "the handler `{}` returned a reply but binding `{}` has no output binding for it",
+                route.name, self.name
             )));
         };
         let sent = match body {
@@ -220,6 +273,7 @@ impl InputRuntime {
                 content_type: self.content_type.clone(),
                 codecs: self.codecs.clone(),
                 settler: self.manual().then(|| settler.clone()),
+                context: self.context.clone(),
             };
             match self
                 .attempt(incoming, &message)

@@ -29,12 +29,24 @@ pub struct Incoming {
     pub(crate) content_type: Arc<str>,
     pub(crate) codecs: Arc<Codecs>,
     pub(crate) settler: Option<Arc<dyn Settle>>,
+    pub(crate) context: Arc<super::bindings::Context>,
 }
 
 impl Incoming {
     /// Decodes the payload by its content type (or the binding's).
     pub fn payload<T: DeserializeOwned>(&self) -> Result<T, DecodeError> {
         self.codecs.decode(&self.message, &self.content_type)
+    }
+
+    /// Decodes the payload; a payload that does not decode is a non-retryable failure whose
+    /// reason is the decode error (what typed listener arguments use).
+    pub fn decoded<T: DeserializeOwned>(&self) -> Result<T, HandlerError> {
+        self.payload().map_err(HandlerError::decode)
+    }
+
+    /// Outputs and shared state of the application.
+    pub fn context(&self) -> &super::bindings::Context {
+        &self.context
     }
 
     /// Settles the delivery explicitly (`acknowledgeMode: MANUAL`; otherwise the runtime
@@ -84,6 +96,12 @@ pub struct Reply<T>(pub T);
 pub trait IntoOutcome {
     /// Converts the return value.
     fn into_outcome(self) -> Result<Outcome, HandlerError>;
+}
+
+impl IntoOutcome for Outcome {
+    fn into_outcome(self) -> Result<Outcome, HandlerError> {
+        Ok(self)
+    }
 }
 
 impl IntoOutcome for () {

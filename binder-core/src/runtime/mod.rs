@@ -5,16 +5,24 @@
 //! can also be registered by hand.
 
 mod app;
+mod bindings;
+mod condition;
 mod consumer;
 mod error;
 mod expression;
 pub mod handler;
 mod lifecycle;
 mod output;
+mod registry;
 mod retry;
 mod trace;
 
 pub use app::{App, AppBuilder, RunningApp, ShutdownReport};
+pub use bindings::{Context, InputBinding, Out, OutputBinding, Sink, Source, State};
+pub use condition::{Condition, ConditionError};
+pub use registry::{
+    ListenerDef, ListenerRegistration, OutputRegistration, ServiceError, run_service,
+};
 pub use consumer::{ErrorHook, Failure, FailureAction};
 pub use error::{HandlerError, SendError, StartupError};
 pub use expression::{ExpressionError, RoutingKeyExpression};

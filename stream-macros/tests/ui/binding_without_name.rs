@@ -1,0 +1,6 @@
+use stream_macros::input;
+
+#[input]
+pub struct OrdersIn;
+
+fn main() {}
