@@ -49,6 +49,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use binder_core::Headers;
 use binder_core::Message;
 use binder_core::config::ConfigLoader;
 use binder_core::runtime::{App, Output, handler};
@@ -57,7 +58,6 @@ use binder_embedded::engine::{
     Broker, Channel, ConsumeOptions, Consumer, Delivery, ExchangeKind, ExchangeOptions,
     PublishOptions, PublishStatus, QueueOptions,
 };
-use binder_core::Headers;
 use serde::{Deserialize, Serialize};
 use tokio::sync::{Notify, mpsc};
 use tokio::task::JoinHandle;
@@ -231,7 +231,11 @@ async fn run_mpsc(payloads: Vec<Vec<u8>>) -> RunResult {
         let mut buf = Vec::with_capacity(BATCH);
         while progress.received() < n {
             let got = rx.recv_many(&mut buf, BATCH).await;
-            assert!(got > 0, "channel closed after {} messages", progress.received());
+            assert!(
+                got > 0,
+                "channel closed after {} messages",
+                progress.received()
+            );
             let ids: u64 = buf.iter().map(|p| decode(p).id).sum();
             progress.add(got, ids);
             buf.clear();
@@ -367,8 +371,12 @@ static APP_RUNS: AtomicUsize = AtomicUsize::new(0);
 fn app_yaml(destination: &str) -> String {
     format!(
         "spring:\n  cloud:\n    stream:\n      bindings:\n        out:\n          destination: {destination}\n        in:\n          destination: {destination}\n          group: g\n{}      rabbit:\n        bindings:\n          in:\n            consumer:\n              prefetch: {WINDOW}\n{}",
-        std::env::var("X_CONC").map(|c| format!("          consumer:\n            concurrency: {c}\n")).unwrap_or_default(),
-        std::env::var("X_ACK").map(|a| format!("              acknowledgeMode: {a}\n")).unwrap_or_default(),
+        std::env::var("X_CONC")
+            .map(|c| format!("          consumer:\n            concurrency: {c}\n"))
+            .unwrap_or_default(),
+        std::env::var("X_ACK")
+            .map(|a| format!("              acknowledgeMode: {a}\n"))
+            .unwrap_or_default(),
     )
 }
 

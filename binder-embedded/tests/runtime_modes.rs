@@ -233,7 +233,7 @@ spring.cloud.stream:
         .unwrap_err();
     let text = err.to_string();
     for expected in [
-        "binding `b` has more than one listener",
+        "binding `b` has 2 listeners without a condition",
         "binding `unused` is configured but no listener or output uses it",
         "binding `b`: consumer.batchMode is not supported yet",
         "binding `a` uses binder `mq` (type `rabbit`), which is not available in this program",

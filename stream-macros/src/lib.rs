@@ -264,22 +264,34 @@ fn listener(args: ListenerArgs, func: ItemFn) -> Result<TokenStream2, syn::Error
         match kind.as_str() {
             "Incoming" => {
                 if incoming_arg.is_some() {
-                    return Err(syn::Error::new(span, "only one `Incoming` argument is allowed"));
+                    return Err(syn::Error::new(
+                        span,
+                        "only one `Incoming` argument is allowed",
+                    ));
                 }
                 incoming_arg = Some(var.clone());
             }
-            "Message" => extract.push(quote_spanned! {span=> let #var: #ty = __incoming.message.clone(); }),
-            "Headers" => extract.push(quote_spanned! {span=> let #var: #ty = __incoming.message.headers.clone(); }),
+            "Message" => {
+                extract.push(quote_spanned! {span=> let #var: #ty = __incoming.message.clone(); })
+            }
+            "Headers" => extract
+                .push(quote_spanned! {span=> let #var: #ty = __incoming.message.headers.clone(); }),
             "Out" => {
                 let Some(binding) = seg.and_then(first_generic) else {
-                    return Err(syn::Error::new(span, "write `Out<SomeOutput>` with the output binding's type"));
+                    return Err(syn::Error::new(
+                        span,
+                        "write `Out<SomeOutput>` with the output binding's type",
+                    ));
                 };
                 uses.push(quote_spanned! {span=> <#binding as ::binder_core::runtime::OutputBinding>::NAME });
                 extract.push(quote_spanned! {span=> let #var: #ty = __incoming.context().out::<#binding>()?; });
             }
             "State" => {
                 let Some(inner) = seg.and_then(first_generic) else {
-                    return Err(syn::Error::new(span, "write `State<T>` with the state's type"));
+                    return Err(syn::Error::new(
+                        span,
+                        "write `State<T>` with the state's type",
+                    ));
                 };
                 extract.push(quote_spanned! {span=> let #var: #ty = __incoming.context().state::<#inner>()?; });
             }
@@ -293,7 +305,8 @@ fn listener(args: ListenerArgs, func: ItemFn) -> Result<TokenStream2, syn::Error
                     return Err(e);
                 }
                 payload_seen = Some(span);
-                extract.push(quote_spanned! {span=> let #var: #ty = __incoming.decoded::<#ty>()?; });
+                extract
+                    .push(quote_spanned! {span=> let #var: #ty = __incoming.decoded::<#ty>()?; });
             }
         }
         call_args.push(var);
@@ -306,16 +319,21 @@ fn listener(args: ListenerArgs, func: ItemFn) -> Result<TokenStream2, syn::Error
     let def_name = format_ident!("{}_listener", fn_name);
     let make = format_ident!("__{}_make_handler", fn_name);
     let name = fn_name.to_string();
-    let input_name = quote_spanned! {input.span()=> <#input as ::binder_core::runtime::InputBinding>::NAME };
+    let input_name =
+        quote_spanned! {input.span()=> <#input as ::binder_core::runtime::InputBinding>::NAME };
     let output_name = match &args.output {
-        Some(o) => quote_spanned! {o.span()=> ::core::option::Option::Some(<#o as ::binder_core::runtime::OutputBinding>::NAME) },
+        Some(o) => {
+            quote_spanned! {o.span()=> ::core::option::Option::Some(<#o as ::binder_core::runtime::OutputBinding>::NAME) }
+        }
         None => quote! { ::core::option::Option::None },
     };
     let condition = match &args.condition {
         Some(c) => quote! { ::core::option::Option::Some(#c) },
         None => quote! { ::core::option::Option::None },
     };
-    let doc = format!("The listener declared by `{name}`: register it with `AppBuilder::register(&{def_name})`.");
+    let doc = format!(
+        "The listener declared by `{name}`: register it with `AppBuilder::register(&{def_name})`."
+    );
 
     Ok(quote! {
         #func

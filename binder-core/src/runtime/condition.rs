@@ -185,8 +185,14 @@ mod tests {
         let h = [("type", "created"), ("region", "eu")];
         assert!(eval("headers['type'] == 'created'", &h));
         assert!(!eval("headers['type'] != 'created'", &h));
-        assert!(eval("headers['type'] == 'created' && headers['region'] == 'eu'", &h));
-        assert!(eval("headers['type'] == 'x' || headers['region'] == 'eu'", &h));
+        assert!(eval(
+            "headers['type'] == 'created' && headers['region'] == 'eu'",
+            &h
+        ));
+        assert!(eval(
+            "headers['type'] == 'x' || headers['region'] == 'eu'",
+            &h
+        ));
         assert!(eval("!(headers['type'] == 'x')", &h));
         assert!(eval("headers['missing'] == null", &h));
         assert!(eval("headers['type'] != null", &h));

@@ -11,9 +11,9 @@ use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, watch};
 use tokio::task::JoinSet;
 use tracing::Instrument;
 
-use super::error::HandlerError;
 use super::bindings::Context;
 use super::condition::Condition;
+use super::error::HandlerError;
 use super::handler::{Handler, Incoming, Outcome, ReplyBody};
 use super::lifecycle::BindingState;
 use super::output::OutputInner;

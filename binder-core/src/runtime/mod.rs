@@ -20,14 +20,14 @@ mod trace;
 pub use app::{App, AppBuilder, RunningApp, ShutdownReport};
 pub use bindings::{Context, InputBinding, Out, OutputBinding, Sink, Source, State};
 pub use condition::{Condition, ConditionError};
-pub use registry::{
-    ListenerDef, ListenerRegistration, OutputRegistration, ServiceError, run_service,
-};
 pub use consumer::{ErrorHook, Failure, FailureAction};
 pub use error::{HandlerError, SendError, StartupError};
 pub use expression::{ExpressionError, RoutingKeyExpression};
 pub use handler::{Handler, Incoming, IntoOutcome, Outcome, Reply, ReplyBody};
 pub use lifecycle::{BindingState, ControlError};
 pub use output::{Output, Publisher};
+pub use registry::{
+    ListenerDef, ListenerRegistration, OutputRegistration, ServiceError, run_service,
+};
 pub use retry::BackOff;
 pub use trace::TRACEPARENT;

@@ -38,8 +38,10 @@ inventory::collect!(OutputRegistration);
 impl AppBuilder {
     /// Adds every listener and output binding declared with the macros in this program.
     pub fn registered(mut self) -> Self {
-        let mut defs: Vec<&'static ListenerDef> =
-            inventory::iter::<ListenerRegistration>.into_iter().map(|r| r.0).collect();
+        let mut defs: Vec<&'static ListenerDef> = inventory::iter::<ListenerRegistration>
+            .into_iter()
+            .map(|r| r.0)
+            .collect();
         // Link order is not declaration order; sort for a stable startup.
         defs.sort_by_key(|d| (d.input, d.name));
         for def in defs {
