@@ -537,7 +537,12 @@ fn main() {
     let rounds = env_usize("BENCH_ROUNDS", 7).max(1);
     let selected = selected_scenarios();
     let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+        .worker_threads(
+            std::env::var("X_WORKERS")
+                .ok()
+                .and_then(|w| w.parse().ok())
+                .unwrap_or(2),
+        )
         .enable_all()
         .build()
         .expect("tokio runtime");

@@ -26,6 +26,11 @@ fn create(_environment: &config::Value) -> BinderResult<Arc<dyn Binder>> {
 
 inventory::submit! { BinderRegistration::new("embedded", create) }
 
+/// Makes sure the `embedded` binder's registration is linked into the program. Call it once
+/// (e.g. at the top of `main`) in a program that names nothing else from this crate: the
+/// linker drops crates nothing refers to, and their registrations with them.
+pub fn link() {}
+
 fn broker_error(e: AmqpError) -> BinderError {
     BinderError::Broker(e.to_string())
 }

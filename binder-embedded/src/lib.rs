@@ -6,4 +6,4 @@
 mod binder;
 pub mod engine;
 
-pub use binder::EmbeddedBinder;
+pub use binder::{EmbeddedBinder, link};

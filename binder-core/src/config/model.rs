@@ -172,6 +172,15 @@ impl StreamConfig {
         })
     }
 
+    /// This configuration with only the named bindings, for one of several services hosted
+    /// in one process with one configuration file.
+    pub fn select(&self, bindings: &[&str]) -> StreamConfig {
+        let mut out = self.clone();
+        out.bindings
+            .retain(|name, _| bindings.contains(&name.as_str()));
+        out
+    }
+
     /// The merged configuration tree, with the application's own keys (anything outside the
     /// stream tree), to read with `config`'s API.
     pub fn raw(&self) -> &Value {

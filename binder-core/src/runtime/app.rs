@@ -220,9 +220,13 @@ impl AppBuilder {
     }
 
     /// Shares a value with every handler (`State<T>` arguments, `Context::state`).
-    pub fn state<T: Send + Sync + 'static>(mut self, value: T) -> Self {
-        self.state
-            .insert(std::any::TypeId::of::<T>(), Arc::new(value));
+    pub fn state<T: Send + Sync + 'static>(self, value: T) -> Self {
+        self.shared_state(Arc::new(value))
+    }
+
+    /// Shares a value that other applications of the process share too.
+    pub fn shared_state<T: Send + Sync + 'static>(mut self, value: Arc<T>) -> Self {
+        self.state.insert(std::any::TypeId::of::<T>(), value);
         self
     }
 
