@@ -370,13 +370,7 @@ static APP_RUNS: AtomicUsize = AtomicUsize::new(0);
 
 fn app_yaml(destination: &str) -> String {
     format!(
-        "spring:\n  cloud:\n    stream:\n      bindings:\n        out:\n          destination: {destination}\n        in:\n          destination: {destination}\n          group: g\n{}      rabbit:\n        bindings:\n          in:\n            consumer:\n              prefetch: {WINDOW}\n{}",
-        std::env::var("X_CONC")
-            .map(|c| format!("          consumer:\n            concurrency: {c}\n"))
-            .unwrap_or_default(),
-        std::env::var("X_ACK")
-            .map(|a| format!("              acknowledgeMode: {a}\n"))
-            .unwrap_or_default(),
+        "spring:\n  cloud:\n    stream:\n      bindings:\n        out:\n          destination: {destination}\n        in:\n          destination: {destination}\n          group: g\n      rabbit:\n        bindings:\n          in:\n            consumer:\n              prefetch: {WINDOW}\n"
     )
 }
 
@@ -537,12 +531,7 @@ fn main() {
     let rounds = env_usize("BENCH_ROUNDS", 7).max(1);
     let selected = selected_scenarios();
     let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(
-            std::env::var("X_WORKERS")
-                .ok()
-                .and_then(|w| w.parse().ok())
-                .unwrap_or(2),
-        )
+        .worker_threads(2)
         .enable_all()
         .build()
         .expect("tokio runtime");

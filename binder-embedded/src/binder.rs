@@ -5,8 +5,8 @@ use std::sync::{Arc, LazyLock};
 
 use async_trait::async_trait;
 use binder_core::binder::{
-    Binder, BinderError, BinderRegistration, BinderResult, Inbound, Producer, ProducerSpec, Settle,
-    Settlement, Subscription, SubscriptionSpec,
+    Binder, BinderError, BinderRegistration, BinderResult, Inbound, Producer, ProducerSpec,
+    QueueInfo, Settle, Settlement, Subscription, SubscriptionSpec,
 };
 use binder_core::message::Message;
 use binder_core::topology::{DestinationType, TopologyPlan};
@@ -161,6 +161,30 @@ impl Binder for EmbeddedBinder {
             batch: Vec::new(),
             auto_ack: spec.auto_ack,
         }))
+    }
+
+    async fn inspect(&self, queue: &str) -> BinderResult<QueueInfo> {
+        self.broker
+            .queue_counts(queue)
+            .map(|(messages, consumers)| QueueInfo {
+                messages,
+                consumers,
+            })
+            .ok_or_else(|| BinderError::NotFound(format!("queue `{queue}`")))
+    }
+
+    async fn remove(&self, plan: &TopologyPlan) -> BinderResult<()> {
+        let ch = self.channel()?;
+        for q in &plan.queues {
+            ch.queue_delete(&q.name, false, false)
+                .map_err(broker_error)?;
+        }
+        for x in &plan.exchanges {
+            if !x.name.starts_with("amq.") {
+                ch.exchange_delete(&x.name, false).map_err(broker_error)?;
+            }
+        }
+        Ok(())
     }
 
     async fn close(&self) {

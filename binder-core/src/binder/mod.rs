@@ -145,8 +145,21 @@ pub trait Binder: fmt::Debug + Send + Sync {
     async fn producer(&self, spec: ProducerSpec) -> BinderResult<Box<dyn Producer>>;
     /// Starts consuming a queue.
     async fn subscribe(&self, spec: SubscriptionSpec) -> BinderResult<Box<dyn Subscription>>;
+    /// Ready messages and consumers of a queue (a passive declare on AMQP brokers).
+    async fn inspect(&self, queue: &str) -> BinderResult<QueueInfo>;
+    /// Deletes the queues and exchanges of a plan (tests, `streamctl`); missing ones are fine.
+    async fn remove(&self, plan: &TopologyPlan) -> BinderResult<()>;
     /// Closes connections; unsettled deliveries go back to their queues.
     async fn close(&self);
+}
+
+/// What [`Binder::inspect`] reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QueueInfo {
+    /// Ready messages (not counting unacknowledged deliveries).
+    pub messages: u32,
+    /// Consumers.
+    pub consumers: u32,
 }
 
 /// A binder type that can be created from configuration, registered with `inventory`:

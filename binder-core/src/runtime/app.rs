@@ -78,16 +78,15 @@ impl Binders {
         Ok(binder)
     }
 
-    fn all(&self) -> Vec<Arc<dyn Binder>> {
-        let mut all: Vec<Arc<dyn Binder>> = self.explicit.values().cloned().collect();
-        all.extend(
-            self.created
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .values()
-                .cloned(),
-        );
-        all
+    /// The binders this application created (and so closes); instances given with
+    /// `AppBuilder::binder` belong to the caller, who may share them between applications.
+    fn owned(&self) -> Vec<Arc<dyn Binder>> {
+        self.created
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .cloned()
+            .collect()
     }
 }
 
@@ -161,7 +160,8 @@ impl App {
 
 impl AppBuilder {
     /// Uses this binder instance for a binder configuration name or type (instead of
-    /// creating one from the configuration).
+    /// creating one from the configuration). The caller owns it: shutdown leaves it open, so
+    /// several applications can share it.
     pub fn binder(mut self, name_or_type: impl Into<String>, binder: Arc<dyn Binder>) -> Self {
         self.binders.insert(name_or_type.into(), binder);
         self
@@ -489,7 +489,7 @@ impl AppBuilder {
             for t in &tasks {
                 t.abort();
             }
-            for b in binders.all() {
+            for b in binders.owned() {
                 b.close().await;
             }
             return Err(StartupError { problems });
@@ -637,8 +637,8 @@ impl RunningApp {
 
     /// Shuts down in order: stop intake → let handlers in progress finish (bounded by the
     /// shutdown timeout) → their settlements and replies complete with them (every send
-    /// waits for its confirm, so nothing is left to flush) → close the binders, which return
-    /// any delivery still unsettled to its queue.
+    /// waits for its confirm, so nothing is left to flush) → close the binders it created.
+    /// Subscriptions close with them, returning any delivery still unsettled to its queue.
     pub async fn shutdown(self) -> ShutdownReport {
         for control in self.inputs.values() {
             control.desired.send_replace(BindingState::Stopped);
@@ -661,7 +661,7 @@ impl RunningApp {
                 .stopped
                 .store(true, std::sync::atomic::Ordering::Release);
         }
-        for binder in self.binders.all() {
+        for binder in self.binders.owned() {
             binder.close().await;
         }
         ShutdownReport { drained, abandoned }

@@ -1,0 +1,728 @@
+//! The conformance cases. Each takes an [`Env`] (a fresh binder and a unique name prefix) and
+//! panics on a violation. Absence is checked by order, never by sleeping: a marker sent after
+//! the message that must not arrive has to be the next one received.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use binder_core::binder::{ProducerSpec, Settlement};
+use binder_core::message::{Decimal, DeliveryMode, HeaderValue, Headers, Message, Properties};
+use binder_core::runtime::{HandlerError, Reply, handler};
+use binder_core::topology::{plan_consumer, plan_producer};
+use serde::{Deserialize, Serialize};
+use tokio::sync::mpsc;
+
+use crate::kit::{Env, next, recv};
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Item {
+    id: u32,
+    #[serde(default)]
+    kind: String,
+}
+
+fn item(id: u32) -> Item {
+    Item {
+        id,
+        kind: String::new(),
+    }
+}
+
+/// A listener that reports the ids it handles.
+fn reporter(tx: mpsc::UnboundedSender<u32>) -> impl binder_core::runtime::Handler {
+    handler::payload(move |i: Item| {
+        let tx = tx.clone();
+        async move {
+            let _ = tx.send(i.id);
+        }
+    })
+}
+
+async fn collect(rx: &mut mpsc::UnboundedReceiver<u32>, n: usize) -> Vec<u32> {
+    let mut out = Vec::with_capacity(n);
+    while out.len() < n {
+        out.push(recv(rx).await);
+    }
+    out
+}
+
+fn every_header_type() -> Headers {
+    let nested: Headers = [("inner", HeaderValue::I32(-7))].into_iter().collect();
+    [
+        ("bool", HeaderValue::Bool(true)),
+        ("i8", HeaderValue::I8(-8)),
+        ("u8", HeaderValue::U8(200)),
+        ("i16", HeaderValue::I16(-16_000)),
+        ("u16", HeaderValue::U16(60_000)),
+        ("i32", HeaderValue::I32(-2_000_000)),
+        ("u32", HeaderValue::U32(4_000_000_000)),
+        ("i64", HeaderValue::I64(-9_000_000_000)),
+        ("f32", HeaderValue::F32(1.5)),
+        ("f64", HeaderValue::F64(-2.25)),
+        (
+            "decimal",
+            HeaderValue::Decimal(Decimal {
+                scale: 2,
+                value: 12_345,
+            }),
+        ),
+        ("string", HeaderValue::from("héllo")),
+        (
+            "bytes",
+            HeaderValue::Bytes(bytes::Bytes::from_static(&[0, 1, 254])),
+        ),
+        ("timestamp", HeaderValue::Timestamp(1_700_000_000)),
+        (
+            "array",
+            HeaderValue::Array(vec![HeaderValue::from("a"), HeaderValue::I32(1)]),
+        ),
+        ("table", HeaderValue::Table(nested)),
+        ("void", HeaderValue::Void),
+    ]
+    .into_iter()
+    .collect()
+}
+
+/// Publish then subscribe with a durable group: nothing published before the consumer started
+/// is lost, and payload, headers of every type and properties arrive exactly as sent.
+pub async fn round_trip_durable_group(env: &Env) {
+    let app = env
+        .app(
+            "spring.cloud.stream.bindings.out: {destination: '{p}rt', producer: {requiredGroups: [g]}}",
+            |b| b.output("out"),
+        )
+        .await;
+    let sent = Message {
+        payload: bytes::Bytes::from_static(b"\x00binary\xffpayload"),
+        headers: every_header_type(),
+        properties: Properties {
+            content_type: Some("application/octet-stream".into()),
+            content_encoding: Some("identity".into()),
+            correlation_id: Some("corr-1".into()),
+            message_id: Some("msg-1".into()),
+            reply_to: Some("replies".into()),
+            expiration: Some("60000".into()),
+            timestamp: Some(1_700_000_001),
+            kind: Some("order.created".into()),
+            user_id: None,
+            app_id: Some("kit".into()),
+            delivery_mode: Some(DeliveryMode::Persistent),
+            priority: Some(3),
+        },
+    };
+    app.output("out")
+        .unwrap()
+        .send_message(sent.clone())
+        .await
+        .unwrap();
+    app.shutdown().await;
+    let mut sub = env.subscribe(&format!("{}rt.g", env.p), 1).await;
+    let got = next(&mut sub).await;
+    assert_eq!(got.message, sent, "the message changed on its way");
+    got.settler.settle(Settlement::Ack).await.unwrap();
+}
+
+/// Destinations are isolated: what is sent to one never reaches another's consumers.
+pub async fn destinations_are_isolated(env: &Env) {
+    let (ta, mut ra) = mpsc::unbounded_channel();
+    let (tb, mut rb) = mpsc::unbounded_channel();
+    let yaml = "spring.cloud.stream.bindings:\n  a: {destination: '{p}iso-a', group: g}\n  b: {destination: '{p}iso-b', group: g}\n";
+    let app = env
+        .app(yaml, |x| {
+            x.listener("a", reporter(ta)).listener("b", reporter(tb))
+        })
+        .await;
+    let p = app.publisher();
+    p.send(&format!("{}iso-a", env.p), &item(1)).await.unwrap();
+    assert_eq!(recv(&mut ra).await, 1);
+    p.send(&format!("{}iso-b", env.p), &item(2)).await.unwrap();
+    assert_eq!(
+        recv(&mut rb).await,
+        2,
+        "b's first message is its own marker"
+    );
+    app.shutdown().await;
+}
+
+/// Two groups each get every message; the members of one group compete and together get
+/// every message exactly once.
+pub async fn groups_each_get_all_and_members_compete(env: &Env) {
+    let g1 = "spring.cloud.stream.bindings.in: {destination: '{p}grp', group: one}";
+    let g2 = "spring.cloud.stream.bindings.in: {destination: '{p}grp', group: two}";
+    let (t1, mut r1) = mpsc::unbounded_channel();
+    let (t2, mut r2) = mpsc::unbounded_channel();
+    let a = env
+        .app(g1, |b| b.listener("in", reporter(t1.clone())))
+        .await;
+    let b = env.app(g1, |b| b.listener("in", reporter(t1))).await;
+    let c = env.app(g2, |b| b.listener("in", reporter(t2))).await;
+    for id in 0..30 {
+        a.publisher()
+            .send(&format!("{}grp", env.p), &item(id))
+            .await
+            .unwrap();
+    }
+    let mut one = collect(&mut r1, 30).await;
+    let mut two = collect(&mut r2, 30).await;
+    one.sort_unstable();
+    two.sort_unstable();
+    assert_eq!(
+        one,
+        (0..30).collect::<Vec<_>>(),
+        "group one: each message once"
+    );
+    assert_eq!(
+        two,
+        (0..30).collect::<Vec<_>>(),
+        "group two: each message once"
+    );
+    for app in [a, b, c] {
+        app.shutdown().await;
+    }
+    assert!(r1.try_recv().is_err(), "no duplicates in group one");
+}
+
+/// Anonymous consumers each get every message published while they are bound.
+pub async fn anonymous_consumers_each_get_all(env: &Env) {
+    let yaml = "spring.cloud.stream.bindings.in.destination: '{p}anon'";
+    let (t1, mut r1) = mpsc::unbounded_channel();
+    let (t2, mut r2) = mpsc::unbounded_channel();
+    let a = env.app(yaml, |b| b.listener("in", reporter(t1))).await;
+    let b = env.app(yaml, |b| b.listener("in", reporter(t2))).await;
+    for id in 0..10 {
+        a.publisher()
+            .send(&format!("{}anon", env.p), &item(id))
+            .await
+            .unwrap();
+    }
+    assert_eq!(collect(&mut r1, 10).await, (0..10).collect::<Vec<_>>());
+    assert_eq!(collect(&mut r2, 10).await, (0..10).collect::<Vec<_>>());
+    a.shutdown().await;
+    b.shutdown().await;
+}
+
+/// `bindingRoutingKey` patterns, several keys split by a delimiter, select what a group gets.
+pub async fn binding_routing_keys_select(env: &Env) {
+    let yaml = r#"
+spring.cloud.stream:
+  bindings:
+    in: {destination: '{p}rk', group: g}
+    out: {destination: '{p}rk'}
+  rabbit.bindings:
+    in.consumer: {bindingRoutingKey: "a.*;b.#", bindingRoutingKeyDelimiter: ";"}
+    out.producer.routingKeyExpression: "headers['rk']"
+"#;
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let app = env
+        .app(yaml, |b| b.listener("in", reporter(tx)).output("out"))
+        .await;
+    let out = app.output("out").unwrap();
+    for (id, key) in [
+        (1, "a.x"),
+        (2, "c.y"),
+        (3, "b.z.w"),
+        (4, "a.x.y"),
+        (5, "a.end"),
+    ] {
+        let m = Message::new(serde_json::to_vec(&item(id)).unwrap()).with_header("rk", key);
+        out.send_message(m).await.unwrap();
+    }
+    assert_eq!(
+        collect(&mut rx, 3).await,
+        vec![1, 3, 5],
+        "c.y and a.x.y match no key"
+    );
+    app.shutdown().await;
+}
+
+/// `routingKeyExpression` on the payload routes to the matching binding key.
+pub async fn routing_key_expressions_route(env: &Env) {
+    let yaml = r#"
+spring.cloud.stream:
+  bindings:
+    alpha: {destination: '{p}expr', group: alpha}
+    out: {destination: '{p}expr'}
+  rabbit.bindings:
+    alpha.consumer.bindingRoutingKey: kind.alpha
+    out.producer.routingKeyExpression: "'kind.' + payload.kind"
+"#;
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let app = env
+        .app(yaml, |b| b.listener("alpha", reporter(tx)).output("out"))
+        .await;
+    let out = app.output("out").unwrap();
+    for (id, kind) in [(1, "alpha"), (2, "beta"), (3, "alpha")] {
+        out.send(&Item {
+            id,
+            kind: kind.into(),
+        })
+        .await
+        .unwrap();
+    }
+    assert_eq!(collect(&mut rx, 2).await, vec![1, 3]);
+    app.shutdown().await;
+}
+
+/// Through the SPI: ack removes; requeue redelivers with the redelivered flag; reject without
+/// requeue goes to the DLQ (`autoBindDlq`).
+pub async fn ack_requeue_reject(env: &Env) {
+    let config = env.config(
+        "spring.cloud.stream:\n  bindings.in: {destination: '{p}settle', group: g}\n  rabbit.bindings.in.consumer: {autoBindDlq: true, republishToDlq: false}\n",
+    );
+    let binding = config.binding("in");
+    let consumer = plan_consumer(&binding, "x");
+    env.binder.provision(&consumer.plan).await.unwrap();
+    let producer = env
+        .binder
+        .producer(ProducerSpec {
+            exchange: consumer.exchange.clone(),
+            delivery_mode: DeliveryMode::Persistent,
+        })
+        .await
+        .unwrap();
+    for text in ["ack", "requeue", "reject"] {
+        producer.publish("#", Message::new(text)).await.unwrap();
+    }
+    let queue = &consumer.queues[0];
+    let mut sub = env.subscribe(queue, 10).await;
+    let mut by_text = std::collections::HashMap::new();
+    for _ in 0..3 {
+        let d = next(&mut sub).await;
+        assert!(!d.redelivered);
+        by_text.insert(String::from_utf8(d.message.payload.to_vec()).unwrap(), d);
+    }
+    by_text
+        .remove("ack")
+        .unwrap()
+        .settler
+        .settle(Settlement::Ack)
+        .await
+        .unwrap();
+    by_text
+        .remove("reject")
+        .unwrap()
+        .settler
+        .settle(Settlement::Reject)
+        .await
+        .unwrap();
+    by_text
+        .remove("requeue")
+        .unwrap()
+        .settler
+        .settle(Settlement::Requeue)
+        .await
+        .unwrap();
+    let again = next(&mut sub).await;
+    assert_eq!(&again.message.payload[..], b"requeue");
+    assert!(
+        again.redelivered,
+        "a requeued message comes back marked redelivered"
+    );
+    again.settler.settle(Settlement::Ack).await.unwrap();
+    let mut dlq = env.subscribe(&format!("{queue}.dlq"), 1).await;
+    let dead = next(&mut dlq).await;
+    assert_eq!(&dead.message.payload[..], b"reject");
+    dead.settler.settle(Settlement::Ack).await.unwrap();
+    sub.cancel().await.unwrap();
+    assert_eq!(env.inspect(queue).await.messages, 0, "nothing left");
+}
+
+/// `republishToDlq` republishes an exhausted message with the documented headers.
+pub async fn republish_adds_diagnostic_headers(env: &Env) {
+    let yaml = "spring.cloud.stream:\n  bindings.in: {destination: '{p}rep', group: g, consumer: {maxAttempts: 1}}\n  rabbit.bindings.in.consumer.autoBindDlq: true\n";
+    let h = handler::payload(|_: Item| async { Err::<(), _>(HandlerError::fatal("cannot ship")) });
+    let app = env.app(yaml, |b| b.listener("in", h)).await;
+    app.publisher()
+        .send(&format!("{}rep", env.p), &item(1))
+        .await
+        .unwrap();
+    let mut dlq = env.subscribe(&format!("{}rep.g.dlq", env.p), 1).await;
+    let dead = next(&mut dlq).await;
+    let h = &dead.message.headers;
+    assert_eq!(h.get_str("x-exception-message"), Some("cannot ship"));
+    assert!(h.get_str("x-exception-stacktrace").is_some());
+    assert_eq!(
+        h.get_str("x-original-exchange"),
+        Some(format!("{}rep", env.p).as_str())
+    );
+    assert_eq!(
+        h.get_str("x-original-routingKey"),
+        Some(format!("{}rep", env.p).as_str())
+    );
+    assert_eq!(h.get("x-attempts").and_then(HeaderValue::as_i64), Some(1));
+    dead.settler.settle(Settlement::Ack).await.unwrap();
+    app.shutdown().await;
+}
+
+/// Retries: exactly `maxAttempts` deliveries to the handler, the back-off honoured, other
+/// messages not blocked meanwhile, the attempt count carried in a header.
+pub async fn retries_are_counted_and_do_not_block(env: &Env) {
+    let yaml = r#"
+spring.cloud.stream:
+  bindings.in: {destination: '{p}retry', group: g, consumer: {maxAttempts: 3, backOffInitialInterval: 200, backOffMultiplier: 2.0}}
+  rabbit.bindings.in.consumer: {autoBindDlq: true, prefetch: 10}
+"#;
+    let (tx, mut rx) = mpsc::unbounded_channel::<(u32, u32, Instant)>();
+    let h = handler::incoming(move |inc| {
+        let tx = tx.clone();
+        async move {
+            let i: Item = inc.decoded()?;
+            let _ = tx.send((i.id, inc.attempt, Instant::now()));
+            if i.id == 1 {
+                Err(HandlerError::retryable("flaky"))
+            } else {
+                Ok(())
+            }
+        }
+    });
+    let app = env.app(yaml, |b| b.listener("in", h)).await;
+    let dest = format!("{}retry", env.p);
+    app.publisher().send(&dest, &item(1)).await.unwrap();
+    app.publisher().send(&dest, &item(2)).await.unwrap();
+    let mut seen = Vec::new();
+    while seen.len() < 4 {
+        seen.push(recv(&mut rx).await);
+    }
+    let failing: Vec<_> = seen.iter().filter(|s| s.0 == 1).collect();
+    assert_eq!(failing.len(), 3, "exactly maxAttempts deliveries");
+    assert_eq!(
+        failing.iter().map(|s| s.1).collect::<Vec<_>>(),
+        vec![1, 2, 3]
+    );
+    assert!(
+        failing[1].2 - failing[0].2 >= Duration::from_millis(190),
+        "first back-off"
+    );
+    assert!(
+        failing[2].2 - failing[1].2 >= Duration::from_millis(390),
+        "second back-off"
+    );
+    let other = seen.iter().find(|s| s.0 == 2).unwrap();
+    assert!(
+        other.2 < failing[1].2,
+        "the other message did not wait for the retries"
+    );
+    let mut dlq = env.subscribe(&format!("{dest}.g.dlq"), 1).await;
+    let dead = next(&mut dlq).await;
+    assert_eq!(
+        dead.message
+            .headers
+            .get("x-attempts")
+            .and_then(HeaderValue::as_i64),
+        Some(3)
+    );
+    dead.settler.settle(Settlement::Ack).await.unwrap();
+    app.shutdown().await;
+}
+
+/// A poison (undecodable) message goes to the DLQ with its reason; the consumer continues.
+pub async fn poison_messages_go_to_the_dlq(env: &Env) {
+    let yaml = "spring.cloud.stream:\n  bindings.in: {destination: '{p}poison', group: g}\n  rabbit.bindings.in.consumer.autoBindDlq: true\n";
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let app = env.app(yaml, |b| b.listener("in", reporter(tx))).await;
+    let dest = format!("{}poison", env.p);
+    app.publisher()
+        .send_message(
+            &dest,
+            Message::new("{oops").with_content_type("application/json"),
+        )
+        .await
+        .unwrap();
+    app.publisher().send(&dest, &item(7)).await.unwrap();
+    assert_eq!(recv(&mut rx).await, 7, "the consumer continues");
+    let mut dlq = env.subscribe(&format!("{dest}.g.dlq"), 1).await;
+    let dead = next(&mut dlq).await;
+    let reason = dead
+        .message
+        .headers
+        .get_str("x-exception-message")
+        .unwrap_or_default();
+    assert!(reason.contains("cannot decode the payload"), "{reason}");
+    dead.settler.settle(Settlement::Ack).await.unwrap();
+    app.shutdown().await;
+}
+
+/// No more than `prefetch` unsettled deliveries per consumer: the rest stay ready.
+pub async fn prefetch_bounds_unsettled_deliveries(env: &Env) {
+    let config = env.config("spring.cloud.stream.bindings.in: {destination: '{p}pf', group: g}");
+    let consumer = plan_consumer(&config.binding("in"), "x");
+    env.binder.provision(&consumer.plan).await.unwrap();
+    let producer = env
+        .binder
+        .producer(ProducerSpec {
+            exchange: consumer.exchange.clone(),
+            delivery_mode: DeliveryMode::NonPersistent,
+        })
+        .await
+        .unwrap();
+    for i in 0..10 {
+        producer
+            .publish("#", Message::new(i.to_string()))
+            .await
+            .unwrap();
+    }
+    let queue = &consumer.queues[0];
+    let mut sub = env.subscribe(queue, 3).await;
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        held.push(next(&mut sub).await);
+    }
+    let info = env.inspect(queue).await;
+    assert_eq!(info.messages, 7, "with prefetch 3, seven stay in the queue");
+    for d in held {
+        d.settler.settle(Settlement::Ack).await.unwrap();
+    }
+    for _ in 0..7 {
+        next(&mut sub)
+            .await
+            .settler
+            .settle(Settlement::Ack)
+            .await
+            .unwrap();
+    }
+    sub.cancel().await.unwrap();
+}
+
+/// With one consumer and `concurrency: 1`, messages are handled in publish order.
+pub async fn order_is_kept_with_one_consumer(env: &Env) {
+    let yaml = "spring.cloud.stream:\n  bindings.in: {destination: '{p}ord', group: g}\n  rabbit.bindings.in.consumer.prefetch: 20\n";
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let app = env.app(yaml, |b| b.listener("in", reporter(tx))).await;
+    for id in 0..100 {
+        app.publisher()
+            .send(&format!("{}ord", env.p), &item(id))
+            .await
+            .unwrap();
+    }
+    assert_eq!(collect(&mut rx, 100).await, (0..100).collect::<Vec<_>>());
+    app.shutdown().await;
+}
+
+/// A consumer closed with unsettled deliveries: they are redelivered to another member.
+pub async fn unacked_messages_of_a_closed_consumer_are_redelivered(env: &Env) {
+    let config = env.config("spring.cloud.stream.bindings.in: {destination: '{p}crash', group: g}");
+    let consumer = plan_consumer(&config.binding("in"), "x");
+    env.binder.provision(&consumer.plan).await.unwrap();
+    let producer = env
+        .binder
+        .producer(ProducerSpec {
+            exchange: consumer.exchange.clone(),
+            delivery_mode: DeliveryMode::Persistent,
+        })
+        .await
+        .unwrap();
+    for i in 0..5 {
+        producer
+            .publish("#", Message::new(i.to_string()))
+            .await
+            .unwrap();
+    }
+    let queue = &consumer.queues[0];
+    let mut crashing = env.subscribe(queue, 10).await;
+    let mut held = Vec::new();
+    for _ in 0..5 {
+        held.push(next(&mut crashing).await);
+    }
+    // The consumer dies: its subscription and unsettled deliveries are dropped unsettled.
+    drop(held);
+    drop(crashing);
+    let mut survivor = env.subscribe(queue, 10).await;
+    let mut texts = BTreeSet::new();
+    for _ in 0..5 {
+        let d = next(&mut survivor).await;
+        assert!(d.redelivered, "redelivered after the crash");
+        texts.insert(String::from_utf8(d.message.payload.to_vec()).unwrap());
+        d.settler.settle(Settlement::Ack).await.unwrap();
+    }
+    assert_eq!(texts.len(), 5);
+    survivor.cancel().await.unwrap();
+}
+
+/// A producer closed after N confirmed sends: all N are consumable.
+pub async fn confirmed_messages_survive_the_producer(env: &Env) {
+    let yaml = "spring.cloud.stream.bindings.out: {destination: '{p}conf', producer: {requiredGroups: [g]}}";
+    let app = env.app(yaml, |b| b.output("out")).await;
+    let out = app.output("out").unwrap();
+    for id in 0..50 {
+        out.send(&item(id)).await.unwrap();
+    }
+    app.shutdown().await;
+    assert_eq!(env.inspect(&format!("{}conf.g", env.p)).await.messages, 50);
+}
+
+/// Consumers joining and leaving a group while messages flow lose nothing.
+pub async fn concurrent_bind_and_unbind_lose_nothing(env: &Env) {
+    let yaml = "spring.cloud.stream.bindings:\n  in: {destination: '{p}churn', group: g}\n  out: {destination: '{p}churn', producer: {requiredGroups: [g]}}\n";
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let producer = env
+        .app(yaml, |b| {
+            b.output("out").listener("in", reporter(tx.clone()))
+        })
+        .await;
+    let out = producer.output("out").unwrap();
+    let send = tokio::spawn(async move {
+        for id in 0..200 {
+            out.send(&item(id)).await.unwrap();
+        }
+    });
+    for _ in 0..5 {
+        let app = env
+            .app(
+                "spring.cloud.stream.bindings.in: {destination: '{p}churn', group: g}",
+                |b| b.listener("in", reporter(tx.clone())),
+            )
+            .await;
+        tokio::task::yield_now().await;
+        app.shutdown().await;
+    }
+    send.await.unwrap();
+    let mut seen = BTreeSet::new();
+    while seen.len() < 200 {
+        seen.insert(recv(&mut rx).await);
+    }
+    producer.shutdown().await;
+}
+
+/// Pause keeps the subscription but takes nothing; resume takes again; stop leaves messages
+/// in the queue; start takes them.
+pub async fn pause_resume_stop_start(env: &Env) {
+    let yaml = "spring.cloud.stream.bindings:\n  in: {destination: '{p}life', group: g}\n  out: {destination: '{p}life'}\n";
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let app = env
+        .app(yaml, |b| b.listener("in", reporter(tx)).output("out"))
+        .await;
+    let out = app.output("out").unwrap();
+    app.pause("in").await.unwrap();
+    out.send(&item(1)).await.unwrap();
+    app.resume("in").await.unwrap();
+    assert_eq!(recv(&mut rx).await, 1);
+    app.stop("in").await.unwrap();
+    out.send(&item(2)).await.unwrap();
+    assert_eq!(env.inspect(&format!("{}life.g", env.p)).await.messages, 1);
+    app.start("in").await.unwrap();
+    assert_eq!(recv(&mut rx).await, 2);
+    app.shutdown().await;
+}
+
+/// Shutdown with handlers in flight: they finish and are settled; the rest stay queued.
+pub async fn graceful_shutdown_loses_nothing(env: &Env) {
+    let yaml = "spring.cloud.stream:\n  bindings.in: {destination: '{p}drain', group: g, consumer: {concurrency: 2}}\n  rabbit.bindings.in.consumer.prefetch: 10\n";
+    let started = Arc::new(AtomicU32::new(0));
+    let finished = Arc::new(AtomicU32::new(0));
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let release = Arc::new(tokio::sync::Notify::new());
+    let (s, f, r) = (started.clone(), finished.clone(), release.clone());
+    let h = handler::payload(move |_: Item| {
+        let (s, f, r, tx) = (s.clone(), f.clone(), r.clone(), tx.clone());
+        async move {
+            s.fetch_add(1, Ordering::SeqCst);
+            let _ = tx.send(());
+            r.notified().await;
+            f.fetch_add(1, Ordering::SeqCst);
+        }
+    });
+    let app = env.app(yaml, |b| b.listener("in", h)).await;
+    for id in 0..6 {
+        app.publisher()
+            .send(&format!("{}drain", env.p), &item(id))
+            .await
+            .unwrap();
+    }
+    recv(&mut rx).await;
+    recv(&mut rx).await;
+    let shutdown = tokio::spawn(app.shutdown());
+    // Release the two in flight once shutdown has begun (and keep releasing any late ones).
+    let releaser = tokio::spawn(async move {
+        loop {
+            release.notify_waiters();
+            tokio::task::yield_now().await;
+        }
+    });
+    let report = tokio::time::timeout(crate::kit::WAIT, shutdown)
+        .await
+        .expect("shutdown finished")
+        .unwrap();
+    releaser.abort();
+    assert!(report.drained);
+    let done = finished.load(Ordering::SeqCst);
+    assert_eq!(
+        done,
+        started.load(Ordering::SeqCst),
+        "every started handler finished"
+    );
+    let left = env.inspect(&format!("{}drain.g", env.p)).await.messages;
+    assert_eq!(
+        done + left,
+        6,
+        "finished ones were acked, the others are back in the queue"
+    );
+}
+
+/// Declaring the same topology twice declares nothing new; a conflicting redeclaration is an
+/// error that names the queue and the argument.
+pub async fn topology_is_idempotent_and_conflicts_are_clear(env: &Env) {
+    let base = env.config("spring.cloud.stream.bindings.in: {destination: '{p}topo', group: g}");
+    let plan = plan_consumer(&base.binding("in"), "x").plan;
+    env.binder.provision(&plan).await.unwrap();
+    env.binder.provision(&plan).await.unwrap();
+    let conflicting = env.config(
+        "spring.cloud.stream:\n  bindings.in: {destination: '{p}topo', group: g}\n  rabbit.bindings.in.consumer.ttl: 1000\n",
+    );
+    let err = env
+        .binder
+        .provision(&plan_consumer(&conflicting.binding("in"), "x").plan)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains(&format!("{}topo.g", env.p)), "{err}");
+    assert!(err.contains("x-message-ttl"), "{err}");
+    let producer = plan_producer(&base.binding("in"));
+    env.binder.provision(&producer.plan).await.unwrap();
+}
+
+/// The same YAML runs unchanged on every binder: a processor chain.
+pub async fn one_yaml_runs_on_every_binder(env: &Env) {
+    let yaml = r#"
+spring.cloud.stream:
+  bindings:
+    orders: {destination: '{p}yaml-orders', group: billing, consumer: {maxAttempts: 2, backOffInitialInterval: 10}}
+    invoices: {destination: '{p}yaml-invoices'}
+    audit: {destination: '{p}yaml-invoices', group: audit}
+  rabbit.bindings:
+    orders.consumer: {autoBindDlq: true, prefetch: 5, bindingRoutingKey: "order.#"}
+    invoices.producer.routingKeyExpression: "'invoice.' + payload.kind"
+"#;
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let app = env
+        .app(yaml, |b| {
+            b.processor(
+                "orders",
+                "invoices",
+                handler::payload(|i: Item| async move {
+                    Reply(Item {
+                        id: i.id * 10,
+                        kind: "paid".into(),
+                    })
+                }),
+            )
+            .listener("audit", reporter(tx))
+        })
+        .await;
+    // The orders binding only takes `order.#` keys: send through an output with such a key.
+    let routed = env
+        .app(
+            "spring.cloud.stream:\n  bindings.o: {destination: '{p}yaml-orders'}\n  rabbit.bindings.o.producer.routingKey: order.new\n",
+            |b| b.output("o"),
+        )
+        .await;
+    for id in 1..=3 {
+        routed.output("o").unwrap().send(&item(id)).await.unwrap();
+    }
+    let mut got = collect(&mut rx, 3).await;
+    got.sort_unstable();
+    assert_eq!(got, vec![10, 20, 30]);
+    routed.shutdown().await;
+    app.shutdown().await;
+}

@@ -1,0 +1,248 @@
+//! The harness: targets (binders under test), per-case environments, the runner and the
+//! suite macro.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use binder_core::binder::{Binder, Inbound, QueueInfo, Subscription, SubscriptionSpec};
+use binder_core::config::{ConfigLoader, StreamConfig};
+use binder_core::runtime::{App, AppBuilder, RunningApp};
+use binder_core::topology;
+
+/// What a binder may legitimately not promise: cases it skips, each with the reason.
+#[derive(Debug, Clone, Default)]
+pub struct Capabilities {
+    /// `(case name, reason)` of each case that does not apply to this binder.
+    pub skips: Vec<(&'static str, &'static str)>,
+}
+
+/// A binder under test.
+#[async_trait]
+pub trait Target: Send + Sync {
+    /// The binder type (`embedded`, `rabbit`).
+    fn binder_type(&self) -> &'static str;
+    /// What it promises.
+    fn capabilities(&self) -> Capabilities;
+    /// A fresh binder for one case, or why none can run here (then every case is skipped
+    /// with that reason, or fails when the target is required, e.g. `REQUIRE_RABBIT=1`).
+    async fn binder(&self) -> Result<Arc<dyn Binder>, String>;
+    /// Whether an unavailable binder fails the run instead of skipping it.
+    fn required(&self) -> bool {
+        false
+    }
+}
+
+/// How long a case waits for something that should happen.
+pub const WAIT: Duration = Duration::from_secs(15);
+
+/// The environment of one case: its binder and a unique name prefix.
+pub struct Env {
+    /// The binder under test.
+    pub binder: Arc<dyn Binder>,
+    /// Prefix making this case's destinations unique (`{p}` in YAML templates).
+    pub p: String,
+    binder_type: &'static str,
+    configs: std::sync::Mutex<Vec<StreamConfig>>,
+}
+
+impl std::fmt::Debug for Env {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Env").field("p", &self.p).finish()
+    }
+}
+
+fn unique() -> String {
+    static N: AtomicU64 = AtomicU64::new(0);
+    let n = N.fetch_add(1, Ordering::Relaxed);
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or_default();
+    format!(
+        "kit{:x}{n}",
+        (t ^ (u64::from(std::process::id()) << 20)) & 0xffffff
+    )
+}
+
+impl Env {
+    /// A configuration from a YAML template (`{p}` is the case's prefix), on this binder.
+    pub fn config(&self, template: &str) -> StreamConfig {
+        let yaml = template.replace("{p}", &self.p);
+        let config = ConfigLoader::new()
+            .env(Vec::<(String, String)>::new())
+            .yaml_str(&yaml)
+            .set("spring.cloud.stream.binders.kit.type", self.binder_type)
+            .set("spring.cloud.stream.defaultBinder", "kit")
+            .load()
+            .unwrap_or_else(|e| panic!("kit configuration: {e}\n{yaml}"));
+        self.configs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(config.clone());
+        config
+    }
+
+    /// An application builder on this binder.
+    pub fn builder(&self, template: &str) -> AppBuilder {
+        App::builder(self.config(template)).binder("kit", self.binder.clone())
+    }
+
+    /// Starts an application with the given setup.
+    pub async fn app(
+        &self,
+        template: &str,
+        setup: impl FnOnce(AppBuilder) -> AppBuilder,
+    ) -> RunningApp {
+        setup(self.builder(template))
+            .start()
+            .await
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Subscribes to a queue directly through the SPI.
+    pub async fn subscribe(&self, queue: &str, prefetch: u16) -> Box<dyn Subscription> {
+        self.binder
+            .subscribe(SubscriptionSpec {
+                queue: queue.to_owned(),
+                prefetch,
+                auto_ack: false,
+                exclusive: false,
+                consumer_tag: None,
+            })
+            .await
+            .unwrap_or_else(|e| panic!("subscribe {queue}: {e}"))
+    }
+
+    /// Ready messages and consumers of a queue.
+    pub async fn inspect(&self, queue: &str) -> QueueInfo {
+        self.binder
+            .inspect(queue)
+            .await
+            .unwrap_or_else(|e| panic!("inspect {queue}: {e}"))
+    }
+
+    /// Removes what the case's configurations declared.
+    async fn cleanup(&self) {
+        let configs = std::mem::take(&mut *self.configs.lock().unwrap_or_else(|p| p.into_inner()));
+        for config in configs {
+            if let Ok(plan) = topology::plan(&config) {
+                let _ = self.binder.remove(&plan).await;
+            }
+            for binding in config.bindings.values() {
+                // Consumer topology (queues, DLQs), whatever role the plan inferred.
+                let consumer = topology::plan_consumer(binding, "x");
+                let _ = self.binder.remove(&consumer.plan).await;
+            }
+        }
+        self.binder.close().await;
+    }
+}
+
+/// The next delivery of a subscription, within [`WAIT`].
+pub async fn next(sub: &mut Box<dyn Subscription>) -> Inbound {
+    tokio::time::timeout(WAIT, sub.next())
+        .await
+        .expect("no delivery within the wait")
+        .expect("subscription ended")
+}
+
+/// Waits for a condition on a value that changes, checking after each event of `changes`.
+pub async fn recv<T>(rx: &mut tokio::sync::mpsc::UnboundedReceiver<T>) -> T {
+    tokio::time::timeout(WAIT, rx.recv())
+        .await
+        .expect("nothing arrived within the wait")
+        .expect("channel closed")
+}
+
+/// A case: an async function of the environment.
+pub type Case = fn(&Env) -> Pin<Box<dyn Future<Output = ()> + Send + '_>>;
+
+/// Runs one case on a target: skipped (with the reason printed) when the target is
+/// unavailable, repeated `CONFORMANCE_STRESS` times in parallel when that variable is set.
+pub async fn run(target: &dyn Target, name: &str, case: Case) {
+    let caps = target.capabilities();
+    if let Some((_, reason)) = caps.skips.iter().find(|(case, _)| *case == name) {
+        eprintln!(
+            "SKIPPED conformance case `{name}` on `{}`: {reason}",
+            target.binder_type()
+        );
+        return;
+    }
+    let runs: usize = std::env::var("CONFORMANCE_STRESS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1)
+        .max(1);
+    let mut envs = Vec::new();
+    for _ in 0..runs {
+        let binder = match target.binder().await {
+            Ok(b) => b,
+            Err(reason) if target.required() => {
+                panic!(
+                    "conformance case `{name}` on `{}`: {reason}",
+                    target.binder_type()
+                )
+            }
+            Err(reason) => {
+                eprintln!(
+                    "SKIPPED conformance case `{name}` on `{}`: {reason}",
+                    target.binder_type()
+                );
+                return;
+            }
+        };
+        envs.push(Env {
+            binder,
+            p: format!("{}-", unique()),
+            binder_type: target.binder_type(),
+            configs: std::sync::Mutex::new(Vec::new()),
+        });
+    }
+    futures::future::join_all(envs.iter().map(case)).await;
+    for env in &envs {
+        env.cleanup().await;
+    }
+}
+
+/// Instantiates every case for a target: `conformance_suite!(stream_tests::targets::Embedded);`
+#[macro_export]
+macro_rules! conformance_suite {
+    ($target:expr) => {
+        $crate::conformance_suite!(@cases $target;
+            round_trip_durable_group,
+            destinations_are_isolated,
+            groups_each_get_all_and_members_compete,
+            anonymous_consumers_each_get_all,
+            binding_routing_keys_select,
+            routing_key_expressions_route,
+            ack_requeue_reject,
+            republish_adds_diagnostic_headers,
+            retries_are_counted_and_do_not_block,
+            poison_messages_go_to_the_dlq,
+            prefetch_bounds_unsettled_deliveries,
+            order_is_kept_with_one_consumer,
+            unacked_messages_of_a_closed_consumer_are_redelivered,
+            confirmed_messages_survive_the_producer,
+            concurrent_bind_and_unbind_lose_nothing,
+            pause_resume_stop_start,
+            graceful_shutdown_loses_nothing,
+            topology_is_idempotent_and_conflicts_are_clear,
+            one_yaml_runs_on_every_binder
+        );
+    };
+    (@cases $target:expr; $($case:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $case() {
+                $crate::kit::run(&$target, stringify!($case), |env| {
+                    Box::pin($crate::cases::$case(env))
+                })
+                .await;
+            }
+        )*
+    };
+}

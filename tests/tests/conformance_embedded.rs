@@ -1,0 +1,3 @@
+//! The conformance kit on the `embedded` binder.
+
+stream_tests::conformance_suite!(stream_tests::targets::Embedded);
