@@ -1,1 +1,11 @@
-//! Coming in a later issue.
+//! The `rabbit` binder: AMQP 0-9-1 servers (RabbitMQ) through `lapin`.
+//!
+//! Registered as binder type `rabbit`; connection settings are Spring Boot's
+//! `spring.rabbitmq.*` ([`RabbitSettings`]).
+
+mod binder;
+mod convert;
+mod settings;
+
+pub use binder::{RabbitBinder, link};
+pub use settings::RabbitSettings;

@@ -129,13 +129,21 @@ impl Env {
     async fn cleanup(&self) {
         let configs = std::mem::take(&mut *self.configs.lock().unwrap_or_else(|p| p.into_inner()));
         for config in configs {
-            if let Ok(plan) = topology::plan(&config) {
+            let mut plans: Vec<topology::TopologyPlan> =
+                topology::plan(&config).into_iter().collect();
+            // Consumer topology (queues, DLQs), whatever role the plan inferred.
+            plans.extend(
+                config
+                    .bindings
+                    .values()
+                    .map(|b| topology::plan_consumer(b, "x").plan),
+            );
+            for mut plan in plans {
+                // Only what this case named: shared exchanges such as `DLX` stay, since other
+                // cases running at the same time on the same broker use them.
+                plan.exchanges.retain(|x| x.name.starts_with(&self.p));
+                plan.queues.retain(|q| q.name.starts_with(&self.p));
                 let _ = self.binder.remove(&plan).await;
-            }
-            for binding in config.bindings.values() {
-                // Consumer topology (queues, DLQs), whatever role the plan inferred.
-                let consumer = topology::plan_consumer(binding, "x");
-                let _ = self.binder.remove(&consumer.plan).await;
             }
         }
         self.binder.close().await;

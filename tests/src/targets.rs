@@ -3,9 +3,10 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use binder_core::binder::Binder;
+use binder_core::binder::{Binder, BinderError};
 use binder_embedded::EmbeddedBinder;
 use binder_embedded::engine::Broker;
+use binder_rabbit::{RabbitBinder, RabbitSettings};
 
 use crate::kit::{Capabilities, Target};
 
@@ -39,6 +40,27 @@ impl Target for Rabbit {
         Capabilities::default()
     }
     async fn binder(&self) -> Result<Arc<dyn Binder>, String> {
-        Err("the rabbit binder is not implemented yet (issue 7); this instantiation is wired so that it only has to pass".to_owned())
+        let url = amqp_url();
+        let binder = RabbitBinder::new(RabbitSettings::from_uri(&url));
+        // A cheap round trip tells whether a broker answers.
+        match tokio::time::timeout(
+            std::time::Duration::from_secs(5),
+            binder.inspect("amq.rabbitmq.trace-probe-nonexistent"),
+        )
+        .await
+        {
+            Ok(Err(BinderError::Broker(e))) => Err(format!("no RabbitMQ answers at {url}: {e}")),
+            Err(_) => Err(format!("no RabbitMQ answers at {url} within 5 s")),
+            Ok(_) => Ok(Arc::new(binder)),
+        }
     }
+
+    fn required(&self) -> bool {
+        std::env::var("REQUIRE_RABBIT").is_ok_and(|v| v == "1")
+    }
+}
+
+/// The broker the rabbit tests use: `AMQP_URL`, by default the local RabbitMQ.
+pub fn amqp_url() -> String {
+    std::env::var("AMQP_URL").unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".to_owned())
 }

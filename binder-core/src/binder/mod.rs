@@ -171,7 +171,8 @@ pub struct QueueInfo {
 pub struct BinderRegistration {
     /// The type name the configuration uses.
     pub binder_type: &'static str,
-    /// Creates a binder from its configuration's `environment` tree.
+    /// Creates a binder from the configuration tree its binder configuration sees
+    /// (`StreamConfig::binder_environment`: e.g. `spring.rabbitmq.*`).
     pub create: fn(&config::Value) -> BinderResult<std::sync::Arc<dyn Binder>>,
 }
 

@@ -172,6 +172,24 @@ impl StreamConfig {
         })
     }
 
+    /// The configuration tree a binder configuration sees: the application's whole tree
+    /// (unless `inheritEnvironment: false`) overlaid with its `environment`. A bare binder
+    /// type (no `binders.<name>` entry) sees the whole tree.
+    pub fn binder_environment(&self, name: &str) -> Value {
+        let Some(binder) = self.binders.get(name) else {
+            return self.raw.clone();
+        };
+        let mut tree = if binder.inherit_environment {
+            self.raw.clone()
+        } else {
+            Value::new(None, ValueKind::Table(Table::new()))
+        };
+        let mut environment = binder.environment.clone();
+        super::env::expand_dotted(&mut environment);
+        super::env::merge(&mut tree, environment);
+        tree
+    }
+
     /// This configuration with only the named bindings, for one of several services hosted
     /// in one process with one configuration file.
     pub fn select(&self, bindings: &[&str]) -> StreamConfig {

@@ -67,11 +67,7 @@ impl Binders {
                 }
             ));
         };
-        let env = config
-            .binders
-            .get(&name)
-            .map(|b| b.environment.clone())
-            .unwrap_or_default();
+        let env = config.binder_environment(&name);
         let binder = (registration.create)(&env)
             .map_err(|e| format!("binding `{binding}`: cannot create binder `{name}`: {e}"))?;
         created.insert(name, binder.clone());

@@ -434,6 +434,12 @@ pub(crate) async fn run_queue(
                     }
                     continue;
                 };
+                // Resumed after a pause: the subscription is still there.
+                actual.send_if_modified(|s| {
+                    let changed = *s != BindingState::Running;
+                    *s = BindingState::Running;
+                    changed
+                });
                 // Control changes win over deliveries, so a stop takes effect at once.
                 tokio::select! {
                     biased;

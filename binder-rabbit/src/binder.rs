@@ -1,0 +1,500 @@
+//! The `rabbit` binder: the binder SPI over lapin.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use binder_core::binder::{
+    Binder, BinderError, BinderRegistration, BinderResult, Inbound, Producer, ProducerSpec,
+    QueueInfo, Settle, Settlement, Subscription, SubscriptionSpec,
+};
+use binder_core::config::ExchangeType;
+use binder_core::message::Message;
+use binder_core::topology::{DestinationType, TopologyPlan};
+use futures::StreamExt;
+use lapin::Confirmation;
+use lapin::options::{
+    BasicAckOptions, BasicCancelOptions, BasicConsumeOptions, BasicNackOptions,
+    BasicPublishOptions, BasicQosOptions, BasicRejectOptions, ConfirmSelectOptions,
+    ExchangeBindOptions, ExchangeDeclareOptions, ExchangeDeleteOptions, QueueBindOptions,
+    QueueDeclareOptions, QueueDeleteOptions,
+};
+use lapin::types::{FieldTable, LongString, ShortString};
+use lapin::{Channel, Connection, ConnectionProperties, ExchangeKind};
+use tokio::sync::Mutex;
+
+use crate::convert;
+use crate::settings::RabbitSettings;
+
+fn create(tree: &config::Value) -> BinderResult<Arc<dyn Binder>> {
+    Ok(Arc::new(RabbitBinder::new(RabbitSettings::from_config(
+        tree,
+    ))))
+}
+
+inventory::submit! { BinderRegistration::new("rabbit", create) }
+
+/// Makes sure the `rabbit` binder's registration is linked into the program (call it once in
+/// a program that names nothing else from this crate).
+pub fn link() {}
+
+fn broker(e: lapin::Error) -> BinderError {
+    BinderError::Broker(e.to_string())
+}
+
+fn kind(t: ExchangeType) -> ExchangeKind {
+    match t {
+        ExchangeType::Direct => ExchangeKind::Direct,
+        ExchangeType::Fanout => ExchangeKind::Fanout,
+        ExchangeType::Topic => ExchangeKind::Topic,
+        ExchangeType::Headers => ExchangeKind::Headers,
+    }
+}
+
+/// The `rabbit` binder: one connection (to the first reachable address), a channel per
+/// producer and per subscription. A lost connection is replaced on next use.
+#[derive(Debug)]
+pub struct RabbitBinder {
+    link: Arc<Link>,
+}
+
+/// The binder's connection, shared with its producers.
+#[derive(Debug)]
+struct Link {
+    settings: RabbitSettings,
+    connection: Mutex<Option<Arc<Connection>>>,
+}
+
+impl RabbitBinder {
+    /// A binder with these settings; it connects on first use.
+    pub fn new(settings: RabbitSettings) -> Self {
+        RabbitBinder {
+            link: Arc::new(Link {
+                settings,
+                connection: Mutex::new(None),
+            }),
+        }
+    }
+
+    async fn channel(&self) -> BinderResult<Channel> {
+        self.link.channel().await
+    }
+}
+
+impl Link {
+    /// The open connection, connecting (each address in order) if there is none.
+    async fn connection(&self) -> BinderResult<Arc<Connection>> {
+        let mut guard = self.connection.lock().await;
+        if let Some(c) = guard.as_ref() {
+            if c.status().connected() {
+                return Ok(c.clone());
+            }
+        }
+        let mut last = String::from("no address configured");
+        for uri in &self.settings.uris {
+            let props = ConnectionProperties::default().with_connection_name(LongString::from(
+                self.settings.connection_name.as_bytes().to_vec(),
+            ));
+            match Connection::connect(uri, props).await {
+                Ok(c) => {
+                    let c = Arc::new(c);
+                    *guard = Some(c.clone());
+                    return Ok(c);
+                }
+                Err(e) => {
+                    tracing::warn!(uri = %redact(uri), error = %e, "cannot connect to RabbitMQ");
+                    last = format!("{}: {e}", redact(uri));
+                }
+            }
+        }
+        Err(BinderError::Broker(format!(
+            "cannot connect to RabbitMQ ({last})"
+        )))
+    }
+
+    async fn channel(&self) -> BinderResult<Channel> {
+        self.connection()
+            .await?
+            .create_channel()
+            .await
+            .map_err(broker)
+    }
+}
+
+/// A URI without its password, for logs and errors.
+fn redact(uri: &str) -> String {
+    match (uri.find("://"), uri.find('@')) {
+        (Some(s), Some(at)) if at > s => {
+            let creds = &uri[s + 3..at];
+            let user = creds.split(':').next().unwrap_or_default();
+            format!("{}{user}:***{}", &uri[..s + 3], &uri[at..])
+        }
+        _ => uri.to_owned(),
+    }
+}
+
+#[async_trait]
+impl Binder for RabbitBinder {
+    fn binder_type(&self) -> &str {
+        "rabbit"
+    }
+
+    async fn provision(&self, plan: &TopologyPlan) -> BinderResult<()> {
+        let declare = |what: String| {
+            move |e: lapin::Error| BinderError::Declare {
+                what: what.clone(),
+                reason: e.to_string(),
+            }
+        };
+        // A refused declaration closes the channel (AMQP), so each entity gets a fresh one
+        // only after a failure; the happy path uses one channel.
+        let ch = self.channel().await?;
+        for x in &plan.exchanges {
+            if x.name.starts_with("amq.") {
+                continue;
+            }
+            let options = ExchangeDeclareOptions {
+                passive: false,
+                durable: x.durable,
+                auto_delete: x.auto_delete,
+                internal: x.internal,
+                nowait: false,
+            };
+            ch.exchange_declare(
+                ShortString::from(x.name.as_str()),
+                kind(x.kind),
+                options,
+                convert::to_table(&x.arguments),
+            )
+            .await
+            .map_err(declare(format!("exchange `{}`", x.name)))?;
+        }
+        for q in &plan.queues {
+            let options = QueueDeclareOptions {
+                passive: false,
+                durable: q.durable,
+                exclusive: q.exclusive,
+                auto_delete: q.auto_delete,
+                nowait: false,
+            };
+            ch.queue_declare(
+                ShortString::from(q.name.as_str()),
+                options,
+                convert::to_table(&q.arguments),
+            )
+            .await
+            .map_err(declare(format!("queue `{}`", q.name)))?;
+        }
+        for b in &plan.bindings {
+            let what = format!(
+                "binding {} -> {} ({})",
+                b.source, b.destination, b.routing_key
+            );
+            let args = convert::to_table(&b.arguments);
+            match b.destination_type {
+                DestinationType::Queue => {
+                    ch.queue_bind(
+                        ShortString::from(b.destination.as_str()),
+                        ShortString::from(b.source.as_str()),
+                        ShortString::from(b.routing_key.as_str()),
+                        QueueBindOptions::default(),
+                        args,
+                    )
+                    .await
+                }
+                DestinationType::Exchange => {
+                    ch.exchange_bind(
+                        ShortString::from(b.destination.as_str()),
+                        ShortString::from(b.source.as_str()),
+                        ShortString::from(b.routing_key.as_str()),
+                        ExchangeBindOptions::default(),
+                        args,
+                    )
+                    .await
+                }
+            }
+            .map_err(declare(what))?;
+        }
+        let _ = ch.close(200, ShortString::from("OK")).await;
+        Ok(())
+    }
+
+    async fn producer(&self, spec: ProducerSpec) -> BinderResult<Box<dyn Producer>> {
+        Ok(Box::new(RabbitProducer {
+            link: self.link.clone(),
+            channel: Mutex::new(None),
+            spec,
+        }))
+    }
+
+    async fn subscribe(&self, spec: SubscriptionSpec) -> BinderResult<Box<dyn Subscription>> {
+        let channel = self.channel().await?;
+        if spec.prefetch > 0 {
+            channel
+                .basic_qos(spec.prefetch, BasicQosOptions { global: false })
+                .await
+                .map_err(broker)?;
+        }
+        let consumer = channel
+            .basic_consume(
+                ShortString::from(spec.queue.as_str()),
+                ShortString::from(spec.consumer_tag.clone().unwrap_or_default().as_str()),
+                BasicConsumeOptions {
+                    no_local: false,
+                    no_ack: spec.auto_ack,
+                    exclusive: spec.exclusive,
+                    nowait: false,
+                },
+                FieldTable::default(),
+            )
+            .await
+            .map_err(|e| {
+                let text = e.to_string();
+                if text.contains("NOT_FOUND") {
+                    BinderError::NotFound(format!("queue `{}`", spec.queue))
+                } else {
+                    broker(e)
+                }
+            })?;
+        Ok(Box::new(RabbitSubscription {
+            channel: Arc::new(ChannelGuard(channel)),
+            consumer: Some(consumer),
+            auto_ack: spec.auto_ack,
+        }))
+    }
+
+    async fn inspect(&self, queue: &str) -> BinderResult<QueueInfo> {
+        let ch = self.channel().await?;
+        let q = ch
+            .queue_declare(
+                ShortString::from(queue),
+                QueueDeclareOptions {
+                    passive: true,
+                    ..Default::default()
+                },
+                FieldTable::default(),
+            )
+            .await
+            .map_err(|_| BinderError::NotFound(format!("queue `{queue}`")))?;
+        let info = QueueInfo {
+            messages: q.message_count(),
+            consumers: q.consumer_count(),
+        };
+        let _ = ch.close(200, ShortString::from("OK")).await;
+        Ok(info)
+    }
+
+    async fn remove(&self, plan: &TopologyPlan) -> BinderResult<()> {
+        let ch = self.channel().await?;
+        for q in &plan.queues {
+            ch.queue_delete(
+                ShortString::from(q.name.as_str()),
+                QueueDeleteOptions::default(),
+            )
+            .await
+            .map_err(broker)?;
+        }
+        for x in &plan.exchanges {
+            if x.name.is_empty() || x.name.starts_with("amq.") {
+                continue;
+            }
+            ch.exchange_delete(
+                ShortString::from(x.name.as_str()),
+                ExchangeDeleteOptions::default(),
+            )
+            .await
+            .map_err(broker)?;
+        }
+        let _ = ch.close(200, ShortString::from("OK")).await;
+        Ok(())
+    }
+
+    async fn close(&self) {
+        if let Some(c) = self.link.connection.lock().await.take() {
+            let _ = c.close(200, ShortString::from("OK")).await;
+        }
+    }
+}
+
+/// A producer: a confirm channel on the binder's connection, reopened after a failure.
+#[derive(Debug)]
+struct RabbitProducer {
+    link: Arc<Link>,
+    channel: Mutex<Option<Channel>>,
+    spec: ProducerSpec,
+}
+
+impl RabbitProducer {
+    async fn channel(&self) -> BinderResult<Channel> {
+        let mut guard = self.channel.lock().await;
+        if let Some(ch) = guard.as_ref() {
+            if ch.status().connected() {
+                return Ok(ch.clone());
+            }
+        }
+        let ch = self.link.channel().await?;
+        ch.confirm_select(ConfirmSelectOptions::default())
+            .await
+            .map_err(broker)?;
+        *guard = Some(ch.clone());
+        Ok(ch)
+    }
+
+    async fn send(
+        &self,
+        exchange: &str,
+        routing_key: &str,
+        mut message: Message,
+    ) -> BinderResult<()> {
+        if message.properties.delivery_mode.is_none() {
+            message.properties.delivery_mode = Some(self.spec.delivery_mode);
+        }
+        let fail = |reason: String| BinderError::NotConfirmed {
+            exchange: exchange.to_owned(),
+            routing_key: routing_key.to_owned(),
+            reason,
+        };
+        let props = convert::properties(&message);
+        let ch = self.channel().await?;
+        let confirm = ch
+            .basic_publish(
+                ShortString::from(exchange),
+                ShortString::from(routing_key),
+                BasicPublishOptions::default(),
+                &message.payload,
+                props,
+            )
+            .await
+            .map_err(|e| fail(e.to_string()))?
+            .await
+            .map_err(|e| fail(e.to_string()))?;
+        match confirm {
+            Confirmation::Ack(_) => Ok(()),
+            Confirmation::Nack(_) => Err(fail("the broker refused the message (nack)".into())),
+            Confirmation::NotRequested => Err(fail("publisher confirms are not enabled".into())),
+        }
+    }
+}
+
+#[async_trait]
+impl Producer for RabbitProducer {
+    async fn publish(&self, routing_key: &str, message: Message) -> BinderResult<()> {
+        self.send(&self.spec.exchange, routing_key, message).await
+    }
+
+    async fn publish_to(
+        &self,
+        exchange: &str,
+        routing_key: &str,
+        message: Message,
+    ) -> BinderResult<()> {
+        self.send(exchange, routing_key, message).await
+    }
+}
+
+/// Closes its channel when the subscription and every unsettled delivery are gone, so the
+/// broker returns what was never settled to the queue.
+#[derive(Debug)]
+struct ChannelGuard(Channel);
+
+impl Drop for ChannelGuard {
+    fn drop(&mut self) {
+        let ch = self.0.clone();
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                let _ = ch.close(200, ShortString::from("OK")).await;
+            });
+        }
+    }
+}
+
+#[derive(Debug)]
+struct RabbitSubscription {
+    channel: Arc<ChannelGuard>,
+    consumer: Option<lapin::Consumer>,
+    auto_ack: bool,
+}
+
+#[derive(Debug)]
+struct RabbitSettler {
+    acker: lapin::Acker,
+    _channel: Arc<ChannelGuard>,
+}
+
+#[async_trait]
+impl Settle for RabbitSettler {
+    async fn settle(&self, settlement: Settlement) -> BinderResult<()> {
+        match settlement {
+            Settlement::Ack => self.acker.ack(BasicAckOptions::default()).await,
+            Settlement::Requeue => {
+                self.acker
+                    .nack(BasicNackOptions {
+                        multiple: false,
+                        requeue: true,
+                    })
+                    .await
+            }
+            Settlement::Reject => {
+                self.acker
+                    .reject(BasicRejectOptions { requeue: false })
+                    .await
+            }
+        }
+        .map(drop)
+        .map_err(broker)
+    }
+}
+
+#[derive(Debug)]
+struct Settled;
+
+#[async_trait]
+impl Settle for Settled {
+    async fn settle(&self, _: Settlement) -> BinderResult<()> {
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl Subscription for RabbitSubscription {
+    async fn next(&mut self) -> Option<Inbound> {
+        let consumer = self.consumer.as_mut()?;
+        // Cancel-safe: lapin keeps deliveries in the consumer's buffer.
+        match consumer.next().await {
+            Some(Ok(d)) => {
+                let settler: Box<dyn Settle> = if self.auto_ack {
+                    Box::new(Settled)
+                } else {
+                    Box::new(RabbitSettler {
+                        acker: d.acker.clone(),
+                        _channel: self.channel.clone(),
+                    })
+                };
+                Some(Inbound {
+                    message: convert::message(d.data, &d.properties),
+                    exchange: d.exchange.as_str().to_owned(),
+                    routing_key: d.routing_key.as_str().to_owned(),
+                    redelivered: d.redelivered,
+                    settler,
+                })
+            }
+            Some(Err(e)) => {
+                // The channel or connection failed; the runtime subscribes again after its
+                // recovery interval.
+                tracing::warn!(error = %e, "consumer stopped");
+                None
+            }
+            None => None,
+        }
+    }
+
+    async fn cancel(&mut self) -> BinderResult<()> {
+        if let Some(c) = self.consumer.take() {
+            self.channel
+                .0
+                .basic_cancel(c.tag(), BasicCancelOptions::default())
+                .await
+                .map_err(broker)?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,212 @@
+//! Between the framework's message model and lapin's AMQP types, losing nothing.
+
+use binder_core::message::{Decimal, DeliveryMode, HeaderValue, Headers, Message, Properties};
+use bytes::Bytes;
+use lapin::BasicProperties;
+use lapin::types::{
+    AMQPValue, ByteArray, DecimalValue, FieldArray, FieldTable, LongString, ShortString,
+};
+
+pub(crate) fn to_amqp(value: &HeaderValue) -> AMQPValue {
+    match value {
+        HeaderValue::Void => AMQPValue::Void,
+        HeaderValue::Bool(v) => AMQPValue::Boolean(*v),
+        HeaderValue::I8(v) => AMQPValue::ShortShortInt(*v),
+        HeaderValue::U8(v) => AMQPValue::ShortShortUInt(*v),
+        HeaderValue::I16(v) => AMQPValue::ShortInt(*v),
+        HeaderValue::U16(v) => AMQPValue::ShortUInt(*v),
+        HeaderValue::I32(v) => AMQPValue::LongInt(*v),
+        HeaderValue::U32(v) => AMQPValue::LongUInt(*v),
+        HeaderValue::I64(v) => AMQPValue::LongLongInt(*v),
+        HeaderValue::F32(v) => AMQPValue::Float(*v),
+        HeaderValue::F64(v) => AMQPValue::Double(*v),
+        HeaderValue::Decimal(d) => AMQPValue::DecimalValue(DecimalValue {
+            scale: d.scale,
+            value: d.value,
+        }),
+        HeaderValue::String(s) => AMQPValue::LongString(LongString::from(s.as_bytes().to_vec())),
+        HeaderValue::Bytes(b) => AMQPValue::ByteArray(ByteArray::from(b.to_vec())),
+        HeaderValue::Timestamp(t) => AMQPValue::Timestamp(*t),
+        HeaderValue::Array(items) => AMQPValue::FieldArray(FieldArray::from(
+            items.iter().map(to_amqp).collect::<Vec<_>>(),
+        )),
+        HeaderValue::Table(t) => AMQPValue::FieldTable(to_table(t)),
+    }
+}
+
+pub(crate) fn from_amqp(value: &AMQPValue) -> HeaderValue {
+    match value {
+        AMQPValue::Void => HeaderValue::Void,
+        AMQPValue::Boolean(v) => HeaderValue::Bool(*v),
+        AMQPValue::ShortShortInt(v) => HeaderValue::I8(*v),
+        AMQPValue::ShortShortUInt(v) => HeaderValue::U8(*v),
+        AMQPValue::ShortInt(v) => HeaderValue::I16(*v),
+        AMQPValue::ShortUInt(v) => HeaderValue::U16(*v),
+        AMQPValue::LongInt(v) => HeaderValue::I32(*v),
+        AMQPValue::LongUInt(v) => HeaderValue::U32(*v),
+        AMQPValue::LongLongInt(v) => HeaderValue::I64(*v),
+        AMQPValue::Float(v) => HeaderValue::F32(*v),
+        AMQPValue::Double(v) => HeaderValue::F64(*v),
+        AMQPValue::DecimalValue(d) => HeaderValue::Decimal(Decimal {
+            scale: d.scale,
+            value: d.value,
+        }),
+        AMQPValue::ShortString(s) => HeaderValue::String(s.as_str().to_owned()),
+        // Long strings are bytes on the wire; text stays text, anything else stays bytes.
+        AMQPValue::LongString(s) => match std::str::from_utf8(s.as_bytes()) {
+            Ok(text) => HeaderValue::String(text.to_owned()),
+            Err(_) => HeaderValue::Bytes(Bytes::copy_from_slice(s.as_bytes())),
+        },
+        AMQPValue::ByteArray(b) => HeaderValue::Bytes(Bytes::copy_from_slice(b.as_slice())),
+        AMQPValue::Timestamp(t) => HeaderValue::Timestamp(*t),
+        AMQPValue::FieldArray(items) => {
+            HeaderValue::Array(items.as_slice().iter().map(from_amqp).collect())
+        }
+        AMQPValue::FieldTable(t) => HeaderValue::Table(from_table(t)),
+    }
+}
+
+pub(crate) fn to_table(headers: &Headers) -> FieldTable {
+    let mut table = FieldTable::default();
+    for (k, v) in headers {
+        table.insert(ShortString::from(k.as_str()), to_amqp(v));
+    }
+    table
+}
+
+pub(crate) fn from_table(table: &FieldTable) -> Headers {
+    table
+        .inner()
+        .iter()
+        .map(|(k, v)| (k.as_str().to_owned(), from_amqp(v)))
+        .collect()
+}
+
+fn short(s: &Option<String>) -> Option<ShortString> {
+    s.as_deref().map(ShortString::from)
+}
+
+/// The AMQP properties of a message (headers included).
+pub(crate) fn properties(message: &Message) -> BasicProperties {
+    let p = &message.properties;
+    let mut props = BasicProperties::default();
+    if let Some(v) = short(&p.content_type) {
+        props = props.with_content_type(v);
+    }
+    if let Some(v) = short(&p.content_encoding) {
+        props = props.with_content_encoding(v);
+    }
+    if !message.headers.is_empty() {
+        props = props.with_headers(to_table(&message.headers));
+    }
+    if let Some(v) = p.delivery_mode {
+        props = props.with_delivery_mode(v.as_u8());
+    }
+    if let Some(v) = p.priority {
+        props = props.with_priority(v);
+    }
+    if let Some(v) = short(&p.correlation_id) {
+        props = props.with_correlation_id(v);
+    }
+    if let Some(v) = short(&p.reply_to) {
+        props = props.with_reply_to(v);
+    }
+    if let Some(v) = short(&p.expiration) {
+        props = props.with_expiration(v);
+    }
+    if let Some(v) = short(&p.message_id) {
+        props = props.with_message_id(v);
+    }
+    if let Some(v) = p.timestamp {
+        props = props.with_timestamp(v);
+    }
+    if let Some(v) = short(&p.kind) {
+        props = props.with_type(v);
+    }
+    if let Some(v) = short(&p.user_id) {
+        props = props.with_user_id(v);
+    }
+    if let Some(v) = short(&p.app_id) {
+        props = props.with_app_id(v);
+    }
+    props
+}
+
+fn text(s: &Option<ShortString>) -> Option<String> {
+    s.as_ref().map(|v| v.as_str().to_owned())
+}
+
+/// A message from a delivery's payload and properties.
+pub(crate) fn message(payload: Vec<u8>, props: &BasicProperties) -> Message {
+    Message {
+        payload: Bytes::from(payload),
+        headers: props.headers().as_ref().map(from_table).unwrap_or_default(),
+        properties: Properties {
+            content_type: text(props.content_type()),
+            content_encoding: text(props.content_encoding()),
+            correlation_id: text(props.correlation_id()),
+            message_id: text(props.message_id()),
+            reply_to: text(props.reply_to()),
+            expiration: text(props.expiration()),
+            timestamp: *props.timestamp(),
+            kind: text(props.kind()),
+            user_id: text(props.user_id()),
+            app_id: text(props.app_id()),
+            delivery_mode: props.delivery_mode().map(DeliveryMode::from_u8),
+            priority: *props.priority(),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_header_type_round_trips() {
+        let nested: Headers = [("n", HeaderValue::I32(1))].into_iter().collect();
+        let headers: Headers = [
+            ("a", HeaderValue::Bool(true)),
+            ("b", HeaderValue::I8(-1)),
+            ("c", HeaderValue::U8(2)),
+            ("d", HeaderValue::I16(-3)),
+            ("e", HeaderValue::U16(4)),
+            ("f", HeaderValue::I32(-5)),
+            ("g", HeaderValue::U32(6)),
+            ("h", HeaderValue::I64(-7)),
+            ("i", HeaderValue::F32(0.5)),
+            ("j", HeaderValue::F64(0.25)),
+            ("k", HeaderValue::Decimal(Decimal { scale: 1, value: 5 })),
+            ("l", HeaderValue::from("text")),
+            ("m", HeaderValue::Bytes(Bytes::from_static(&[0, 255]))),
+            ("n", HeaderValue::Timestamp(9)),
+            ("o", HeaderValue::Array(vec![HeaderValue::Void])),
+            ("p", HeaderValue::Table(nested)),
+            ("q", HeaderValue::Void),
+        ]
+        .into_iter()
+        .collect();
+        assert_eq!(from_table(&to_table(&headers)), headers);
+    }
+
+    #[test]
+    fn properties_round_trip() {
+        let mut m = Message::new("x").with_header("h", 1i32);
+        m.properties = Properties {
+            content_type: Some("application/json".into()),
+            content_encoding: Some("gzip".into()),
+            correlation_id: Some("c".into()),
+            message_id: Some("m".into()),
+            reply_to: Some("r".into()),
+            expiration: Some("100".into()),
+            timestamp: Some(5),
+            kind: Some("t".into()),
+            user_id: Some("guest".into()),
+            app_id: Some("a".into()),
+            delivery_mode: Some(DeliveryMode::NonPersistent),
+            priority: Some(4),
+        };
+        let back = message(m.payload.to_vec(), &properties(&m));
+        assert_eq!(back, m);
+    }
+}
