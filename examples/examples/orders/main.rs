@@ -201,7 +201,10 @@ async fn start(
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    // Both binders are available; the configuration picks one
+    // (SPRING_CLOUD_STREAM_DEFAULTBINDER=rabbit runs the same services on RabbitMQ).
     binder_embedded::link();
+    binder_rabbit::link();
     let config = config()?;
     let counts = Arc::new(Counts::default());
 
