@@ -21,7 +21,10 @@ async fn binder() -> Option<RabbitBinder> {
     match binder.inspect("amq.nonexistent-probe").await {
         Err(binder_core::binder::BinderError::Broker(e)) => {
             if std::env::var("REQUIRE_RABBIT").is_ok_and(|v| v == "1") {
-                panic!("REQUIRE_RABBIT=1 but no RabbitMQ answers at {}: {e}", amqp_url());
+                panic!(
+                    "REQUIRE_RABBIT=1 but no RabbitMQ answers at {}: {e}",
+                    amqp_url()
+                );
             }
             eprintln!("SKIPPED: no RabbitMQ answers at {}: {e}", amqp_url());
             None
@@ -37,7 +40,11 @@ fn rabbitmqctl(args: &[&str]) -> Vec<Value> {
         .args(["--formatter", "json"])
         .output()
         .expect("rabbitmqctl is installed with RabbitMQ");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     serde_json::from_slice::<Value>(&out.stdout)
         .expect("JSON")
         .as_array()
@@ -80,7 +87,10 @@ spring.cloud.stream:
         .unwrap();
     let plan = plan_consumer(&config.binding("inputProductAdd"), "x").plan;
     binder.provision(&plan).await.unwrap();
-    binder.provision(&plan).await.expect("declaring twice is fine");
+    binder
+        .provision(&plan)
+        .await
+        .expect("declaring twice is fine");
 
     let queue = format!("{p}.orders.billing");
     let dlq = format!("{queue}.dlq");
@@ -111,8 +121,16 @@ spring.cloud.stream:
     assert_eq!(
         args,
         vec![
-            ("x-dead-letter-exchange".into(), "longstr".into(), dlx.clone()),
-            ("x-dead-letter-routing-key".into(), "longstr".into(), queue.clone()),
+            (
+                "x-dead-letter-exchange".into(),
+                "longstr".into(),
+                dlx.clone()
+            ),
+            (
+                "x-dead-letter-routing-key".into(),
+                "longstr".into(),
+                queue.clone()
+            ),
             ("x-max-length".into(), "signedint".into(), "1000".into()),
             ("x-message-ttl".into(), "signedint".into(), "60000".into()),
         ],
@@ -131,7 +149,12 @@ spring.cloud.stream:
     assert_eq!(exchange(&format!("{p}.orders"))["type"], "topic");
     assert_eq!(exchange(&dlx)["type"], "direct");
 
-    let bindings = rabbitmqctl(&["list_bindings", "source_name", "destination_name", "routing_key"]);
+    let bindings = rabbitmqctl(&[
+        "list_bindings",
+        "source_name",
+        "destination_name",
+        "routing_key",
+    ]);
     let bound = |source: &str, dest: &str, key: &str| {
         bindings.iter().any(|b| {
             b["source_name"] == source && b["destination_name"] == dest && b["routing_key"] == key

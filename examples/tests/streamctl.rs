@@ -75,3 +75,57 @@ fn a_missing_file_exits_2() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("no such file"));
 }
+
+fn rabbit_up() -> bool {
+    let up = std::net::TcpStream::connect_timeout(
+        &"127.0.0.1:5672".parse().unwrap(),
+        std::time::Duration::from_secs(2),
+    )
+    .is_ok();
+    if !up {
+        assert!(
+            std::env::var("REQUIRE_RABBIT").as_deref() != Ok("1"),
+            "REQUIRE_RABBIT=1 but no RabbitMQ on 127.0.0.1:5672"
+        );
+        eprintln!("SKIPPED: no RabbitMQ on 127.0.0.1:5672");
+    }
+    up
+}
+
+#[test]
+fn provision_declares_the_plan_on_rabbitmq() {
+    if !rabbit_up() {
+        return;
+    }
+    let name = format!(
+        "streamctl-{}",
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+            % 1_000_000_000
+    );
+    let (_dir, path) = write(&format!(
+        "spring.cloud.stream:\n  defaultBinder: rabbit\n  bindings.out: {{destination: {name}, producer: {{requiredGroups: [audit]}}}}\n"
+    ));
+    let out = streamctl(&["provision", "--config", &path]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("1 exchanges, 1 queues, 1 bindings"));
+    let queues = Command::new("rabbitmqctl")
+        .args(["-q", "list_queues", "name"])
+        .output()
+        .unwrap();
+    let queue = format!("{name}.audit");
+    assert!(
+        String::from_utf8_lossy(&queues.stdout)
+            .lines()
+            .any(|l| l.trim() == queue)
+    );
+    let _ = Command::new("rabbitmqctl")
+        .args(["-q", "delete_queue", &queue])
+        .output();
+}
