@@ -106,7 +106,7 @@ impl Link {
                 }
             }
         }
-        Err(BinderError::Broker(format!(
+        Err(BinderError::Unreachable(format!(
             "cannot connect to RabbitMQ ({last})"
         )))
     }

@@ -20,7 +20,7 @@ fn amqp_url() -> String {
 
 async fn broker_up(binder: &RabbitBinder) -> bool {
     match binder.inspect("amq.nonexistent-probe").await {
-        Err(binder_core::binder::BinderError::Broker(e)) => {
+        Err(binder_core::binder::BinderError::Unreachable(e)) => {
             assert!(
                 std::env::var("REQUIRE_RABBIT").as_deref() != Ok("1"),
                 "REQUIRE_RABBIT=1 but no RabbitMQ answers at {}: {e}",

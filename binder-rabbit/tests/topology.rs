@@ -19,7 +19,7 @@ fn amqp_url() -> String {
 async fn binder() -> Option<RabbitBinder> {
     let binder = RabbitBinder::new(RabbitSettings::from_uri(&amqp_url()));
     match binder.inspect("amq.nonexistent-probe").await {
-        Err(binder_core::binder::BinderError::Broker(e)) => {
+        Err(binder_core::binder::BinderError::Unreachable(e)) => {
             if std::env::var("REQUIRE_RABBIT").is_ok_and(|v| v == "1") {
                 panic!(
                     "REQUIRE_RABBIT=1 but no RabbitMQ answers at {}: {e}",

@@ -49,7 +49,9 @@ impl Target for Rabbit {
         )
         .await
         {
-            Ok(Err(BinderError::Broker(e))) => Err(format!("no RabbitMQ answers at {url}: {e}")),
+            Ok(Err(BinderError::Unreachable(e))) => {
+                Err(format!("no RabbitMQ answers at {url}: {e}"))
+            }
             Err(_) => Err(format!("no RabbitMQ answers at {url} within 5 s")),
             Ok(_) => Ok(Arc::new(binder)),
         }

@@ -42,6 +42,10 @@ pub enum BinderError {
     /// The queue or exchange does not exist.
     #[error("{0} does not exist")]
     NotFound(String),
+    /// The broker cannot be reached (connection refused, broker stopped). Startup waits and
+    /// tries again; anything else fails at once.
+    #[error("the broker cannot be reached: {0}")]
+    Unreachable(String),
     /// The binder, producer or subscription is closed.
     #[error("{0} is closed")]
     Closed(String),

@@ -20,6 +20,27 @@ use crate::codec::{Codec, Codecs};
 use crate::config::{AcknowledgeMode, StreamConfig};
 use crate::topology::{anonymous_suffix, plan_consumer};
 
+/// Runs a binder operation, waiting (with back-off, up to 10 s between tries) while the
+/// broker cannot be reached: a service started before its broker comes up when the broker
+/// does. Other errors return at once.
+pub(crate) async fn when_reachable<T, F, Fut>(what: &str, op: F) -> crate::binder::BinderResult<T>
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = crate::binder::BinderResult<T>>,
+{
+    let mut wait = Duration::from_millis(250);
+    loop {
+        match op().await {
+            Err(crate::binder::BinderError::Unreachable(e)) => {
+                tracing::warn!(%what, error = %e, ?wait, "broker unreachable; waiting for it");
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(Duration::from_secs(10));
+            }
+            other => return other,
+        }
+    }
+}
+
 /// The binders of an application: instances given in code, and those created from the
 /// configuration through their registration, one per binder configuration.
 pub(crate) struct Binders {
@@ -399,7 +420,8 @@ impl AppBuilder {
             let binding = config.binding(&input);
             let binder = resolved[&input].clone();
             let topology = plan_consumer(&binding, &anonymous_suffix());
-            if let Err(e) = binder.provision(&topology.plan).await {
+            let what = format!("binding `{input}`");
+            if let Err(e) = when_reachable(&what, || binder.provision(&topology.plan)).await {
                 problems.push(format!("binding `{input}`: {e}"));
                 continue;
             }
@@ -412,7 +434,7 @@ impl AppBuilder {
                         exchange: exchange.clone(),
                         delivery_mode: rabbit.republish_delivery_mode,
                     };
-                    match binder.producer(spec).await {
+                    match when_reachable(&what, || binder.producer(spec.clone())).await {
                         Ok(producer) => Some(DeadLetterTarget {
                             producer,
                             exchange: exchange.clone(),

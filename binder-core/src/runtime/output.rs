@@ -69,17 +69,17 @@ impl OutputInner {
         let routing = Self::routing(binding)?;
         let partitioning = Self::partitioning(binding)?;
         let topology = plan_producer(binding);
-        binder
-            .provision(&topology.plan)
+        let what = format!("binding `{}`", binding.name);
+        super::app::when_reachable(&what, || binder.provision(&topology.plan))
             .await
-            .map_err(|e| format!("binding `{}`: {e}", binding.name))?;
-        let producer = binder
-            .producer(ProducerSpec {
-                exchange: topology.exchange,
-                delivery_mode: binding.rabbit_producer.delivery_mode,
-            })
+            .map_err(|e| format!("{what}: {e}"))?;
+        let spec = ProducerSpec {
+            exchange: topology.exchange.clone(),
+            delivery_mode: binding.rabbit_producer.delivery_mode,
+        };
+        let producer = super::app::when_reachable(&what, || binder.producer(spec.clone()))
             .await
-            .map_err(|e| format!("binding `{}`: {e}", binding.name))?;
+            .map_err(|e| format!("{what}: {e}"))?;
         Ok(OutputInner {
             binding: binding.name.clone(),
             destination: binding.destination.clone(),

@@ -1,0 +1,182 @@
+//! Against the real broker: a service started while RabbitMQ's app is stopped comes up when it
+//! starts, and `rabbitmqctl stop_app` / `start_app` in the middle of a stream loses no confirmed
+//! message. The broker is started again at the end whatever happens. Without a broker the test
+//! says so and passes, unless `REQUIRE_RABBIT=1`.
+
+use std::collections::BTreeSet;
+use std::process::Command;
+use std::sync::Arc;
+use std::time::Duration;
+
+use binder_core::binder::Binder;
+use binder_core::config::{ConfigLoader, StreamConfig};
+use binder_core::runtime::{App, AppBuilder, handler};
+use binder_core::topology::{plan_consumer, plan_producer};
+use binder_rabbit::{RabbitBinder, RabbitSettings};
+use tokio::sync::mpsc;
+
+fn amqp_url() -> String {
+    std::env::var("AMQP_URL").unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".into())
+}
+
+fn rabbitmqctl(args: &[&str]) {
+    let out = Command::new("rabbitmqctl")
+        .args(args)
+        .output()
+        .expect("rabbitmqctl is installed with RabbitMQ");
+    assert!(
+        out.status.success(),
+        "rabbitmqctl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Starts the broker's app again when dropped, even if the test panicked.
+struct Restart;
+
+impl Drop for Restart {
+    fn drop(&mut self) {
+        let _ = Command::new("rabbitmqctl").args(["start_app"]).output();
+        let _ = Command::new("rabbitmqctl")
+            .args(["await_startup", "--timeout", "60"])
+            .output();
+    }
+}
+
+fn config(dest: &str) -> StreamConfig {
+    ConfigLoader::new()
+        .env(Vec::<(String, String)>::new())
+        .yaml_str(&format!(
+            r#"
+spring.cloud.stream:
+  bindings:
+    in: {{destination: {dest}, group: g}}
+    out: {{destination: {dest}, producer: {{requiredGroups: [g]}}}}
+  rabbit.bindings.in.consumer: {{prefetch: 20, recoveryInterval: 250}}
+"#
+        ))
+        .load()
+        .unwrap()
+}
+
+fn service(
+    config: StreamConfig,
+    binder: Arc<RabbitBinder>,
+    tx: mpsc::UnboundedSender<u32>,
+) -> AppBuilder {
+    App::builder(config)
+        .binder("embedded", binder)
+        .listener(
+            "in",
+            handler::payload(move |id: u32| {
+                let tx = tx.clone();
+                async move {
+                    let _ = tx.send(id);
+                }
+            }),
+        )
+        .output("out")
+}
+
+async fn consumed_all(rx: &mut mpsc::UnboundedReceiver<u32>, confirmed: &BTreeSet<u32>) -> bool {
+    let mut seen = BTreeSet::new();
+    tokio::time::timeout(Duration::from_secs(90), async {
+        while !confirmed.is_subset(&seen) {
+            match rx.recv().await {
+                Some(id) => {
+                    seen.insert(id);
+                }
+                None => return,
+            }
+        }
+    })
+    .await
+    .is_ok()
+        && confirmed.is_subset(&seen)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_broker_going_away_loses_nothing_and_services_wait_for_it() {
+    let probe = RabbitBinder::new(RabbitSettings::from_uri(&amqp_url()));
+    if let Err(binder_core::binder::BinderError::Unreachable(e)) =
+        probe.inspect("amq.nonexistent-probe").await
+    {
+        assert!(
+            std::env::var("REQUIRE_RABBIT").as_deref() != Ok("1"),
+            "REQUIRE_RABBIT=1 but no RabbitMQ answers at {}: {e}",
+            amqp_url()
+        );
+        eprintln!("SKIPPED: no RabbitMQ answers at {}: {e}", amqp_url());
+        return;
+    }
+    probe.close().await;
+    let _restart = Restart;
+    let dest = format!(
+        "restart-{}",
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+            % 1_000_000_000
+    );
+    let config = config(&dest);
+
+    // 1. A service started while the broker's app is stopped waits, then comes up.
+    rabbitmqctl(&["stop_app"]);
+    let binder = Arc::new(RabbitBinder::new(RabbitSettings::from_uri(&amqp_url())));
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let starting = tokio::spawn(service(config.clone(), binder.clone(), tx).start());
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        !starting.is_finished(),
+        "startup waits for the broker instead of failing"
+    );
+    rabbitmqctl(&["start_app"]);
+    rabbitmqctl(&["await_startup", "--timeout", "60"]);
+    let app = tokio::time::timeout(Duration::from_secs(60), starting)
+        .await
+        .expect("the service came up once the broker did")
+        .unwrap()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let out = app.output("out").unwrap();
+    out.send(&1_000u32).await.unwrap();
+    assert!(consumed_all(&mut rx, &BTreeSet::from([1_000])).await);
+
+    // 2. stop_app / start_app in the middle of a stream of confirmed sends.
+    let mut confirmed = BTreeSet::new();
+    for id in 0..200u32 {
+        if id == 80 {
+            rabbitmqctl(&["stop_app"]);
+            rabbitmqctl(&["start_app"]);
+            rabbitmqctl(&["await_startup", "--timeout", "60"]);
+        }
+        let mut tries = 0;
+        loop {
+            match out.send(&id).await {
+                Ok(()) => {
+                    confirmed.insert(id);
+                    break;
+                }
+                Err(e) => {
+                    tries += 1;
+                    assert!(tries < 200, "the producer never recovered: {e}");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        }
+    }
+    assert!(
+        consumed_all(&mut rx, &confirmed).await,
+        "a confirmed message was lost across the broker restart"
+    );
+    app.shutdown().await;
+    binder
+        .remove(&plan_consumer(&config.binding("in"), "x").plan)
+        .await
+        .unwrap();
+    binder
+        .remove(&plan_producer(&config.binding("out")).plan)
+        .await
+        .unwrap();
+    binder.close().await;
+}
