@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use binder_core::config::ConfigLoader;
-use binder_core::runtime::{App, Sink, Source, State};
+use binder_core::runtime::{App, State, processor};
 use stream_macros::{input, stream_listener};
 use tokio::sync::mpsc;
 
@@ -17,7 +17,7 @@ struct Seen {
 }
 
 /// Upper-cases words from `input` and sends them to `output`.
-#[stream_listener(input = Sink, output = Source)]
+#[stream_listener(input = processor::Input, output = processor::Output)]
 async fn shout(word: String) -> String {
     word.to_uppercase()
 }

@@ -51,6 +51,12 @@ impl OutputBinding for Source {
     const NAME: &'static str = "output";
 }
 
+/// SCSt's `Processor`: the `input` and `output` bindings together, for a listener that
+/// transforms: `#[stream_listener(input = processor::Input, output = processor::Output)]`.
+pub mod processor {
+    pub use super::{Sink as Input, Source as Output};
+}
+
 /// A typed handle on an output binding, as a listener argument (`out: Out<Invoices>`).
 #[derive(Debug, Clone)]
 pub struct Out<B: OutputBinding> {

@@ -18,7 +18,7 @@ mod retry;
 mod trace;
 
 pub use app::{App, AppBuilder, RunningApp, ShutdownReport};
-pub use bindings::{Context, InputBinding, Out, OutputBinding, Sink, Source, State};
+pub use bindings::{Context, InputBinding, Out, OutputBinding, Sink, Source, State, processor};
 pub use condition::{Condition, ConditionError};
 pub use consumer::{ErrorHook, Failure, FailureAction};
 pub use error::{HandlerError, SendError, StartupError};
