@@ -5,8 +5,8 @@ use std::sync::{Arc, LazyLock};
 
 use async_trait::async_trait;
 use binder_core::binder::{
-    Binder, BinderError, BinderRegistration, BinderResult, Inbound, Producer, ProducerSpec,
-    QueueInfo, Settle, Settlement, Subscription, SubscriptionSpec,
+    AlreadySettled, Binder, BinderError, BinderRegistration, BinderResult, Inbound, Producer,
+    ProducerSpec, QueueInfo, Settle, Settlement, Subscription, SubscriptionSpec,
 };
 use binder_core::message::Message;
 use binder_core::topology::{DestinationType, TopologyPlan};
@@ -277,16 +277,6 @@ impl Settle for EmbeddedSettler {
     }
 }
 
-#[derive(Debug)]
-struct Settled;
-
-#[async_trait]
-impl Settle for Settled {
-    async fn settle(&self, _: Settlement) -> BinderResult<()> {
-        Ok(())
-    }
-}
-
 #[async_trait]
 impl Subscription for EmbeddedSubscription {
     async fn next(&mut self) -> Option<Inbound> {
@@ -300,7 +290,7 @@ impl Subscription for EmbeddedSubscription {
         }
         let d = self.ready.pop_front()?;
         let settler: Box<dyn Settle> = if self.auto_ack {
-            Box::new(Settled)
+            Box::new(AlreadySettled)
         } else {
             Box::new(EmbeddedSettler {
                 channel: self.channel.clone(),

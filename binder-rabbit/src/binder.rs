@@ -4,8 +4,8 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use binder_core::binder::{
-    Binder, BinderError, BinderRegistration, BinderResult, Inbound, Producer, ProducerSpec,
-    QueueInfo, Settle, Settlement, Subscription, SubscriptionSpec,
+    AlreadySettled, Binder, BinderError, BinderRegistration, BinderResult, Inbound, Producer,
+    ProducerSpec, QueueInfo, Settle, Settlement, Subscription, SubscriptionSpec,
 };
 use binder_core::config::ExchangeType;
 use binder_core::message::Message;
@@ -444,16 +444,6 @@ impl Settle for RabbitSettler {
     }
 }
 
-#[derive(Debug)]
-struct Settled;
-
-#[async_trait]
-impl Settle for Settled {
-    async fn settle(&self, _: Settlement) -> BinderResult<()> {
-        Ok(())
-    }
-}
-
 #[async_trait]
 impl Subscription for RabbitSubscription {
     async fn next(&mut self) -> Option<Inbound> {
@@ -462,7 +452,7 @@ impl Subscription for RabbitSubscription {
         match consumer.next().await {
             Some(Ok(d)) => {
                 let settler: Box<dyn Settle> = if self.auto_ack {
-                    Box::new(Settled)
+                    Box::new(AlreadySettled)
                 } else {
                     Box::new(RabbitSettler {
                         acker: d.acker.clone(),

@@ -99,6 +99,18 @@ pub trait Settle: fmt::Debug + Send + Sync {
     async fn settle(&self, settlement: Settlement) -> BinderResult<()>;
 }
 
+/// The settler of a delivery the broker already forgot (auto-ack subscriptions): settling
+/// it does nothing.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct AlreadySettled;
+
+#[async_trait]
+impl Settle for AlreadySettled {
+    async fn settle(&self, _settlement: Settlement) -> BinderResult<()> {
+        Ok(())
+    }
+}
+
 /// A delivery from a subscription.
 #[derive(Debug)]
 pub struct Inbound {

@@ -388,6 +388,68 @@ fn dead_letter_topology(
     }
 }
 
+/// Where a group's queues go: one per partition (or one), named `<base>[-<n>]`.
+struct GroupQueues<'a> {
+    common: &'a RabbitCommonProperties,
+    exchange: &'a str,
+    destination: &'a str,
+    base: &'a str,
+    partitions: Vec<Option<u32>>,
+    /// `false` for `durableSubscription: false`: auto-delete queues.
+    durable: bool,
+}
+
+/// Declares and binds a group's queues (with their dead-letter arguments when
+/// `autoBindDlq`), unless `bindQueue` is off; returns their names.
+fn group_queues(
+    plan: &mut TopologyPlan,
+    g: GroupQueues<'_>,
+    binding_args: &Headers,
+) -> Vec<String> {
+    let common = g.common;
+    let dlx = dlx_name(common);
+    let mut queues = Vec::new();
+    for partition in g.partitions {
+        let queue = match partition {
+            Some(i) => format!("{}-{i}", g.base),
+            None => g.base.to_owned(),
+        };
+        let dl_key = common
+            .dead_letter_routing_key
+            .clone()
+            .unwrap_or_else(|| queue.clone());
+        let dead_letter = common
+            .auto_bind_dlq
+            .then_some((dlx.as_str(), dl_key.as_str()));
+        if common.bind_queue {
+            let args = queue_args(common, dead_letter);
+            let decl = if g.durable {
+                durable_queue(&queue, args)
+            } else {
+                QueueDecl {
+                    name: queue.clone(),
+                    durable: false,
+                    exclusive: false,
+                    auto_delete: true,
+                    arguments: args,
+                }
+            };
+            let _ = plan.add_queue(decl);
+            let keys = keys_for(common, g.destination, partition);
+            bind_queue(
+                plan,
+                g.exchange,
+                common.exchange_type,
+                &queue,
+                &keys,
+                binding_args,
+            );
+        }
+        queues.push(queue);
+    }
+    queues
+}
+
 /// The topology of a consumer binding. `anonymous_id` names the queue of a binding without a
 /// group (use [`super::anonymous_suffix`]).
 pub fn plan_consumer(binding: &BindingConfig, anonymous_id: &str) -> ConsumerTopology {
@@ -445,46 +507,19 @@ pub fn plan_consumer(binding: &BindingConfig, anonymous_id: &str) -> ConsumerTop
     } else {
         vec![None]
     };
+    let queues = group_queues(
+        &mut plan,
+        GroupQueues {
+            common,
+            exchange: &exchange,
+            destination,
+            base: &base,
+            partitions,
+            durable: rabbit.durable_subscription,
+        },
+        &binding_args,
+    );
     let dlx = dlx_name(common);
-    let mut queues = Vec::new();
-    for partition in partitions {
-        let queue = match partition {
-            Some(i) => format!("{base}-{i}"),
-            None => base.clone(),
-        };
-        let dl_key = common
-            .dead_letter_routing_key
-            .clone()
-            .unwrap_or_else(|| queue.clone());
-        let dead_letter = common
-            .auto_bind_dlq
-            .then_some((dlx.as_str(), dl_key.as_str()));
-        if common.bind_queue {
-            let args = queue_args(common, dead_letter);
-            let decl = if rabbit.durable_subscription {
-                durable_queue(&queue, args)
-            } else {
-                QueueDecl {
-                    name: queue.clone(),
-                    durable: false,
-                    exclusive: false,
-                    auto_delete: true,
-                    arguments: args,
-                }
-            };
-            let _ = plan.add_queue(decl);
-            let keys = keys_for(common, destination, partition);
-            bind_queue(
-                &mut plan,
-                &exchange,
-                common.exchange_type,
-                &queue,
-                &keys,
-                &binding_args,
-            );
-        }
-        queues.push(queue);
-    }
     let with_dlq = common.auto_bind_dlq && rabbit.durable_subscription;
     if with_dlq {
         let extra = rabbit.republish_to_dlq.then_some(base.as_str());
@@ -548,7 +583,6 @@ pub fn plan_producer(binding: &BindingConfig) -> ProducerTopology {
     }
 
     let binding_args = string_args(&common.queue_binding_arguments);
-    let dlx = dlx_name(common);
     for group in &binding.producer.required_groups {
         let base = if common.queue_name_group_only {
             format!("{prefix}{group}")
@@ -560,33 +594,18 @@ pub fn plan_producer(binding: &BindingConfig) -> ProducerTopology {
         } else {
             vec![None]
         };
-        let mut queues = Vec::new();
-        for partition in partitions {
-            let queue = match partition {
-                Some(i) => format!("{base}-{i}"),
-                None => base.clone(),
-            };
-            let dl_key = common
-                .dead_letter_routing_key
-                .clone()
-                .unwrap_or_else(|| queue.clone());
-            let dead_letter = common
-                .auto_bind_dlq
-                .then_some((dlx.as_str(), dl_key.as_str()));
-            if common.bind_queue {
-                let _ = plan.add_queue(durable_queue(&queue, queue_args(common, dead_letter)));
-                let keys = keys_for(common, destination, partition);
-                bind_queue(
-                    &mut plan,
-                    &exchange,
-                    common.exchange_type,
-                    &queue,
-                    &keys,
-                    &binding_args,
-                );
-            }
-            queues.push(queue);
-        }
+        let queues = group_queues(
+            &mut plan,
+            GroupQueues {
+                common,
+                exchange: &exchange,
+                destination,
+                base: &base,
+                partitions,
+                durable: true,
+            },
+            &binding_args,
+        );
         if common.auto_bind_dlq {
             dead_letter_topology(&mut plan, common, &base, &queues, None);
         }
