@@ -60,7 +60,6 @@
 //! competes with the benchmark for the CPUs, so compare ratios rather than absolute rates
 //! across machines.
 
-use std::collections::VecDeque;
 use std::future::Future;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -256,29 +255,6 @@ async fn raw_publish(
 ) -> Result<(Instant, Channel), RunError> {
     let props = BasicProperties::default().with_delivery_mode(delivery_mode);
     let exchange = ShortString::from("");
-    if std::env::var("TMP_SEQ").is_ok() {
-        let mut w: VecDeque<lapin::PublisherConfirm> = VecDeque::new();
-        for payload in payloads {
-            if w.len() == window {
-                check_confirm(w.pop_front().unwrap().await.map_err(fail("c"))?)?;
-            }
-            w.push_back(
-                ch.basic_publish(
-                    exchange.clone(),
-                    queue.clone(),
-                    BasicPublishOptions::default(),
-                    &payload,
-                    props.clone(),
-                )
-                .await
-                .map_err(fail("p"))?,
-            );
-        }
-        for c in w {
-            check_confirm(c.await.map_err(fail("c"))?)?;
-        }
-        return Ok((Instant::now(), ch));
-    }
     let mut in_flight = futures::stream::iter(payloads)
         .map(|payload| {
             let (ch, exchange, queue, props) =
@@ -336,27 +312,6 @@ async fn raw_consume(
         count += 1;
         unacked += 1;
         bytes += delivery.data.len();
-        if std::env::var("TMP_ACK1_NOWAIT").is_ok() {
-            let f = delivery.acker.ack(BasicAckOptions { multiple: false });
-            let _ = f.now_or_never();
-            acks += 1;
-            continue;
-        }
-        if std::env::var("TMP_ACK1_SPAWN").is_ok() {
-            tokio::spawn(async move { delivery.acker.ack(BasicAckOptions { multiple: false }).await });
-            acks += 1;
-            continue;
-        }
-        if std::env::var("TMP_ACK1").is_ok() {
-            delivery
-                .acker
-                .ack(BasicAckOptions { multiple: false })
-                .await
-                .map_err(fail("basic.ack"))?;
-            acks += 1;
-            unacked = 0;
-            continue;
-        }
         if unacked >= ACK_EVERY || count == n {
             delivery.acker.ack(ack).await.map_err(fail("basic.ack"))?;
             acks += 1;
@@ -407,13 +362,7 @@ async fn run_raw(
     let mode = if scenario.persistent() { 2 } else { 1 };
 
     let start = Instant::now();
-    let nocons = std::env::var("TMP_NOCONS").is_ok();
-    let consumer = Task::spawn(async move {
-        if nocons {
-            return Ok((Instant::now(), 0, consumer));
-        }
-        raw_consume(consumer, n).await
-    });
+    let consumer = Task::spawn(raw_consume(consumer, n));
     let producer = Task::spawn(raw_publish(
         publisher,
         ShortString::from(queue),
@@ -423,7 +372,6 @@ async fn run_raw(
     ));
     let (published, publisher) = producer.join().await??;
     let (done, acks, consumer) = consumer.join().await??;
-    let done = done.max(published);
 
     // Teardown after the clock stopped.
     drop(consumer);
@@ -479,12 +427,8 @@ async fn run_binder(
     let key = queue.to_owned();
 
     let start = Instant::now();
-    let nocons = std::env::var("TMP_NOCONS").is_ok();
     let consumer = Task::spawn(async move {
         let (mut count, mut bytes) = (0, 0);
-        if nocons {
-            return Ok((Instant::now(), subscription));
-        }
         while count < n {
             let inbound = subscription
                 .next()
@@ -521,7 +465,6 @@ async fn run_binder(
     });
     let (published, producer) = producer.join().await??;
     let (done, mut subscription) = consumer.join().await??;
-    let done = done.max(published);
 
     // Teardown after the clock stopped.
     let _ = subscription.cancel().await;
