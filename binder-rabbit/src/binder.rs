@@ -255,8 +255,13 @@ impl Binder for RabbitBinder {
                     broker(e)
                 }
             })?;
+        let channel = Arc::new(ChannelGuard(channel));
         Ok(Box::new(RabbitSubscription {
-            channel: Arc::new(ChannelGuard(channel)),
+            acks: Arc::new(AckBatch {
+                channel: channel.clone(),
+                state: Default::default(),
+            }),
+            channel,
             consumer: Some(consumer),
             auto_ack: spec.auto_ack,
         }))
@@ -412,12 +417,140 @@ struct RabbitSubscription {
     channel: Arc<ChannelGuard>,
     consumer: Option<lapin::Consumer>,
     auto_ack: bool,
+    acks: Arc<AckBatch>,
+}
+
+/// Acks at most this many deliveries with one `multiple` ack.
+const ACK_BATCH: usize = 50;
+
+/// Coalesces acks: a settled delivery is acknowledged with the next `basic.ack multiple`
+/// that covers an unbroken run of settled tags from the oldest unsettled one, sent once
+/// [`ACK_BATCH`] are ready or nothing older is pending. Handlers that finish out of order
+/// never ack each other's deliveries.
+#[derive(Debug)]
+struct AckBatch {
+    channel: Arc<ChannelGuard>,
+    state: std::sync::Mutex<AckState>,
+}
+
+#[derive(Debug, Default)]
+struct AckState {
+    /// Delivered, not yet settled.
+    outstanding: std::collections::BTreeSet<u64>,
+    /// Settled with an ack, not yet sent.
+    acked: std::collections::BTreeSet<u64>,
+}
+
+impl AckBatch {
+    fn delivered(&self, tag: u64) {
+        self.lock().outstanding.insert(tag);
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, AckState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Records a settlement; returns the tag to ack with `multiple`, if a batch is due.
+    fn settle(&self, tag: u64, ack: bool) -> Option<u64> {
+        self.lock().settle(tag, ack)
+    }
+
+    /// Sends an ack covering every delivery up to `tag` (the frame goes out on the first
+    /// poll; `basic.ack` has no reply to wait for).
+    fn send(&self, tag: u64) -> Result<(), lapin::Error> {
+        match self
+            .channel
+            .0
+            .basic_ack(tag, BasicAckOptions { multiple: true })
+            .now_or_never()
+        {
+            Some(result) => result,
+            None => Ok(()),
+        }
+    }
+
+    /// Acks whatever is ready (before a cancel).
+    fn flush(&self) -> Result<(), lapin::Error> {
+        let upto = self.lock().take_ready();
+        upto.map_or(Ok(()), |t| self.send(t))
+    }
+}
+
+impl AckState {
+    /// Records a settlement; returns the tag to ack with `multiple` when a batch is due:
+    /// [`ACK_BATCH`] acks are ready, or no older delivery is unsettled.
+    fn settle(&mut self, tag: u64, ack: bool) -> Option<u64> {
+        self.outstanding.remove(&tag);
+        if ack {
+            self.acked.insert(tag);
+        }
+        let limit = self.outstanding.first().copied().unwrap_or(u64::MAX);
+        let ready = self.acked.range(..limit).count();
+        if ready == 0 || (ready < ACK_BATCH && !self.outstanding.is_empty()) {
+            return None;
+        }
+        self.take_ready()
+    }
+
+    /// The highest acked tag below every unsettled one, removing what it covers.
+    fn take_ready(&mut self) -> Option<u64> {
+        let limit = self.outstanding.first().copied().unwrap_or(u64::MAX);
+        let upto = *self.acked.range(..limit).next_back()?;
+        self.acked = self.acked.split_off(&(upto + 1));
+        Some(upto)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn delivered(tags: std::ops::RangeInclusive<u64>) -> AckState {
+        AckState {
+            outstanding: tags.collect(),
+            acked: Default::default(),
+        }
+    }
+
+    #[test]
+    fn acks_wait_for_older_deliveries_and_go_out_in_batches() {
+        let mut st = delivered(1..=3);
+        assert_eq!(st.settle(2, true), None, "1 is still unsettled");
+        assert_eq!(
+            st.settle(1, true),
+            None,
+            "3 is unsettled and the batch is small"
+        );
+        assert_eq!(
+            st.settle(3, true),
+            Some(3),
+            "nothing older pending: ack up to 3"
+        );
+        assert!(st.acked.is_empty());
+
+        let mut st = delivered(1..=120);
+        let mut sent = Vec::new();
+        for tag in 1..=120 {
+            sent.extend(st.settle(tag, true));
+        }
+        assert_eq!(sent, vec![50, 100, 120]);
+    }
+
+    #[test]
+    fn a_rejected_delivery_is_never_covered_by_a_multiple_ack() {
+        let mut st = delivered(1..=3);
+        assert_eq!(st.settle(1, true), None);
+        assert_eq!(st.settle(2, false), None, "2 is rejected on its own");
+        assert_eq!(st.settle(3, true), Some(3));
+        // 2 was settled by its reject before this ack, so the broker no longer holds it.
+    }
 }
 
 #[derive(Debug)]
 struct RabbitSettler {
     acker: lapin::Acker,
-    _channel: Arc<ChannelGuard>,
+    tag: u64,
+    acks: Arc<AckBatch>,
 }
 
 #[async_trait]
@@ -425,16 +558,18 @@ impl Settle for RabbitSettler {
     async fn settle(&self, settlement: Settlement) -> BinderResult<()> {
         match settlement {
             Settlement::Ack => {
-                // `basic.ack` has no reply: the first poll hands the frame to lapin's I/O
-                // loop, and waiting for the write costs thread switches per message (half the
-                // consumer's throughput). If the write fails, the channel is gone and the broker
-                // redelivers the message: at least once, never lost.
-                match self.acker.ack(BasicAckOptions::default()).now_or_never() {
-                    Some(result) => result,
-                    None => Ok(true),
-                }
+                // Batched, and not waited for: waiting for the write of each ack cost half
+                // the consumer's throughput. If a write fails, the channel is gone and the
+                // broker redelivers: at least once, never lost.
+                return match self.acks.settle(self.tag, true) {
+                    Some(upto) => self.acks.send(upto).map_err(broker),
+                    None => Ok(()),
+                };
             }
             Settlement::Requeue => {
+                if let Some(upto) = self.acks.settle(self.tag, false) {
+                    self.acks.send(upto).map_err(broker)?;
+                }
                 self.acker
                     .nack(BasicNackOptions {
                         multiple: false,
@@ -443,6 +578,9 @@ impl Settle for RabbitSettler {
                     .await
             }
             Settlement::Reject => {
+                if let Some(upto) = self.acks.settle(self.tag, false) {
+                    self.acks.send(upto).map_err(broker)?;
+                }
                 self.acker
                     .reject(BasicRejectOptions { requeue: false })
                     .await
@@ -463,9 +601,11 @@ impl Subscription for RabbitSubscription {
                 let settler: Box<dyn Settle> = if self.auto_ack {
                     Box::new(AlreadySettled)
                 } else {
+                    self.acks.delivered(d.delivery_tag);
                     Box::new(RabbitSettler {
                         acker: d.acker.clone(),
-                        _channel: self.channel.clone(),
+                        tag: d.delivery_tag,
+                        acks: self.acks.clone(),
                     })
                 };
                 Some(Inbound {
@@ -487,6 +627,7 @@ impl Subscription for RabbitSubscription {
     }
 
     async fn cancel(&mut self) -> BinderResult<()> {
+        self.acks.flush().map_err(broker)?;
         if let Some(c) = self.consumer.take() {
             self.channel
                 .0
