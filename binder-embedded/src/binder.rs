@@ -5,8 +5,8 @@ use std::sync::{Arc, LazyLock};
 
 use async_trait::async_trait;
 use binder_core::binder::{
-    AlreadySettled, Binder, BinderError, BinderRegistration, BinderResult, Inbound, Producer,
-    ProducerSpec, QueueInfo, Settle, Settlement, Subscription, SubscriptionSpec,
+    AckCoalescer, AlreadySettled, Binder, BinderError, BinderRegistration, BinderResult, Inbound,
+    Producer, ProducerSpec, QueueInfo, Settle, Settlement, Subscription, SubscriptionSpec,
 };
 use binder_core::message::Message;
 use binder_core::topology::{DestinationType, TopologyPlan};
@@ -160,6 +160,7 @@ impl Binder for EmbeddedBinder {
             ready: VecDeque::new(),
             batch: Vec::new(),
             auto_ack: spec.auto_ack,
+            acks: Default::default(),
         }))
     }
 
@@ -257,19 +258,31 @@ struct EmbeddedSubscription {
     ready: VecDeque<Delivery>,
     batch: Vec<Delivery>,
     auto_ack: bool,
+    acks: Arc<std::sync::Mutex<AckCoalescer>>,
 }
 
 #[derive(Debug)]
 struct EmbeddedSettler {
     channel: Arc<Channel>,
     tag: u64,
+    acks: Arc<std::sync::Mutex<AckCoalescer>>,
 }
 
 #[async_trait]
 impl Settle for EmbeddedSettler {
     async fn settle(&self, settlement: Settlement) -> BinderResult<()> {
+        // Acks are coalesced into `multiple` acks (one engine call per batch, not per
+        // message); a requeue or reject goes out on its own, after any ack that is due.
+        let due = self
+            .acks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .settle(self.tag, settlement == Settlement::Ack);
+        if let Some(upto) = due {
+            self.channel.basic_ack(upto, true).map_err(broker_error)?;
+        }
         match settlement {
-            Settlement::Ack => self.channel.basic_ack(self.tag, false),
+            Settlement::Ack => Ok(()),
             Settlement::Requeue => self.channel.basic_nack(self.tag, false, true),
             Settlement::Reject => self.channel.basic_reject(self.tag, false),
         }
@@ -292,9 +305,14 @@ impl Subscription for EmbeddedSubscription {
         let settler: Box<dyn Settle> = if self.auto_ack {
             Box::new(AlreadySettled)
         } else {
+            self.acks
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .delivered(d.delivery_tag);
             Box::new(EmbeddedSettler {
                 channel: self.channel.clone(),
                 tag: d.delivery_tag,
+                acks: self.acks.clone(),
             })
         };
         Some(Inbound {
@@ -307,6 +325,14 @@ impl Subscription for EmbeddedSubscription {
     }
 
     async fn cancel(&mut self) -> BinderResult<()> {
+        let due = self
+            .acks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take_ready();
+        if let Some(upto) = due {
+            self.channel.basic_ack(upto, true).map_err(broker_error)?;
+        }
         // Deliveries taken from the consumer but not yet handed out go back to the queue.
         for d in self.ready.drain(..).rev() {
             if !self.auto_ack {

@@ -4,8 +4,8 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use binder_core::binder::{
-    AlreadySettled, Binder, BinderError, BinderRegistration, BinderResult, Inbound, Producer,
-    ProducerSpec, QueueInfo, Settle, Settlement, Subscription, SubscriptionSpec,
+    AckCoalescer, AlreadySettled, Binder, BinderError, BinderRegistration, BinderResult, Inbound,
+    Producer, ProducerSpec, QueueInfo, Settle, Settlement, Subscription, SubscriptionSpec,
 };
 use binder_core::config::ExchangeType;
 use binder_core::message::Message;
@@ -420,33 +420,19 @@ struct RabbitSubscription {
     acks: Arc<AckBatch>,
 }
 
-/// Acks at most this many deliveries with one `multiple` ack.
-const ACK_BATCH: usize = 50;
-
-/// Coalesces acks: a settled delivery is acknowledged with the next `basic.ack multiple`
-/// that covers an unbroken run of settled tags from the oldest unsettled one, sent once
-/// [`ACK_BATCH`] are ready or nothing older is pending. Handlers that finish out of order
-/// never ack each other's deliveries.
+/// Sends coalesced acks on a subscription's channel (see [`AckCoalescer`]).
 #[derive(Debug)]
 struct AckBatch {
     channel: Arc<ChannelGuard>,
-    state: std::sync::Mutex<AckState>,
-}
-
-#[derive(Debug, Default)]
-struct AckState {
-    /// Delivered, not yet settled.
-    outstanding: std::collections::BTreeSet<u64>,
-    /// Settled with an ack, not yet sent.
-    acked: std::collections::BTreeSet<u64>,
+    state: std::sync::Mutex<AckCoalescer>,
 }
 
 impl AckBatch {
     fn delivered(&self, tag: u64) {
-        self.lock().outstanding.insert(tag);
+        self.lock().delivered(tag);
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, AckState> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, AckCoalescer> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -473,76 +459,6 @@ impl AckBatch {
     fn flush(&self) -> Result<(), lapin::Error> {
         let upto = self.lock().take_ready();
         upto.map_or(Ok(()), |t| self.send(t))
-    }
-}
-
-impl AckState {
-    /// Records a settlement; returns the tag to ack with `multiple` when a batch is due:
-    /// [`ACK_BATCH`] acks are ready, or no older delivery is unsettled.
-    fn settle(&mut self, tag: u64, ack: bool) -> Option<u64> {
-        self.outstanding.remove(&tag);
-        if ack {
-            self.acked.insert(tag);
-        }
-        let limit = self.outstanding.first().copied().unwrap_or(u64::MAX);
-        let ready = self.acked.range(..limit).count();
-        if ready == 0 || (ready < ACK_BATCH && !self.outstanding.is_empty()) {
-            return None;
-        }
-        self.take_ready()
-    }
-
-    /// The highest acked tag below every unsettled one, removing what it covers.
-    fn take_ready(&mut self) -> Option<u64> {
-        let limit = self.outstanding.first().copied().unwrap_or(u64::MAX);
-        let upto = *self.acked.range(..limit).next_back()?;
-        self.acked = self.acked.split_off(&(upto + 1));
-        Some(upto)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn delivered(tags: std::ops::RangeInclusive<u64>) -> AckState {
-        AckState {
-            outstanding: tags.collect(),
-            acked: Default::default(),
-        }
-    }
-
-    #[test]
-    fn acks_wait_for_older_deliveries_and_go_out_in_batches() {
-        let mut st = delivered(1..=3);
-        assert_eq!(st.settle(2, true), None, "1 is still unsettled");
-        assert_eq!(
-            st.settle(1, true),
-            None,
-            "3 is unsettled and the batch is small"
-        );
-        assert_eq!(
-            st.settle(3, true),
-            Some(3),
-            "nothing older pending: ack up to 3"
-        );
-        assert!(st.acked.is_empty());
-
-        let mut st = delivered(1..=120);
-        let mut sent = Vec::new();
-        for tag in 1..=120 {
-            sent.extend(st.settle(tag, true));
-        }
-        assert_eq!(sent, vec![50, 100, 120]);
-    }
-
-    #[test]
-    fn a_rejected_delivery_is_never_covered_by_a_multiple_ack() {
-        let mut st = delivered(1..=3);
-        assert_eq!(st.settle(1, true), None);
-        assert_eq!(st.settle(2, false), None, "2 is rejected on its own");
-        assert_eq!(st.settle(3, true), Some(3));
-        // 2 was settled by its reject before this ack, so the broker no longer holds it.
     }
 }
 

@@ -5,8 +5,10 @@
 //! (retries, dead-lettering, lifecycle) is built on these few operations, so a new binder only
 //! implements them; the conformance kit checks that it does so faithfully.
 
+mod acks;
 mod dead_letter;
 
+pub use acks::AckCoalescer;
 pub use dead_letter::{ATTEMPTS_HEADER, DeadLetter, republish_headers};
 
 use std::fmt;
