@@ -1,0 +1,100 @@
+//! Against the real broker: while a memory alarm blocks publishers (`connection.blocked`), a
+//! send waits instead of failing, and completes once the alarm clears. The watermark is
+//! restored whatever happens. Without a broker the test says so and passes, unless
+//! `REQUIRE_RABBIT=1`.
+
+use std::process::Command;
+use std::time::Duration;
+
+use binder_core::binder::{Binder, ProducerSpec};
+use binder_core::message::{DeliveryMode, Message};
+use binder_rabbit::{RabbitBinder, RabbitSettings};
+
+fn amqp_url() -> String {
+    std::env::var("AMQP_URL").unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".into())
+}
+
+/// Puts the memory watermark found at the start back when dropped, even if the test panicked.
+struct Restore(String);
+
+impl Restore {
+    /// Remembers the broker's current (relative) watermark.
+    fn current() -> Self {
+        let out = Command::new("rabbitmqctl")
+            .args([
+                "-q",
+                "eval",
+                "vm_memory_monitor:get_vm_memory_high_watermark().",
+            ])
+            .output()
+            .expect("rabbitmqctl is installed with RabbitMQ");
+        let value = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+        assert!(
+            value.parse::<f64>().is_ok(),
+            "cannot read the current watermark (got {value:?}); not touching the broker"
+        );
+        Restore(value)
+    }
+}
+
+impl Drop for Restore {
+    fn drop(&mut self) {
+        let _ = Command::new("rabbitmqctl")
+            .args(["set_vm_memory_high_watermark", &self.0])
+            .output();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_memory_alarm_blocks_publishers_instead_of_failing_them() {
+    let binder = RabbitBinder::new(RabbitSettings::from_uri(&amqp_url()));
+    if let Err(binder_core::binder::BinderError::Unreachable(e)) =
+        binder.inspect("amq.nonexistent-probe").await
+    {
+        assert!(
+            std::env::var("REQUIRE_RABBIT").as_deref() != Ok("1"),
+            "REQUIRE_RABBIT=1 but no RabbitMQ answers at {}: {e}",
+            amqp_url()
+        );
+        eprintln!("SKIPPED: no RabbitMQ answers at {}: {e}", amqp_url());
+        return;
+    }
+    let producer = binder
+        .producer(ProducerSpec {
+            exchange: "amq.fanout".into(),
+            delivery_mode: DeliveryMode::Persistent,
+        })
+        .await
+        .unwrap();
+    producer.publish("", Message::new("before")).await.unwrap();
+
+    let restore = Restore::current();
+    let out = Command::new("rabbitmqctl")
+        .args(["set_vm_memory_high_watermark", "0.0000001"])
+        .output()
+        .expect("rabbitmqctl is installed with RabbitMQ");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let send = tokio::spawn(async move {
+        let result = producer.publish("", Message::new("during")).await;
+        (producer, result)
+    });
+    // The alarm holds the publish: it neither completes nor fails while it lasts.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        !send.is_finished(),
+        "a blocked publisher waits instead of failing"
+    );
+
+    drop(restore);
+    let (_producer, result) = tokio::time::timeout(Duration::from_secs(30), send)
+        .await
+        .expect("the publish completes once the alarm clears")
+        .unwrap();
+    result.expect("confirmed after the alarm");
+    binder.close().await;
+}
