@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use binder_core::binder::{ProducerSpec, Settlement};
+use binder_core::binder::Settlement;
 use binder_core::message::{Decimal, DeliveryMode, HeaderValue, Headers, Message, Properties};
 use binder_core::runtime::{HandlerError, Reply, handler};
 use binder_core::topology::{plan_consumer, plan_producer};
@@ -268,24 +268,12 @@ spring.cloud.stream:
 /// Through the SPI: ack removes; requeue redelivers with the redelivered flag; reject without
 /// requeue goes to the DLQ (`autoBindDlq`).
 pub async fn ack_requeue_reject(env: &Env) {
-    let config = env.config(
-        "spring.cloud.stream:\n  bindings.in: {destination: '{p}settle', group: g}\n  rabbit.bindings.in.consumer: {autoBindDlq: true, republishToDlq: false}\n",
-    );
-    let binding = config.binding("in");
-    let consumer = plan_consumer(&binding, "x");
-    env.binder.provision(&consumer.plan).await.unwrap();
-    let producer = env
-        .binder
-        .producer(ProducerSpec {
-            exchange: consumer.exchange.clone(),
-            delivery_mode: DeliveryMode::Persistent,
-        })
-        .await
-        .unwrap();
-    for text in ["ack", "requeue", "reject"] {
-        producer.publish("#", Message::new(text)).await.unwrap();
-    }
-    let queue = &consumer.queues[0];
+    let queue = &env
+        .seeded_queue(
+            "spring.cloud.stream:\n  bindings.in: {destination: '{p}settle', group: g}\n  rabbit.bindings.in.consumer: {autoBindDlq: true, republishToDlq: false}\n",
+            &["ack", "requeue", "reject"],
+        )
+        .await;
     let mut sub = env.subscribe(queue, 10).await;
     let mut by_text = std::collections::HashMap::new();
     for _ in 0..3 {
@@ -446,24 +434,14 @@ pub async fn poison_messages_go_to_the_dlq(env: &Env) {
 
 /// No more than `prefetch` unsettled deliveries per consumer: the rest stay ready.
 pub async fn prefetch_bounds_unsettled_deliveries(env: &Env) {
-    let config = env.config("spring.cloud.stream.bindings.in: {destination: '{p}pf', group: g}");
-    let consumer = plan_consumer(&config.binding("in"), "x");
-    env.binder.provision(&consumer.plan).await.unwrap();
-    let producer = env
-        .binder
-        .producer(ProducerSpec {
-            exchange: consumer.exchange.clone(),
-            delivery_mode: DeliveryMode::NonPersistent,
-        })
-        .await
-        .unwrap();
-    for i in 0..10 {
-        producer
-            .publish("#", Message::new(i.to_string()))
-            .await
-            .unwrap();
-    }
-    let queue = &consumer.queues[0];
+    let payloads: Vec<String> = (0..10).map(|i| i.to_string()).collect();
+    let payloads: Vec<&str> = payloads.iter().map(String::as_str).collect();
+    let queue = &env
+        .seeded_queue(
+            "spring.cloud.stream.bindings.in: {destination: '{p}pf', group: g}",
+            &payloads,
+        )
+        .await;
     let mut sub = env.subscribe(queue, 3).await;
     let mut held = Vec::new();
     for _ in 0..3 {
@@ -502,24 +480,12 @@ pub async fn order_is_kept_with_one_consumer(env: &Env) {
 
 /// A consumer closed with unsettled deliveries: they are redelivered to another member.
 pub async fn unacked_messages_of_a_closed_consumer_are_redelivered(env: &Env) {
-    let config = env.config("spring.cloud.stream.bindings.in: {destination: '{p}crash', group: g}");
-    let consumer = plan_consumer(&config.binding("in"), "x");
-    env.binder.provision(&consumer.plan).await.unwrap();
-    let producer = env
-        .binder
-        .producer(ProducerSpec {
-            exchange: consumer.exchange.clone(),
-            delivery_mode: DeliveryMode::Persistent,
-        })
-        .await
-        .unwrap();
-    for i in 0..5 {
-        producer
-            .publish("#", Message::new(i.to_string()))
-            .await
-            .unwrap();
-    }
-    let queue = &consumer.queues[0];
+    let queue = &env
+        .seeded_queue(
+            "spring.cloud.stream.bindings.in: {destination: '{p}crash', group: g}",
+            &["0", "1", "2", "3", "4"],
+        )
+        .await;
     let mut crashing = env.subscribe(queue, 10).await;
     let mut held = Vec::new();
     for _ in 0..5 {

@@ -117,6 +117,29 @@ impl Env {
             .unwrap_or_else(|e| panic!("subscribe {queue}: {e}"))
     }
 
+    /// Declares the consumer topology of binding `in` in `template` and publishes `payloads`
+    /// to its exchange through the SPI; returns the (first) queue to consume.
+    pub async fn seeded_queue(&self, template: &str, payloads: &[&str]) -> String {
+        let config = self.config(template);
+        let consumer = topology::plan_consumer(&config.binding("in"), "x");
+        self.binder.provision(&consumer.plan).await.unwrap();
+        let producer = self
+            .binder
+            .producer(binder_core::binder::ProducerSpec {
+                exchange: consumer.exchange.clone(),
+                delivery_mode: binder_core::message::DeliveryMode::Persistent,
+            })
+            .await
+            .unwrap();
+        for payload in payloads {
+            producer
+                .publish("#", binder_core::message::Message::new(payload.to_string()))
+                .await
+                .unwrap();
+        }
+        consumer.queues[0].clone()
+    }
+
     /// Ready messages and consumers of a queue.
     pub async fn inspect(&self, queue: &str) -> QueueInfo {
         self.binder
