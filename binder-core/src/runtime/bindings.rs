@@ -54,7 +54,10 @@ impl OutputBinding for Source {
 /// SCSt's `Processor`: the `input` and `output` bindings together, for a listener that
 /// transforms: `#[stream_listener(input = processor::Input, output = processor::Output)]`.
 pub mod processor {
-    pub use super::{Sink as Input, Source as Output};
+    /// The processor's input: [`super::Sink`] (binding `input`).
+    pub type Input = super::Sink;
+    /// The processor's output: [`super::Source`] (binding `output`).
+    pub type Output = super::Source;
 }
 
 /// A typed handle on an output binding, as a listener argument (`out: Out<Invoices>`).
