@@ -265,3 +265,32 @@ async fn a_reply_without_an_output_binding_is_a_failure_not_a_loss() {
     );
     running.shutdown().await;
 }
+
+#[tokio::test]
+async fn health_is_starting_then_up_then_down() {
+    use binder_core::runtime::HealthStatus;
+    let broker = Broker::new();
+    let builder = app(
+        &broker,
+        "spring.cloud.stream.bindings.in: {destination: h, group: g}\n",
+    )
+    .listener("in", handler::payload(|_: u32| async {}));
+    let health = builder.health();
+    assert_eq!(health.status(), HealthStatus::Starting { waiting: None });
+    let running = builder.start().await.unwrap();
+    assert!(health.is_ready());
+    assert!(running.health().is_ready());
+    running.shutdown().await;
+    assert_eq!(
+        health.status(),
+        HealthStatus::Down {
+            reason: "shut down".into()
+        }
+    );
+    let failed = App::builder(config(
+        "spring.cloud.stream.bindings.unused.destination: x\n",
+    ));
+    let health = failed.health();
+    assert!(failed.start().await.is_err());
+    assert!(matches!(health.status(), HealthStatus::Down { reason } if reason.contains("unused")));
+}

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use binder_core::binder::Binder;
 use binder_core::config::{ConfigLoader, StreamConfig};
-use binder_core::runtime::{App, AppBuilder, handler};
+use binder_core::runtime::{App, AppBuilder, HealthStatus, handler};
 use binder_core::topology::{plan_consumer, plan_producer};
 use binder_rabbit::{RabbitBinder, RabbitSettings};
 use tokio::sync::mpsc;
@@ -125,8 +125,20 @@ async fn the_broker_going_away_loses_nothing_and_services_wait_for_it() {
     rabbitmqctl(&["stop_app"]);
     let binder = Arc::new(RabbitBinder::new(RabbitSettings::from_uri(&amqp_url())));
     let (tx, mut rx) = mpsc::unbounded_channel();
-    let starting = tokio::spawn(service(config.clone(), binder.clone(), tx).start());
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    let builder = service(config.clone(), binder.clone(), tx);
+    let health = builder.health();
+    let starting = tokio::spawn(builder.start());
+    // Health reports what startup waits for.
+    let waiting = tokio::time::timeout(
+        Duration::from_secs(30),
+        health.wait_for(|s| matches!(s, HealthStatus::Starting { waiting: Some(_) })),
+    )
+    .await
+    .expect("health reports the wait for the broker");
+    assert!(
+        waiting.to_string().contains("cannot connect to RabbitMQ"),
+        "{waiting}"
+    );
     assert!(
         !starting.is_finished(),
         "startup waits for the broker instead of failing"
@@ -138,6 +150,7 @@ async fn the_broker_going_away_loses_nothing_and_services_wait_for_it() {
         .expect("the service came up once the broker did")
         .unwrap()
         .unwrap_or_else(|e| panic!("{e}"));
+    assert!(health.is_ready(), "health is up once the broker is");
     let out = app.output("out").unwrap();
     out.send(&1_000u32).await.unwrap();
     assert!(consumed_all(&mut rx, &BTreeSet::from([1_000])).await);

@@ -23,7 +23,11 @@ use crate::topology::{anonymous_suffix, plan_consumer};
 /// Runs a binder operation, waiting (with back-off, up to 10 s between tries) while the
 /// broker cannot be reached: a service started before its broker comes up when the broker
 /// does. Other errors return at once.
-pub(crate) async fn when_reachable<T, F, Fut>(what: &str, op: F) -> crate::binder::BinderResult<T>
+pub(crate) async fn when_reachable<T, F, Fut>(
+    what: &str,
+    health: Option<&super::health::Health>,
+    op: F,
+) -> crate::binder::BinderResult<T>
 where
     F: Fn() -> Fut,
     Fut: std::future::Future<Output = crate::binder::BinderResult<T>>,
@@ -33,10 +37,20 @@ where
         match op().await {
             Err(crate::binder::BinderError::Unreachable(e)) => {
                 tracing::warn!(%what, error = %e, ?wait, "broker unreachable; waiting for it");
+                if let Some(h) = health {
+                    h.set(super::health::HealthStatus::Starting {
+                        waiting: Some(format!("{what}: {e}")),
+                    });
+                }
                 tokio::time::sleep(wait).await;
                 wait = (wait * 2).min(Duration::from_secs(10));
             }
-            other => return other,
+            other => {
+                if let Some(h) = health {
+                    h.set(super::health::HealthStatus::Starting { waiting: None });
+                }
+                return other;
+            }
         }
     }
 }
@@ -141,6 +155,7 @@ pub struct AppBuilder {
     hook: Option<ErrorHook>,
     shutdown_timeout: Duration,
     state: HashMap<std::any::TypeId, Arc<dyn std::any::Any + Send + Sync>>,
+    health: super::health::Health,
 }
 
 impl std::fmt::Debug for AppBuilder {
@@ -171,6 +186,7 @@ impl App {
             hook: None,
             shutdown_timeout: Duration::from_secs(30),
             state: HashMap::new(),
+            health: super::health::Health::default(),
         }
     }
 }
@@ -234,6 +250,12 @@ impl AppBuilder {
             handler: (def.handler)(),
         });
         self
+    }
+
+    /// The application's health, available before `start` so a service can report that it
+    /// waits for its broker; `RunningApp::health` returns the same handle.
+    pub fn health(&self) -> super::health::Health {
+        self.health.clone()
     }
 
     /// Shares a value with every handler (`State<T>` arguments, `Context::state`).
@@ -361,6 +383,19 @@ impl AppBuilder {
     /// Checks everything, provisions topology, opens producers and subscriptions, and starts
     /// consuming. Every problem is reported at once.
     pub async fn start(self) -> Result<RunningApp, StartupError> {
+        let health = self.health.clone();
+        let result = self.start_inner().await;
+        match &result {
+            Ok(_) => health.set(super::health::HealthStatus::Up),
+            Err(e) => health.set(super::health::HealthStatus::Down {
+                reason: e.to_string(),
+            }),
+        }
+        result
+    }
+
+    async fn start_inner(self) -> Result<RunningApp, StartupError> {
+        let health = self.health.clone();
         let mut problems = self.check();
         let binders = Arc::new(Binders {
             explicit: self.binders,
@@ -390,7 +425,8 @@ impl AppBuilder {
         let mut outputs: HashMap<String, Arc<OutputInner>> = HashMap::new();
         for name in &self.outputs {
             let binding = config.binding(name);
-            match OutputInner::open(&binding, &resolved[name], codecs.clone()).await {
+            match OutputInner::open(&binding, &resolved[name], codecs.clone(), Some(&health)).await
+            {
                 Ok(o) => {
                     outputs.insert(name.clone(), Arc::new(o));
                 }
@@ -421,7 +457,9 @@ impl AppBuilder {
             let binder = resolved[&input].clone();
             let topology = plan_consumer(&binding, &anonymous_suffix());
             let what = format!("binding `{input}`");
-            if let Err(e) = when_reachable(&what, || binder.provision(&topology.plan)).await {
+            if let Err(e) =
+                when_reachable(&what, Some(&health), || binder.provision(&topology.plan)).await
+            {
                 problems.push(format!("binding `{input}`: {e}"));
                 continue;
             }
@@ -434,7 +472,9 @@ impl AppBuilder {
                         exchange: exchange.clone(),
                         delivery_mode: rabbit.republish_delivery_mode,
                     };
-                    match when_reachable(&what, || binder.producer(spec.clone())).await {
+                    match when_reachable(&what, Some(&health), || binder.producer(spec.clone()))
+                        .await
+                    {
                         Ok(producer) => Some(DeadLetterTarget {
                             producer,
                             exchange: exchange.clone(),
@@ -528,6 +568,7 @@ impl AppBuilder {
             tasks: Mutex::new(tasks),
             inflight,
             shutdown_timeout: self.shutdown_timeout,
+            health,
         })
     }
 }
@@ -559,9 +600,15 @@ pub struct RunningApp {
     tasks: Mutex<Vec<JoinHandle<()>>>,
     inflight: Arc<Inflight>,
     shutdown_timeout: Duration,
+    health: super::health::Health,
 }
 
 impl RunningApp {
+    /// The application's health (up until shutdown).
+    pub fn health(&self) -> super::health::Health {
+        self.health.clone()
+    }
+
     /// The sender of an output binding.
     pub fn output(&self, binding: &str) -> Option<Output> {
         self.outputs.get(binding).map(|inner| Output {
@@ -682,6 +729,9 @@ impl RunningApp {
         for binder in self.binders.owned() {
             binder.close().await;
         }
+        self.health.set(super::health::HealthStatus::Down {
+            reason: "shut down".to_owned(),
+        });
         ShutdownReport { drained, abandoned }
     }
 

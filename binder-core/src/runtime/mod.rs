@@ -11,6 +11,7 @@ mod consumer;
 mod error;
 mod expression;
 pub mod handler;
+mod health;
 mod lifecycle;
 mod output;
 mod registry;
@@ -24,6 +25,7 @@ pub use consumer::{ErrorHook, Failure, FailureAction};
 pub use error::{HandlerError, SendError, StartupError};
 pub use expression::{ExpressionError, RoutingKeyExpression};
 pub use handler::{Handler, Incoming, IntoOutcome, Outcome, Reply, ReplyBody};
+pub use health::{Health, HealthStatus};
 pub use lifecycle::{BindingState, ControlError};
 pub use output::{Output, Publisher};
 pub use registry::{

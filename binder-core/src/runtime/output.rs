@@ -65,19 +65,20 @@ impl OutputInner {
         binding: &BindingConfig,
         binder: &Arc<dyn Binder>,
         codecs: Arc<Codecs>,
+        health: Option<&super::health::Health>,
     ) -> Result<Self, String> {
         let routing = Self::routing(binding)?;
         let partitioning = Self::partitioning(binding)?;
         let topology = plan_producer(binding);
         let what = format!("binding `{}`", binding.name);
-        super::app::when_reachable(&what, || binder.provision(&topology.plan))
+        super::app::when_reachable(&what, health, || binder.provision(&topology.plan))
             .await
             .map_err(|e| format!("{what}: {e}"))?;
         let spec = ProducerSpec {
             exchange: topology.exchange.clone(),
             delivery_mode: binding.rabbit_producer.delivery_mode,
         };
-        let producer = super::app::when_reachable(&what, || binder.producer(spec.clone()))
+        let producer = super::app::when_reachable(&what, health, || binder.producer(spec.clone()))
             .await
             .map_err(|e| format!("{what}: {e}"))?;
         Ok(OutputInner {
@@ -225,7 +226,7 @@ impl Publisher {
             .binders
             .for_binding(&self.config, target)
             .map_err(SendError::Destination)?;
-        let output = OutputInner::open(&binding, &binder, self.codecs.clone())
+        let output = OutputInner::open(&binding, &binder, self.codecs.clone(), None)
             .await
             .map_err(SendError::Destination)?;
         let output = Arc::new(output);
