@@ -193,3 +193,44 @@ async fn a_refused_redeclaration_names_the_queue_and_the_argument() {
     binder.remove(&first).await.unwrap();
     binder.close().await;
 }
+
+#[tokio::test]
+async fn quorum_and_single_active_consumer_queues_are_declared() {
+    let Some(binder) = binder().await else { return };
+    let p = unique();
+    let config = ConfigLoader::new()
+        .env(Vec::<(String, String)>::new())
+        .yaml_str(&format!(
+            r#"
+spring.cloud.stream:
+  bindings:
+    q: {{destination: '{p}-quorum', group: g}}
+    s: {{destination: '{p}-sac', group: g}}
+  rabbit.bindings:
+    q.consumer.quorum: {{enabled: true, deliveryLimit: 5}}
+    s.consumer.singleActiveConsumer: true
+"#
+        ))
+        .load()
+        .unwrap();
+    let quorum = plan_consumer(&config.binding("q"), "x").plan;
+    let sac = plan_consumer(&config.binding("s"), "x").plan;
+    binder.provision(&quorum).await.unwrap();
+    binder.provision(&sac).await.unwrap();
+    let queues = rabbitmqctl(&["list_queues", "name", "type", "arguments"]);
+    let find = |name: &str| {
+        queues
+            .iter()
+            .find(|q| q["name"] == name)
+            .unwrap_or_else(|| panic!("queue {name} not declared"))
+            .to_string()
+    };
+    let q = find(&format!("{p}-quorum.g"));
+    assert!(q.contains("\"type\":\"quorum\""), "{q}");
+    assert!(q.contains("x-delivery-limit"), "{q}");
+    let s = find(&format!("{p}-sac.g"));
+    assert!(s.contains("x-single-active-consumer"), "{s}");
+    binder.remove(&quorum).await.unwrap();
+    binder.remove(&sac).await.unwrap();
+    binder.close().await;
+}
