@@ -8,11 +8,8 @@ use std::time::Duration;
 
 use binder_core::binder::{Binder, ProducerSpec};
 use binder_core::message::{DeliveryMode, Message};
-use binder_rabbit::{RabbitBinder, RabbitSettings};
 
-fn amqp_url() -> String {
-    std::env::var("AMQP_URL").unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".into())
-}
+mod common;
 
 /// Puts the memory watermark found at the start back when dropped, even if the test panicked.
 struct Restore(String);
@@ -47,18 +44,9 @@ impl Drop for Restore {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_memory_alarm_blocks_publishers_instead_of_failing_them() {
-    let binder = RabbitBinder::new(RabbitSettings::from_uri(&amqp_url()));
-    if let Err(binder_core::binder::BinderError::Unreachable(e)) =
-        binder.inspect("amq.nonexistent-probe").await
-    {
-        assert!(
-            std::env::var("REQUIRE_RABBIT").as_deref() != Ok("1"),
-            "REQUIRE_RABBIT=1 but no RabbitMQ answers at {}: {e}",
-            amqp_url()
-        );
-        eprintln!("SKIPPED: no RabbitMQ answers at {}: {e}", amqp_url());
+    let Some(binder) = common::binder().await else {
         return;
-    }
+    };
     let producer = binder
         .producer(ProducerSpec {
             exchange: "amq.fanout".into(),

@@ -11,42 +11,17 @@ use binder_core::binder::Binder;
 use binder_core::config::ConfigLoader;
 use binder_core::runtime::{App, handler};
 use binder_core::topology::{plan_consumer, plan_producer};
-use binder_rabbit::{RabbitBinder, RabbitSettings};
 use tokio::sync::mpsc;
 
-fn amqp_url() -> String {
-    std::env::var("AMQP_URL").unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".into())
-}
-
-async fn broker_up(binder: &RabbitBinder) -> bool {
-    match binder.inspect("amq.nonexistent-probe").await {
-        Err(binder_core::binder::BinderError::Unreachable(e)) => {
-            assert!(
-                std::env::var("REQUIRE_RABBIT").as_deref() != Ok("1"),
-                "REQUIRE_RABBIT=1 but no RabbitMQ answers at {}: {e}",
-                amqp_url()
-            );
-            eprintln!("SKIPPED: no RabbitMQ answers at {}: {e}", amqp_url());
-            false
-        }
-        _ => true,
-    }
-}
+mod common;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn closing_every_connection_loses_no_confirmed_message() {
-    let binder = Arc::new(RabbitBinder::new(RabbitSettings::from_uri(&amqp_url())));
-    if !broker_up(&binder).await {
+    let Some(binder) = common::binder().await else {
         return;
-    }
-    let dest = format!(
-        "resilience-{}",
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos()
-            % 1_000_000_000
-    );
+    };
+    let binder = Arc::new(binder);
+    let dest = common::unique("resilience");
     let yaml = format!(
         r#"
 spring.cloud.stream:

@@ -7,31 +7,9 @@ use std::process::Command;
 use binder_core::binder::Binder;
 use binder_core::config::ConfigLoader;
 use binder_core::topology::plan_consumer;
-use binder_rabbit::{RabbitBinder, RabbitSettings};
 use serde_json::Value;
 
-fn amqp_url() -> String {
-    std::env::var("AMQP_URL").unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".into())
-}
-
-/// A connected binder, or `None` (with a loud message) when no broker answers and none is
-/// required.
-async fn binder() -> Option<RabbitBinder> {
-    let binder = RabbitBinder::new(RabbitSettings::from_uri(&amqp_url()));
-    match binder.inspect("amq.nonexistent-probe").await {
-        Err(binder_core::binder::BinderError::Unreachable(e)) => {
-            if std::env::var("REQUIRE_RABBIT").is_ok_and(|v| v == "1") {
-                panic!(
-                    "REQUIRE_RABBIT=1 but no RabbitMQ answers at {}: {e}",
-                    amqp_url()
-                );
-            }
-            eprintln!("SKIPPED: no RabbitMQ answers at {}: {e}", amqp_url());
-            None
-        }
-        _ => Some(binder),
-    }
-}
+mod common;
 
 fn rabbitmqctl(args: &[&str]) -> Vec<Value> {
     let out = Command::new("rabbitmqctl")
@@ -52,21 +30,12 @@ fn rabbitmqctl(args: &[&str]) -> Vec<Value> {
         .unwrap_or_default()
 }
 
-fn unique() -> String {
-    format!(
-        "topo{}",
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos()
-            % 1_000_000_000
-    )
-}
-
 #[tokio::test]
 async fn declared_topology_is_spring_cloud_streams() {
-    let Some(binder) = binder().await else { return };
-    let p = unique();
+    let Some(binder) = common::binder().await else {
+        return;
+    };
+    let p = common::unique("topo");
     let yaml = format!(
         r#"
 spring.cloud.stream:
@@ -169,8 +138,10 @@ spring.cloud.stream:
 
 #[tokio::test]
 async fn a_refused_redeclaration_names_the_queue_and_the_argument() {
-    let Some(binder) = binder().await else { return };
-    let p = unique();
+    let Some(binder) = common::binder().await else {
+        return;
+    };
+    let p = common::unique("topo");
     let load = |ttl: u32| {
         ConfigLoader::new()
             .env(Vec::<(String, String)>::new())
@@ -196,8 +167,10 @@ async fn a_refused_redeclaration_names_the_queue_and_the_argument() {
 
 #[tokio::test]
 async fn quorum_and_single_active_consumer_queues_are_declared() {
-    let Some(binder) = binder().await else { return };
-    let p = unique();
+    let Some(binder) = common::binder().await else {
+        return;
+    };
+    let p = common::unique("topo");
     let config = ConfigLoader::new()
         .env(Vec::<(String, String)>::new())
         .yaml_str(&format!(
