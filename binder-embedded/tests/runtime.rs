@@ -1,14 +1,16 @@
 //! The runtime on the embedded binder: handlers, groups, routing, retries, dead letters,
 //! lifecycle, shutdown, tracing. Each test has its own broker.
 
+mod common;
+
+use common::{app, next, recv, watch_queue};
+
 use std::sync::Arc;
 use std::time::Duration;
 
-use binder_core::config::{ConfigLoader, StreamConfig};
-use binder_core::runtime::{App, AppBuilder, BindingState, FailureAction, Reply, handler};
+use binder_core::runtime::{BindingState, FailureAction, Reply, handler};
 use binder_core::{HeaderValue, Message};
-use binder_embedded::EmbeddedBinder;
-use binder_embedded::engine::{Broker, ConsumeOptions, Consumer, Delivery};
+use binder_embedded::engine::{Broker, ConsumeOptions};
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
@@ -19,18 +21,6 @@ struct Order {
     fail: bool,
 }
 
-fn config(yaml: &str) -> StreamConfig {
-    ConfigLoader::new()
-        .env(Vec::<(String, String)>::new())
-        .yaml_str(yaml)
-        .load()
-        .unwrap_or_else(|e| panic!("{e}"))
-}
-
-fn app(broker: &Broker, yaml: &str) -> AppBuilder {
-    App::builder(config(yaml)).binder("embedded", Arc::new(EmbeddedBinder::new(broker.clone())))
-}
-
 /// A handler that reports each order it sees.
 fn recorder(tx: mpsc::UnboundedSender<Order>) -> impl binder_core::runtime::Handler {
     handler::payload(move |o: Order| {
@@ -39,37 +29,6 @@ fn recorder(tx: mpsc::UnboundedSender<Order>) -> impl binder_core::runtime::Hand
             let _ = tx.send(o);
         }
     })
-}
-
-async fn recv<T>(rx: &mut mpsc::UnboundedReceiver<T>) -> T {
-    tokio::time::timeout(Duration::from_secs(10), rx.recv())
-        .await
-        .expect("nothing arrived within 10 s")
-        .expect("channel closed")
-}
-
-/// Watches a queue directly on the broker.
-fn watch_queue(broker: &Broker, queue: &str) -> (binder_embedded::engine::Connection, Consumer) {
-    let conn = broker.connect();
-    let ch = conn.open_channel().unwrap();
-    let c = ch
-        .basic_consume(
-            queue,
-            ConsumeOptions {
-                no_ack: true,
-                ..Default::default()
-            },
-        )
-        .unwrap();
-    std::mem::forget(ch); // the connection owns the channel's lifetime
-    (conn, c)
-}
-
-async fn next(c: &mut Consumer) -> Delivery {
-    tokio::time::timeout(Duration::from_secs(10), c.recv())
-        .await
-        .expect("nothing arrived within 10 s")
-        .expect("cancelled")
 }
 
 #[tokio::test]
@@ -258,7 +217,7 @@ spring.cloud.stream:
         .start()
         .await
         .unwrap();
-    let (_watch, mut dlq) = watch_queue(&broker, "payments.ledger.dlq");
+    let mut dlq = watch_queue(&broker, "payments.ledger.dlq");
     let p = running.publisher();
     p.send("payments", &Order { id: 1, fail: true })
         .await
@@ -290,7 +249,7 @@ spring.cloud.stream:
         "the good message did not wait for the retries"
     );
 
-    let dead = next(&mut dlq).await;
+    let dead = next(&mut dlq.consumer).await;
     let h = &dead.message().headers;
     assert_eq!(h.get_str("x-exception-message"), Some("card declined"));
     assert!(h.get_str("x-exception-stacktrace").is_some());
@@ -319,13 +278,13 @@ spring.cloud.stream:
         Err::<(), _>(binder_core::runtime::HandlerError::fatal("bad job"))
     });
     let running = app(&broker, yaml).listener("in", h).start().await.unwrap();
-    let (_watch, mut dlq) = watch_queue(&broker, "jobs.w.dlq");
+    let mut dlq = watch_queue(&broker, "jobs.w.dlq");
     running
         .publisher()
         .send("jobs", &Order { id: 9, fail: true })
         .await
         .unwrap();
-    let dead = next(&mut dlq).await;
+    let dead = next(&mut dlq.consumer).await;
     let death = match dead.message().headers.get("x-death") {
         Some(HeaderValue::Array(items)) => items[0].clone(),
         other => panic!("no x-death: {other:?}"),
@@ -358,7 +317,7 @@ spring.cloud.stream:
         }
     });
     let running = app(&broker, yaml).listener("in", h).start().await.unwrap();
-    let (_watch, mut dlq) = watch_queue(&broker, "orders.svc.dlq");
+    let mut dlq = watch_queue(&broker, "orders.svc.dlq");
     let p = running.publisher();
     p.send_message(
         "orders",
@@ -366,7 +325,7 @@ spring.cloud.stream:
     )
     .await
     .unwrap();
-    let dead = next(&mut dlq).await;
+    let dead = next(&mut dlq.consumer).await;
     let reason = dead
         .message()
         .headers
@@ -392,7 +351,7 @@ spring.cloud.stream:
     )
     .await
     .unwrap();
-    let dead = tokio::time::timeout(Duration::from_secs(20), dlq.recv())
+    let dead = tokio::time::timeout(Duration::from_secs(20), dlq.consumer.recv())
         .await
         .unwrap()
         .unwrap();

@@ -1,33 +1,17 @@
 //! Acknowledge modes, prefetch, binder selection and startup checks of the runtime.
 
+mod common;
+
+use common::{app, config, recv};
+
 use std::sync::Arc;
 use std::time::Duration;
 
 use binder_core::binder::Settlement;
-use binder_core::config::{ConfigLoader, StreamConfig};
-use binder_core::runtime::{App, AppBuilder, handler};
+use binder_core::runtime::{App, handler};
 use binder_embedded::EmbeddedBinder;
 use binder_embedded::engine::Broker;
 use tokio::sync::mpsc;
-
-fn config(yaml: &str) -> StreamConfig {
-    ConfigLoader::new()
-        .env(Vec::<(String, String)>::new())
-        .yaml_str(yaml)
-        .load()
-        .unwrap_or_else(|e| panic!("{e}"))
-}
-
-fn app(broker: &Broker, yaml: &str) -> AppBuilder {
-    App::builder(config(yaml)).binder("embedded", Arc::new(EmbeddedBinder::new(broker.clone())))
-}
-
-async fn recv<T>(rx: &mut mpsc::UnboundedReceiver<T>) -> T {
-    tokio::time::timeout(Duration::from_secs(10), rx.recv())
-        .await
-        .expect("nothing arrived within 10 s")
-        .expect("channel closed")
-}
 
 #[tokio::test]
 async fn prefetch_caps_deliveries_in_progress_below_concurrency() {

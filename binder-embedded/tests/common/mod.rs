@@ -53,12 +53,64 @@ pub fn ready(consumer: &mut Consumer) -> Vec<Delivery> {
 }
 
 pub async fn next(consumer: &mut Consumer) -> Delivery {
-    tokio::time::timeout(Duration::from_secs(5), consumer.recv())
+    tokio::time::timeout(Duration::from_secs(10), consumer.recv())
         .await
-        .expect("no delivery within 5 s")
+        .expect("no delivery within 10 s")
         .expect("consumer cancelled")
 }
 
 pub fn consume(ch: &Channel, queue: &str) -> Consumer {
     ch.basic_consume(queue, ConsumeOptions::default()).unwrap()
+}
+
+/// A configuration from YAML text, without the process environment.
+pub fn config(yaml: &str) -> binder_core::config::StreamConfig {
+    binder_core::config::ConfigLoader::new()
+        .env(Vec::<(String, String)>::new())
+        .yaml_str(yaml)
+        .load()
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// An application builder on this broker.
+pub fn app(broker: &Broker, yaml: &str) -> binder_core::runtime::AppBuilder {
+    binder_core::runtime::App::builder(config(yaml)).binder(
+        "embedded",
+        std::sync::Arc::new(binder_embedded::EmbeddedBinder::new(broker.clone())),
+    )
+}
+
+/// The next value of a channel, within 10 s.
+pub async fn recv<T>(rx: &mut tokio::sync::mpsc::UnboundedReceiver<T>) -> T {
+    tokio::time::timeout(Duration::from_secs(10), rx.recv())
+        .await
+        .expect("nothing arrived within 10 s")
+        .expect("channel closed")
+}
+
+/// A no-ack consumer watching a queue directly on the broker; it stops when dropped.
+pub struct Watch {
+    _connection: Connection,
+    _channel: Channel,
+    /// The deliveries.
+    pub consumer: Consumer,
+}
+
+pub fn watch_queue(broker: &Broker, queue: &str) -> Watch {
+    let connection = broker.connect();
+    let channel = connection.open_channel().unwrap();
+    let consumer = channel
+        .basic_consume(
+            queue,
+            ConsumeOptions {
+                no_ack: true,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    Watch {
+        _connection: connection,
+        _channel: channel,
+        consumer,
+    }
 }
