@@ -124,12 +124,18 @@ impl Default for Codecs {
 /// The media type without parameters, lower-cased: `Application/JSON; charset=utf-8` →
 /// `application/json`.
 pub fn media_type(content_type: &str) -> String {
-    content_type
-        .split(';')
-        .next()
-        .unwrap_or_default()
-        .trim()
-        .to_ascii_lowercase()
+    media(content_type).into_owned()
+}
+
+/// [`media_type`] without an allocation when the content type is already lower-case (it is
+/// looked up on every encode and decode).
+fn media(content_type: &str) -> std::borrow::Cow<'_, str> {
+    let media = content_type.split(';').next().unwrap_or_default().trim();
+    if media.bytes().any(|b| b.is_ascii_uppercase()) {
+        std::borrow::Cow::Owned(media.to_ascii_lowercase())
+    } else {
+        std::borrow::Cow::Borrowed(media)
+    }
 }
 
 impl Codecs {
@@ -145,8 +151,8 @@ impl Codecs {
     }
 
     fn entry(&self, content_type: &str) -> Option<&Entry> {
-        let media = media_type(content_type);
-        if let Some(entry) = self.by_type.get(&media) {
+        let media = media(content_type);
+        if let Some(entry) = self.by_type.get(media.as_ref()) {
             return Some(entry);
         }
         // `application/vnd.foo+json` and friends are JSON unless a codec claims them.

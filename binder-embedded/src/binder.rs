@@ -294,22 +294,29 @@ impl Settle for EmbeddedSettler {
 impl Subscription for EmbeddedSubscription {
     async fn next(&mut self) -> Option<Inbound> {
         if self.ready.is_empty() {
+            // The acks held back while the last batch was handled go out before waiting.
+            self.flush().await.ok()?;
             let consumer = self.consumer.as_mut()?;
             // Cancel-safe: a dropped receive leaves deliveries in the consumer's inbox.
             if consumer.recv_many(&mut self.batch, 256).await == 0 {
                 return None;
             }
+            if !self.auto_ack {
+                // The whole batch counts as outstanding from now on, so the acks of its
+                // first deliveries wait for the rest (or for `ACK_BATCH` of them) and go
+                // out as one `multiple` ack.
+                let mut acks = self.acks.lock().unwrap_or_else(|p| p.into_inner());
+                for d in &self.batch {
+                    acks.delivered(d.delivery_tag);
+                }
+            }
             self.ready.extend(self.batch.drain(..));
         }
         let d = self.ready.pop_front()?;
-        let settler: Box<dyn Settle> = if self.auto_ack {
-            Box::new(AlreadySettled)
+        let settler: Arc<dyn Settle> = if self.auto_ack {
+            Arc::new(AlreadySettled)
         } else {
-            self.acks
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .delivered(d.delivery_tag);
-            Box::new(EmbeddedSettler {
+            Arc::new(EmbeddedSettler {
                 channel: self.channel.clone(),
                 tag: d.delivery_tag,
                 acks: self.acks.clone(),
@@ -324,21 +331,31 @@ impl Subscription for EmbeddedSubscription {
         })
     }
 
-    async fn cancel(&mut self) -> BinderResult<()> {
+    async fn flush(&mut self) -> BinderResult<()> {
         let due = self
             .acks
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .take_ready();
-        if let Some(upto) = due {
-            self.channel.basic_ack(upto, true).map_err(broker_error)?;
+        match due {
+            Some(upto) => self.channel.basic_ack(upto, true).map_err(broker_error),
+            None => Ok(()),
         }
-        // Deliveries taken from the consumer but not yet handed out go back to the queue.
+    }
+
+    async fn cancel(&mut self) -> BinderResult<()> {
+        // Deliveries taken from the consumer but not yet handed out go back to the queue
+        // (last first, so they keep their order at its head).
         for d in self.ready.drain(..).rev() {
             if !self.auto_ack {
+                self.acks
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .settle(d.delivery_tag, false);
                 let _ = self.channel.basic_nack(d.delivery_tag, false, true);
             }
         }
+        self.flush().await?;
         match self.consumer.take() {
             Some(c) => c.cancel().map_err(broker_error),
             None => Ok(()),

@@ -514,11 +514,11 @@ impl Subscription for RabbitSubscription {
         // Cancel-safe: lapin keeps deliveries in the consumer's buffer.
         match consumer.next().await {
             Some(Ok(d)) => {
-                let settler: Box<dyn Settle> = if self.auto_ack {
-                    Box::new(AlreadySettled)
+                let settler: Arc<dyn Settle> = if self.auto_ack {
+                    Arc::new(AlreadySettled)
                 } else {
                     self.acks.delivered(d.delivery_tag);
-                    Box::new(RabbitSettler {
+                    Arc::new(RabbitSettler {
                         acker: d.acker.clone(),
                         tag: d.delivery_tag,
                         acks: self.acks.clone(),

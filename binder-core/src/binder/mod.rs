@@ -97,7 +97,10 @@ pub enum Settlement {
 /// Settles one delivery; implemented by each binder.
 #[async_trait]
 pub trait Settle: fmt::Debug + Send + Sync {
-    /// Applies the settlement.
+    /// Applies the settlement. A binder may hold acks back to send several as one
+    /// (`multiple`); it sends them at the latest when its subscription next waits for a
+    /// delivery, on [`Subscription::flush`] and on [`Subscription::cancel`]. Requeues and
+    /// rejects are never held back.
     async fn settle(&self, settlement: Settlement) -> BinderResult<()>;
 }
 
@@ -124,8 +127,9 @@ pub struct Inbound {
     pub routing_key: String,
     /// It was delivered before.
     pub redelivered: bool,
-    /// Settles it (a no-op for auto-ack subscriptions).
-    pub settler: Box<dyn Settle>,
+    /// Settles it (a no-op for auto-ack subscriptions). Shared, so a `MANUAL` handler can
+    /// hold it while the runtime keeps it for the failure path.
+    pub settler: std::sync::Arc<dyn Settle>,
 }
 
 /// A stream of deliveries from one queue.
@@ -133,6 +137,12 @@ pub struct Inbound {
 pub trait Subscription: fmt::Debug + Send {
     /// The next delivery; `None` once cancelled.
     async fn next(&mut self) -> Option<Inbound>;
+    /// Sends the settlements held back for batching (see [`Settle::settle`]). The runtime
+    /// calls it before it stops taking deliveries for a while (a pause, a handler that
+    /// waits); the default has nothing to send.
+    async fn flush(&mut self) -> BinderResult<()> {
+        Ok(())
+    }
     /// Stops deliveries. Unsettled ones can still be settled; the binder returns any that
     /// are never settled to the queue when it closes.
     async fn cancel(&mut self) -> BinderResult<()>;

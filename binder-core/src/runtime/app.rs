@@ -709,17 +709,33 @@ impl RunningApp {
             control.desired.send_replace(BindingState::Stopped);
         }
         drop(self.inputs);
-        for task in self.tasks.lock().await.drain(..) {
-            let _ = task.await;
-        }
-        let drained = self.inflight.drain(self.shutdown_timeout).await;
+        // The queue loops end once their handler in progress (concurrency 1) is done; the
+        // other handlers run in tasks of their own. Both count in `inflight`.
+        let mut loops: Vec<JoinHandle<()>> = self.tasks.lock().await.drain(..).collect();
+        let finished = async {
+            // Each loop leaves the list once it has ended, so the ones left can be aborted.
+            while let Some(task) = loops.last_mut() {
+                let _ = task.await;
+                loops.pop();
+            }
+            self.inflight.idle().await;
+        };
+        let drained = tokio::time::timeout(self.shutdown_timeout, finished)
+            .await
+            .is_ok();
         let abandoned = self.inflight.len();
         if !drained {
             tracing::warn!(
                 abandoned,
                 "shutdown timeout: stopping handlers still running; their messages return to the queue"
             );
-            self.inflight.abort_all();
+            for task in &loops {
+                task.abort();
+            }
+            for task in loops {
+                let _ = task.await;
+            }
+            self.inflight.abort_all().await;
         }
         for output in self.outputs.values() {
             output

@@ -63,7 +63,8 @@ pub struct Failure {
 /// runs whatever the hook does.
 pub type ErrorHook = Arc<dyn Fn(&Failure) + Send + Sync>;
 
-/// Counts deliveries being processed and holds their tasks, so shutdown can wait for them
+/// Counts deliveries being handled, wherever they run, and holds the tasks of those handled
+/// away from their queue loop (retries, `concurrency` above 1), so shutdown can wait for them
 /// and abort what outlives its timeout.
 #[derive(Debug, Default)]
 pub(crate) struct Inflight {
@@ -72,42 +73,53 @@ pub(crate) struct Inflight {
     tasks: StdMutex<JoinSet<()>>,
 }
 
+/// One delivery counted in flight until dropped (also when its task is aborted).
+pub(crate) struct InflightGuard(Arc<Inflight>);
+
+impl Drop for InflightGuard {
+    fn drop(&mut self) {
+        if self.0.count.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.0.idle.notify_waiters();
+        }
+    }
+}
+
 impl Inflight {
-    fn spawn(self: &Arc<Self>, fut: impl std::future::Future<Output = ()> + Send + 'static) {
+    /// Counts one delivery in flight until the guard drops.
+    fn enter(self: &Arc<Self>) -> InflightGuard {
         self.count.fetch_add(1, Ordering::AcqRel);
-        let me = self.clone();
+        InflightGuard(self.clone())
+    }
+
+    fn spawn(self: &Arc<Self>, fut: impl std::future::Future<Output = ()> + Send + 'static) {
+        let guard = self.enter();
         let mut tasks = self.tasks.lock().unwrap_or_else(|p| p.into_inner());
         while tasks.try_join_next().is_some() {}
         tasks.spawn(async move {
             fut.await;
-            if me.count.fetch_sub(1, Ordering::AcqRel) == 1 {
-                me.idle.notify_waiters();
-            }
+            drop(guard);
         });
     }
 
-    /// Waits until nothing is in flight or `timeout` passes; returns whether it drained.
-    pub(crate) async fn drain(&self, timeout: Duration) -> bool {
-        let wait = async {
-            loop {
-                let idle = self.idle.notified();
-                tokio::pin!(idle);
-                idle.as_mut().enable();
-                if self.count.load(Ordering::Acquire) == 0 {
-                    return;
-                }
-                idle.await;
+    /// Waits until nothing is in flight.
+    pub(crate) async fn idle(&self) {
+        loop {
+            let idle = self.idle.notified();
+            tokio::pin!(idle);
+            idle.as_mut().enable();
+            if self.count.load(Ordering::Acquire) == 0 {
+                return;
             }
-        };
-        tokio::time::timeout(timeout, wait).await.is_ok()
+            idle.await;
+        }
     }
 
-    /// Aborts what is still running (after the shutdown timeout).
-    pub(crate) fn abort_all(&self) {
-        self.tasks
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .abort_all();
+    /// Aborts the tasks still running (after the shutdown timeout) and waits until they are
+    /// gone, so their deliveries are unsettled (and return to their queues) when it returns.
+    pub(crate) async fn abort_all(&self) {
+        let mut tasks = std::mem::take(&mut *self.tasks.lock().unwrap_or_else(|p| p.into_inner()));
+        tasks.abort_all();
+        while tasks.join_next().await.is_some() {}
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -243,80 +255,108 @@ impl InputRuntime {
         })
     }
 
-    /// Handles one delivery to the end: attempts with back-off (other deliveries go on while
-    /// it waits), then settlement.
-    async fn process(self: Arc<Self>, inbound: Inbound, permit: OwnedSemaphorePermit) {
-        let mut permit = Some(permit);
-        let Inbound {
-            message,
-            exchange,
-            routing_key,
-            redelivered,
-            settler,
-        } = inbound;
-        let settler: Arc<dyn Settle> = Arc::from(settler);
+    fn retryable(&self, error: &HandlerError, attempt: u32) -> bool {
+        attempt < self.backoff.max_attempts
+            && error.should_retry(
+                self.config.consumer.default_retryable,
+                &self.config.consumer.retryable_exceptions,
+            )
+    }
+
+    fn pending(&self, inbound: Inbound) -> Pending {
         let span = tracing::info_span!(
             "delivery",
             binding = %self.name,
             destination = %self.config.destination,
-            message_id = message.properties.message_id.as_deref().unwrap_or(""),
+            message_id = inbound.message.properties.message_id.as_deref().unwrap_or(""),
             attempt = tracing::field::Empty,
         );
-        let mut attempt = 1;
-        let result = loop {
-            span.record("attempt", attempt);
-            let incoming = Incoming {
-                message: message.clone(),
-                binding: self.name.clone(),
-                attempt,
-                redelivered,
-                content_type: self.content_type.clone(),
-                codecs: self.codecs.clone(),
-                settler: self.manual().then(|| settler.clone()),
-                context: self.context.clone(),
-            };
-            match self
-                .attempt(incoming, &message)
-                .instrument(span.clone())
-                .await
-            {
-                Ok(()) => break Ok(()),
-                Err(e)
-                    if attempt < self.backoff.max_attempts
-                        && e.should_retry(
-                            self.config.consumer.default_retryable,
-                            &self.config.consumer.retryable_exceptions,
-                        ) =>
-                {
-                    let wait = self.backoff.delay(attempt);
-                    tracing::debug!(parent: &span, error = %e, ?wait, "attempt failed, retrying");
-                    // The slot is free while waiting: a retry never blocks other deliveries.
-                    permit = None;
-                    tokio::time::sleep(wait).await;
-                    attempt += 1;
-                    permit = match self.permits.clone().acquire_owned().await {
-                        Ok(p) => Some(p),
-                        Err(_) => break Err(e),
-                    };
-                }
-                Err(e) => break Err(e),
-            }
+        Pending {
+            message: inbound.message,
+            exchange: inbound.exchange,
+            routing_key: inbound.routing_key,
+            redelivered: inbound.redelivered,
+            settler: inbound.settler,
+            span,
+        }
+    }
+
+    /// Runs attempt number `attempt` of a delivery.
+    async fn run_attempt(&self, pending: &Pending, attempt: u32) -> Result<(), HandlerError> {
+        pending.span.record("attempt", attempt);
+        let incoming = Incoming {
+            message: pending.message.clone(),
+            binding: self.name.clone(),
+            attempt,
+            redelivered: pending.redelivered,
+            content_type: self.content_type.clone(),
+            codecs: self.codecs.clone(),
+            settler: self.manual().then(|| pending.settler.clone()),
+            context: self.context.clone(),
         };
+        self.attempt(incoming, &pending.message)
+            .instrument(pending.span.clone())
+            .await
+    }
+
+    /// Handles a delivery holding a handler slot: its first attempt runs here (in the queue
+    /// loop at `concurrency` 1, so no task is spawned per message); when that attempt fails
+    /// and may be retried, the retries go on in a task of their own, so the back-off never
+    /// holds up the deliveries behind it.
+    async fn handle(self: Arc<Self>, inbound: Inbound, permit: OwnedSemaphorePermit) {
+        let pending = self.pending(inbound);
+        let result = self.run_attempt(&pending, 1).await;
         drop(permit);
+        match result {
+            Err(error) if self.retryable(&error, 1) => {
+                let me = self.clone();
+                self.inflight.spawn(me.retry(pending, error, 1));
+            }
+            result => self.conclude(pending, result, 1).await,
+        }
+    }
+
+    /// Retries a delivery whose attempt number `attempt` failed with `error`: waits the
+    /// back-off without holding a handler slot, then takes one for the next attempt.
+    async fn retry(self: Arc<Self>, pending: Pending, mut error: HandlerError, mut attempt: u32) {
+        loop {
+            let wait = self.backoff.delay(attempt);
+            tracing::debug!(parent: &pending.span, %error, ?wait, "attempt failed, retrying");
+            tokio::time::sleep(wait).await;
+            // The semaphore is never closed; were it, the last error would stand.
+            let Ok(permit) = self.permits.clone().acquire_owned().await else {
+                break;
+            };
+            attempt += 1;
+            let result = self.run_attempt(&pending, attempt).await;
+            drop(permit);
+            match result {
+                Err(e) if self.retryable(&e, attempt) => error = e,
+                result => return self.conclude(pending, result, attempt).await,
+            }
+        }
+        self.conclude(pending, Err(error), attempt).await;
+    }
+
+    /// Settles a delivery after its last attempt: acked after a success (unless the broker
+    /// or the handler settles), else down the failure pipeline.
+    async fn conclude(&self, pending: Pending, result: Result<(), HandlerError>, attempts: u32) {
         match result {
             Ok(()) if self.auto_ack() || self.manual() => {}
             Ok(()) => {
-                if let Err(e) = settler.settle(Settlement::Ack).await {
-                    tracing::warn!(parent: &span, error = %e, "ack failed; the broker will redeliver");
+                if let Err(e) = pending.settler.settle(Settlement::Ack).await {
+                    tracing::warn!(parent: &pending.span, error = %e, "ack failed; the broker will redeliver");
                 }
             }
             Err(error) => {
+                let span = pending.span.clone();
+                let settler = pending.settler.clone();
                 let failed = FailedDelivery {
-                    message,
-                    exchange,
-                    routing_key,
+                    message: pending.message,
+                    exchange: pending.exchange,
+                    routing_key: pending.routing_key,
                     error,
-                    attempts: attempt,
+                    attempts,
                 };
                 self.fail(settler.as_ref(), failed).instrument(span).await;
             }
@@ -396,6 +436,16 @@ impl InputRuntime {
     }
 }
 
+/// A delivery being handled: what its attempts and its settlement need.
+struct Pending {
+    message: Message,
+    exchange: String,
+    routing_key: String,
+    redelivered: bool,
+    settler: Arc<dyn Settle>,
+    span: tracing::Span,
+}
+
 struct FailedDelivery {
     message: Message,
     exchange: String,
@@ -409,95 +459,216 @@ pub(crate) async fn run_queue(
     rt: Arc<InputRuntime>,
     binder: Arc<dyn Binder>,
     spec: SubscriptionSpec,
-    mut desired: watch::Receiver<BindingState>,
+    desired: watch::Receiver<BindingState>,
     actual: watch::Sender<BindingState>,
 ) {
-    let mut subscription: Option<Box<dyn Subscription>> = None;
-    let retry = Duration::from_millis(rt.config.rabbit_consumer.recovery_interval);
-    loop {
-        let want = *desired.borrow_and_update();
-        match want {
-            BindingState::Running => {
-                let Some(sub) = subscription.as_mut() else {
-                    match binder.subscribe(spec.clone()).await {
-                        Ok(s) => {
-                            subscription = Some(s);
-                            actual.send_replace(BindingState::Running);
-                        }
-                        Err(e) => {
-                            tracing::error!(binding = %rt.name, queue = %spec.queue, error = %e, "cannot consume; retrying");
-                            tokio::select! {
-                                _ = tokio::time::sleep(retry) => {}
-                                changed = desired.changed() => if changed.is_err() { break },
-                            }
-                        }
+    let recovery = Duration::from_millis(rt.config.rabbit_consumer.recovery_interval);
+    let mut queue = QueueLoop {
+        rt,
+        binder,
+        spec,
+        desired,
+        actual,
+        subscription: None,
+        recovery,
+    };
+    queue.run().await;
+    if let Some(mut sub) = queue.subscription.take() {
+        let _ = sub.cancel().await;
+    }
+    queue.actual.send_replace(BindingState::Stopped);
+}
+
+/// The loop of one queue: subscribes, takes deliveries and hands them to the handlers, and
+/// follows the binding's desired state.
+struct QueueLoop {
+    rt: Arc<InputRuntime>,
+    binder: Arc<dyn Binder>,
+    spec: SubscriptionSpec,
+    desired: watch::Receiver<BindingState>,
+    actual: watch::Sender<BindingState>,
+    subscription: Option<Box<dyn Subscription>>,
+    /// Wait before subscribing again after a failure (`recoveryInterval`).
+    recovery: Duration,
+}
+
+/// What the loop does next.
+enum Step {
+    Continue,
+    /// The control side is gone (shutdown): stop.
+    End,
+}
+
+impl QueueLoop {
+    async fn run(&mut self) {
+        loop {
+            let want = *self.desired.borrow_and_update();
+            let step = match want {
+                BindingState::Running => self.running().await,
+                BindingState::Paused => {
+                    self.flush().await;
+                    self.actual.send_replace(BindingState::Paused);
+                    self.wait_for_change().await
+                }
+                BindingState::Stopped => {
+                    if let Some(mut sub) = self.subscription.take() {
+                        let _ = sub.cancel().await;
                     }
-                    continue;
-                };
-                // Resumed after a pause: the subscription is still there.
-                actual.send_if_modified(|s| {
-                    let changed = *s != BindingState::Running;
-                    *s = BindingState::Running;
-                    changed
-                });
-                // Control changes win over deliveries, so a stop takes effect at once.
-                tokio::select! {
-                    biased;
-                    changed = desired.changed() => if changed.is_err() { break },
-                    next = sub.next() => match next {
-                        Some(inbound) => {
-                            // A free handler slot, so `concurrency` bounds work in progress
-                            // and, at 1, messages start in queue order. It is taken after the
-                            // delivery: a retry waiting for a slot must not wait on a loop
-                            // that holds one while no delivery can come (prefetch exhausted).
-                            let permit = tokio::select! {
-                                biased;
-                                _ = desired.changed() => None,
-                                p = rt.permits.clone().acquire_owned() => p.ok(),
-                            };
-                            match permit {
-                                Some(permit) => {
-                                    let rt2 = rt.clone();
-                                    rt.inflight.spawn(rt2.process(inbound, permit));
-                                }
-                                None => {
-                                    // Paused, stopped or shutting down before it started:
-                                    // the delivery goes back to the queue untouched.
-                                    let _ = inbound.settler.settle(Settlement::Requeue).await;
-                                }
-                            }
-                        }
-                        None => {
-                            // The broker cancelled the consumer (queue deleted, connection
-                            // lost): subscribe again after the recovery interval.
-                            subscription = None;
-                            tokio::select! {
-                                _ = tokio::time::sleep(retry) => {}
-                                changed = desired.changed() => if changed.is_err() { break },
-                            }
-                        }
-                    },
+                    self.actual.send_replace(BindingState::Stopped);
+                    self.wait_for_change().await
                 }
-            }
-            BindingState::Paused => {
-                actual.send_replace(BindingState::Paused);
-                if desired.changed().await.is_err() {
-                    break;
-                }
-            }
-            BindingState::Stopped => {
-                if let Some(mut sub) = subscription.take() {
-                    let _ = sub.cancel().await;
-                }
-                actual.send_replace(BindingState::Stopped);
-                if desired.changed().await.is_err() {
-                    break;
-                }
+            };
+            if let Step::End = step {
+                return;
             }
         }
     }
-    if let Some(mut sub) = subscription.take() {
-        let _ = sub.cancel().await;
+
+    /// Sends the settlements the subscription holds back, before a wait.
+    async fn flush(&mut self) {
+        if let Some(sub) = self.subscription.as_mut()
+            && let Err(e) = sub.flush().await
+        {
+            tracing::warn!(binding = %self.rt.name, error = %e, "sending held-back acks failed; the broker will redeliver");
+        }
     }
-    actual.send_replace(BindingState::Stopped);
+
+    async fn wait_for_change(&mut self) -> Step {
+        match self.desired.changed().await {
+            Ok(()) => Step::Continue,
+            Err(_) => Step::End,
+        }
+    }
+
+    /// Waits `recovery`, or less if the desired state changes.
+    async fn back_off(&mut self) -> Step {
+        tokio::select! {
+            _ = tokio::time::sleep(self.recovery) => Step::Continue,
+            changed = self.desired.changed() => match changed {
+                Ok(()) => Step::Continue,
+                Err(_) => Step::End,
+            },
+        }
+    }
+
+    /// One step of a running binding: subscribe if needed, else take the next delivery.
+    async fn running(&mut self) -> Step {
+        let Some(sub) = self.subscription.as_mut() else {
+            match self.binder.subscribe(self.spec.clone()).await {
+                Ok(s) => {
+                    self.subscription = Some(s);
+                    self.actual.send_replace(BindingState::Running);
+                    return Step::Continue;
+                }
+                Err(e) => {
+                    tracing::error!(binding = %self.rt.name, queue = %self.spec.queue, error = %e, "cannot consume; retrying");
+                    return self.back_off().await;
+                }
+            }
+        };
+        // Resumed after a pause: the subscription is still there.
+        self.actual.send_if_modified(|s| {
+            let changed = *s != BindingState::Running;
+            *s = BindingState::Running;
+            changed
+        });
+        // Control changes win over deliveries, so a stop takes effect at once. A delivery
+        // that is already there is taken without waiting on the control channel (cheaper:
+        // no waiter to register); `next` is cancel-safe, so trying it is harmless.
+        match self.desired.has_changed() {
+            Ok(false) => {}
+            Ok(true) => return Step::Continue,
+            Err(_) => return Step::End,
+        }
+        let ready = sub.next().now_or_never();
+        let inbound = match ready {
+            Some(next) => next,
+            None => tokio::select! {
+                biased;
+                changed = self.desired.changed() => return match changed {
+                    Ok(()) => Step::Continue,
+                    Err(_) => Step::End,
+                },
+                next = sub.next() => next,
+            },
+        };
+        let Some(inbound) = inbound else {
+            // The broker cancelled the consumer (queue deleted, connection lost): subscribe
+            // again after the recovery interval.
+            self.subscription = None;
+            return self.back_off().await;
+        };
+        // A free handler slot, so `concurrency` bounds work in progress and, at 1, messages
+        // start in queue order. It is taken after the delivery: a retry waiting for a slot
+        // must not wait on a loop that holds one while no delivery can come (prefetch
+        // exhausted).
+        let permit = match self.rt.permits.clone().try_acquire_owned() {
+            Ok(p) => Some(p),
+            Err(_) => tokio::select! {
+                biased;
+                _ = self.desired.changed() => None,
+                p = self.rt.permits.clone().acquire_owned() => p.ok(),
+            },
+        };
+        // Deliveries that are always ready would otherwise keep this task from yielding.
+        tokio::task::consume_budget().await;
+        let Some(permit) = permit else {
+            // Paused, stopped or shutting down before it started: the delivery goes back to
+            // the queue untouched.
+            let _ = inbound.settler.settle(Settlement::Requeue).await;
+            return Step::Continue;
+        };
+        if self.rt.config.consumer.concurrency > 1 {
+            let rt = self.rt.clone();
+            self.rt.inflight.spawn(rt.handle(inbound, permit));
+            return Step::Continue;
+        }
+        // Concurrency 1: the handler runs here, in queue order, and control changes that
+        // arrive meanwhile take effect at once.
+        let _counted = self.rt.inflight.enter();
+        let work = self.rt.clone().handle(inbound, permit);
+        tokio::pin!(work);
+        let mut watching = true;
+        let mut flushed = false;
+        loop {
+            tokio::select! {
+                biased;
+                () = &mut work => return Step::Continue,
+                // The handler waits (I/O, a timer): the acks held back for earlier
+                // deliveries go out now rather than after it.
+                () = std::future::ready(()), if !flushed => {
+                    flushed = true;
+                    self.flush().await;
+                }
+                changed = self.desired.changed(), if watching => match changed {
+                    Ok(()) => self.apply_while_busy().await,
+                    // Shutting down: finish this delivery; the next step ends the loop.
+                    Err(_) => watching = false,
+                },
+            }
+        }
+    }
+
+    /// A control change that arrives while the loop runs a handler. A pause or stop takes
+    /// effect at once (no delivery is taken until the handler ends, and a stop cancels the
+    /// subscription, returning the deliveries buffered in it); a resume too when the
+    /// subscription is still open. A start after a stop waits for the handler to end.
+    async fn apply_while_busy(&mut self) {
+        let want = *self.desired.borrow_and_update();
+        match want {
+            BindingState::Paused => {
+                self.actual.send_replace(BindingState::Paused);
+            }
+            BindingState::Stopped => {
+                if let Some(mut sub) = self.subscription.take() {
+                    let _ = sub.cancel().await;
+                }
+                self.actual.send_replace(BindingState::Stopped);
+            }
+            BindingState::Running if self.subscription.is_some() => {
+                self.actual.send_replace(BindingState::Running);
+            }
+            BindingState::Running => {}
+        }
+    }
 }

@@ -1,5 +1,6 @@
 //! Sending: output bindings and the dynamic publisher (SCSt's `StreamBridge`).
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -126,14 +127,16 @@ impl OutputInner {
         }))
     }
 
-    fn routing_key(&self, message: &Message) -> Result<String, SendError> {
+    fn routing_key(&self, message: &Message) -> Result<Cow<'_, str>, SendError> {
         let fail = |reason: String| SendError::RoutingKey {
             binding: self.binding.clone(),
             reason,
         };
         let base = match &self.routing {
-            Routing::Fixed(k) => k.clone(),
-            Routing::Expression(e) => e.evaluate(message).map_err(|e| fail(e.to_string()))?,
+            Routing::Fixed(k) => Cow::Borrowed(k.as_str()),
+            Routing::Expression(e) => {
+                Cow::Owned(e.evaluate(message).map_err(|e| fail(e.to_string()))?)
+            }
         };
         match &self.partitioning {
             None => Ok(base),
@@ -142,10 +145,10 @@ impl OutputInner {
                 let partition = partition_of(&key, p.count);
                 // As SCSt: `<destination>-<n>` unless a routing key was configured.
                 let base = match &self.routing {
-                    Routing::Fixed(k) if *k == self.destination => self.destination.clone(),
-                    _ => base,
+                    Routing::Fixed(k) if *k == self.destination => self.destination.as_str(),
+                    _ => base.as_ref(),
                 };
-                Ok(format!("{base}-{partition}"))
+                Ok(Cow::Owned(format!("{base}-{partition}")))
             }
         }
     }
