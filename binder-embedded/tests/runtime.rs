@@ -506,6 +506,68 @@ async fn pause_resume_stop_start() {
 }
 
 #[tokio::test]
+async fn a_waiting_handler_releases_earlier_acks_and_a_stop_takes_effect_while_it_runs() {
+    let broker = Broker::new();
+    let yaml = "spring.cloud.stream.bindings.in: {destination: busy, group: g}\nspring.cloud.stream.rabbit.bindings.in.consumer.prefetch: 10\n";
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let release = Arc::new(tokio::sync::Notify::new());
+    let gate = release.clone();
+    let h = handler::payload(move |o: Order| {
+        let (tx, gate) = (tx.clone(), gate.clone());
+        async move {
+            let waits = o.id == 3;
+            let _ = tx.send(o.id);
+            if waits {
+                gate.notified().await;
+            }
+        }
+    });
+    let running = app(&broker, yaml).listener("in", h).start().await.unwrap();
+    for id in 0..6 {
+        running
+            .publisher()
+            .send("busy", &Order { id, fail: false })
+            .await
+            .unwrap();
+    }
+    for id in 0..4 {
+        assert_eq!(recv(&mut rx).await, id);
+    }
+    // 0 to 2 are acked although their acks were held back for the batch: 3 waits.
+    let (ready, _) = broker.queue_counts("busy.g").unwrap();
+    let unacked = broker.queue_unacked("busy.g").unwrap();
+    assert_eq!(ready + unacked, 3, "only 3, 4 and 5 are left");
+
+    // The stop does not wait for the handler; 4 and 5 go back to the queue.
+    tokio::time::timeout(Duration::from_secs(5), running.stop("in"))
+        .await
+        .expect("stop returns while a handler runs")
+        .unwrap();
+    assert_eq!(broker.queue_counts("busy.g"), Some((2, 0)));
+    assert_eq!(
+        broker.queue_unacked("busy.g"),
+        Some(1),
+        "3 is still handled"
+    );
+    assert_eq!(running.in_flight(), 1);
+
+    release.notify_one();
+    tokio::time::timeout(Duration::from_secs(5), async {
+        while broker.queue_unacked("busy.g") != Some(0) {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .expect("3 is acked once its handler ends");
+    running.start("in").await.unwrap();
+    assert_eq!(recv(&mut rx).await, 4);
+    assert_eq!(recv(&mut rx).await, 5);
+    let report = running.shutdown().await;
+    assert!(report.drained);
+    assert_eq!(broker.queue_unacked("busy.g"), Some(0));
+}
+
+#[tokio::test]
 async fn shutdown_waits_for_in_flight_handlers_and_loses_nothing() {
     let broker = Broker::new();
     let yaml = "spring.cloud.stream.bindings.in: {destination: slow, group: g, consumer: {concurrency: 2}}\nspring.cloud.stream.rabbit.bindings.in.consumer.prefetch: 10\n";

@@ -167,6 +167,12 @@ impl Broker {
         self.shared.lock().queue_counts(queue)
     }
 
+    /// Deliveries from a queue not yet acknowledged (RabbitMQ's `messages_unacknowledged`),
+    /// if the queue exists.
+    pub fn queue_unacked(&self, queue: &str) -> Option<u32> {
+        self.shared.lock().queue_unacked(queue)
+    }
+
     /// Whether an exchange exists.
     pub fn exchange_exists(&self, name: &str) -> bool {
         self.shared.lock().exchange_exists(name)

@@ -339,6 +339,17 @@ impl State {
             .map(|q| (q.storage.len() as u32, q.consumers.len() as u32))
     }
 
+    pub(crate) fn queue_unacked(&self, queue: &str) -> Option<u32> {
+        self.queues.get(queue)?;
+        let n = self
+            .channels
+            .values()
+            .flat_map(|ch| ch.unacked.iter())
+            .filter(|u| &*u.queue == queue)
+            .count();
+        Some(n as u32)
+    }
+
     pub(crate) fn exchange_exists(&self, name: &str) -> bool {
         self.exchanges.contains_key(name)
     }

@@ -34,6 +34,11 @@ impl UnackedLog {
         (index < self.entries.len()).then_some(index)
     }
 
+    /// The deliveries still unacknowledged, oldest first.
+    pub(super) fn iter(&self) -> impl Iterator<Item = &Unacked> {
+        self.entries.iter().flatten()
+    }
+
     pub(super) fn contains(&self, tag: u64) -> bool {
         self.index(tag).is_some_and(|i| self.entries[i].is_some())
     }
