@@ -324,8 +324,8 @@ impl Subscription for EmbeddedSubscription {
         };
         Some(Inbound {
             message: d.body.message.clone(),
-            exchange: d.exchange().to_owned(),
-            routing_key: d.routing_key().to_owned(),
+            exchange: d.body.exchange.clone(),
+            routing_key: d.body.routing_key.clone(),
             redelivered: d.redelivered,
             settler,
         })

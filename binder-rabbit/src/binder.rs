@@ -526,8 +526,8 @@ impl Subscription for RabbitSubscription {
                 };
                 Some(Inbound {
                     message: convert::message(d.data, &d.properties),
-                    exchange: d.exchange.as_str().to_owned(),
-                    routing_key: d.routing_key.as_str().to_owned(),
+                    exchange: Arc::from(d.exchange.as_str()),
+                    routing_key: Arc::from(d.routing_key.as_str()),
                     redelivered: d.redelivered,
                     settler,
                 })

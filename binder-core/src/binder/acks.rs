@@ -1,14 +1,28 @@
 //! Coalescing acknowledgements: many settled deliveries, one `basic.ack multiple`.
 
-use std::collections::BTreeSet;
+use std::collections::VecDeque;
 
 /// Acks at most this many deliveries with one `multiple` ack.
 pub const ACK_BATCH: usize = 50;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Slot {
+    /// Delivered, not yet settled.
+    Outstanding,
+    /// Settled with an ack that is not sent yet.
+    Acked,
+    /// Rejected or requeued (sent on its own).
+    Settled,
+}
 
 /// Tracks a channel's deliveries so settled ones can be acknowledged together: an ack is due
 /// for an unbroken run of acked tags below the oldest unsettled delivery, once [`ACK_BATCH`]
 /// are ready or nothing older is pending. Handlers that finish out of order never ack each
 /// other's deliveries, and a rejected or requeued delivery is never covered.
+///
+/// Delivery tags grow on a channel, so the deliveries sit in a ring in tag order: recording
+/// one is a push, settling one a binary search, and nothing allocates once the ring has
+/// grown to the prefetch window.
 ///
 /// ```
 /// use binder_core::binder::AckCoalescer;
@@ -23,28 +37,59 @@ pub const ACK_BATCH: usize = 50;
 /// ```
 #[derive(Debug, Default)]
 pub struct AckCoalescer {
-    /// Delivered, not yet settled.
-    outstanding: BTreeSet<u64>,
-    /// Settled with an ack, not yet sent.
-    acked: BTreeSet<u64>,
+    /// Deliveries by increasing tag, from the oldest not yet acknowledged.
+    slots: VecDeque<(u64, Slot)>,
+    /// How many slots are `Outstanding`.
+    outstanding: usize,
 }
 
 impl AckCoalescer {
+    fn position(&self, tag: u64) -> Result<usize, usize> {
+        self.slots.binary_search_by_key(&tag, |&(t, _)| t)
+    }
+
     /// Records a delivery handed to the application.
     pub fn delivered(&mut self, tag: u64) {
-        self.outstanding.insert(tag);
+        match self.slots.back() {
+            Some(&(last, _)) if last >= tag => match self.position(tag) {
+                Ok(_) => return,
+                Err(i) => self.slots.insert(i, (tag, Slot::Outstanding)),
+            },
+            _ => self.slots.push_back((tag, Slot::Outstanding)),
+        }
+        self.outstanding += 1;
     }
 
     /// Records a settlement (`ack` true for an ack, false for a reject or requeue sent on its
     /// own); returns the tag to acknowledge with `multiple` when a batch is due.
     pub fn settle(&mut self, tag: u64, ack: bool) -> Option<u64> {
-        self.outstanding.remove(&tag);
-        if ack {
-            self.acked.insert(tag);
+        let now = if ack { Slot::Acked } else { Slot::Settled };
+        match self.position(tag) {
+            Ok(i) => {
+                if self.slots[i].1 == Slot::Outstanding {
+                    self.outstanding -= 1;
+                }
+                self.slots[i].1 = now;
+            }
+            // Never recorded as delivered: acked with the others all the same.
+            Err(i) => self.slots.insert(i, (tag, now)),
         }
-        let limit = self.outstanding.first().copied().unwrap_or(u64::MAX);
-        let ready = self.acked.range(..limit).count();
-        if ready == 0 || (ready < ACK_BATCH && !self.outstanding.is_empty()) {
+        // Rejected and requeued deliveries at the front need no ack: forget them.
+        while self
+            .slots
+            .front()
+            .is_some_and(|(_, slot)| *slot == Slot::Settled)
+        {
+            self.slots.pop_front();
+        }
+        let ready = self
+            .slots
+            .iter()
+            .take_while(|(_, slot)| *slot != Slot::Outstanding)
+            .filter(|(_, slot)| *slot == Slot::Acked)
+            .take(ACK_BATCH)
+            .count();
+        if ready == 0 || (ready < ACK_BATCH && self.outstanding > 0) {
             return None;
         }
         self.take_ready()
@@ -53,9 +98,17 @@ impl AckCoalescer {
     /// The highest acked tag below every unsettled one (what a flush acknowledges), removing
     /// what it covers.
     pub fn take_ready(&mut self) -> Option<u64> {
-        let limit = self.outstanding.first().copied().unwrap_or(u64::MAX);
-        let upto = *self.acked.range(..limit).next_back()?;
-        self.acked = self.acked.split_off(&(upto + 1));
+        let settled = self
+            .slots
+            .iter()
+            .take_while(|(_, slot)| *slot != Slot::Outstanding)
+            .count();
+        let last_acked = self
+            .slots
+            .range(..settled)
+            .rposition(|(_, slot)| *slot == Slot::Acked)?;
+        let upto = self.slots[last_acked].0;
+        self.slots.drain(..=last_acked);
         Some(upto)
     }
 }
@@ -88,6 +141,16 @@ mod tests {
         assert_eq!(st.settle(1, true), None);
         assert_eq!(st.settle(2, false), None, "2 is rejected on its own");
         assert_eq!(st.settle(3, true), Some(3));
+    }
+
+    #[test]
+    fn rejected_deliveries_are_forgotten() {
+        let mut st = delivered(1..=1000);
+        for tag in 1..=1000 {
+            assert_eq!(st.settle(tag, false), None);
+        }
+        assert!(st.slots.is_empty());
+        assert_eq!(st.take_ready(), None);
     }
 
     #[test]

@@ -122,9 +122,9 @@ pub struct Inbound {
     /// The message.
     pub message: Message,
     /// The exchange it was published to.
-    pub exchange: String,
+    pub exchange: std::sync::Arc<str>,
     /// The routing key it was published with.
-    pub routing_key: String,
+    pub routing_key: std::sync::Arc<str>,
     /// It was delivered before.
     pub redelivered: bool,
     /// Settles it (a no-op for auto-ack subscriptions). Shared, so a `MANUAL` handler can

@@ -381,8 +381,8 @@ impl InputRuntime {
                 &DeadLetter {
                     reason: failed.error.message().to_owned(),
                     trace: failed.error.trace().to_owned(),
-                    original_exchange: failed.exchange.clone(),
-                    original_routing_key: failed.routing_key.clone(),
+                    original_exchange: failed.exchange.to_string(),
+                    original_routing_key: failed.routing_key.to_string(),
                     attempts: failed.attempts,
                 },
                 FRAME_MAX.saturating_sub(rabbit.frame_max_headroom as usize),
@@ -439,8 +439,8 @@ impl InputRuntime {
 /// A delivery being handled: what its attempts and its settlement need.
 struct Pending {
     message: Message,
-    exchange: String,
-    routing_key: String,
+    exchange: Arc<str>,
+    routing_key: Arc<str>,
     redelivered: bool,
     settler: Arc<dyn Settle>,
     span: tracing::Span,
@@ -448,8 +448,8 @@ struct Pending {
 
 struct FailedDelivery {
     message: Message,
-    exchange: String,
-    routing_key: String,
+    exchange: Arc<str>,
+    routing_key: Arc<str>,
     error: HandlerError,
     attempts: u32,
 }

@@ -404,7 +404,7 @@ impl Channel {
         // the exchange's shared name.
         let body = Arc::new(Published {
             exchange: unnamed(),
-            routing_key: routing_key.to_owned(),
+            routing_key: Arc::from(routing_key),
             message,
         });
         let id = self.id;

@@ -165,7 +165,7 @@ mod tests {
             size: 10,
             body: Arc::new(Published {
                 exchange: Arc::from(""),
-                routing_key: String::new(),
+                routing_key: Arc::from(""),
                 message: Message::new(vec![0u8; 10]),
             }),
             redelivered: false,

@@ -16,7 +16,7 @@ pub struct Published {
     /// The exchange it was published to (shared with the exchange's own name).
     pub exchange: Arc<str>,
     /// The routing key it was published with.
-    pub routing_key: String,
+    pub routing_key: Arc<str>,
     /// The message.
     pub message: Message,
 }

@@ -81,9 +81,12 @@ impl State {
         };
         let routing_key = q.args.dead_letter_routing_key.clone();
         let mut body = Arc::unwrap_or_clone(message.body);
-        let keys = vec![body.routing_key.clone()];
+        let keys = vec![body.routing_key.to_string()];
         record_death(&mut body.message, queue, reason, &body.exchange, &keys);
-        let key = routing_key.unwrap_or_else(|| body.routing_key.clone());
+        let key: Arc<str> = match routing_key {
+            Some(k) => Arc::from(k),
+            None => body.routing_key.clone(),
+        };
         let mut targets = Vec::new();
         let exchange = self.route(&dlx, &key, &body.message.headers, &mut targets);
         let body = Arc::new(Published {
