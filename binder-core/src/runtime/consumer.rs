@@ -604,11 +604,16 @@ impl QueueLoop {
         // exhausted).
         let permit = match self.rt.permits.clone().try_acquire_owned() {
             Ok(p) => Some(p),
-            Err(_) => tokio::select! {
-                biased;
-                _ = self.desired.changed() => None,
-                p = self.rt.permits.clone().acquire_owned() => p.ok(),
-            },
+            Err(_) => {
+                // Every slot is taken (retries, or `concurrency` handlers): held-back acks
+                // go out before the wait.
+                self.flush().await;
+                tokio::select! {
+                    biased;
+                    _ = self.desired.changed() => None,
+                    p = self.rt.permits.clone().acquire_owned() => p.ok(),
+                }
+            }
         };
         // Deliveries that are always ready would otherwise keep this task from yielding.
         tokio::task::consume_budget().await;
