@@ -346,14 +346,17 @@ impl Subscription for EmbeddedSubscription {
     async fn cancel(&mut self) -> BinderResult<()> {
         // Deliveries taken from the consumer but not yet handed out go back to the queue
         // (last first, so they keep their order at its head).
+        let mut due = None;
         for d in self.ready.drain(..).rev() {
             if !self.auto_ack {
-                self.acks
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .settle(d.delivery_tag, false);
+                let mut acks = self.acks.lock().unwrap_or_else(|p| p.into_inner());
+                due = due.max(acks.settle(d.delivery_tag, false));
+                drop(acks);
                 let _ = self.channel.basic_nack(d.delivery_tag, false, true);
             }
+        }
+        if let Some(upto) = due {
+            self.channel.basic_ack(upto, true).map_err(broker_error)?;
         }
         self.flush().await?;
         match self.consumer.take() {

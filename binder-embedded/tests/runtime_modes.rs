@@ -278,3 +278,56 @@ async fn health_is_starting_then_up_then_down() {
     assert!(failed.start().await.is_err());
     assert!(matches!(health.status(), HealthStatus::Down { reason } if reason.contains("unused")));
 }
+
+#[tokio::test]
+async fn the_binder_holds_acks_for_its_batch_and_sends_them_on_flush_wait_and_cancel() {
+    use binder_core::binder::{Binder, SubscriptionSpec};
+    let broker = Broker::new();
+    let binder = EmbeddedBinder::new(broker.clone());
+    let conn = broker.connect();
+    let publisher = conn.open_channel().unwrap();
+    common::declare(&publisher, "held");
+    for n in 0..4 {
+        common::publish(&publisher, "", "held", &n.to_string()).await;
+    }
+    let mut sub = binder
+        .subscribe(SubscriptionSpec {
+            queue: "held".into(),
+            prefetch: 10,
+            auto_ack: false,
+            exclusive: false,
+            consumer_tag: None,
+        })
+        .await
+        .unwrap();
+    let unacked = || broker.queue_unacked("held").unwrap();
+
+    // The four come as one batch; acks of the first ones wait for the rest of it.
+    let first = sub.next().await.unwrap();
+    first.settler.settle(Settlement::Ack).await.unwrap();
+    assert_eq!(unacked(), 4, "held back");
+    sub.flush().await.unwrap();
+    assert_eq!(unacked(), 3, "sent by flush");
+
+    let second = sub.next().await.unwrap();
+    second.settler.settle(Settlement::Ack).await.unwrap();
+    assert_eq!(unacked(), 3);
+    // A reject is never held back.
+    let third = sub.next().await.unwrap();
+    third.settler.settle(Settlement::Reject).await.unwrap();
+    assert_eq!(unacked(), 2, "the reject went out, the ack still waits");
+    let fourth = sub.next().await.unwrap();
+    fourth.settler.settle(Settlement::Ack).await.unwrap();
+    // Nothing is outstanding any more: the held acks go out with the last one.
+    assert_eq!(unacked(), 0);
+
+    // Before waiting for more, and on cancel, nothing stays held.
+    common::publish(&publisher, "", "held", "4").await;
+    common::publish(&publisher, "", "held", "5").await;
+    let fifth = sub.next().await.unwrap();
+    fifth.settler.settle(Settlement::Ack).await.unwrap();
+    assert_eq!(unacked(), 2);
+    sub.cancel().await.unwrap();
+    assert_eq!(unacked(), 0, "acked, and the one not handed out requeued");
+    assert_eq!(broker.queue_counts("held"), Some((1, 0)));
+}
