@@ -5,8 +5,9 @@ use std::sync::{Arc, LazyLock};
 
 use async_trait::async_trait;
 use binder_core::binder::{
-    AckCoalescer, AlreadySettled, Binder, BinderError, BinderRegistration, BinderResult, Inbound,
-    Producer, ProducerSpec, QueueInfo, Settle, Settlement, Subscription, SubscriptionSpec,
+    AckCoalescer, AlreadySettled, Binder, BinderError, BinderFuture, BinderRegistration,
+    BinderResult, Inbound, Producer, ProducerSpec, QueueInfo, Settle, Settlement, Subscription,
+    SubscriptionSpec,
 };
 use binder_core::message::Message;
 use binder_core::topology::{DestinationType, TopologyPlan};
@@ -268,51 +269,31 @@ struct EmbeddedSettler {
     acks: Arc<std::sync::Mutex<AckCoalescer>>,
 }
 
-#[async_trait]
 impl Settle for EmbeddedSettler {
-    async fn settle(&self, settlement: Settlement) -> BinderResult<()> {
+    fn settle(&self, settlement: Settlement) -> BinderFuture<'_, BinderResult<()>> {
         // Acks are coalesced into `multiple` acks (one engine call per batch, not per
-        // message); a requeue or reject goes out on its own, after any ack that is due.
+        // message); a requeue or reject goes out on its own, after any ack that is due. The
+        // engine never makes a settlement wait, so the future is ready at once.
         let due = self
             .acks
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .settle(self.tag, settlement == Settlement::Ack);
-        if let Some(upto) = due {
-            self.channel.basic_ack(upto, true).map_err(broker_error)?;
-        }
-        match settlement {
-            Settlement::Ack => Ok(()),
-            Settlement::Requeue => self.channel.basic_nack(self.tag, false, true),
-            Settlement::Reject => self.channel.basic_reject(self.tag, false),
-        }
-        .map_err(broker_error)
+        let result = due
+            .map_or(Ok(()), |upto| self.channel.basic_ack(upto, true))
+            .and_then(|()| match settlement {
+                Settlement::Ack => Ok(()),
+                Settlement::Requeue => self.channel.basic_nack(self.tag, false, true),
+                Settlement::Reject => self.channel.basic_reject(self.tag, false),
+            })
+            .map_err(broker_error);
+        BinderFuture::ready(result)
     }
 }
 
-#[async_trait]
-impl Subscription for EmbeddedSubscription {
-    async fn next(&mut self) -> Option<Inbound> {
-        if self.ready.is_empty() {
-            // The acks held back while the last batch was handled go out before waiting.
-            self.flush().await.ok()?;
-            let consumer = self.consumer.as_mut()?;
-            // Cancel-safe: a dropped receive leaves deliveries in the consumer's inbox.
-            if consumer.recv_many(&mut self.batch, 256).await == 0 {
-                return None;
-            }
-            if !self.auto_ack {
-                // The whole batch counts as outstanding from now on, so the acks of its
-                // first deliveries wait for the rest (or for `ACK_BATCH` of them) and go
-                // out as one `multiple` ack.
-                let mut acks = self.acks.lock().unwrap_or_else(|p| p.into_inner());
-                for d in &self.batch {
-                    acks.delivered(d.delivery_tag);
-                }
-            }
-            self.ready.extend(self.batch.drain(..));
-        }
-        let d = self.ready.pop_front()?;
+impl EmbeddedSubscription {
+    /// The runtime's view of a delivery taken from the batch.
+    fn inbound(&self, d: Delivery) -> Inbound {
         let settler: Arc<dyn Settle> = if self.auto_ack {
             Arc::new(AlreadySettled)
         } else {
@@ -322,16 +303,43 @@ impl Subscription for EmbeddedSubscription {
                 acks: self.acks.clone(),
             })
         };
-        Some(Inbound {
+        Inbound {
             message: d.body.message.clone(),
             exchange: d.body.exchange.clone(),
             routing_key: d.body.routing_key.clone(),
             redelivered: d.redelivered,
             settler,
-        })
+        }
     }
 
-    async fn flush(&mut self) -> BinderResult<()> {
+    /// Waits for the next batch of deliveries (after sending the acks held back for the
+    /// last one); false once the consumer is cancelled.
+    async fn refill(&mut self) -> bool {
+        if self.flush_acks().is_err() {
+            return false;
+        }
+        let Some(consumer) = self.consumer.as_mut() else {
+            return false;
+        };
+        // Cancel-safe: a dropped receive leaves deliveries in the consumer's inbox.
+        if consumer.recv_many(&mut self.batch, 256).await == 0 {
+            return false;
+        }
+        if !self.auto_ack {
+            // The whole batch counts as outstanding from now on, so the acks of its first
+            // deliveries wait for the rest (or for `ACK_BATCH` of them) and go out as one
+            // `multiple` ack.
+            let mut acks = self.acks.lock().unwrap_or_else(|p| p.into_inner());
+            for d in &self.batch {
+                acks.delivered(d.delivery_tag);
+            }
+        }
+        self.ready.extend(self.batch.drain(..));
+        true
+    }
+
+    /// Sends the acks held back.
+    fn flush_acks(&self) -> BinderResult<()> {
         let due = self
             .acks
             .lock()
@@ -341,6 +349,26 @@ impl Subscription for EmbeddedSubscription {
             Some(upto) => self.channel.basic_ack(upto, true).map_err(broker_error),
             None => Ok(()),
         }
+    }
+}
+
+#[async_trait]
+impl Subscription for EmbeddedSubscription {
+    fn next(&mut self) -> BinderFuture<'_, Option<Inbound>> {
+        if let Some(d) = self.ready.pop_front() {
+            return BinderFuture::ready(Some(self.inbound(d)));
+        }
+        BinderFuture::boxed(async move {
+            if !self.refill().await {
+                return None;
+            }
+            let d = self.ready.pop_front()?;
+            Some(self.inbound(d))
+        })
+    }
+
+    async fn flush(&mut self) -> BinderResult<()> {
+        self.flush_acks()
     }
 
     async fn cancel(&mut self) -> BinderResult<()> {
@@ -358,7 +386,7 @@ impl Subscription for EmbeddedSubscription {
         if let Some(upto) = due {
             self.channel.basic_ack(upto, true).map_err(broker_error)?;
         }
-        self.flush().await?;
+        self.flush_acks()?;
         match self.consumer.take() {
             Some(c) => c.cancel().map_err(broker_error),
             None => Ok(()),

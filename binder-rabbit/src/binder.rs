@@ -4,8 +4,9 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use binder_core::binder::{
-    AckCoalescer, AlreadySettled, Binder, BinderError, BinderRegistration, BinderResult, Inbound,
-    Producer, ProducerSpec, QueueInfo, Settle, Settlement, Subscription, SubscriptionSpec,
+    AckCoalescer, AlreadySettled, Binder, BinderError, BinderFuture, BinderRegistration,
+    BinderResult, Inbound, Producer, ProducerSpec, QueueInfo, Settle, Settlement, Subscription,
+    SubscriptionSpec,
 };
 use binder_core::config::ExchangeType;
 use binder_core::message::Message;
@@ -469,77 +470,78 @@ struct RabbitSettler {
     acks: Arc<AckBatch>,
 }
 
-#[async_trait]
 impl Settle for RabbitSettler {
-    async fn settle(&self, settlement: Settlement) -> BinderResult<()> {
-        match settlement {
-            Settlement::Ack => {
-                // Batched, and not waited for: waiting for the write of each ack cost half
-                // the consumer's throughput. If a write fails, the channel is gone and the
-                // broker redelivers: at least once, never lost.
-                return match self.acks.settle(self.tag, true) {
-                    Some(upto) => self.acks.send(upto).map_err(broker),
-                    None => Ok(()),
-                };
-            }
-            Settlement::Requeue => {
-                if let Some(upto) = self.acks.settle(self.tag, false) {
-                    self.acks.send(upto).map_err(broker)?;
-                }
-                self.acker
-                    .nack(BasicNackOptions {
-                        multiple: false,
-                        requeue: true,
-                    })
-                    .await
-            }
-            Settlement::Reject => {
-                if let Some(upto) = self.acks.settle(self.tag, false) {
-                    self.acks.send(upto).map_err(broker)?;
-                }
-                self.acker
-                    .reject(BasicRejectOptions { requeue: false })
-                    .await
-            }
+    fn settle(&self, settlement: Settlement) -> BinderFuture<'_, BinderResult<()>> {
+        if settlement == Settlement::Ack {
+            // Batched, and not waited for: waiting for the write of each ack cost half the
+            // consumer's throughput. If a write fails, the channel is gone and the broker
+            // redelivers: at least once, never lost.
+            let sent = match self.acks.settle(self.tag, true) {
+                Some(upto) => self.acks.send(upto).map_err(broker),
+                None => Ok(()),
+            };
+            return BinderFuture::ready(sent);
         }
-        .map(drop)
-        .map_err(broker)
+        BinderFuture::boxed(async move {
+            if let Some(upto) = self.acks.settle(self.tag, false) {
+                self.acks.send(upto).map_err(broker)?;
+            }
+            match settlement {
+                Settlement::Requeue => {
+                    self.acker
+                        .nack(BasicNackOptions {
+                            multiple: false,
+                            requeue: true,
+                        })
+                        .await
+                }
+                _ => {
+                    self.acker
+                        .reject(BasicRejectOptions { requeue: false })
+                        .await
+                }
+            }
+            .map(drop)
+            .map_err(broker)
+        })
     }
 }
 
 #[async_trait]
 impl Subscription for RabbitSubscription {
-    async fn next(&mut self) -> Option<Inbound> {
-        let consumer = self.consumer.as_mut()?;
-        // Cancel-safe: lapin keeps deliveries in the consumer's buffer.
-        match consumer.next().await {
-            Some(Ok(d)) => {
-                let settler: Arc<dyn Settle> = if self.auto_ack {
-                    Arc::new(AlreadySettled)
-                } else {
-                    self.acks.delivered(d.delivery_tag);
-                    Arc::new(RabbitSettler {
-                        acker: d.acker.clone(),
-                        tag: d.delivery_tag,
-                        acks: self.acks.clone(),
+    fn next(&mut self) -> BinderFuture<'_, Option<Inbound>> {
+        BinderFuture::boxed(async move {
+            let consumer = self.consumer.as_mut()?;
+            // Cancel-safe: lapin keeps deliveries in the consumer's buffer.
+            match consumer.next().await {
+                Some(Ok(d)) => {
+                    let settler: Arc<dyn Settle> = if self.auto_ack {
+                        Arc::new(AlreadySettled)
+                    } else {
+                        self.acks.delivered(d.delivery_tag);
+                        Arc::new(RabbitSettler {
+                            acker: d.acker.clone(),
+                            tag: d.delivery_tag,
+                            acks: self.acks.clone(),
+                        })
+                    };
+                    Some(Inbound {
+                        message: convert::message(d.data, &d.properties),
+                        exchange: Arc::from(d.exchange.as_str()),
+                        routing_key: Arc::from(d.routing_key.as_str()),
+                        redelivered: d.redelivered,
+                        settler,
                     })
-                };
-                Some(Inbound {
-                    message: convert::message(d.data, &d.properties),
-                    exchange: Arc::from(d.exchange.as_str()),
-                    routing_key: Arc::from(d.routing_key.as_str()),
-                    redelivered: d.redelivered,
-                    settler,
-                })
+                }
+                Some(Err(e)) => {
+                    // The channel or connection failed; the runtime subscribes again after
+                    // its recovery interval.
+                    tracing::warn!(error = %e, "consumer stopped");
+                    None
+                }
+                None => None,
             }
-            Some(Err(e)) => {
-                // The channel or connection failed; the runtime subscribes again after its
-                // recovery interval.
-                tracing::warn!(error = %e, "consumer stopped");
-                None
-            }
-            None => None,
-        }
+        })
     }
 
     async fn cancel(&mut self) -> BinderResult<()> {

@@ -82,7 +82,7 @@ pub(crate) fn from_table(table: &FieldTable) -> Headers {
         .collect()
 }
 
-fn short(s: &Option<String>) -> Option<ShortString> {
+fn short<S: std::ops::Deref<Target = str>>(s: &Option<S>) -> Option<ShortString> {
     s.as_deref().map(ShortString::from)
 }
 
@@ -142,7 +142,7 @@ pub(crate) fn message(payload: Vec<u8>, props: &BasicProperties) -> Message {
         payload: Bytes::from(payload),
         headers: props.headers().as_ref().map(from_table).unwrap_or_default(),
         properties: Properties {
-            content_type: text(props.content_type()),
+            content_type: props.content_type().as_ref().map(|v| v.as_str().into()),
             content_encoding: text(props.content_encoding()),
             correlation_id: text(props.correlation_id()),
             message_id: text(props.message_id()),

@@ -12,6 +12,9 @@ pub use acks::AckCoalescer;
 pub use dead_letter::{ATTEMPTS_HEADER, DeadLetter, republish_headers};
 
 use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 
 use async_trait::async_trait;
 
@@ -94,14 +97,60 @@ pub enum Settlement {
     Reject,
 }
 
+/// The future of an SPI operation that often completes at once: a binder that settles or
+/// delivers without waiting returns [`BinderFuture::ready`] (no allocation per message), one
+/// that must wait returns [`BinderFuture::boxed`]. Callers simply `.await` it.
+pub enum BinderFuture<'a, T> {
+    /// Already complete (taken by the first poll).
+    Ready(Option<T>),
+    /// Still to run.
+    Boxed(Pin<Box<dyn Future<Output = T> + Send + 'a>>),
+}
+
+impl<'a, T> BinderFuture<'a, T> {
+    /// A future that is already complete.
+    pub fn ready(value: T) -> Self {
+        BinderFuture::Ready(Some(value))
+    }
+
+    /// A future that has to run.
+    pub fn boxed(fut: impl Future<Output = T> + Send + 'a) -> Self {
+        BinderFuture::Boxed(Box::pin(fut))
+    }
+}
+
+// The value is only moved out, never pinned.
+impl<T> Unpin for BinderFuture<'_, T> {}
+
+impl<T> Future for BinderFuture<'_, T> {
+    type Output = T;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<T> {
+        match self.get_mut() {
+            BinderFuture::Ready(value) => {
+                Poll::Ready(value.take().expect("a ready BinderFuture is polled once"))
+            }
+            BinderFuture::Boxed(fut) => fut.as_mut().poll(cx),
+        }
+    }
+}
+
+impl<T> fmt::Debug for BinderFuture<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            BinderFuture::Ready(_) => "BinderFuture::Ready",
+            BinderFuture::Boxed(_) => "BinderFuture::Boxed",
+        })
+    }
+}
+
 /// Settles one delivery; implemented by each binder.
-#[async_trait]
 pub trait Settle: fmt::Debug + Send + Sync {
     /// Applies the settlement. A binder may hold acks back to send several as one
     /// (`multiple`); it sends them at the latest when its subscription next waits for a
     /// delivery, on [`Subscription::flush`] and on [`Subscription::cancel`]. Requeues and
     /// rejects are never held back.
-    async fn settle(&self, settlement: Settlement) -> BinderResult<()>;
+    fn settle(&self, settlement: Settlement) -> BinderFuture<'_, BinderResult<()>>;
 }
 
 /// The settler of a delivery the broker already forgot (auto-ack subscriptions): settling
@@ -109,10 +158,9 @@ pub trait Settle: fmt::Debug + Send + Sync {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct AlreadySettled;
 
-#[async_trait]
 impl Settle for AlreadySettled {
-    async fn settle(&self, _settlement: Settlement) -> BinderResult<()> {
-        Ok(())
+    fn settle(&self, _settlement: Settlement) -> BinderFuture<'_, BinderResult<()>> {
+        BinderFuture::ready(Ok(()))
     }
 }
 
@@ -135,8 +183,9 @@ pub struct Inbound {
 /// A stream of deliveries from one queue.
 #[async_trait]
 pub trait Subscription: fmt::Debug + Send {
-    /// The next delivery; `None` once cancelled.
-    async fn next(&mut self) -> Option<Inbound>;
+    /// The next delivery; `None` once cancelled. Cancel-safe: dropping the future loses no
+    /// delivery. Ready at once when a delivery is already buffered.
+    fn next(&mut self) -> BinderFuture<'_, Option<Inbound>>;
     /// Sends the settlements held back for batching (see [`Settle::settle`]). The runtime
     /// calls it before it stops taking deliveries for a while (a pause, a handler that
     /// waits); the default has nothing to send.

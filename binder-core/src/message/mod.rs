@@ -41,7 +41,7 @@ impl Message {
     }
 
     /// Sets the content type.
-    pub fn with_content_type(mut self, content_type: impl Into<String>) -> Self {
+    pub fn with_content_type(mut self, content_type: impl Into<std::sync::Arc<str>>) -> Self {
         self.properties.content_type = Some(content_type.into());
         self
     }

@@ -37,8 +37,9 @@ impl DeliveryMode {
 /// The AMQP 0-9-1 basic properties. Every field is optional, as on the wire.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Properties {
-    /// MIME type of the payload; chooses the codec.
-    pub content_type: Option<String>,
+    /// MIME type of the payload; chooses the codec. Shared, since most messages of a binding
+    /// carry the same one: copying a message does not copy it.
+    pub content_type: Option<std::sync::Arc<str>>,
     /// MIME content encoding (e.g. `gzip`).
     pub content_encoding: Option<String>,
     /// Correlates a reply with its request.

@@ -580,17 +580,19 @@ impl QueueLoop {
             Ok(true) => return Step::Continue,
             Err(_) => return Step::End,
         }
-        let ready = sub.next().now_or_never();
-        let inbound = match ready {
-            Some(next) => next,
-            None => tokio::select! {
-                biased;
-                changed = self.desired.changed() => return match changed {
-                    Ok(()) => Step::Continue,
-                    Err(_) => Step::End,
+        let inbound = {
+            let mut next = sub.next();
+            match (&mut next).now_or_never() {
+                Some(inbound) => inbound,
+                None => tokio::select! {
+                    biased;
+                    changed = self.desired.changed() => return match changed {
+                        Ok(()) => Step::Continue,
+                        Err(_) => Step::End,
+                    },
+                    inbound = next => inbound,
                 },
-                next = sub.next() => next,
-            },
+            }
         };
         let Some(inbound) = inbound else {
             // The broker cancelled the consumer (queue deleted, connection lost): subscribe
