@@ -69,6 +69,9 @@ pub type ErrorHook = Arc<dyn Fn(&Failure) + Send + Sync>;
 #[derive(Debug, Default)]
 pub(crate) struct Inflight {
     count: AtomicUsize,
+    /// Someone waits for `count` to reach 0 (shutdown): only then is `idle` notified, so
+    /// the usual delivery does not take the notifier's lock.
+    waiting: std::sync::atomic::AtomicBool,
     idle: Notify,
     tasks: StdMutex<JoinSet<()>>,
 }
@@ -78,7 +81,8 @@ pub(crate) struct InflightGuard(Arc<Inflight>);
 
 impl Drop for InflightGuard {
     fn drop(&mut self) {
-        if self.0.count.fetch_sub(1, Ordering::AcqRel) == 1 {
+        if self.0.count.fetch_sub(1, Ordering::SeqCst) == 1 && self.0.waiting.load(Ordering::SeqCst)
+        {
             self.0.idle.notify_waiters();
         }
     }
@@ -87,7 +91,7 @@ impl Drop for InflightGuard {
 impl Inflight {
     /// Counts one delivery in flight until the guard drops.
     fn enter(self: &Arc<Self>) -> InflightGuard {
-        self.count.fetch_add(1, Ordering::AcqRel);
+        self.count.fetch_add(1, Ordering::SeqCst);
         InflightGuard(self.clone())
     }
 
@@ -103,11 +107,14 @@ impl Inflight {
 
     /// Waits until nothing is in flight.
     pub(crate) async fn idle(&self) {
+        // Set before reading the count: a guard that brings it to 0 after the read sees it
+        // (both sequentially consistent) and notifies.
+        self.waiting.store(true, Ordering::SeqCst);
         loop {
             let idle = self.idle.notified();
             tokio::pin!(idle);
             idle.as_mut().enable();
-            if self.count.load(Ordering::Acquire) == 0 {
+            if self.count.load(Ordering::SeqCst) == 0 {
                 return;
             }
             idle.await;
@@ -463,11 +470,13 @@ pub(crate) async fn run_queue(
     actual: watch::Sender<BindingState>,
 ) {
     let recovery = Duration::from_millis(rt.config.rabbit_consumer.recovery_interval);
+    let reported = *actual.borrow();
     let mut queue = QueueLoop {
         rt,
         binder,
         spec,
         desired,
+        reported,
         actual,
         subscription: None,
         recovery,
@@ -476,7 +485,7 @@ pub(crate) async fn run_queue(
     if let Some(mut sub) = queue.subscription.take() {
         let _ = sub.cancel().await;
     }
-    queue.actual.send_replace(BindingState::Stopped);
+    queue.report(BindingState::Stopped);
 }
 
 /// The loop of one queue: subscribes, takes deliveries and hands them to the handlers, and
@@ -487,6 +496,8 @@ struct QueueLoop {
     spec: SubscriptionSpec,
     desired: watch::Receiver<BindingState>,
     actual: watch::Sender<BindingState>,
+    /// What `actual` holds (checked on every delivery without taking its lock).
+    reported: BindingState,
     subscription: Option<Box<dyn Subscription>>,
     /// Wait before subscribing again after a failure (`recoveryInterval`).
     recovery: Duration,
@@ -507,20 +518,28 @@ impl QueueLoop {
                 BindingState::Running => self.running().await,
                 BindingState::Paused => {
                     self.flush().await;
-                    self.actual.send_replace(BindingState::Paused);
+                    self.report(BindingState::Paused);
                     self.wait_for_change().await
                 }
                 BindingState::Stopped => {
                     if let Some(mut sub) = self.subscription.take() {
                         let _ = sub.cancel().await;
                     }
-                    self.actual.send_replace(BindingState::Stopped);
+                    self.report(BindingState::Stopped);
                     self.wait_for_change().await
                 }
             };
             if let Step::End = step {
                 return;
             }
+        }
+    }
+
+    /// Reports the state the loop is in, when it changes.
+    fn report(&mut self, state: BindingState) {
+        if self.reported != state {
+            self.reported = state;
+            self.actual.send_replace(state);
         }
     }
 
@@ -553,11 +572,11 @@ impl QueueLoop {
 
     /// One step of a running binding: subscribe if needed, else take the next delivery.
     async fn running(&mut self) -> Step {
-        let Some(sub) = self.subscription.as_mut() else {
+        if self.subscription.is_none() {
             match self.binder.subscribe(self.spec.clone()).await {
                 Ok(s) => {
                     self.subscription = Some(s);
-                    self.actual.send_replace(BindingState::Running);
+                    self.report(BindingState::Running);
                     return Step::Continue;
                 }
                 Err(e) => {
@@ -565,13 +584,12 @@ impl QueueLoop {
                     return self.back_off().await;
                 }
             }
-        };
+        }
         // Resumed after a pause: the subscription is still there.
-        self.actual.send_if_modified(|s| {
-            let changed = *s != BindingState::Running;
-            *s = BindingState::Running;
-            changed
-        });
+        self.report(BindingState::Running);
+        let Some(sub) = self.subscription.as_mut() else {
+            return Step::Continue;
+        };
         // Control changes win over deliveries, so a stop takes effect at once. A delivery
         // that is already there is taken without waiting on the control channel (cheaper:
         // no waiter to register); `next` is cancel-safe, so trying it is harmless.
@@ -664,16 +682,16 @@ impl QueueLoop {
         let want = *self.desired.borrow_and_update();
         match want {
             BindingState::Paused => {
-                self.actual.send_replace(BindingState::Paused);
+                self.report(BindingState::Paused);
             }
             BindingState::Stopped => {
                 if let Some(mut sub) = self.subscription.take() {
                     let _ = sub.cancel().await;
                 }
-                self.actual.send_replace(BindingState::Stopped);
+                self.report(BindingState::Stopped);
             }
             BindingState::Running if self.subscription.is_some() => {
-                self.actual.send_replace(BindingState::Running);
+                self.report(BindingState::Running);
             }
             BindingState::Running => {}
         }
