@@ -21,6 +21,11 @@
 //!    encoding as well as decoding.
 //! 4. `app, 16 senders` — the same with 16 sender tasks sharing clones of the [`Output`], each
 //!    sending its share of the messages.
+//! 5. `app sends only` and 6. `app handler only` — where the time goes: the app of scenario 3
+//!    with its input binding stopped; one sender fills the group queue with nobody consuming
+//!    (5 times that), then the binding starts and drains it (6 times that). Each side then
+//!    has a core to itself; 3 is slower than both because they share two cores and the
+//!    engine's lock.
 //!
 //! A run's time goes from spawning the producer task(s) to the consumer having received
 //! every message (for the app, to the handler having counted the last one; its ack follows).
@@ -82,14 +87,18 @@ enum Scenario {
     EngineDirect,
     AppOneSender,
     AppManySenders,
+    AppPublishOnly,
+    AppConsumeOnly,
 }
 
 impl Scenario {
-    const ALL: [Scenario; 4] = [
+    const ALL: [Scenario; 6] = [
         Scenario::MpscBounded,
         Scenario::EngineDirect,
         Scenario::AppOneSender,
         Scenario::AppManySenders,
+        Scenario::AppPublishOnly,
+        Scenario::AppConsumeOnly,
     ];
 
     fn label(self, senders: usize) -> String {
@@ -98,6 +107,8 @@ impl Scenario {
             Scenario::EngineDirect => "engine 1→1 direct".to_owned(),
             Scenario::AppOneSender => "app handler, 1 sender".to_owned(),
             Scenario::AppManySenders => format!("app handler, {senders} senders"),
+            Scenario::AppPublishOnly => "app sends only (no consumer)".to_owned(),
+            Scenario::AppConsumeOnly => "app handler only (full queue)".to_owned(),
         }
     }
 }
@@ -455,6 +466,80 @@ async fn send_all(output: Output, msgs: Vec<BenchMsg>) {
     }
 }
 
+// ---- 5, 6. each side of the handler path alone ------------------------------------------
+
+/// Which half of [`run_app_split`] is timed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Publish,
+    Consume,
+}
+
+/// The app of scenario 3 with its input binding stopped at first: the sender fills the
+/// group queue with no consumer running (timed for [`Phase::Publish`]), then the binding is
+/// started and drains it (timed for [`Phase::Consume`]). Each side then has a core to itself,
+/// which shows what each costs without the other competing for the CPU and the engine lock.
+async fn run_app_split(msgs: Vec<BenchMsg>, phase: Phase) -> RunResult {
+    let n = msgs.len();
+    let destination = format!("bench-{}", APP_RUNS.fetch_add(1, Ordering::Relaxed));
+    let yaml = format!(
+        "spring:\n  cloud:\n    stream:\n      bindings:\n        out:\n          destination: {destination}\n        in:\n          destination: {destination}\n          group: g\n          consumer:\n            autoStartup: false\n      rabbit:\n        bindings:\n          in:\n            consumer:\n              prefetch: {WINDOW}\n"
+    );
+    let config = ConfigLoader::new()
+        .env(Vec::<(String, String)>::new())
+        .yaml_str(&yaml)
+        .load()
+        .unwrap_or_else(|e| panic!("configuration: {e}"));
+    let progress = Arc::new(Progress::default());
+    let all_handled = Arc::new(Notify::new());
+    let handler = {
+        let progress = progress.clone();
+        let all_handled = all_handled.clone();
+        handler::payload(move |m: BenchMsg| {
+            let progress = progress.clone();
+            let all_handled = all_handled.clone();
+            async move {
+                progress.id_sum.fetch_add(m.id, Ordering::Relaxed);
+                if progress.received.fetch_add(1, Ordering::Relaxed) + 1 == n {
+                    all_handled.notify_one();
+                }
+            }
+        })
+    };
+    let broker = Broker::new();
+    let app = App::builder(config)
+        .binder("embedded", Arc::new(EmbeddedBinder::new(broker.clone())))
+        .listener("in", handler)
+        .output("out")
+        .start()
+        .await
+        .unwrap_or_else(|e| panic!("app start: {e}"));
+    let output = app.output("out").expect("output binding `out`");
+
+    let start = Instant::now();
+    send_all(output.clone(), msgs).await;
+    let published = Instant::now();
+    app.start("in").await.expect("start `in`");
+    all_handled.notified().await;
+    let done = Instant::now();
+
+    progress.check(n);
+    drop(output);
+    let report = app.shutdown().await;
+    assert!(report.drained, "shutdown did not drain: {report:?}");
+    drop(broker);
+    let elapsed = match phase {
+        Phase::Publish => published - start,
+        Phase::Consume => done - published,
+    };
+    RunResult {
+        elapsed,
+        publish: elapsed,
+        unconsumed_at_publish_end: 0,
+        mean_batch: None,
+    }
+}
+
 // ---- driver -----------------------------------------------------------------------------
 
 async fn run(scenario: Scenario, settings: Settings) -> RunResult {
@@ -468,6 +553,8 @@ async fn run(scenario: Scenario, settings: Settings) -> RunResult {
             }
             Scenario::AppOneSender => run_app(bench_msgs(n), 1).await,
             Scenario::AppManySenders => run_app(bench_msgs(n), settings.senders).await,
+            Scenario::AppPublishOnly => run_app_split(bench_msgs(n), Phase::Publish).await,
+            Scenario::AppConsumeOnly => run_app_split(bench_msgs(n), Phase::Consume).await,
         }
     };
     tokio::time::timeout(RUN_TIMEOUT, fut)
@@ -493,7 +580,7 @@ fn selected_scenarios() -> Vec<bool> {
                     .filter(|i| (1..=Scenario::ALL.len()).contains(i))
                     .unwrap_or_else(|| {
                         panic!(
-                            "BENCH_SCENARIOS takes numbers 1 to 4 separated by commas, got {v:?}"
+                            "BENCH_SCENARIOS takes numbers 1 to 6 separated by commas, got {v:?}"
                         )
                     });
                 on[i - 1] = true;
