@@ -401,15 +401,17 @@ impl Channel {
             unblocked.await;
         }
         // The message is moved into its shared allocation once, here; the engine fills in
-        // the exchange's shared name.
+        // the exchange's shared name and the routing key (shared with the channel's last
+        // publish when it is the same, as it usually is).
         let body = Arc::new(Published {
             exchange: unnamed(),
-            routing_key: Arc::from(routing_key),
+            routing_key: unnamed(),
             message,
         });
         let id = self.id;
-        self.shared
-            .channel_op(id, |s| s.publish(id, exchange, options.mandatory, body))
+        self.shared.channel_op(id, |s| {
+            s.publish(id, exchange, routing_key, options.mandatory, body)
+        })
     }
 
     /// `basic.consume`: deliveries arrive on the returned [`Consumer`].

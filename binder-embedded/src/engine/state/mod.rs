@@ -116,6 +116,8 @@ struct ChannelState {
     confirm: bool,
     next_seq: u64,
     tx: Option<Vec<TxOp>>,
+    /// The routing key of the last publish, shared with the next one that uses it.
+    last_routing_key: Option<Arc<str>>,
     consumers: HashMap<Arc<str>, u64>,
     events: UnboundedSender<ChannelEvent>,
 }
@@ -244,6 +246,7 @@ impl State {
                 confirm: false,
                 next_seq: 0,
                 tx: None,
+                last_routing_key: None,
                 consumers: HashMap::default(),
                 events,
             },

@@ -22,8 +22,9 @@ impl State {
         &mut self,
         channel: u64,
         exchange: &str,
+        routing_key: &str,
         mandatory: bool,
-        body: Arc<Published>,
+        mut body: Arc<Published>,
     ) -> AmqpResult<PublishOutcome> {
         if !exchange.is_empty() {
             match self.exchanges.get(exchange) {
@@ -38,6 +39,22 @@ impl State {
             }
         }
         let ch = self.channel(channel)?;
+        let key = match &ch.last_routing_key {
+            Some(last) if **last == *routing_key => last.clone(),
+            _ => {
+                let key: Arc<str> = Arc::from(routing_key);
+                ch.last_routing_key = Some(key.clone());
+                key
+            }
+        };
+        match Arc::get_mut(&mut body) {
+            Some(b) => b.routing_key = key,
+            None => {
+                let mut copy = Published::clone(&body);
+                copy.routing_key = key;
+                body = Arc::new(copy);
+            }
+        }
         if let Some(tx) = &mut ch.tx {
             tx.push(TxOp::Publish {
                 exchange: exchange.to_owned(),
