@@ -262,32 +262,62 @@ struct EmbeddedSubscription {
     acks: Arc<std::sync::Mutex<AckCoalescer>>,
 }
 
+/// The acks a subscription holds back, shared with its settlers.
+type Acks = Arc<std::sync::Mutex<AckCoalescer>>;
+
+fn lock(acks: &Acks) -> std::sync::MutexGuard<'_, AckCoalescer> {
+    acks.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Settles one delivery through the coalescer. A requeue or reject goes out before the ack
+/// it makes due (a `multiple` ack sent first would cover, and so acknowledge, this very
+/// delivery), and both go out under the coalescer's lock, so that no other settlement's ack
+/// overtakes them. The engine never makes a settlement wait.
+fn settle_tag(
+    channel: &Channel,
+    acks: &Acks,
+    tag: u64,
+    settlement: Settlement,
+) -> BinderResult<()> {
+    let mut acks = lock(acks);
+    let due = acks.settle(tag, settlement == Settlement::Ack);
+    match settlement {
+        Settlement::Ack => Ok(()),
+        Settlement::Requeue => channel.basic_nack(tag, false, true),
+        Settlement::Reject => channel.basic_reject(tag, false),
+    }
+    .and_then(|()| due.map_or(Ok(()), |upto| channel.basic_ack(upto, true)))
+    .map_err(broker_error)
+}
+
 #[derive(Debug)]
 struct EmbeddedSettler {
     channel: Arc<Channel>,
     tag: u64,
-    acks: Arc<std::sync::Mutex<AckCoalescer>>,
+    acks: Acks,
+    settled: std::sync::atomic::AtomicBool,
 }
 
 impl Settle for EmbeddedSettler {
     fn settle(&self, settlement: Settlement) -> BinderFuture<'_, BinderResult<()>> {
-        // Acks are coalesced into `multiple` acks (one engine call per batch, not per
-        // message); a requeue or reject goes out on its own, after any ack that is due. The
-        // engine never makes a settlement wait, so the future is ready at once.
-        let due = self
-            .acks
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .settle(self.tag, settlement == Settlement::Ack);
-        let result = due
-            .map_or(Ok(()), |upto| self.channel.basic_ack(upto, true))
-            .and_then(|()| match settlement {
-                Settlement::Ack => Ok(()),
-                Settlement::Requeue => self.channel.basic_nack(self.tag, false, true),
-                Settlement::Reject => self.channel.basic_reject(self.tag, false),
-            })
-            .map_err(broker_error);
-        BinderFuture::ready(result)
+        if self.settled.swap(true, std::sync::atomic::Ordering::AcqRel) {
+            return BinderFuture::ready(Err(BinderError::Broker(format!(
+                "delivery {} is already settled",
+                self.tag
+            ))));
+        }
+        BinderFuture::ready(settle_tag(&self.channel, &self.acks, self.tag, settlement))
+    }
+}
+
+impl Drop for EmbeddedSettler {
+    /// A delivery nobody can settle any more (its handler panicked, its `next` future was
+    /// dropped unpolled) goes back to the queue at once, rather than blocking the acks of
+    /// the deliveries after it until the channel closes.
+    fn drop(&mut self) {
+        if !*self.settled.get_mut() {
+            let _ = settle_tag(&self.channel, &self.acks, self.tag, Settlement::Requeue);
+        }
     }
 }
 
@@ -301,6 +331,7 @@ impl EmbeddedSubscription {
                 channel: self.channel.clone(),
                 tag: d.delivery_tag,
                 acks: self.acks.clone(),
+                settled: Default::default(),
             })
         };
         Inbound {
@@ -328,24 +359,25 @@ impl EmbeddedSubscription {
         if !self.auto_ack {
             // The whole batch counts as outstanding from now on, so the acks of its first
             // deliveries wait for the rest (or for `ACK_BATCH` of them) and go out as one
-            // `multiple` ack.
-            let mut acks = self.acks.lock().unwrap_or_else(|p| p.into_inner());
+            // `multiple` ack: the runtime comes back for each of them, and flushes before
+            // it stops doing so.
+            let mut acks = lock(&self.acks);
             for d in &self.batch {
                 acks.delivered(d.delivery_tag);
             }
+            acks.set_eager(false);
         }
         self.ready.extend(self.batch.drain(..));
         true
     }
 
-    /// Sends the acks held back.
+    /// Sends the acks held back, and holds none back until the next batch: whoever calls
+    /// this (a wait for deliveries, a pause, a handler that waits, a cancel) will not come
+    /// back soon to flush.
     fn flush_acks(&self) -> BinderResult<()> {
-        let due = self
-            .acks
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take_ready();
-        match due {
+        let mut acks = lock(&self.acks);
+        acks.set_eager(true);
+        match acks.take_ready() {
             Some(upto) => self.channel.basic_ack(upto, true).map_err(broker_error),
             None => Ok(()),
         }
@@ -374,17 +406,15 @@ impl Subscription for EmbeddedSubscription {
     async fn cancel(&mut self) -> BinderResult<()> {
         // Deliveries taken from the consumer but not yet handed out go back to the queue
         // (last first, so they keep their order at its head).
-        let mut due = None;
         for d in self.ready.drain(..).rev() {
             if !self.auto_ack {
-                let mut acks = self.acks.lock().unwrap_or_else(|p| p.into_inner());
-                due = due.max(acks.settle(d.delivery_tag, false));
-                drop(acks);
-                let _ = self.channel.basic_nack(d.delivery_tag, false, true);
+                let _ = settle_tag(
+                    &self.channel,
+                    &self.acks,
+                    d.delivery_tag,
+                    Settlement::Requeue,
+                );
             }
-        }
-        if let Some(upto) = due {
-            self.channel.basic_ack(upto, true).map_err(broker_error)?;
         }
         self.flush_acks()?;
         match self.consumer.take() {

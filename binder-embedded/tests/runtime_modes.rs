@@ -309,23 +309,35 @@ async fn the_binder_holds_acks_for_its_batch_and_sends_them_on_flush_wait_and_ca
     sub.flush().await.unwrap();
     assert_eq!(unacked(), 3, "sent by flush");
 
+    // After a flush nothing is held back until the next batch (whoever flushed is not
+    // coming back soon).
     let second = sub.next().await.unwrap();
     second.settler.settle(Settlement::Ack).await.unwrap();
-    assert_eq!(unacked(), 3);
-    // A reject is never held back.
+    assert_eq!(unacked(), 2, "sent at once after the flush");
+
+    // The next batch holds acks back again, but never a reject.
+    common::publish(&publisher, "", "held", "4").await;
     let third = sub.next().await.unwrap();
-    third.settler.settle(Settlement::Reject).await.unwrap();
-    assert_eq!(unacked(), 2, "the reject went out, the ack still waits");
     let fourth = sub.next().await.unwrap();
-    fourth.settler.settle(Settlement::Ack).await.unwrap();
+    let fifth = sub.next().await.unwrap();
+    assert_eq!(&fifth.message.payload[..], b"4", "a new batch was taken");
+    third.settler.settle(Settlement::Ack).await.unwrap();
+    assert_eq!(unacked(), 3, "held back");
+    fourth.settler.settle(Settlement::Reject).await.unwrap();
+    assert_eq!(
+        unacked(),
+        2,
+        "the reject went out; the held ack waits for `4`"
+    );
+    fifth.settler.settle(Settlement::Ack).await.unwrap();
     // Nothing is outstanding any more: the held acks go out with the last one.
     assert_eq!(unacked(), 0);
 
-    // Before waiting for more, and on cancel, nothing stays held.
-    common::publish(&publisher, "", "held", "4").await;
+    // On cancel nothing stays held, and what was not handed out goes back.
     common::publish(&publisher, "", "held", "5").await;
-    let fifth = sub.next().await.unwrap();
-    fifth.settler.settle(Settlement::Ack).await.unwrap();
+    common::publish(&publisher, "", "held", "6").await;
+    let sixth = sub.next().await.unwrap();
+    sixth.settler.settle(Settlement::Ack).await.unwrap();
     assert_eq!(unacked(), 2);
     sub.cancel().await.unwrap();
     assert_eq!(unacked(), 0, "acked, and the one not handed out requeued");

@@ -437,11 +437,6 @@ impl AckBatch {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Records a settlement; returns the tag to ack with `multiple`, if a batch is due.
-    fn settle(&self, tag: u64, ack: bool) -> Option<u64> {
-        self.lock().settle(tag, ack)
-    }
-
     /// Sends an ack covering every delivery up to `tag` (the frame goes out on the first
     /// poll; `basic.ack` has no reply to wait for).
     fn send(&self, tag: u64) -> Result<(), lapin::Error> {
@@ -456,54 +451,78 @@ impl AckBatch {
         }
     }
 
-    /// Acks whatever is ready (before a cancel).
+    /// Acks whatever is ready (a pause, a handler that waits, a cancel); under the lock, as
+    /// every ack, so that it cannot overtake a reject.
     fn flush(&self) -> Result<(), lapin::Error> {
-        let upto = self.lock().take_ready();
-        upto.map_or(Ok(()), |t| self.send(t))
+        let mut state = self.lock();
+        state.take_ready().map_or(Ok(()), |t| self.send(t))
     }
 }
 
 #[derive(Debug)]
 struct RabbitSettler {
-    acker: lapin::Acker,
     tag: u64,
     acks: Arc<AckBatch>,
+    settled: std::sync::atomic::AtomicBool,
+}
+
+/// The result of a frame that is queued on its first poll (acks, nacks and rejects have no
+/// reply to wait for); a write that fails means the channel is gone, and the broker
+/// redelivers.
+fn queued(
+    frame: impl std::future::Future<Output = Result<impl Sized, lapin::Error>>,
+) -> Result<(), lapin::Error> {
+    frame.now_or_never().map_or(Ok(()), |r| r.map(drop))
+}
+
+impl RabbitSettler {
+    /// Settles through the batch: a requeue or reject is queued before the ack it makes due
+    /// (a `multiple` ack sent first would cover, and so acknowledge, this very delivery), and
+    /// both are queued under the batch's lock, so that no other settlement's ack overtakes
+    /// them. Nothing waits for a write: waiting for each ack cost half the consumer's
+    /// throughput.
+    fn apply(&self, settlement: Settlement) -> Result<(), lapin::Error> {
+        let mut state = self.acks.lock();
+        let due = state.settle(self.tag, settlement == Settlement::Ack);
+        // On the channel itself, as the acks: a delivery's `Acker` goes through lapin's
+        // internal queue, so its frame could follow an ack sent after it.
+        let channel = &self.acks.channel.0;
+        match settlement {
+            Settlement::Ack => Ok(()),
+            Settlement::Requeue => queued(channel.basic_nack(
+                self.tag,
+                BasicNackOptions {
+                    multiple: false,
+                    requeue: true,
+                },
+            )),
+            Settlement::Reject => {
+                queued(channel.basic_reject(self.tag, BasicRejectOptions { requeue: false }))
+            }
+        }
+        .and_then(|()| due.map_or(Ok(()), |upto| self.acks.send(upto)))
+    }
 }
 
 impl Settle for RabbitSettler {
     fn settle(&self, settlement: Settlement) -> BinderFuture<'_, BinderResult<()>> {
-        if settlement == Settlement::Ack {
-            // Batched, and not waited for: waiting for the write of each ack cost half the
-            // consumer's throughput. If a write fails, the channel is gone and the broker
-            // redelivers: at least once, never lost.
-            let sent = match self.acks.settle(self.tag, true) {
-                Some(upto) => self.acks.send(upto).map_err(broker),
-                None => Ok(()),
-            };
-            return BinderFuture::ready(sent);
+        if self.settled.swap(true, std::sync::atomic::Ordering::AcqRel) {
+            return BinderFuture::ready(Err(BinderError::Broker(format!(
+                "delivery {} is already settled",
+                self.tag
+            ))));
         }
-        BinderFuture::boxed(async move {
-            if let Some(upto) = self.acks.settle(self.tag, false) {
-                self.acks.send(upto).map_err(broker)?;
-            }
-            match settlement {
-                Settlement::Requeue => {
-                    self.acker
-                        .nack(BasicNackOptions {
-                            multiple: false,
-                            requeue: true,
-                        })
-                        .await
-                }
-                _ => {
-                    self.acker
-                        .reject(BasicRejectOptions { requeue: false })
-                        .await
-                }
-            }
-            .map(drop)
-            .map_err(broker)
-        })
+        BinderFuture::ready(self.apply(settlement).map_err(broker))
+    }
+}
+
+impl Drop for RabbitSettler {
+    /// A delivery nobody can settle any more goes back to the queue at once, rather than
+    /// blocking the acks of the deliveries after it until the channel closes.
+    fn drop(&mut self) {
+        if !*self.settled.get_mut() {
+            let _ = self.apply(Settlement::Requeue);
+        }
     }
 }
 
@@ -520,9 +539,9 @@ impl Subscription for RabbitSubscription {
                     } else {
                         self.acks.delivered(d.delivery_tag);
                         Arc::new(RabbitSettler {
-                            acker: d.acker.clone(),
                             tag: d.delivery_tag,
                             acks: self.acks.clone(),
+                            settled: Default::default(),
                         })
                     };
                     Some(Inbound {
@@ -542,6 +561,10 @@ impl Subscription for RabbitSubscription {
                 None => None,
             }
         })
+    }
+
+    async fn flush(&mut self) -> BinderResult<()> {
+        self.acks.flush().map_err(broker)
     }
 
     async fn cancel(&mut self) -> BinderResult<()> {

@@ -317,6 +317,51 @@ pub async fn ack_requeue_reject(env: &Env) {
     assert_eq!(env.inspect(queue).await.messages, 0, "nothing left");
 }
 
+/// Through the SPI: settling the oldest deliveries last (acks held back for the later ones
+/// meanwhile) never acknowledges a delivery that is being requeued or rejected, and a
+/// delivery whose every handle is dropped unsettled goes back to the queue.
+pub async fn settling_the_oldest_last_loses_nothing(env: &Env) {
+    let queue = &env
+        .seeded_queue(
+            "spring.cloud.stream:\n  bindings.in: {destination: '{p}oldest', group: g}\n  rabbit.bindings.in.consumer: {autoBindDlq: true, republishToDlq: false}\n",
+            &["requeued", "rejected", "acked-1", "acked-2"],
+        )
+        .await;
+    let mut sub = env.subscribe(queue, 10).await;
+    let mut by_text = std::collections::HashMap::new();
+    for _ in 0..4 {
+        let d = next(&mut sub).await;
+        by_text.insert(String::from_utf8(d.message.payload.to_vec()).unwrap(), d);
+    }
+    for (text, settlement) in [
+        ("acked-2", Settlement::Ack),
+        ("acked-1", Settlement::Ack),
+        ("requeued", Settlement::Requeue),
+        ("rejected", Settlement::Reject),
+    ] {
+        let d = by_text.remove(text).unwrap();
+        d.settler.settle(settlement).await.unwrap();
+        assert!(
+            d.settler.settle(settlement).await.is_err(),
+            "a second settlement of `{text}` is refused"
+        );
+    }
+    let again = next(&mut sub).await;
+    assert_eq!(&again.message.payload[..], b"requeued");
+    assert!(again.redelivered);
+    // Dropped without a settlement: back in the queue, delivered again.
+    drop(again);
+    let third = next(&mut sub).await;
+    assert_eq!(&third.message.payload[..], b"requeued");
+    third.settler.settle(Settlement::Ack).await.unwrap();
+    let mut dlq = env.subscribe(&format!("{queue}.dlq"), 1).await;
+    let dead = next(&mut dlq).await;
+    assert_eq!(&dead.message.payload[..], b"rejected");
+    dead.settler.settle(Settlement::Ack).await.unwrap();
+    sub.cancel().await.unwrap();
+    assert_eq!(env.inspect(queue).await.messages, 0, "nothing left");
+}
+
 /// `republishToDlq` republishes an exhausted message with the documented headers.
 pub async fn republish_adds_diagnostic_headers(env: &Env) {
     let yaml = "spring.cloud.stream:\n  bindings.in: {destination: '{p}rep', group: g, consumer: {maxAttempts: 1}}\n  rabbit.bindings.in.consumer.autoBindDlq: true\n";

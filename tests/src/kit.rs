@@ -251,6 +251,7 @@ macro_rules! conformance_suite {
             binding_routing_keys_select,
             routing_key_expressions_route,
             ack_requeue_reject,
+            settling_the_oldest_last_loses_nothing,
             republish_adds_diagnostic_headers,
             retries_are_counted_and_do_not_block,
             poison_messages_go_to_the_dlq,

@@ -18,7 +18,9 @@ enum Slot {
 /// Tracks a channel's deliveries so settled ones can be acknowledged together: an ack is due
 /// for an unbroken run of acked tags below the oldest unsettled delivery, once [`ACK_BATCH`]
 /// are ready or nothing older is pending. Handlers that finish out of order never ack each
-/// other's deliveries, and a rejected or requeued delivery is never covered.
+/// other's deliveries. A rejected or requeued delivery is never covered, provided its
+/// `basic.nack` / `basic.reject` is sent before the ack its settlement makes due (and no
+/// other ack overtakes it: binders do both under the lock that guards the coalescer).
 ///
 /// Delivery tags grow on a channel, so the deliveries sit in a ring in tag order: recording
 /// one is a push, settling one a binary search, and nothing allocates once the ring has
@@ -41,6 +43,8 @@ pub struct AckCoalescer {
     slots: VecDeque<(u64, Slot)>,
     /// How many slots are `Outstanding`.
     outstanding: usize,
+    /// Send what is ready at once instead of waiting for a batch (see [`Self::set_eager`]).
+    eager: bool,
 }
 
 impl AckCoalescer {
@@ -89,10 +93,17 @@ impl AckCoalescer {
             .filter(|(_, slot)| *slot == Slot::Acked)
             .take(ACK_BATCH)
             .count();
-        if ready == 0 || (ready < ACK_BATCH && self.outstanding > 0) {
+        if ready == 0 || (ready < ACK_BATCH && self.outstanding > 0 && !self.eager) {
             return None;
         }
         self.take_ready()
+    }
+
+    /// While eager, a settlement makes every ready ack due at once, even with older
+    /// deliveries outstanding. A binder turns it on when nobody will come back soon to flush
+    /// (its subscription waits, is paused or cancelled) and off when it takes a new batch.
+    pub fn set_eager(&mut self, eager: bool) {
+        self.eager = eager;
     }
 
     /// The highest acked tag below every unsettled one (what a flush acknowledges), removing
@@ -141,6 +152,19 @@ mod tests {
         assert_eq!(st.settle(1, true), None);
         assert_eq!(st.settle(2, false), None, "2 is rejected on its own");
         assert_eq!(st.settle(3, true), Some(3));
+    }
+
+    #[test]
+    fn eager_acks_go_out_past_an_outstanding_delivery() {
+        let mut st = delivered(1..=3);
+        assert_eq!(st.settle(1, true), None, "2 and 3 outstanding: held");
+        st.set_eager(true);
+        assert_eq!(st.settle(3, true), Some(1), "what is ready goes out");
+        assert_eq!(st.settle(2, true), Some(3));
+        st.set_eager(false);
+        st.delivered(4);
+        st.delivered(5);
+        assert_eq!(st.settle(4, true), None, "held again");
     }
 
     #[test]

@@ -145,6 +145,11 @@ impl<T> fmt::Debug for BinderFuture<'_, T> {
 }
 
 /// Settles one delivery; implemented by each binder.
+///
+/// A delivery is settled once: a second settlement is refused with an error, without
+/// touching the broker. A delivery whose last handle is dropped unsettled (a handler that
+/// panicked, a `next` future dropped before it was polled) goes back to its queue at once,
+/// as if requeued, so it can never hold up the acks of later deliveries.
 pub trait Settle: fmt::Debug + Send + Sync {
     /// Applies the settlement. A binder may hold acks back to send several as one
     /// (`multiple`); it sends them at the latest when its subscription next waits for a

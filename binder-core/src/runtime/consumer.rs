@@ -73,7 +73,15 @@ pub(crate) struct Inflight {
     /// the usual delivery does not take the notifier's lock.
     waiting: std::sync::atomic::AtomicBool,
     idle: Notify,
-    tasks: StdMutex<JoinSet<()>>,
+    tasks: StdMutex<Tasks>,
+}
+
+/// The tasks of deliveries handled away from their loop; once closed (shutdown gave up on
+/// them), no new one starts.
+#[derive(Debug, Default)]
+struct Tasks {
+    set: JoinSet<()>,
+    closed: bool,
 }
 
 /// One delivery counted in flight until dropped (also when its task is aborted).
@@ -95,11 +103,16 @@ impl Inflight {
         InflightGuard(self.clone())
     }
 
+    /// Runs a delivery's work in a task of its own. After shutdown aborted the others, the
+    /// work is dropped instead (its delivery returns to the queue).
     fn spawn(self: &Arc<Self>, fut: impl std::future::Future<Output = ()> + Send + 'static) {
         let guard = self.enter();
         let mut tasks = self.tasks.lock().unwrap_or_else(|p| p.into_inner());
-        while tasks.try_join_next().is_some() {}
-        tasks.spawn(async move {
+        if tasks.closed {
+            return;
+        }
+        while tasks.set.try_join_next().is_some() {}
+        tasks.set.spawn(async move {
             fut.await;
             drop(guard);
         });
@@ -124,7 +137,11 @@ impl Inflight {
     /// Aborts the tasks still running (after the shutdown timeout) and waits until they are
     /// gone, so their deliveries are unsettled (and return to their queues) when it returns.
     pub(crate) async fn abort_all(&self) {
-        let mut tasks = std::mem::take(&mut *self.tasks.lock().unwrap_or_else(|p| p.into_inner()));
+        let mut tasks = {
+            let mut tasks = self.tasks.lock().unwrap_or_else(|p| p.into_inner());
+            tasks.closed = true;
+            std::mem::take(&mut tasks.set)
+        };
         tasks.abort_all();
         while tasks.join_next().await.is_some() {}
     }
@@ -232,16 +249,25 @@ impl InputRuntime {
         }
     }
 
-    /// One attempt: the handler (panics caught), then its reply, sent before the input is
-    /// acknowledged.
+    /// One attempt: the handler, then its reply, sent before the input is acknowledged; all
+    /// of it in the message's trace context. A panic anywhere in it (the handler's body or
+    /// the synchronous part of its call, the reply's encoding) is caught and becomes a
+    /// failure of the attempt, so the binding keeps running.
     async fn attempt(&self, incoming: Incoming, message: &Message) -> Result<(), HandlerError> {
+        let attempt = AssertUnwindSafe(self.attempt_unguarded(incoming, message)).catch_unwind();
+        match trace::scope(message, attempt).await {
+            Ok(result) => result,
+            Err(panic) => Err(HandlerError::panic(panic_text(&*panic))),
+        }
+    }
+
+    async fn attempt_unguarded(
+        &self,
+        incoming: Incoming,
+        message: &Message,
+    ) -> Result<(), HandlerError> {
         let route = self.route(message)?;
-        let call = AssertUnwindSafe(route.handler.call(incoming)).catch_unwind();
-        let outcome = match trace::scope(message, call).await {
-            Ok(result) => result?,
-            Err(panic) => return Err(HandlerError::panic(panic_text(&*panic))),
-        };
-        let Outcome::Reply(body) = outcome else {
+        let Outcome::Reply(body) = route.handler.call(incoming).await? else {
             return Ok(());
         };
         let Some(output) = &route.output else {
@@ -251,8 +277,8 @@ impl InputRuntime {
             )));
         };
         let sent = match body {
-            ReplyBody::Value(v) => trace::scope(message, output.send(&*v)).await,
-            ReplyBody::Message(m) => trace::scope(message, output.send_message(*m)).await,
+            ReplyBody::Value(v) => output.send(&*v).await,
+            ReplyBody::Message(m) => output.send_message(*m).await,
         };
         sent.map_err(|e| {
             HandlerError::retryable(format!(
