@@ -20,8 +20,10 @@
 //!    `ProducerSpec { exchange: "", delivery_mode: NonPersistent }`, 16 concurrent
 //!    `Producer::publish(queue, Message)` futures (`for_each_concurrent`); the consumer is
 //!    `Binder::subscribe` (prefetch 200, manual ack) and settles every `Inbound` with
-//!    `Settlement::Ack` before taking the next one — the SPI acks one delivery at a time,
-//!    which is part of what is measured.
+//!    `Settlement::Ack` before taking the next one — the SPI settles one delivery at a
+//!    time, and the binder turns those into `multiple` acks (for the batch it took from
+//!    lapin's buffer), which is part of what is measured. Its `acks/run` column counts
+//!    settlements, not ack frames.
 //! 4. `C binder persistent` — the same with `DeliveryMode::Persistent`, a durable queue and
 //!    1,000 concurrent publishes.
 //!

@@ -265,6 +265,8 @@ impl Binder for RabbitBinder {
             channel,
             consumer: Some(consumer),
             auto_ack: spec.auto_ack,
+            ready: Default::default(),
+            failed: false,
         }))
     }
 
@@ -419,6 +421,10 @@ struct RabbitSubscription {
     consumer: Option<lapin::Consumer>,
     auto_ack: bool,
     acks: Arc<AckBatch>,
+    /// Deliveries taken from lapin's buffer together, not yet handed out.
+    ready: std::collections::VecDeque<lapin::message::Delivery>,
+    /// The consumer reported an error while a batch was taken: the next wait ends it.
+    failed: bool,
 }
 
 /// Sends coalesced acks on a subscription's channel (see [`AckCoalescer`]).
@@ -429,10 +435,6 @@ struct AckBatch {
 }
 
 impl AckBatch {
-    fn delivered(&self, tag: u64) {
-        self.lock().delivered(tag);
-    }
-
     fn lock(&self) -> std::sync::MutexGuard<'_, AckCoalescer> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -451,11 +453,39 @@ impl AckBatch {
         }
     }
 
-    /// Acks whatever is ready (a pause, a handler that waits, a cancel); under the lock, as
-    /// every ack, so that it cannot overtake a reject.
+    /// Acks whatever is ready, and holds no ack back until the next batch: whoever flushes
+    /// (a wait for deliveries, a pause, a handler that waits, a cancel) is not coming back
+    /// soon. Under the lock, as every ack, so that it cannot overtake a reject.
     fn flush(&self) -> Result<(), lapin::Error> {
         let mut state = self.lock();
+        state.set_eager(true);
         state.take_ready().map_or(Ok(()), |t| self.send(t))
+    }
+
+    /// Settles one delivery: a requeue or reject is queued before the ack it makes due (a
+    /// `multiple` ack sent first would cover, and so acknowledge, this very delivery), and
+    /// both under the lock, so that no other settlement's ack overtakes them. Everything goes
+    /// out on the channel itself: a delivery's `Acker` goes through lapin's internal queue,
+    /// so its frame could follow an ack sent after it. Nothing waits for a write: waiting for
+    /// each ack cost half the consumer's throughput.
+    fn settle_tag(&self, tag: u64, settlement: Settlement) -> Result<(), lapin::Error> {
+        let mut state = self.lock();
+        let due = state.settle(tag, settlement == Settlement::Ack);
+        let channel = &self.channel.0;
+        match settlement {
+            Settlement::Ack => Ok(()),
+            Settlement::Requeue => queued(channel.basic_nack(
+                tag,
+                BasicNackOptions {
+                    multiple: false,
+                    requeue: true,
+                },
+            )),
+            Settlement::Reject => {
+                queued(channel.basic_reject(tag, BasicRejectOptions { requeue: false }))
+            }
+        }
+        .and_then(|()| due.map_or(Ok(()), |upto| self.send(upto)))
     }
 }
 
@@ -482,25 +512,7 @@ impl RabbitSettler {
     /// them. Nothing waits for a write: waiting for each ack cost half the consumer's
     /// throughput.
     fn apply(&self, settlement: Settlement) -> Result<(), lapin::Error> {
-        let mut state = self.acks.lock();
-        let due = state.settle(self.tag, settlement == Settlement::Ack);
-        // On the channel itself, as the acks: a delivery's `Acker` goes through lapin's
-        // internal queue, so its frame could follow an ack sent after it.
-        let channel = &self.acks.channel.0;
-        match settlement {
-            Settlement::Ack => Ok(()),
-            Settlement::Requeue => queued(channel.basic_nack(
-                self.tag,
-                BasicNackOptions {
-                    multiple: false,
-                    requeue: true,
-                },
-            )),
-            Settlement::Reject => {
-                queued(channel.basic_reject(self.tag, BasicRejectOptions { requeue: false }))
-            }
-        }
-        .and_then(|()| due.map_or(Ok(()), |upto| self.acks.send(upto)))
+        self.acks.settle_tag(self.tag, settlement)
     }
 }
 
@@ -526,40 +538,88 @@ impl Drop for RabbitSettler {
     }
 }
 
+impl RabbitSubscription {
+    /// The runtime's view of a delivery.
+    fn inbound(&self, d: lapin::message::Delivery) -> Inbound {
+        let settler: Arc<dyn Settle> = if self.auto_ack {
+            Arc::new(AlreadySettled)
+        } else {
+            Arc::new(RabbitSettler {
+                tag: d.delivery_tag,
+                acks: self.acks.clone(),
+                settled: Default::default(),
+            })
+        };
+        Inbound {
+            message: convert::message(d.data, &d.properties),
+            exchange: Arc::from(d.exchange.as_str()),
+            routing_key: Arc::from(d.routing_key.as_str()),
+            redelivered: d.redelivered,
+            settler,
+        }
+    }
+
+    /// Waits for a delivery, then takes along whatever lapin has already buffered (up to
+    /// 256), so that the acks of the batch go out together; false once the consumer ended.
+    async fn refill(&mut self) -> bool {
+        if let Err(e) = self.acks.flush() {
+            tracing::warn!(error = %e, "sending held-back acks failed; the broker will redeliver");
+        }
+        if self.failed {
+            return false;
+        }
+        let Some(consumer) = self.consumer.as_mut() else {
+            return false;
+        };
+        // Cancel-safe: lapin keeps deliveries in the consumer's buffer.
+        match consumer.next().await {
+            Some(Ok(d)) => self.ready.push_back(d),
+            Some(Err(e)) => {
+                // The channel or connection failed; the runtime subscribes again after its
+                // recovery interval.
+                tracing::warn!(error = %e, "consumer stopped");
+                return false;
+            }
+            None => return false,
+        }
+        while self.ready.len() < 256 {
+            match consumer.next().now_or_never() {
+                Some(Some(Ok(d))) => self.ready.push_back(d),
+                Some(Some(Err(e))) => {
+                    tracing::warn!(error = %e, "consumer stopped");
+                    self.failed = true;
+                    break;
+                }
+                Some(None) => {
+                    self.failed = true;
+                    break;
+                }
+                None => break,
+            }
+        }
+        if !self.auto_ack {
+            let mut state = self.acks.lock();
+            for d in &self.ready {
+                state.delivered(d.delivery_tag);
+            }
+            state.set_eager(false);
+        }
+        true
+    }
+}
+
 #[async_trait]
 impl Subscription for RabbitSubscription {
     fn next(&mut self) -> BinderFuture<'_, Option<Inbound>> {
+        if let Some(d) = self.ready.pop_front() {
+            return BinderFuture::ready(Some(self.inbound(d)));
+        }
         BinderFuture::boxed(async move {
-            let consumer = self.consumer.as_mut()?;
-            // Cancel-safe: lapin keeps deliveries in the consumer's buffer.
-            match consumer.next().await {
-                Some(Ok(d)) => {
-                    let settler: Arc<dyn Settle> = if self.auto_ack {
-                        Arc::new(AlreadySettled)
-                    } else {
-                        self.acks.delivered(d.delivery_tag);
-                        Arc::new(RabbitSettler {
-                            tag: d.delivery_tag,
-                            acks: self.acks.clone(),
-                            settled: Default::default(),
-                        })
-                    };
-                    Some(Inbound {
-                        message: convert::message(d.data, &d.properties),
-                        exchange: Arc::from(d.exchange.as_str()),
-                        routing_key: Arc::from(d.routing_key.as_str()),
-                        redelivered: d.redelivered,
-                        settler,
-                    })
-                }
-                Some(Err(e)) => {
-                    // The channel or connection failed; the runtime subscribes again after
-                    // its recovery interval.
-                    tracing::warn!(error = %e, "consumer stopped");
-                    None
-                }
-                None => None,
+            if !self.refill().await {
+                return None;
             }
+            let d = self.ready.pop_front()?;
+            Some(self.inbound(d))
         })
     }
 
@@ -568,6 +628,13 @@ impl Subscription for RabbitSubscription {
     }
 
     async fn cancel(&mut self) -> BinderResult<()> {
+        // Deliveries taken from lapin but not yet handed out go back to the queue (last
+        // first, so they keep their order at its head).
+        for d in self.ready.drain(..).rev() {
+            if !self.auto_ack {
+                let _ = self.acks.settle_tag(d.delivery_tag, Settlement::Requeue);
+            }
+        }
         self.acks.flush().map_err(broker)?;
         if let Some(c) = self.consumer.take() {
             self.channel
