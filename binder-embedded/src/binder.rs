@@ -269,25 +269,25 @@ fn lock(acks: &Acks) -> std::sync::MutexGuard<'_, AckCoalescer> {
     acks.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Settles one delivery through the coalescer. A requeue or reject goes out before the ack
-/// it makes due (a `multiple` ack sent first would cover, and so acknowledge, this very
-/// delivery), and both go out under the coalescer's lock, so that no other settlement's ack
-/// overtakes them. The engine never makes a settlement wait.
+/// Settles one delivery through the coalescer (see [`AckCoalescer::apply`] for the order).
+/// The engine never makes a settlement wait.
 fn settle_tag(
     channel: &Channel,
     acks: &Acks,
     tag: u64,
     settlement: Settlement,
 ) -> BinderResult<()> {
-    let mut acks = lock(acks);
-    let due = acks.settle(tag, settlement == Settlement::Ack);
-    match settlement {
-        Settlement::Ack => Ok(()),
-        Settlement::Requeue => channel.basic_nack(tag, false, true),
-        Settlement::Reject => channel.basic_reject(tag, false),
-    }
-    .and_then(|()| due.map_or(Ok(()), |upto| channel.basic_ack(upto, true)))
-    .map_err(broker_error)
+    lock(acks)
+        .apply(
+            tag,
+            settlement,
+            |tag, settlement| match settlement {
+                Settlement::Requeue => channel.basic_nack(tag, false, true),
+                _ => channel.basic_reject(tag, false),
+            },
+            |upto| channel.basic_ack(upto, true),
+        )
+        .map_err(broker_error)
 }
 
 #[derive(Debug)]

@@ -462,30 +462,27 @@ impl AckBatch {
         state.take_ready().map_or(Ok(()), |t| self.send(t))
     }
 
-    /// Settles one delivery: a requeue or reject is queued before the ack it makes due (a
-    /// `multiple` ack sent first would cover, and so acknowledge, this very delivery), and
-    /// both under the lock, so that no other settlement's ack overtakes them. Everything goes
-    /// out on the channel itself: a delivery's `Acker` goes through lapin's internal queue,
-    /// so its frame could follow an ack sent after it. Nothing waits for a write: waiting for
-    /// each ack cost half the consumer's throughput.
+    /// Settles one delivery through the coalescer (see [`AckCoalescer::apply`] for the
+    /// order), on the channel itself: a delivery's `Acker` goes through lapin's internal
+    /// queue, so its frame could follow an ack sent after it. Nothing waits for a write:
+    /// waiting for each ack cost half the consumer's throughput.
     fn settle_tag(&self, tag: u64, settlement: Settlement) -> Result<(), lapin::Error> {
-        let mut state = self.lock();
-        let due = state.settle(tag, settlement == Settlement::Ack);
         let channel = &self.channel.0;
-        match settlement {
-            Settlement::Ack => Ok(()),
-            Settlement::Requeue => queued(channel.basic_nack(
-                tag,
-                BasicNackOptions {
-                    multiple: false,
-                    requeue: true,
-                },
-            )),
-            Settlement::Reject => {
-                queued(channel.basic_reject(tag, BasicRejectOptions { requeue: false }))
-            }
-        }
-        .and_then(|()| due.map_or(Ok(()), |upto| self.send(upto)))
+        self.lock().apply(
+            tag,
+            settlement,
+            |tag, settlement| match settlement {
+                Settlement::Requeue => queued(channel.basic_nack(
+                    tag,
+                    BasicNackOptions {
+                        multiple: false,
+                        requeue: true,
+                    },
+                )),
+                _ => queued(channel.basic_reject(tag, BasicRejectOptions { requeue: false })),
+            },
+            |upto| self.send(upto),
+        )
     }
 }
 

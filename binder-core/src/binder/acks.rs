@@ -2,6 +2,8 @@
 
 use std::collections::VecDeque;
 
+use super::Settlement;
+
 /// Acks at most this many deliveries with one `multiple` ack.
 pub const ACK_BATCH: usize = 50;
 
@@ -99,6 +101,25 @@ impl AckCoalescer {
         self.take_ready()
     }
 
+    /// Records the settlement of `tag` and sends what it calls for, in the one safe order:
+    /// a requeue or reject first (`single`), then the `multiple` ack it makes due, if any
+    /// (`ack_up_to`). Sent the other way round, that ack would cover, and so acknowledge,
+    /// this very delivery. Call it under the lock that guards the coalescer, so that no other
+    /// settlement's ack overtakes these frames.
+    pub fn apply<E>(
+        &mut self,
+        tag: u64,
+        settlement: Settlement,
+        single: impl FnOnce(u64, Settlement) -> Result<(), E>,
+        ack_up_to: impl FnOnce(u64) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let due = self.settle(tag, settlement == Settlement::Ack);
+        if settlement != Settlement::Ack {
+            single(tag, settlement)?;
+        }
+        due.map_or(Ok(()), ack_up_to)
+    }
+
     /// While eager, a settlement makes every ready ack due at once, even with older
     /// deliveries outstanding. A binder turns it on when nobody will come back soon to flush
     /// (its subscription waits, is paused or cancelled) and off when it takes a new batch.
@@ -165,6 +186,33 @@ mod tests {
         st.delivered(4);
         st.delivered(5);
         assert_eq!(st.settle(4, true), None, "held again");
+    }
+
+    #[test]
+    fn a_reject_goes_out_before_the_ack_it_makes_due() {
+        let mut st = delivered(1..=3);
+        let mut sent = Vec::new();
+        let mut apply = |st: &mut AckCoalescer, tag, settlement| {
+            let frames = std::cell::RefCell::new(Vec::new());
+            st.apply::<()>(
+                tag,
+                settlement,
+                |t, s| {
+                    frames.borrow_mut().push(format!("{s:?} {t}"));
+                    Ok(())
+                },
+                |upto| {
+                    frames.borrow_mut().push(format!("ack up to {upto}"));
+                    Ok(())
+                },
+            )
+            .unwrap();
+            sent.extend(frames.into_inner());
+        };
+        apply(&mut st, 2, Settlement::Ack);
+        apply(&mut st, 3, Settlement::Ack);
+        apply(&mut st, 1, Settlement::Reject);
+        assert_eq!(sent, vec!["Reject 1", "ack up to 3"]);
     }
 
     #[test]
