@@ -7,13 +7,13 @@ use std::time::Duration;
 use tokio::sync::{Mutex, Semaphore, watch};
 use tokio::task::JoinHandle;
 
-use super::consumer::{
-    DeadLetterTarget, ErrorHook, Failure, Inflight, InputRuntime, Route, run_queue,
-};
+use super::consumer::{DeadLetterTarget, ErrorHook, Failure, InputRuntime, Route};
 use super::error::StartupError;
 use super::handler::Handler;
+use super::inflight::Inflight;
 use super::lifecycle::{BindingState, ControlError};
 use super::output::{Output, OutputInner, Publisher};
+use super::queue::run_queue;
 use super::retry::BackOff;
 use crate::binder::{Binder, ProducerSpec, SubscriptionSpec, registered};
 use crate::codec::{Codec, Codecs};

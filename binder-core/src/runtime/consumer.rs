@@ -1,28 +1,22 @@
-//! Input bindings: the consume loop, handler attempts with back-off, and the failure pipeline.
+//! Input bindings: handler attempts with back-off, and the failure pipeline. The loop that
+//! feeds them is in `queue`; what is in flight is counted in `inflight`.
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
-use std::sync::Mutex as StdMutex;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
 
 use futures::FutureExt;
-use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, watch};
-use tokio::task::JoinSet;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tracing::Instrument;
 
 use super::bindings::Context;
 use super::condition::Condition;
 use super::error::HandlerError;
 use super::handler::{Handler, Incoming, Outcome, ReplyBody};
-use super::lifecycle::BindingState;
+use super::inflight::Inflight;
 use super::output::OutputInner;
 use super::retry::BackOff;
 use super::trace;
-use crate::binder::{
-    Binder, DeadLetter, Inbound, Producer, Settle, Settlement, Subscription, SubscriptionSpec,
-    republish_headers,
-};
+use crate::binder::{DeadLetter, Inbound, Producer, Settle, Settlement, republish_headers};
 use crate::codec::Codecs;
 use crate::config::{AcknowledgeMode, BindingConfig};
 use crate::message::Message;
@@ -63,94 +57,6 @@ pub struct Failure {
 /// runs whatever the hook does.
 pub type ErrorHook = Arc<dyn Fn(&Failure) + Send + Sync>;
 
-/// Counts deliveries being handled, wherever they run, and holds the tasks of those handled
-/// away from their queue loop (retries, `concurrency` above 1), so shutdown can wait for them
-/// and abort what outlives its timeout.
-#[derive(Debug, Default)]
-pub(crate) struct Inflight {
-    count: AtomicUsize,
-    /// Someone waits for `count` to reach 0 (shutdown): only then is `idle` notified, so
-    /// the usual delivery does not take the notifier's lock.
-    waiting: std::sync::atomic::AtomicBool,
-    idle: Notify,
-    tasks: StdMutex<Tasks>,
-}
-
-/// The tasks of deliveries handled away from their loop; once closed (shutdown gave up on
-/// them), no new one starts.
-#[derive(Debug, Default)]
-struct Tasks {
-    set: JoinSet<()>,
-    closed: bool,
-}
-
-/// One delivery counted in flight until dropped (also when its task is aborted).
-pub(crate) struct InflightGuard(Arc<Inflight>);
-
-impl Drop for InflightGuard {
-    fn drop(&mut self) {
-        if self.0.count.fetch_sub(1, Ordering::SeqCst) == 1 && self.0.waiting.load(Ordering::SeqCst)
-        {
-            self.0.idle.notify_waiters();
-        }
-    }
-}
-
-impl Inflight {
-    /// Counts one delivery in flight until the guard drops.
-    fn enter(self: &Arc<Self>) -> InflightGuard {
-        self.count.fetch_add(1, Ordering::SeqCst);
-        InflightGuard(self.clone())
-    }
-
-    /// Runs a delivery's work in a task of its own. After shutdown aborted the others, the
-    /// work is dropped instead (its delivery returns to the queue).
-    fn spawn(self: &Arc<Self>, fut: impl std::future::Future<Output = ()> + Send + 'static) {
-        let guard = self.enter();
-        let mut tasks = self.tasks.lock().unwrap_or_else(|p| p.into_inner());
-        if tasks.closed {
-            return;
-        }
-        while tasks.set.try_join_next().is_some() {}
-        tasks.set.spawn(async move {
-            fut.await;
-            drop(guard);
-        });
-    }
-
-    /// Waits until nothing is in flight.
-    pub(crate) async fn idle(&self) {
-        // Set before reading the count: a guard that brings it to 0 after the read sees it
-        // (both sequentially consistent) and notifies.
-        self.waiting.store(true, Ordering::SeqCst);
-        loop {
-            let idle = self.idle.notified();
-            tokio::pin!(idle);
-            idle.as_mut().enable();
-            if self.count.load(Ordering::SeqCst) == 0 {
-                return;
-            }
-            idle.await;
-        }
-    }
-
-    /// Aborts the tasks still running (after the shutdown timeout) and waits until they are
-    /// gone, so their deliveries are unsettled (and return to their queues) when it returns.
-    pub(crate) async fn abort_all(&self) {
-        let mut tasks = {
-            let mut tasks = self.tasks.lock().unwrap_or_else(|p| p.into_inner());
-            tasks.closed = true;
-            std::mem::take(&mut tasks.set)
-        };
-        tasks.abort_all();
-        while tasks.join_next().await.is_some() {}
-    }
-
-    pub(crate) fn len(&self) -> usize {
-        self.count.load(Ordering::Acquire)
-    }
-}
-
 /// Where exhausted messages are republished.
 #[derive(Debug)]
 pub(crate) struct DeadLetterTarget {
@@ -159,7 +65,6 @@ pub(crate) struct DeadLetterTarget {
     pub routing_key: String,
 }
 
-/// Everything an input binding needs at run time.
 /// One listener of an input binding: its condition, handler and reply output.
 pub(crate) struct Route {
     pub name: String,
@@ -168,6 +73,7 @@ pub(crate) struct Route {
     pub output: Option<Arc<OutputInner>>,
 }
 
+/// Everything an input binding needs at run time.
 pub(crate) struct InputRuntime {
     pub name: Arc<str>,
     pub config: BindingConfig,
@@ -336,7 +242,7 @@ impl InputRuntime {
     /// loop at `concurrency` 1, so no task is spawned per message); when that attempt fails
     /// and may be retried, the retries go on in a task of their own, so the back-off never
     /// holds up the deliveries behind it.
-    async fn handle(self: Arc<Self>, inbound: Inbound, permit: OwnedSemaphorePermit) {
+    pub(crate) async fn handle(self: Arc<Self>, inbound: Inbound, permit: OwnedSemaphorePermit) {
         let pending = self.pending(inbound);
         let result = self.run_attempt(&pending, 1).await;
         drop(permit);
@@ -485,241 +391,4 @@ struct FailedDelivery {
     routing_key: Arc<str>,
     error: HandlerError,
     attempts: u32,
-}
-
-/// Consumes one queue of an input binding, following its desired state.
-pub(crate) async fn run_queue(
-    rt: Arc<InputRuntime>,
-    binder: Arc<dyn Binder>,
-    spec: SubscriptionSpec,
-    desired: watch::Receiver<BindingState>,
-    actual: watch::Sender<BindingState>,
-) {
-    let recovery = Duration::from_millis(rt.config.rabbit_consumer.recovery_interval);
-    let reported = *actual.borrow();
-    let mut queue = QueueLoop {
-        rt,
-        binder,
-        spec,
-        desired,
-        reported,
-        actual,
-        subscription: None,
-        recovery,
-    };
-    queue.run().await;
-    if let Some(mut sub) = queue.subscription.take() {
-        let _ = sub.cancel().await;
-    }
-    queue.report(BindingState::Stopped);
-}
-
-/// The loop of one queue: subscribes, takes deliveries and hands them to the handlers, and
-/// follows the binding's desired state.
-struct QueueLoop {
-    rt: Arc<InputRuntime>,
-    binder: Arc<dyn Binder>,
-    spec: SubscriptionSpec,
-    desired: watch::Receiver<BindingState>,
-    actual: watch::Sender<BindingState>,
-    /// What `actual` holds (checked on every delivery without taking its lock).
-    reported: BindingState,
-    subscription: Option<Box<dyn Subscription>>,
-    /// Wait before subscribing again after a failure (`recoveryInterval`).
-    recovery: Duration,
-}
-
-/// What the loop does next.
-enum Step {
-    Continue,
-    /// The control side is gone (shutdown): stop.
-    End,
-}
-
-impl QueueLoop {
-    async fn run(&mut self) {
-        loop {
-            let want = *self.desired.borrow_and_update();
-            let step = match want {
-                BindingState::Running => self.running().await,
-                BindingState::Paused => {
-                    self.flush().await;
-                    self.report(BindingState::Paused);
-                    self.wait_for_change().await
-                }
-                BindingState::Stopped => {
-                    if let Some(mut sub) = self.subscription.take() {
-                        let _ = sub.cancel().await;
-                    }
-                    self.report(BindingState::Stopped);
-                    self.wait_for_change().await
-                }
-            };
-            if let Step::End = step {
-                return;
-            }
-        }
-    }
-
-    /// Reports the state the loop is in, when it changes.
-    fn report(&mut self, state: BindingState) {
-        if self.reported != state {
-            self.reported = state;
-            self.actual.send_replace(state);
-        }
-    }
-
-    /// Sends the settlements the subscription holds back, before a wait.
-    async fn flush(&mut self) {
-        if let Some(sub) = self.subscription.as_mut()
-            && let Err(e) = sub.flush().await
-        {
-            tracing::warn!(binding = %self.rt.name, error = %e, "sending held-back acks failed; the broker will redeliver");
-        }
-    }
-
-    async fn wait_for_change(&mut self) -> Step {
-        match self.desired.changed().await {
-            Ok(()) => Step::Continue,
-            Err(_) => Step::End,
-        }
-    }
-
-    /// Waits `recovery`, or less if the desired state changes.
-    async fn back_off(&mut self) -> Step {
-        tokio::select! {
-            _ = tokio::time::sleep(self.recovery) => Step::Continue,
-            changed = self.desired.changed() => match changed {
-                Ok(()) => Step::Continue,
-                Err(_) => Step::End,
-            },
-        }
-    }
-
-    /// One step of a running binding: subscribe if needed, else take the next delivery.
-    async fn running(&mut self) -> Step {
-        if self.subscription.is_none() {
-            match self.binder.subscribe(self.spec.clone()).await {
-                Ok(s) => {
-                    self.subscription = Some(s);
-                    self.report(BindingState::Running);
-                    return Step::Continue;
-                }
-                Err(e) => {
-                    tracing::error!(binding = %self.rt.name, queue = %self.spec.queue, error = %e, "cannot consume; retrying");
-                    return self.back_off().await;
-                }
-            }
-        }
-        // Resumed after a pause: the subscription is still there.
-        self.report(BindingState::Running);
-        let Some(sub) = self.subscription.as_mut() else {
-            return Step::Continue;
-        };
-        // Control changes win over deliveries, so a stop takes effect at once. A delivery
-        // that is already there is taken without waiting on the control channel (cheaper:
-        // no waiter to register); `next` is cancel-safe, so trying it is harmless.
-        match self.desired.has_changed() {
-            Ok(false) => {}
-            Ok(true) => return Step::Continue,
-            Err(_) => return Step::End,
-        }
-        let inbound = {
-            let mut next = sub.next();
-            match (&mut next).now_or_never() {
-                Some(inbound) => inbound,
-                None => tokio::select! {
-                    biased;
-                    changed = self.desired.changed() => return match changed {
-                        Ok(()) => Step::Continue,
-                        Err(_) => Step::End,
-                    },
-                    inbound = next => inbound,
-                },
-            }
-        };
-        let Some(inbound) = inbound else {
-            // The broker cancelled the consumer (queue deleted, connection lost): subscribe
-            // again after the recovery interval.
-            self.subscription = None;
-            return self.back_off().await;
-        };
-        // A free handler slot, so `concurrency` bounds work in progress and, at 1, messages
-        // start in queue order. It is taken after the delivery: a retry waiting for a slot
-        // must not wait on a loop that holds one while no delivery can come (prefetch
-        // exhausted).
-        let permit = match self.rt.permits.clone().try_acquire_owned() {
-            Ok(p) => Some(p),
-            Err(_) => {
-                // Every slot is taken (retries, or `concurrency` handlers): held-back acks
-                // go out before the wait.
-                self.flush().await;
-                tokio::select! {
-                    biased;
-                    _ = self.desired.changed() => None,
-                    p = self.rt.permits.clone().acquire_owned() => p.ok(),
-                }
-            }
-        };
-        // Deliveries that are always ready would otherwise keep this task from yielding.
-        tokio::task::consume_budget().await;
-        let Some(permit) = permit else {
-            // Paused, stopped or shutting down before it started: the delivery goes back to
-            // the queue untouched.
-            let _ = inbound.settler.settle(Settlement::Requeue).await;
-            return Step::Continue;
-        };
-        if self.rt.config.consumer.concurrency > 1 {
-            let rt = self.rt.clone();
-            self.rt.inflight.spawn(rt.handle(inbound, permit));
-            return Step::Continue;
-        }
-        // Concurrency 1: the handler runs here, in queue order, and control changes that
-        // arrive meanwhile take effect at once.
-        let _counted = self.rt.inflight.enter();
-        let work = self.rt.clone().handle(inbound, permit);
-        tokio::pin!(work);
-        let mut watching = true;
-        let mut flushed = false;
-        loop {
-            tokio::select! {
-                biased;
-                () = &mut work => return Step::Continue,
-                // The handler waits (I/O, a timer): the acks held back for earlier
-                // deliveries go out now rather than after it.
-                () = std::future::ready(()), if !flushed => {
-                    flushed = true;
-                    self.flush().await;
-                }
-                changed = self.desired.changed(), if watching => match changed {
-                    Ok(()) => self.apply_while_busy().await,
-                    // Shutting down: finish this delivery; the next step ends the loop.
-                    Err(_) => watching = false,
-                },
-            }
-        }
-    }
-
-    /// A control change that arrives while the loop runs a handler. A pause or stop takes
-    /// effect at once (no delivery is taken until the handler ends, and a stop cancels the
-    /// subscription, returning the deliveries buffered in it); a resume too when the
-    /// subscription is still open. A start after a stop waits for the handler to end.
-    async fn apply_while_busy(&mut self) {
-        let want = *self.desired.borrow_and_update();
-        match want {
-            BindingState::Paused => {
-                self.report(BindingState::Paused);
-            }
-            BindingState::Stopped => {
-                if let Some(mut sub) = self.subscription.take() {
-                    let _ = sub.cancel().await;
-                }
-                self.report(BindingState::Stopped);
-            }
-            BindingState::Running if self.subscription.is_some() => {
-                self.report(BindingState::Running);
-            }
-            BindingState::Running => {}
-        }
-    }
 }

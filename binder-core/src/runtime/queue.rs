@@ -1,0 +1,250 @@
+//! The loop that consumes one queue of an input binding: it subscribes, takes deliveries,
+//! runs their handlers (in the loop at `concurrency` 1, in tasks above), and follows the
+//! binding's desired state (pause, resume, stop, start).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::FutureExt;
+use tokio::sync::watch;
+
+use super::consumer::InputRuntime;
+use super::lifecycle::BindingState;
+use crate::binder::{Binder, Settlement, Subscription, SubscriptionSpec};
+
+/// Consumes one queue of an input binding, following its desired state.
+pub(crate) async fn run_queue(
+    rt: Arc<InputRuntime>,
+    binder: Arc<dyn Binder>,
+    spec: SubscriptionSpec,
+    desired: watch::Receiver<BindingState>,
+    actual: watch::Sender<BindingState>,
+) {
+    let recovery = Duration::from_millis(rt.config.rabbit_consumer.recovery_interval);
+    let reported = *actual.borrow();
+    let mut queue = QueueLoop {
+        rt,
+        binder,
+        spec,
+        desired,
+        reported,
+        actual,
+        subscription: None,
+        recovery,
+    };
+    queue.run().await;
+    if let Some(mut sub) = queue.subscription.take() {
+        let _ = sub.cancel().await;
+    }
+    queue.report(BindingState::Stopped);
+}
+
+/// The loop of one queue: subscribes, takes deliveries and hands them to the handlers, and
+/// follows the binding's desired state.
+struct QueueLoop {
+    rt: Arc<InputRuntime>,
+    binder: Arc<dyn Binder>,
+    spec: SubscriptionSpec,
+    desired: watch::Receiver<BindingState>,
+    actual: watch::Sender<BindingState>,
+    /// What `actual` holds (checked on every delivery without taking its lock).
+    reported: BindingState,
+    subscription: Option<Box<dyn Subscription>>,
+    /// Wait before subscribing again after a failure (`recoveryInterval`).
+    recovery: Duration,
+}
+
+/// What the loop does next.
+enum Step {
+    Continue,
+    /// The control side is gone (shutdown): stop.
+    End,
+}
+
+impl QueueLoop {
+    async fn run(&mut self) {
+        loop {
+            let want = *self.desired.borrow_and_update();
+            let step = match want {
+                BindingState::Running => self.running().await,
+                BindingState::Paused => {
+                    self.flush().await;
+                    self.report(BindingState::Paused);
+                    self.wait_for_change().await
+                }
+                BindingState::Stopped => {
+                    if let Some(mut sub) = self.subscription.take() {
+                        let _ = sub.cancel().await;
+                    }
+                    self.report(BindingState::Stopped);
+                    self.wait_for_change().await
+                }
+            };
+            if let Step::End = step {
+                return;
+            }
+        }
+    }
+
+    /// Reports the state the loop is in, when it changes.
+    fn report(&mut self, state: BindingState) {
+        if self.reported != state {
+            self.reported = state;
+            self.actual.send_replace(state);
+        }
+    }
+
+    /// Sends the settlements the subscription holds back, before a wait.
+    async fn flush(&mut self) {
+        if let Some(sub) = self.subscription.as_mut()
+            && let Err(e) = sub.flush().await
+        {
+            tracing::warn!(binding = %self.rt.name, error = %e, "sending held-back acks failed; the broker will redeliver");
+        }
+    }
+
+    async fn wait_for_change(&mut self) -> Step {
+        match self.desired.changed().await {
+            Ok(()) => Step::Continue,
+            Err(_) => Step::End,
+        }
+    }
+
+    /// Waits `recovery`, or less if the desired state changes.
+    async fn back_off(&mut self) -> Step {
+        tokio::select! {
+            _ = tokio::time::sleep(self.recovery) => Step::Continue,
+            changed = self.desired.changed() => match changed {
+                Ok(()) => Step::Continue,
+                Err(_) => Step::End,
+            },
+        }
+    }
+
+    /// One step of a running binding: subscribe if needed, else take the next delivery.
+    async fn running(&mut self) -> Step {
+        if self.subscription.is_none() {
+            match self.binder.subscribe(self.spec.clone()).await {
+                Ok(s) => {
+                    self.subscription = Some(s);
+                    self.report(BindingState::Running);
+                    return Step::Continue;
+                }
+                Err(e) => {
+                    tracing::error!(binding = %self.rt.name, queue = %self.spec.queue, error = %e, "cannot consume; retrying");
+                    return self.back_off().await;
+                }
+            }
+        }
+        // Resumed after a pause: the subscription is still there.
+        self.report(BindingState::Running);
+        let Some(sub) = self.subscription.as_mut() else {
+            return Step::Continue;
+        };
+        // Control changes win over deliveries, so a stop takes effect at once. A delivery
+        // that is already there is taken without waiting on the control channel (cheaper:
+        // no waiter to register); `next` is cancel-safe, so trying it is harmless.
+        match self.desired.has_changed() {
+            Ok(false) => {}
+            Ok(true) => return Step::Continue,
+            Err(_) => return Step::End,
+        }
+        let inbound = {
+            let mut next = sub.next();
+            match (&mut next).now_or_never() {
+                Some(inbound) => inbound,
+                None => tokio::select! {
+                    biased;
+                    changed = self.desired.changed() => return match changed {
+                        Ok(()) => Step::Continue,
+                        Err(_) => Step::End,
+                    },
+                    inbound = next => inbound,
+                },
+            }
+        };
+        let Some(inbound) = inbound else {
+            // The broker cancelled the consumer (queue deleted, connection lost): subscribe
+            // again after the recovery interval.
+            self.subscription = None;
+            return self.back_off().await;
+        };
+        // A free handler slot, so `concurrency` bounds work in progress and, at 1, messages
+        // start in queue order. It is taken after the delivery: a retry waiting for a slot
+        // must not wait on a loop that holds one while no delivery can come (prefetch
+        // exhausted).
+        let permit = match self.rt.permits.clone().try_acquire_owned() {
+            Ok(p) => Some(p),
+            Err(_) => {
+                // Every slot is taken (retries, or `concurrency` handlers): held-back acks
+                // go out before the wait.
+                self.flush().await;
+                tokio::select! {
+                    biased;
+                    _ = self.desired.changed() => None,
+                    p = self.rt.permits.clone().acquire_owned() => p.ok(),
+                }
+            }
+        };
+        // Deliveries that are always ready would otherwise keep this task from yielding.
+        tokio::task::consume_budget().await;
+        let Some(permit) = permit else {
+            // Paused, stopped or shutting down before it started: the delivery goes back to
+            // the queue untouched.
+            let _ = inbound.settler.settle(Settlement::Requeue).await;
+            return Step::Continue;
+        };
+        if self.rt.config.consumer.concurrency > 1 {
+            let rt = self.rt.clone();
+            self.rt.inflight.spawn(rt.handle(inbound, permit));
+            return Step::Continue;
+        }
+        // Concurrency 1: the handler runs here, in queue order, and control changes that
+        // arrive meanwhile take effect at once.
+        let _counted = self.rt.inflight.enter();
+        let work = self.rt.clone().handle(inbound, permit);
+        tokio::pin!(work);
+        let mut watching = true;
+        let mut flushed = false;
+        loop {
+            tokio::select! {
+                biased;
+                () = &mut work => return Step::Continue,
+                // The handler waits (I/O, a timer): the acks held back for earlier
+                // deliveries go out now rather than after it.
+                () = std::future::ready(()), if !flushed => {
+                    flushed = true;
+                    self.flush().await;
+                }
+                changed = self.desired.changed(), if watching => match changed {
+                    Ok(()) => self.apply_while_busy().await,
+                    // Shutting down: finish this delivery; the next step ends the loop.
+                    Err(_) => watching = false,
+                },
+            }
+        }
+    }
+
+    /// A control change that arrives while the loop runs a handler. A pause or stop takes
+    /// effect at once (no delivery is taken until the handler ends, and a stop cancels the
+    /// subscription, returning the deliveries buffered in it); a resume too when the
+    /// subscription is still open. A start after a stop waits for the handler to end.
+    async fn apply_while_busy(&mut self) {
+        let want = *self.desired.borrow_and_update();
+        match want {
+            BindingState::Paused => {
+                self.report(BindingState::Paused);
+            }
+            BindingState::Stopped => {
+                if let Some(mut sub) = self.subscription.take() {
+                    let _ = sub.cancel().await;
+                }
+                self.report(BindingState::Stopped);
+            }
+            BindingState::Running if self.subscription.is_some() => {
+                self.report(BindingState::Running);
+            }
+            BindingState::Running => {}
+        }
+    }
+}
