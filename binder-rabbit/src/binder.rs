@@ -442,15 +442,11 @@ impl AckBatch {
     /// Sends an ack covering every delivery up to `tag` (the frame goes out on the first
     /// poll; `basic.ack` has no reply to wait for).
     fn send(&self, tag: u64) -> Result<(), lapin::Error> {
-        match self
-            .channel
-            .0
-            .basic_ack(tag, BasicAckOptions { multiple: true })
-            .now_or_never()
-        {
-            Some(result) => result,
-            None => Ok(()),
-        }
+        queued(
+            self.channel
+                .0
+                .basic_ack(tag, BasicAckOptions { multiple: true }),
+        )
     }
 
     /// Acks whatever is ready, and holds no ack back until the next batch: whoever flushes
