@@ -57,7 +57,7 @@ use std::time::{Duration, Instant};
 use binder_core::Headers;
 use binder_core::Message;
 use binder_core::config::ConfigLoader;
-use binder_core::runtime::{App, Output, handler};
+use binder_core::runtime::{App, Output, RunningApp, handler};
 use binder_embedded::EmbeddedBinder;
 use binder_embedded::engine::{
     Broker, Channel, ConsumeOptions, Consumer, Delivery, ExchangeKind, ExchangeOptions,
@@ -379,48 +379,79 @@ async fn engine_consume(
 /// Distinguishes the destinations of app runs.
 static APP_RUNS: AtomicUsize = AtomicUsize::new(0);
 
-fn app_yaml(destination: &str) -> String {
+fn app_yaml(destination: &str, auto_startup: bool) -> String {
     format!(
-        "spring:\n  cloud:\n    stream:\n      bindings:\n        out:\n          destination: {destination}\n        in:\n          destination: {destination}\n          group: g\n      rabbit:\n        bindings:\n          in:\n            consumer:\n              prefetch: {WINDOW}\n"
+        "spring:\n  cloud:\n    stream:\n      bindings:\n        out:\n          destination: {destination}\n        in:\n          destination: {destination}\n          group: g\n          consumer:\n            autoStartup: {auto_startup}\n      rabbit:\n        bindings:\n          in:\n            consumer:\n              prefetch: {WINDOW}\n"
     )
+}
+
+/// A started app of the handler scenarios, before the clock starts: output `out`, input
+/// `in` with a handler that counts and sums the ids of `n` messages.
+struct BenchApp {
+    app: RunningApp,
+    broker: Broker,
+    output: Output,
+    progress: Arc<Progress>,
+    /// Notified (a permit stored if nobody waits yet) once the `n`-th message is handled.
+    all_handled: Arc<Notify>,
+}
+
+impl BenchApp {
+    async fn start(n: usize, auto_startup: bool) -> BenchApp {
+        let destination = format!("bench-{}", APP_RUNS.fetch_add(1, Ordering::Relaxed));
+        let config = ConfigLoader::new()
+            .env(Vec::<(String, String)>::new())
+            .yaml_str(&app_yaml(&destination, auto_startup))
+            .load()
+            .unwrap_or_else(|e| panic!("configuration: {e}"));
+        let progress = Arc::new(Progress::default());
+        let all_handled = Arc::new(Notify::new());
+        let handler = {
+            let progress = progress.clone();
+            let all_handled = all_handled.clone();
+            handler::payload(move |m: BenchMsg| {
+                let progress = progress.clone();
+                let all_handled = all_handled.clone();
+                async move {
+                    progress.id_sum.fetch_add(m.id, Ordering::Relaxed);
+                    if progress.received.fetch_add(1, Ordering::Relaxed) + 1 == n {
+                        all_handled.notify_one();
+                    }
+                }
+            })
+        };
+        let broker = Broker::new();
+        let app = App::builder(config)
+            .binder("embedded", Arc::new(EmbeddedBinder::new(broker.clone())))
+            .listener("in", handler)
+            .output("out")
+            .start()
+            .await
+            .unwrap_or_else(|e| panic!("app start: {e}"));
+        let output = app.output("out").expect("output binding `out`");
+        BenchApp {
+            app,
+            broker,
+            output,
+            progress,
+            all_handled,
+        }
+    }
+
+    /// Checks what was handled and tears down, after the clock stopped.
+    async fn finish(self, n: usize) {
+        self.progress.check(n);
+        drop(self.output);
+        let report = self.app.shutdown().await;
+        assert!(report.drained, "shutdown did not drain: {report:?}");
+        drop(self.broker);
+    }
 }
 
 async fn run_app(msgs: Vec<BenchMsg>, senders: usize) -> RunResult {
     let n = msgs.len();
     let senders = senders.clamp(1, n);
-    let destination = format!("bench-{}", APP_RUNS.fetch_add(1, Ordering::Relaxed));
-    let config = ConfigLoader::new()
-        .env(Vec::<(String, String)>::new())
-        .yaml_str(&app_yaml(&destination))
-        .load()
-        .unwrap_or_else(|e| panic!("configuration: {e}"));
-
-    let progress = Arc::new(Progress::default());
-    let all_handled = Arc::new(Notify::new());
-    let handler = {
-        let progress = progress.clone();
-        let all_handled = all_handled.clone();
-        handler::payload(move |m: BenchMsg| {
-            let progress = progress.clone();
-            let all_handled = all_handled.clone();
-            async move {
-                progress.id_sum.fetch_add(m.id, Ordering::Relaxed);
-                if progress.received.fetch_add(1, Ordering::Relaxed) + 1 == n {
-                    // Stores a permit if the waiter is not waiting yet.
-                    all_handled.notify_one();
-                }
-            }
-        })
-    };
-    let broker = Broker::new();
-    let app = App::builder(config)
-        .binder("embedded", Arc::new(EmbeddedBinder::new(broker.clone())))
-        .listener("in", handler)
-        .output("out")
-        .start()
-        .await
-        .unwrap_or_else(|e| panic!("app start: {e}"));
-    let output = app.output("out").expect("output binding `out`");
+    let bench = BenchApp::start(n, true).await;
 
     // Each sender's share, contiguous, split before the clock starts.
     let per_sender = n.div_ceil(senders);
@@ -429,12 +460,12 @@ async fn run_app(msgs: Vec<BenchMsg>, senders: usize) -> RunResult {
     for _ in 0..senders {
         shares.push(rest.by_ref().take(per_sender).collect());
     }
-    let probe = progress.clone();
+    let probe = bench.progress.clone();
 
     let start = Instant::now();
     let tasks: Vec<JoinHandle<()>> = shares
         .into_iter()
-        .map(|share| tokio::spawn(send_all(output.clone(), share)))
+        .map(|share| tokio::spawn(send_all(bench.output.clone(), share)))
         .collect();
     let producer = tokio::spawn(async move {
         for t in tasks {
@@ -442,16 +473,11 @@ async fn run_app(msgs: Vec<BenchMsg>, senders: usize) -> RunResult {
         }
         (Instant::now(), n - probe.received())
     });
-    all_handled.notified().await;
+    bench.all_handled.notified().await;
     let done = Instant::now();
 
     let (published, unconsumed) = join(producer).await;
-    progress.check(n);
-    // Teardown after the clock stopped.
-    drop(output);
-    let report = app.shutdown().await;
-    assert!(report.drained, "shutdown did not drain: {report:?}");
-    drop(broker);
+    bench.finish(n).await;
     RunResult {
         elapsed: done - start,
         publish: published - start,
@@ -481,53 +507,16 @@ enum Phase {
 /// which shows what each costs without the other competing for the CPU and the engine lock.
 async fn run_app_split(msgs: Vec<BenchMsg>, phase: Phase) -> RunResult {
     let n = msgs.len();
-    let destination = format!("bench-{}", APP_RUNS.fetch_add(1, Ordering::Relaxed));
-    let yaml = format!(
-        "spring:\n  cloud:\n    stream:\n      bindings:\n        out:\n          destination: {destination}\n        in:\n          destination: {destination}\n          group: g\n          consumer:\n            autoStartup: false\n      rabbit:\n        bindings:\n          in:\n            consumer:\n              prefetch: {WINDOW}\n"
-    );
-    let config = ConfigLoader::new()
-        .env(Vec::<(String, String)>::new())
-        .yaml_str(&yaml)
-        .load()
-        .unwrap_or_else(|e| panic!("configuration: {e}"));
-    let progress = Arc::new(Progress::default());
-    let all_handled = Arc::new(Notify::new());
-    let handler = {
-        let progress = progress.clone();
-        let all_handled = all_handled.clone();
-        handler::payload(move |m: BenchMsg| {
-            let progress = progress.clone();
-            let all_handled = all_handled.clone();
-            async move {
-                progress.id_sum.fetch_add(m.id, Ordering::Relaxed);
-                if progress.received.fetch_add(1, Ordering::Relaxed) + 1 == n {
-                    all_handled.notify_one();
-                }
-            }
-        })
-    };
-    let broker = Broker::new();
-    let app = App::builder(config)
-        .binder("embedded", Arc::new(EmbeddedBinder::new(broker.clone())))
-        .listener("in", handler)
-        .output("out")
-        .start()
-        .await
-        .unwrap_or_else(|e| panic!("app start: {e}"));
-    let output = app.output("out").expect("output binding `out`");
+    let bench = BenchApp::start(n, false).await;
 
     let start = Instant::now();
-    send_all(output.clone(), msgs).await;
+    send_all(bench.output.clone(), msgs).await;
     let published = Instant::now();
-    app.start("in").await.expect("start `in`");
-    all_handled.notified().await;
+    bench.app.start("in").await.expect("start `in`");
+    bench.all_handled.notified().await;
     let done = Instant::now();
 
-    progress.check(n);
-    drop(output);
-    let report = app.shutdown().await;
-    assert!(report.drained, "shutdown did not drain: {report:?}");
-    drop(broker);
+    bench.finish(n).await;
     let elapsed = match phase {
         Phase::Publish => published - start,
         Phase::Consume => done - published,
