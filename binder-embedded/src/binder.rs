@@ -361,11 +361,7 @@ impl EmbeddedSubscription {
             // deliveries wait for the rest (or for `ACK_BATCH` of them) and go out as one
             // `multiple` ack: the runtime comes back for each of them, and flushes before
             // it stops doing so.
-            let mut acks = lock(&self.acks);
-            for d in &self.batch {
-                acks.delivered(d.delivery_tag);
-            }
-            acks.set_eager(false);
+            lock(&self.acks).batch_taken(self.batch.iter().map(|d| d.delivery_tag));
         }
         self.ready.extend(self.batch.drain(..));
         true
@@ -375,9 +371,7 @@ impl EmbeddedSubscription {
     /// this (a wait for deliveries, a pause, a handler that waits, a cancel) will not come
     /// back soon to flush.
     fn flush_acks(&self) -> BinderResult<()> {
-        let mut acks = lock(&self.acks);
-        acks.set_eager(true);
-        match acks.take_ready() {
+        match lock(&self.acks).flush() {
             Some(upto) => self.channel.basic_ack(upto, true).map_err(broker_error),
             None => Ok(()),
         }

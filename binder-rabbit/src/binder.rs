@@ -454,8 +454,7 @@ impl AckBatch {
     /// soon. Under the lock, as every ack, so that it cannot overtake a reject.
     fn flush(&self) -> Result<(), lapin::Error> {
         let mut state = self.lock();
-        state.set_eager(true);
-        state.take_ready().map_or(Ok(()), |t| self.send(t))
+        state.flush().map_or(Ok(()), |t| self.send(t))
     }
 
     /// Settles one delivery through the coalescer (see [`AckCoalescer::apply`] for the
@@ -591,11 +590,9 @@ impl RabbitSubscription {
             }
         }
         if !self.auto_ack {
-            let mut state = self.acks.lock();
-            for d in &self.ready {
-                state.delivered(d.delivery_tag);
-            }
-            state.set_eager(false);
+            self.acks
+                .lock()
+                .batch_taken(self.ready.iter().map(|d| d.delivery_tag));
         }
         true
     }

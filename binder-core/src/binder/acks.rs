@@ -45,7 +45,7 @@ pub struct AckCoalescer {
     slots: VecDeque<(u64, Slot)>,
     /// How many slots are `Outstanding`.
     outstanding: usize,
-    /// Send what is ready at once instead of waiting for a batch (see [`Self::set_eager`]).
+    /// Send what is ready at once instead of waiting for a batch (after [`Self::flush`]).
     eager: bool,
 }
 
@@ -120,11 +120,23 @@ impl AckCoalescer {
         due.map_or(Ok(()), ack_up_to)
     }
 
-    /// While eager, a settlement makes every ready ack due at once, even with older
-    /// deliveries outstanding. A binder turns it on when nobody will come back soon to flush
-    /// (its subscription waits, is paused or cancelled) and off when it takes a new batch.
-    pub fn set_eager(&mut self, eager: bool) {
-        self.eager = eager;
+    /// Records a batch of deliveries taken from the broker together, which the application
+    /// will come back for one after the other: until [`Self::flush`], their acks are held
+    /// back (up to [`ACK_BATCH`]) and go out as one `multiple` ack.
+    pub fn batch_taken(&mut self, tags: impl IntoIterator<Item = u64>) {
+        for tag in tags {
+            self.delivered(tag);
+        }
+        self.eager = false;
+    }
+
+    /// The ack to send now (see [`Self::take_ready`]); from here until the next batch, every
+    /// settlement makes what is ready due at once, even with older deliveries outstanding.
+    /// A binder flushes when nobody will come back soon: its subscription waits for
+    /// deliveries, is paused or cancelled, or a handler has to wait.
+    pub fn flush(&mut self) -> Option<u64> {
+        self.eager = true;
+        self.take_ready()
     }
 
     /// The highest acked tag below every unsettled one (what a flush acknowledges), removing
@@ -177,14 +189,13 @@ mod tests {
 
     #[test]
     fn eager_acks_go_out_past_an_outstanding_delivery() {
-        let mut st = delivered(1..=3);
+        let mut st = AckCoalescer::default();
+        st.batch_taken(1..=3);
         assert_eq!(st.settle(1, true), None, "2 and 3 outstanding: held");
-        st.set_eager(true);
-        assert_eq!(st.settle(3, true), Some(1), "what is ready goes out");
-        assert_eq!(st.settle(2, true), Some(3));
-        st.set_eager(false);
-        st.delivered(4);
-        st.delivered(5);
+        assert_eq!(st.flush(), Some(1));
+        assert_eq!(st.settle(3, true), None, "2 is older: nothing ready");
+        assert_eq!(st.settle(2, true), Some(3), "what is ready goes out");
+        st.batch_taken(4..=5);
         assert_eq!(st.settle(4, true), None, "held again");
     }
 
