@@ -16,7 +16,9 @@ use super::inflight::Inflight;
 use super::output::OutputInner;
 use super::retry::BackOff;
 use super::trace;
-use crate::binder::{DeadLetter, Inbound, Producer, Settle, Settlement, republish_headers};
+use crate::binder::{
+    BinderFuture, DeadLetter, Inbound, Producer, Settle, Settlement, republish_headers,
+};
 use crate::codec::Codecs;
 use crate::config::{AcknowledgeMode, BindingConfig};
 use crate::message::Message;
@@ -159,12 +161,19 @@ impl InputRuntime {
     /// of it in the message's trace context. A panic anywhere in it (the handler's body or
     /// the synchronous part of its call, the reply's encoding) is caught and becomes a
     /// failure of the attempt, so the binding keeps running.
-    async fn attempt(&self, incoming: Incoming, message: &Message) -> Result<(), HandlerError> {
+    ///
+    /// Built from combinators rather than as an `async fn`: each async layer would keep its
+    /// own copy of the future it wraps, and the whole is moved once per delivery.
+    fn attempt<'a>(
+        &'a self,
+        incoming: Incoming,
+        message: &'a Message,
+    ) -> impl Future<Output = Result<(), HandlerError>> + 'a {
         let attempt = AssertUnwindSafe(self.attempt_unguarded(incoming, message)).catch_unwind();
-        match trace::scope(message, attempt).await {
+        trace::scope(message, attempt).map(|outcome| match outcome {
             Ok(result) => result,
             Err(panic) => Err(HandlerError::panic(panic_text(&*panic))),
-        }
+        })
     }
 
     async fn attempt_unguarded(
@@ -182,9 +191,11 @@ impl InputRuntime {
                 route.name, self.name
             )));
         };
+        // Boxed: most handlers return no reply, and a publish inlined here would make every
+        // delivery's future (moved once per delivery) several times larger.
         let sent = match body {
-            ReplyBody::Value(v) => output.send(&*v).await,
-            ReplyBody::Message(m) => output.send_message(*m).await,
+            ReplyBody::Value(v) => Box::pin(output.send(&*v)).await,
+            ReplyBody::Message(m) => Box::pin(output.send_message(*m)).await,
         };
         sent.map_err(|e| {
             HandlerError::retryable(format!(
@@ -220,8 +231,12 @@ impl InputRuntime {
         }
     }
 
-    /// Runs attempt number `attempt` of a delivery.
-    async fn run_attempt(&self, pending: &Pending, attempt: u32) -> Result<(), HandlerError> {
+    /// Attempt number `attempt` of a delivery, in the delivery's span.
+    fn run_attempt<'a>(
+        &'a self,
+        pending: &'a Pending,
+        attempt: u32,
+    ) -> impl Future<Output = Result<(), HandlerError>> + 'a {
         pending.span.record("attempt", attempt);
         let incoming = Incoming {
             message: pending.message.clone(),
@@ -235,23 +250,31 @@ impl InputRuntime {
         };
         self.attempt(incoming, &pending.message)
             .instrument(pending.span.clone())
-            .await
     }
 
     /// Handles a delivery holding a handler slot: its first attempt runs here (in the queue
     /// loop at `concurrency` 1, so no task is spawned per message); when that attempt fails
     /// and may be retried, the retries go on in a task of their own, so the back-off never
     /// holds up the deliveries behind it.
-    pub(crate) async fn handle(self: Arc<Self>, inbound: Inbound, permit: OwnedSemaphorePermit) {
+    ///
+    /// The delivery becomes a [`Pending`] before the future is built, so the future holds
+    /// it once rather than beside the [`Inbound`] it came from.
+    pub(crate) fn handle(
+        self: Arc<Self>,
+        inbound: Inbound,
+        permit: OwnedSemaphorePermit,
+    ) -> impl Future<Output = ()> + Send {
         let pending = self.pending(inbound);
-        let result = self.run_attempt(&pending, 1).await;
-        drop(permit);
-        match result {
-            Err(error) if self.retryable(&error, 1) => {
-                let me = self.clone();
-                self.inflight.spawn(me.retry(pending, error, 1));
+        async move {
+            let result = self.run_attempt(&pending, 1).await;
+            drop(permit);
+            match result {
+                Err(error) if self.retryable(&error, 1) => {
+                    let me = self.clone();
+                    self.inflight.spawn(me.retry(pending, error, 1));
+                }
+                result => self.conclude(&pending, result, 1).await,
             }
-            result => self.conclude(pending, result, 1).await,
         }
     }
 
@@ -271,33 +294,45 @@ impl InputRuntime {
             drop(permit);
             match result {
                 Err(e) if self.retryable(&e, attempt) => error = e,
-                result => return self.conclude(pending, result, attempt).await,
+                result => return self.conclude(&pending, result, attempt).await,
             }
         }
-        self.conclude(pending, Err(error), attempt).await;
+        self.conclude(&pending, Err(error), attempt).await;
     }
 
     /// Settles a delivery after its last attempt: acked after a success (unless the broker
     /// or the handler settles), else down the failure pipeline.
-    async fn conclude(&self, pending: Pending, result: Result<(), HandlerError>, attempts: u32) {
+    /// An ack that completes at once costs no allocation; the failure pipeline is boxed,
+    /// so that the future of every delivery stays small.
+    fn conclude<'a>(
+        &'a self,
+        pending: &'a Pending,
+        result: Result<(), HandlerError>,
+        attempts: u32,
+    ) -> BinderFuture<'a, ()> {
         match result {
-            Ok(()) if self.auto_ack() || self.manual() => {}
-            Ok(()) => {
-                if let Err(e) = pending.settler.settle(Settlement::Ack).await {
-                    tracing::warn!(parent: &pending.span, error = %e, "ack failed; the broker will redeliver");
-                }
-            }
+            Ok(()) if self.auto_ack() || self.manual() => BinderFuture::ready(()),
+            Ok(()) => match pending.settler.settle(Settlement::Ack) {
+                BinderFuture::Ready(Some(Ok(()))) => BinderFuture::ready(()),
+                acked => BinderFuture::boxed(async move {
+                    if let Err(e) = acked.await {
+                        tracing::warn!(parent: &pending.span, error = %e, "ack failed; the broker will redeliver");
+                    }
+                }),
+            },
             Err(error) => {
-                let span = pending.span.clone();
-                let settler = pending.settler.clone();
                 let failed = FailedDelivery {
-                    message: pending.message,
-                    exchange: pending.exchange,
-                    routing_key: pending.routing_key,
+                    message: pending.message.clone(),
+                    exchange: pending.exchange.clone(),
+                    routing_key: pending.routing_key.clone(),
                     error,
                     attempts,
                 };
-                self.fail(settler.as_ref(), failed).instrument(span).await;
+                // Boxed: the failure pipeline's future is large and rarely needed.
+                BinderFuture::boxed(
+                    self.fail(pending.settler.as_ref(), failed)
+                        .instrument(pending.span.clone()),
+                )
             }
         }
     }

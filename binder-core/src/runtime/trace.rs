@@ -10,10 +10,14 @@ tokio::task_local! {
     static CURRENT: Option<String>;
 }
 
-/// Runs `fut` with the trace context of `message` in scope.
-pub(crate) async fn scope<F: std::future::Future>(message: &Message, fut: F) -> F::Output {
+/// `fut` with the trace context of `message` in scope. A plain function, not an `async fn`:
+/// an async wrapper would store `fut` twice in the caller's state machine.
+pub(crate) fn scope<F: std::future::Future>(
+    message: &Message,
+    fut: F,
+) -> tokio::task::futures::TaskLocalFuture<Option<String>, F> {
     let parent = message.headers.get_str(TRACEPARENT).map(str::to_owned);
-    CURRENT.scope(parent, fut).await
+    CURRENT.scope(parent, fut)
 }
 
 /// Copies the current trace context onto an outgoing message that has none.
