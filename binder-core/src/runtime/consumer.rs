@@ -11,7 +11,7 @@ use tracing::Instrument;
 use super::bindings::Context;
 use super::condition::Condition;
 use super::error::HandlerError;
-use super::handler::{Handler, Incoming, Outcome, ReplyBody};
+use super::handler::{Call, Handler, Outcome, ReplyBody};
 use super::inflight::Inflight;
 use super::output::OutputInner;
 use super::retry::BackOff;
@@ -166,23 +166,31 @@ impl InputRuntime {
     /// own copy of the future it wraps, and the whole is moved once per delivery.
     fn attempt<'a>(
         &'a self,
-        incoming: Incoming,
-        message: &'a Message,
+        pending: &'a Pending,
+        attempt: u32,
     ) -> impl Future<Output = Result<(), HandlerError>> + 'a {
-        let attempt = AssertUnwindSafe(self.attempt_unguarded(incoming, message)).catch_unwind();
-        trace::scope(message, attempt).map(|outcome| match outcome {
+        let guarded = AssertUnwindSafe(self.attempt_unguarded(pending, attempt)).catch_unwind();
+        trace::scope(&pending.message, guarded).map(|outcome| match outcome {
             Ok(result) => result,
             Err(panic) => Err(HandlerError::panic(panic_text(&*panic))),
         })
     }
 
-    async fn attempt_unguarded(
-        &self,
-        incoming: Incoming,
-        message: &Message,
-    ) -> Result<(), HandlerError> {
+    async fn attempt_unguarded(&self, pending: &Pending, attempt: u32) -> Result<(), HandlerError> {
+        let message = &pending.message;
         let route = self.route(message)?;
-        let Outcome::Reply(body) = route.handler.call(incoming).await? else {
+        let manual = self.manual();
+        let call = Call {
+            message,
+            attempt,
+            redelivered: pending.redelivered,
+            binding: &self.name,
+            content_type: &self.content_type,
+            codecs: &self.codecs,
+            settler: manual.then_some(&pending.settler),
+            context: &self.context,
+        };
+        let Outcome::Reply(body) = route.handler.call(call).await? else {
             return Ok(());
         };
         let Some(output) = &route.output else {
@@ -238,17 +246,7 @@ impl InputRuntime {
         attempt: u32,
     ) -> impl Future<Output = Result<(), HandlerError>> + 'a {
         pending.span.record("attempt", attempt);
-        let incoming = Incoming {
-            message: pending.message.clone(),
-            binding: self.name.clone(),
-            attempt,
-            redelivered: pending.redelivered,
-            content_type: self.content_type.clone(),
-            codecs: self.codecs.clone(),
-            settler: self.manual().then(|| pending.settler.clone()),
-            context: self.context.clone(),
-        };
-        self.attempt(incoming, &pending.message)
+        self.attempt(pending, attempt)
             .instrument(pending.span.clone())
     }
 

@@ -61,6 +61,53 @@ impl Incoming {
     }
 }
 
+/// One call of a handler: the delivery being attempted, borrowed from the runtime, which
+/// keeps the message for later attempts and for the failure pipeline. A payload handler
+/// decodes straight from it; one that takes the whole message gets an owned [`Incoming`]
+/// from [`Call::to_incoming`].
+#[derive(Debug, Clone, Copy)]
+pub struct Call<'a> {
+    /// The message.
+    pub message: &'a Message,
+    /// This attempt's number, from 1.
+    pub attempt: u32,
+    /// The broker delivered it before.
+    pub redelivered: bool,
+    pub(crate) binding: &'a Arc<str>,
+    pub(crate) content_type: &'a Arc<str>,
+    pub(crate) codecs: &'a Arc<Codecs>,
+    pub(crate) settler: Option<&'a Arc<dyn Settle>>,
+    pub(crate) context: &'a Arc<super::bindings::Context>,
+}
+
+impl Call<'_> {
+    /// The input binding the message arrived on.
+    pub fn binding(&self) -> &str {
+        self.binding
+    }
+
+    /// Decodes the payload, as [`Incoming::decoded`] does.
+    pub fn decoded<T: DeserializeOwned>(&self) -> Result<T, HandlerError> {
+        self.codecs
+            .decode(self.message, self.content_type)
+            .map_err(HandlerError::decode)
+    }
+
+    /// An owned copy of the delivery, for a handler that keeps it beyond the call.
+    pub fn to_incoming(&self) -> Incoming {
+        Incoming {
+            message: self.message.clone(),
+            binding: self.binding.clone(),
+            attempt: self.attempt,
+            redelivered: self.redelivered,
+            content_type: self.content_type.clone(),
+            codecs: self.codecs.clone(),
+            settler: self.settler.cloned(),
+            context: self.context.clone(),
+        }
+    }
+}
+
 /// What a handler returns to the runtime.
 #[derive(Debug)]
 pub enum Outcome {
@@ -136,8 +183,9 @@ impl<T: IntoOutcome, E: Into<HandlerError>> IntoOutcome for Result<T, E> {
 
 /// A message handler, usually built with [`payload`] or [`incoming`].
 pub trait Handler: Send + Sync + 'static {
-    /// Handles one attempt of one message.
-    fn call(&self, incoming: Incoming) -> BoxFuture<Result<Outcome, HandlerError>>;
+    /// Handles one attempt of one message. The returned future owns what it needs: the
+    /// call only borrows the delivery.
+    fn call(&self, call: Call<'_>) -> BoxFuture<Result<Outcome, HandlerError>>;
 }
 
 struct PayloadHandler<F, T> {
@@ -152,13 +200,13 @@ where
     Fut: Future<Output = R> + Send + 'static,
     R: IntoOutcome,
 {
-    fn call(&self, incoming: Incoming) -> BoxFuture<Result<Outcome, HandlerError>> {
-        match incoming.payload::<T>() {
+    fn call(&self, call: Call<'_>) -> BoxFuture<Result<Outcome, HandlerError>> {
+        match call.decoded::<T>() {
             Ok(value) => {
                 let fut = (self.f)(value);
                 Box::pin(async move { fut.await.into_outcome() })
             }
-            Err(e) => Box::pin(async move { Err(HandlerError::decode(e)) }),
+            Err(e) => Box::pin(async move { Err(e) }),
         }
     }
 }
@@ -196,8 +244,8 @@ where
     Fut: Future<Output = R> + Send + 'static,
     R: IntoOutcome,
 {
-    fn call(&self, incoming: Incoming) -> BoxFuture<Result<Outcome, HandlerError>> {
-        let fut = (self.0)(incoming);
+    fn call(&self, call: Call<'_>) -> BoxFuture<Result<Outcome, HandlerError>> {
+        let fut = (self.0)(call.to_incoming());
         Box::pin(async move { fut.await.into_outcome() })
     }
 }

@@ -26,7 +26,7 @@ pub use condition::{Condition, ConditionError};
 pub use consumer::{ErrorHook, Failure, FailureAction};
 pub use error::{HandlerError, SendError, StartupError};
 pub use expression::{ExpressionError, RoutingKeyExpression};
-pub use handler::{Handler, Incoming, IntoOutcome, Outcome, Reply, ReplyBody};
+pub use handler::{Call, Handler, Incoming, IntoOutcome, Outcome, Reply, ReplyBody};
 pub use health::{Health, HealthStatus};
 pub use lifecycle::{BindingState, ControlError};
 pub use output::{Output, Publisher};
