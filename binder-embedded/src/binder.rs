@@ -13,8 +13,8 @@ use binder_core::message::Message;
 use binder_core::topology::{DestinationType, TopologyPlan};
 
 use crate::engine::{
-    AmqpError, Broker, Channel, Connection, ConsumeOptions, Consumer, Delivery, ExchangeOptions,
-    PublishOptions, QueueOptions,
+    AmqpError, AmqpResult, Broker, Channel, Connection, ConsumeOptions, Consumer, Delivery,
+    ExchangeOptions, PublishOptions, PublishOutcome, QueueOptions, TryPublish,
 };
 
 /// The broker every `embedded` binder created from configuration shares, so services in one
@@ -205,50 +205,59 @@ struct EmbeddedProducer {
     spec: ProducerSpec,
 }
 
-impl EmbeddedProducer {
-    async fn send(
-        &self,
-        exchange: &str,
-        routing_key: &str,
-        mut message: Message,
-    ) -> BinderResult<()> {
-        if message.properties.delivery_mode.is_none() {
-            message.properties.delivery_mode = Some(self.spec.delivery_mode);
-        }
-        let outcome = self
-            .channel
-            .basic_publish(exchange, routing_key, PublishOptions::default(), message)
-            .await
-            .map_err(|e| BinderError::NotConfirmed {
-                exchange: exchange.to_owned(),
-                routing_key: routing_key.to_owned(),
-                reason: e.to_string(),
-            })?;
-        if outcome.is_ack() {
-            Ok(())
-        } else {
-            Err(BinderError::NotConfirmed {
-                exchange: exchange.to_owned(),
-                routing_key: routing_key.to_owned(),
-                reason: "a full queue refused the message (x-overflow: reject-publish)".to_owned(),
-            })
-        }
+/// A publish's confirm as the SPI reports it.
+fn confirmed(
+    exchange: &str,
+    routing_key: &str,
+    outcome: AmqpResult<PublishOutcome>,
+) -> BinderResult<()> {
+    let refused = |reason: String| BinderError::NotConfirmed {
+        exchange: exchange.to_owned(),
+        routing_key: routing_key.to_owned(),
+        reason,
+    };
+    match outcome {
+        Ok(outcome) if outcome.is_ack() => Ok(()),
+        Ok(_) => Err(refused(
+            "a full queue refused the message (x-overflow: reject-publish)".to_owned(),
+        )),
+        Err(e) => Err(refused(e.to_string())),
     }
 }
 
-#[async_trait]
 impl Producer for EmbeddedProducer {
-    async fn publish(&self, routing_key: &str, message: Message) -> BinderResult<()> {
-        self.send(&self.spec.exchange, routing_key, message).await
+    fn exchange(&self) -> &str {
+        &self.spec.exchange
     }
 
-    async fn publish_to(
-        &self,
-        exchange: &str,
-        routing_key: &str,
-        message: Message,
-    ) -> BinderResult<()> {
-        self.send(exchange, routing_key, message).await
+    /// Done at once (no allocation) unless the memory alarm blocks publishers; then it
+    /// waits for the alarm to clear. The runtime spends cooperative budget per send, so a
+    /// sender whose publishes never wait still lets other tasks run.
+    fn publish_to<'a>(
+        &'a self,
+        exchange: &'a str,
+        routing_key: &'a str,
+        mut message: Message,
+    ) -> BinderFuture<'a, BinderResult<()>> {
+        if message.properties.delivery_mode.is_none() {
+            message.properties.delivery_mode = Some(self.spec.delivery_mode);
+        }
+        let options = PublishOptions::default();
+        match self
+            .channel
+            .try_basic_publish(exchange, routing_key, options.clone(), message)
+        {
+            TryPublish::Done(outcome) => {
+                BinderFuture::ready(confirmed(exchange, routing_key, outcome))
+            }
+            TryPublish::Blocked(message) => BinderFuture::boxed(async move {
+                let outcome = self
+                    .channel
+                    .basic_publish(exchange, routing_key, options, *message)
+                    .await;
+                confirmed(exchange, routing_key, outcome)
+            }),
+        }
     }
 }
 

@@ -170,6 +170,10 @@ async fn the_memory_watermark_blocks_publishers_until_consumers_catch_up() {
         Ok(ChannelEvent::Blocked { .. })
     ));
 
+    match ch.try_basic_publish("", "q", PublishOptions::default(), msg("handed back")) {
+        TryPublish::Blocked(m) => assert_eq!(&m.payload[..], b"handed back"),
+        TryPublish::Done(out) => panic!("published while blocked: {out:?}"),
+    }
     let blocked = ch.basic_publish("", "q", PublishOptions::default(), msg("waits"));
     tokio::pin!(blocked);
     assert!(

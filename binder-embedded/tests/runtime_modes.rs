@@ -343,3 +343,52 @@ async fn the_binder_holds_acks_for_its_batch_and_sends_them_on_flush_wait_and_ca
     assert_eq!(unacked(), 0, "acked, and the one not handed out requeued");
     assert_eq!(broker.queue_counts("held"), Some((1, 0)));
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_producer_waits_while_the_memory_alarm_blocks_publishers_then_is_confirmed() {
+    use binder_core::Message;
+    use binder_core::binder::{Binder, ProducerSpec};
+    use binder_embedded::engine::BrokerConfig;
+    let broker = Broker::with_config(BrokerConfig {
+        memory_high_watermark: Some(1000),
+        ..BrokerConfig::default()
+    });
+    let binder = EmbeddedBinder::new(broker.clone());
+    let conn = broker.connect();
+    let ch = conn.open_channel().unwrap();
+    common::declare(&ch, "full");
+    let producer = binder
+        .producer(ProducerSpec {
+            exchange: String::new(),
+            delivery_mode: binder_core::message::DeliveryMode::Persistent,
+        })
+        .await
+        .unwrap();
+    // Confirmed at once while under the watermark; the second crosses it.
+    let big = "x".repeat(600);
+    producer
+        .publish("full", Message::new(big.clone()))
+        .await
+        .unwrap();
+    producer.publish("full", Message::new(big)).await.unwrap();
+    assert!(broker.is_blocked());
+
+    let waiting = producer.publish("full", Message::new("waits"));
+    tokio::pin!(waiting);
+    assert!(
+        tokio::time::timeout(Duration::from_millis(50), &mut waiting)
+            .await
+            .is_err(),
+        "the send waits while publishers are blocked"
+    );
+    assert_eq!(ch.queue_purge("full").unwrap(), 2);
+    tokio::time::timeout(Duration::from_secs(5), waiting)
+        .await
+        .expect("unblocked")
+        .expect("confirmed");
+    assert_eq!(
+        broker.queue_counts("full").unwrap().0,
+        1,
+        "the waiting message is in the queue"
+    );
+}

@@ -383,19 +383,18 @@ impl RabbitProducer {
     }
 }
 
-#[async_trait]
 impl Producer for RabbitProducer {
-    async fn publish(&self, routing_key: &str, message: Message) -> BinderResult<()> {
-        self.send(&self.spec.exchange, routing_key, message).await
+    fn exchange(&self) -> &str {
+        &self.spec.exchange
     }
 
-    async fn publish_to(
-        &self,
-        exchange: &str,
-        routing_key: &str,
+    fn publish_to<'a>(
+        &'a self,
+        exchange: &'a str,
+        routing_key: &'a str,
         message: Message,
-    ) -> BinderResult<()> {
-        self.send(exchange, routing_key, message).await
+    ) -> BinderFuture<'a, BinderResult<()>> {
+        BinderFuture::boxed(self.send(exchange, routing_key, message))
     }
 }
 

@@ -203,17 +203,29 @@ pub trait Subscription: fmt::Debug + Send {
 }
 
 /// Publishes messages with confirms.
-#[async_trait]
+///
+/// The methods return a [`BinderFuture`], so a binder whose confirm is decided at once (the
+/// embedded engine) costs no allocation per message; one that waits for a broker boxes its
+/// future. Either way the caller awaits the confirm.
 pub trait Producer: fmt::Debug + Send + Sync {
-    /// Publishes to the producer's exchange and waits for the broker's confirm.
-    async fn publish(&self, routing_key: &str, message: Message) -> BinderResult<()>;
-    /// Publishes to another exchange (dead-letter republishing) and waits for the confirm.
-    async fn publish_to(
-        &self,
-        exchange: &str,
-        routing_key: &str,
+    /// The exchange of [`Producer::publish`].
+    fn exchange(&self) -> &str;
+    /// Publishes to `exchange` (dead-letter republishing uses this) and waits for the
+    /// broker's confirm.
+    fn publish_to<'a>(
+        &'a self,
+        exchange: &'a str,
+        routing_key: &'a str,
         message: Message,
-    ) -> BinderResult<()>;
+    ) -> BinderFuture<'a, BinderResult<()>>;
+    /// Publishes to the producer's exchange and waits for the broker's confirm.
+    fn publish<'a>(
+        &'a self,
+        routing_key: &'a str,
+        message: Message,
+    ) -> BinderFuture<'a, BinderResult<()>> {
+        self.publish_to(self.exchange(), routing_key, message)
+    }
 }
 
 /// A middleware connection: applies plans, opens producers and subscriptions.

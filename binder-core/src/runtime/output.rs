@@ -162,6 +162,9 @@ impl OutputInner {
         }
         trace::propagate(&mut message);
         let key = self.routing_key(&message)?;
+        // A binder may confirm at once (the embedded one does): a sender looping on such
+        // sends would never yield, and the consumers it feeds on its worker would starve.
+        tokio::task::coop::consume_budget().await;
         self.producer.publish(&key, message).await?;
         Ok(())
     }
@@ -191,8 +194,12 @@ impl Output {
     }
 
     /// Sends a ready message (its content type is set to the binding's if missing).
-    pub async fn send_message(&self, message: Message) -> Result<(), SendError> {
-        self.inner.send_message(message).await
+    pub fn send_message(
+        &self,
+        message: Message,
+    ) -> impl Future<Output = Result<(), SendError>> + Send + '_ {
+        // Not an `async fn`: that would hold the message twice, beside the send it moves into.
+        self.inner.send_message(message)
     }
 }
 

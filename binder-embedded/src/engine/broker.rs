@@ -245,6 +245,16 @@ impl Drop for Connection {
 /// Notifications of a channel: returns, consumer cancellations, flow control, closure.
 pub type ChannelEvents = UnboundedReceiver<ChannelEvent>;
 
+/// What [`Channel::try_basic_publish`] did.
+#[derive(Debug)]
+pub enum TryPublish {
+    /// Published (or refused with an error).
+    Done(AmqpResult<PublishOutcome>),
+    /// Publishers are blocked by the memory alarm: the message, not published (boxed, so
+    /// the common outcome stays small).
+    Blocked(Box<Message>),
+}
+
 /// A `basic.get` result.
 #[derive(Debug, Clone)]
 pub struct GetOk {
@@ -391,14 +401,33 @@ impl Channel {
         // A publisher that never waits would keep the consumers it wakes from running on its
         // worker thread; spending tokio's cooperative budget lets them in.
         tokio::task::coop::consume_budget().await;
-        while self.shared.blocked.load(Ordering::Acquire) {
+        let mut message = message;
+        loop {
+            match self.try_basic_publish(exchange, routing_key, options.clone(), message) {
+                TryPublish::Done(outcome) => return outcome,
+                TryPublish::Blocked(back) => message = *back,
+            }
             let unblocked = self.shared.unblocked.notified();
             tokio::pin!(unblocked);
             unblocked.as_mut().enable();
-            if !self.shared.blocked.load(Ordering::Acquire) {
-                break;
+            if self.shared.blocked.load(Ordering::Acquire) {
+                unblocked.await;
             }
-            unblocked.await;
+        }
+    }
+
+    /// `basic.publish` without waiting: done at once, unless the memory alarm blocks
+    /// publishers, in which case the message is handed back untouched. It spends no
+    /// cooperative budget: a caller that loops on it should (see [`Channel::basic_publish`]).
+    pub fn try_basic_publish(
+        &self,
+        exchange: &str,
+        routing_key: &str,
+        options: PublishOptions,
+        message: Message,
+    ) -> TryPublish {
+        if self.shared.blocked.load(Ordering::Acquire) {
+            return TryPublish::Blocked(Box::new(message));
         }
         // The message is moved into its shared allocation once, here; the engine fills in
         // the exchange's shared name and the routing key (shared with the channel's last
@@ -409,9 +438,9 @@ impl Channel {
             message,
         });
         let id = self.id;
-        self.shared.channel_op(id, |s| {
+        TryPublish::Done(self.shared.channel_op(id, |s| {
             s.publish(id, exchange, routing_key, options.mandatory, body)
-        })
+        }))
     }
 
     /// `basic.consume`: deliveries arrive on the returned [`Consumer`].

@@ -24,7 +24,7 @@ mod storage;
 mod topic;
 mod types;
 
-pub use broker::{Broker, Channel, ChannelEvents, Connection, Consumer, GetOk};
+pub use broker::{Broker, Channel, ChannelEvents, Connection, Consumer, GetOk, TryPublish};
 pub use dead_letter::DeathReason;
 pub use error::{AmqpError, AmqpResult, ReplyCode};
 pub use state::{PublishOutcome, PublishStatus};
