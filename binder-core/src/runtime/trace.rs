@@ -1,6 +1,9 @@
 //! Trace context: the W3C `traceparent` of the message being handled travels to everything
 //! the handler sends.
 
+use futures::future::Either;
+use tokio::task::futures::TaskLocalFuture;
+
 use crate::message::Message;
 
 /// The W3C trace-context header.
@@ -11,13 +14,17 @@ tokio::task_local! {
 }
 
 /// `fut` with the trace context of `message` in scope. A plain function, not an `async fn`:
-/// an async wrapper would store `fut` twice in the caller's state machine.
+/// an async wrapper would store `fut` twice in the caller's state machine. A message without
+/// a `traceparent` runs `fut` as it is: outside any scope there is no context to propagate
+/// either, and deliveries are never handled inside another delivery's scope.
 pub(crate) fn scope<F: std::future::Future>(
     message: &Message,
     fut: F,
-) -> tokio::task::futures::TaskLocalFuture<Option<String>, F> {
-    let parent = message.headers.get_str(TRACEPARENT).map(str::to_owned);
-    CURRENT.scope(parent, fut)
+) -> Either<TaskLocalFuture<Option<String>, F>, F> {
+    match message.headers.get_str(TRACEPARENT) {
+        Some(parent) => Either::Left(CURRENT.scope(Some(parent.to_owned()), fut)),
+        None => Either::Right(fut),
+    }
 }
 
 /// Copies the current trace context onto an outgoing message that has none.
