@@ -67,6 +67,9 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::{Notify, mpsc};
 use tokio::task::JoinHandle;
 
+mod support;
+use support::{env_usize, fmt_rate, median, rate_stats, run_rounds, selected_scenarios};
+
 const PAYLOAD_SIZE: usize = 100;
 /// The engine's and the app's prefetch, and the bounded baseline's capacity.
 const WINDOW: usize = 200;
@@ -180,17 +183,6 @@ impl Progress {
 fn expected_id_sum(n: usize) -> u64 {
     let n = n as u64;
     n * n.saturating_sub(1) / 2
-}
-
-fn env_usize(name: &str, default: usize) -> usize {
-    match std::env::var(name) {
-        Ok(v) => v
-            .trim()
-            .replace('_', "")
-            .parse()
-            .unwrap_or_else(|_| panic!("{name} must be a non-negative integer, got {v:?}")),
-        Err(_) => default,
-    }
 }
 
 /// `n` payload structs, ids 0 to n - 1, each encoding to exactly 100 bytes of JSON.
@@ -556,48 +548,6 @@ async fn run(scenario: Scenario, settings: Settings) -> RunResult {
         })
 }
 
-/// The scenarios `BENCH_SCENARIOS` selects (all by default).
-fn selected_scenarios() -> Vec<bool> {
-    match std::env::var("BENCH_SCENARIOS") {
-        Err(_) => vec![true; Scenario::ALL.len()],
-        Ok(v) => {
-            let mut on = vec![false; Scenario::ALL.len()];
-            for part in v.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-                let i: usize = part
-                    .parse()
-                    .ok()
-                    .filter(|i| (1..=Scenario::ALL.len()).contains(i))
-                    .unwrap_or_else(|| {
-                        panic!(
-                            "BENCH_SCENARIOS takes numbers 1 to 6 separated by commas, got {v:?}"
-                        )
-                    });
-                on[i - 1] = true;
-            }
-            on
-        }
-    }
-}
-
-/// The median of an unsorted sample (sorts it).
-fn median(values: &mut [f64]) -> f64 {
-    values.sort_by(f64::total_cmp);
-    let n = values.len();
-    if n % 2 == 1 {
-        values[n / 2]
-    } else {
-        (values[n / 2 - 1] + values[n / 2]) / 2.0
-    }
-}
-
-fn fmt_rate(r: f64) -> String {
-    if r >= 1e6 {
-        format!("{:.2}M", r / 1e6)
-    } else {
-        format!("{:.0}k", r / 1e3)
-    }
-}
-
 fn main() {
     let settings = Settings {
         messages: env_usize("BENCH_MESSAGES", 100_000).max(1),
@@ -605,7 +555,7 @@ fn main() {
     };
     let n = settings.messages;
     let rounds = env_usize("BENCH_ROUNDS", 7).max(1);
-    let selected = selected_scenarios();
+    let selected = selected_scenarios(Scenario::ALL.len());
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -624,44 +574,16 @@ fn main() {
          output.send(&struct) awaiting each confirm"
     );
 
-    let mut results: Vec<Vec<RunResult>> = vec![Vec::new(); Scenario::ALL.len()];
-    for round in 0..=rounds {
-        let mut line = String::new();
-        for k in 0..Scenario::ALL.len() {
-            let idx = (round + k) % Scenario::ALL.len();
-            if !selected[idx] {
-                continue;
-            }
-            let r = rt.block_on(run(Scenario::ALL[idx], settings));
-            line.push_str(&format!(
-                "  {}={} ({:.0} ms)",
-                idx + 1,
-                fmt_rate(r.msgs_per_sec(n)),
-                r.elapsed.as_secs_f64() * 1e3
-            ));
-            if round > 0 {
-                results[idx].push(r);
-            }
-        }
-        let name = if round == 0 {
-            "warm-up".to_owned()
-        } else {
-            format!("round {round}")
-        };
-        println!("{name:>8}:{line}");
-    }
-
-    // (median, min, max) msgs/s of each scenario that ran.
-    let stats: Vec<Option<(f64, f64, f64)>> = results
-        .iter()
-        .map(|rs| {
-            let mut rates: Vec<f64> = rs.iter().map(|r| r.msgs_per_sec(n)).collect();
-            (!rates.is_empty()).then(|| {
-                let med = median(&mut rates);
-                (med, rates[0], rates[rates.len() - 1])
-            })
-        })
-        .collect();
+    let results = run_rounds(
+        &selected,
+        rounds,
+        |i| (i + 1).to_string(),
+        |i| {
+            let r = rt.block_on(run(Scenario::ALL[i], settings));
+            (r, r.msgs_per_sec(n), r.elapsed)
+        },
+    );
+    let stats = rate_stats(&results, |r| r.msgs_per_sec(n));
 
     println!();
     println!(

@@ -77,6 +77,10 @@ use lapin::types::{FieldTable, ShortString};
 use lapin::{BasicProperties, Channel, Confirmation, Connection, ConnectionProperties};
 use tokio::task::JoinHandle;
 
+#[path = "../../binder-embedded/benches/support/mod.rs"]
+mod support;
+use support::{env_usize, fmt_rate, median, rate_stats, run_rounds, selected_scenarios};
+
 const DEFAULT_URI: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
 const PAYLOAD_SIZE: usize = 100;
 /// Every consumer's `basic.qos` prefetch.
@@ -181,17 +185,6 @@ fn fail(what: &str) -> impl Fn(lapin::Error) -> RunError + '_ {
 
 fn fail_binder(what: &str) -> impl Fn(BinderError) -> RunError + '_ {
     move |e| format!("{what}: {e}")
-}
-
-fn env_usize(name: &str, default: usize) -> usize {
-    match std::env::var(name) {
-        Ok(v) => v
-            .trim()
-            .replace('_', "")
-            .parse()
-            .unwrap_or_else(|_| panic!("{name} must be a non-negative integer, got {v:?}")),
-        Err(_) => default,
-    }
 }
 
 /// A URI without its password, for messages.
@@ -538,48 +531,6 @@ async fn run(
     result
 }
 
-/// The scenarios `BENCH_SCENARIOS` selects (all by default).
-fn selected_scenarios() -> Vec<bool> {
-    match std::env::var("BENCH_SCENARIOS") {
-        Err(_) => vec![true; Scenario::ALL.len()],
-        Ok(v) => {
-            let mut on = vec![false; Scenario::ALL.len()];
-            for part in v.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-                let i: usize = part
-                    .parse()
-                    .ok()
-                    .filter(|i| (1..=Scenario::ALL.len()).contains(i))
-                    .unwrap_or_else(|| {
-                        panic!(
-                            "BENCH_SCENARIOS takes numbers 1 to 4 separated by commas, got {v:?}"
-                        )
-                    });
-                on[i - 1] = true;
-            }
-            on
-        }
-    }
-}
-
-/// The median of an unsorted sample (sorts it).
-fn median(values: &mut [f64]) -> f64 {
-    values.sort_by(f64::total_cmp);
-    let n = values.len();
-    if n % 2 == 1 {
-        values[n / 2]
-    } else {
-        (values[n / 2 - 1] + values[n / 2]) / 2.0
-    }
-}
-
-fn fmt_rate(r: f64) -> String {
-    if r >= 1e6 {
-        format!("{:.2}M", r / 1e6)
-    } else {
-        format!("{:.1}k", r / 1e3)
-    }
-}
-
 /// Connects the admin connection, or says why not.
 async fn connect_admin(uri: &str) -> Result<Connection, String> {
     match tokio::time::timeout(
@@ -601,7 +552,7 @@ fn main() {
     };
     let n = settings.messages;
     let rounds = env_usize("BENCH_ROUNDS", 5).max(1);
-    let selected = selected_scenarios();
+    let selected = selected_scenarios(Scenario::ALL.len());
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -633,54 +584,26 @@ fn main() {
          binder consumer settles each delivery"
     );
 
-    let mut results: Vec<Vec<RunResult>> = vec![Vec::new(); Scenario::ALL.len()];
     let mut run_no = 0;
-    for round in 0..=rounds {
-        let mut line = String::new();
-        for k in 0..Scenario::ALL.len() {
-            let idx = (round + k) % Scenario::ALL.len();
-            let scenario = Scenario::ALL[idx];
-            if !selected[idx] {
-                continue;
-            }
+    let results = run_rounds(
+        &selected,
+        rounds,
+        |i| Scenario::ALL[i].short().to_string(),
+        |i| {
+            let scenario = Scenario::ALL[i];
             run_no += 1;
-            let r = match rt.block_on(run(&admin, scenario, &settings, run_no)) {
-                Ok(r) => r,
+            match rt.block_on(run(&admin, scenario, &settings, run_no)) {
+                Ok(r) => (r, r.msgs_per_sec(n), r.elapsed),
                 Err(e) => {
                     eprintln!("rabbit_throughput: {} failed: {e}", scenario.label());
                     std::process::exit(1);
                 }
-            };
-            line.push_str(&format!(
-                "  {}={} ({:.0} ms)",
-                scenario.short(),
-                fmt_rate(r.msgs_per_sec(n)),
-                r.elapsed.as_secs_f64() * 1e3
-            ));
-            if round > 0 {
-                results[idx].push(r);
             }
-        }
-        let name = if round == 0 {
-            "warm-up".to_owned()
-        } else {
-            format!("round {round}")
-        };
-        println!("{name:>8}:{line}");
-    }
+        },
+    );
     let _ = rt.block_on(admin.close(200, ShortString::from("OK")));
 
-    // (median, min, max) msgs/s of each scenario that ran.
-    let stats: Vec<Option<(f64, f64, f64)>> = results
-        .iter()
-        .map(|rs| {
-            let mut rates: Vec<f64> = rs.iter().map(|r| r.msgs_per_sec(n)).collect();
-            (!rates.is_empty()).then(|| {
-                let med = median(&mut rates);
-                (med, rates[0], rates[rates.len() - 1])
-            })
-        })
-        .collect();
+    let stats = rate_stats(&results, |r| r.msgs_per_sec(n));
 
     println!();
     println!(
