@@ -161,7 +161,9 @@ impl Binder for EmbeddedBinder {
             ready: VecDeque::new(),
             batch: Vec::new(),
             auto_ack: spec.auto_ack,
-            acks: Default::default(),
+            acks: Arc::new(std::sync::Mutex::new(AckCoalescer::for_prefetch(
+                spec.prefetch,
+            ))),
         }))
     }
 
@@ -367,7 +369,7 @@ impl EmbeddedSubscription {
         }
         if !self.auto_ack {
             // The whole batch counts as outstanding from now on, so the acks of its first
-            // deliveries wait for the rest (or for `ACK_BATCH` of them) and go out as one
+            // deliveries wait for the rest (or for half the prefetch window of them) and go out as one
             // `multiple` ack: the runtime comes back for each of them, and flushes before
             // it stops doing so.
             lock(&self.acks).batch_taken(self.batch.iter().map(|d| d.delivery_tag));

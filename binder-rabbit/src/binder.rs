@@ -260,7 +260,7 @@ impl Binder for RabbitBinder {
         Ok(Box::new(RabbitSubscription {
             acks: Arc::new(AckBatch {
                 channel: channel.clone(),
-                state: Default::default(),
+                state: std::sync::Mutex::new(AckCoalescer::for_prefetch(spec.prefetch)),
             }),
             channel,
             consumer: Some(consumer),

@@ -5,7 +5,18 @@ use std::collections::VecDeque;
 use super::Settlement;
 
 /// Acks at most this many deliveries with one `multiple` ack.
-pub const ACK_BATCH: usize = 50;
+pub const ACK_BATCH: usize = 100;
+
+/// How many acks a subscription with this prefetch gathers before one `multiple` ack: half
+/// the window, so that the broker refills one half while the application works through the
+/// other (a whole window would leave it waiting for each refill), at least 1 and at most
+/// [`ACK_BATCH`] (0, unlimited, gets [`ACK_BATCH`]).
+pub fn ack_batch_for(prefetch: u16) -> usize {
+    match prefetch {
+        0 => ACK_BATCH,
+        p => (usize::from(p) / 2).clamp(1, ACK_BATCH),
+    }
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Slot {
@@ -18,8 +29,8 @@ enum Slot {
 }
 
 /// Tracks a channel's deliveries so settled ones can be acknowledged together: an ack is due
-/// for an unbroken run of acked tags below the oldest unsettled delivery, once [`ACK_BATCH`]
-/// are ready or nothing older is pending. Handlers that finish out of order never ack each
+/// for an unbroken run of acked tags below the oldest unsettled delivery, once a batch (see
+/// [`AckCoalescer::for_prefetch`]) is ready or nothing older is pending. Handlers that finish out of order never ack each
 /// other's deliveries. A rejected or requeued delivery is never covered, provided its
 /// `basic.nack` / `basic.reject` is sent before the ack its settlement makes due (and no
 /// other ack overtakes it: binders do both under the lock that guards the coalescer).
@@ -39,7 +50,7 @@ enum Slot {
 /// assert_eq!(acks.settle(1, true), None); // 3 too, and the batch is small
 /// assert_eq!(acks.settle(3, true), Some(3)); // nothing older pending: ack up to 3
 /// ```
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct AckCoalescer {
     /// Deliveries by increasing tag, from the oldest not yet acknowledged.
     slots: VecDeque<(u64, Slot)>,
@@ -47,9 +58,33 @@ pub struct AckCoalescer {
     outstanding: usize,
     /// Send what is ready at once instead of waiting for a batch (after [`Self::flush`]).
     eager: bool,
+    /// Acks gathered before one is due.
+    batch: usize,
+}
+
+impl Default for AckCoalescer {
+    /// Batches of [`ACK_BATCH`].
+    fn default() -> Self {
+        Self::with_batch(ACK_BATCH)
+    }
 }
 
 impl AckCoalescer {
+    /// A coalescer for a subscription with this prefetch (batches of [`ack_batch_for`]).
+    pub fn for_prefetch(prefetch: u16) -> Self {
+        Self::with_batch(ack_batch_for(prefetch))
+    }
+
+    /// A coalescer that gathers `batch` acks (at least 1) before one is due.
+    pub fn with_batch(batch: usize) -> Self {
+        AckCoalescer {
+            slots: VecDeque::new(),
+            outstanding: 0,
+            eager: false,
+            batch: batch.max(1),
+        }
+    }
+
     fn position(&self, tag: u64) -> Result<usize, usize> {
         self.slots.binary_search_by_key(&tag, |&(t, _)| t)
     }
@@ -93,9 +128,9 @@ impl AckCoalescer {
             .iter()
             .take_while(|(_, slot)| *slot != Slot::Outstanding)
             .filter(|(_, slot)| *slot == Slot::Acked)
-            .take(ACK_BATCH)
+            .take(self.batch)
             .count();
-        if ready == 0 || (ready < ACK_BATCH && self.outstanding > 0 && !self.eager) {
+        if ready == 0 || (ready < self.batch && self.outstanding > 0 && !self.eager) {
             return None;
         }
         self.take_ready()
@@ -122,7 +157,7 @@ impl AckCoalescer {
 
     /// Records a batch of deliveries taken from the broker together, which the application
     /// will come back for one after the other: until [`Self::flush`], their acks are held
-    /// back (up to [`ACK_BATCH`]) and go out as one `multiple` ack.
+    /// back (up to a batch) and go out as one `multiple` ack.
     pub fn batch_taken(&mut self, tags: impl IntoIterator<Item = u64>) {
         for tag in tags {
             self.delivered(tag);
@@ -171,12 +206,28 @@ mod tests {
 
     #[test]
     fn acks_go_out_in_batches() {
-        let mut st = delivered(1..=120);
+        let mut st = AckCoalescer::with_batch(50);
+        for t in 1..=120 {
+            st.delivered(t);
+        }
         let mut sent = Vec::new();
         for tag in 1..=120 {
             sent.extend(st.settle(tag, true));
         }
         assert_eq!(sent, vec![50, 100, 120]);
+    }
+
+    #[test]
+    fn the_batch_is_half_the_prefetch_window_within_bounds() {
+        assert_eq!(ack_batch_for(200), 100);
+        assert_eq!(ack_batch_for(10), 5);
+        assert_eq!(ack_batch_for(1), 1, "prefetch 1: every ack at once");
+        assert_eq!(ack_batch_for(1000), ACK_BATCH);
+        assert_eq!(ack_batch_for(0), ACK_BATCH, "unlimited");
+        let mut st = AckCoalescer::for_prefetch(10);
+        st.batch_taken(1..=10);
+        let sent: Vec<u64> = (1..=10).filter_map(|t| st.settle(t, true)).collect();
+        assert_eq!(sent, vec![5, 10]);
     }
 
     #[test]

@@ -8,7 +8,7 @@
 mod acks;
 mod dead_letter;
 
-pub use acks::{ACK_BATCH, AckCoalescer};
+pub use acks::{ACK_BATCH, AckCoalescer, ack_batch_for};
 pub use dead_letter::{ATTEMPTS_HEADER, DeadLetter, republish_headers};
 
 use std::fmt;
