@@ -52,6 +52,10 @@ impl State {
         // Credit is returned per consumer once per batch, not once per message.
         let mut credit: Vec<(u64, u32)> = Vec::new();
         let mut counted = 0u32;
+        if outcome == Settle::Ack {
+            // One allocation for the batch rather than one per doubling.
+            self.garbage.reserve(settled.len());
+        }
         for u in settled {
             if let Some(id) = u.consumer {
                 match credit.iter_mut().find(|(c, _)| *c == id) {

@@ -62,7 +62,10 @@ impl UnackedLog {
                 None => 0,
             }
         };
-        let taken: Vec<Unacked> = self.entries.drain(..end).flatten().collect();
+        // Sized up front: `flatten` gives no size hint, and collecting would reallocate at
+        // every doubling.
+        let mut taken = Vec::with_capacity(self.live.min(end));
+        taken.extend(self.entries.drain(..end).flatten());
         self.first += end as u64;
         self.live -= taken.len();
         self.trim();
