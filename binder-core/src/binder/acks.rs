@@ -60,6 +60,11 @@ pub struct AckCoalescer {
     eager: bool,
     /// Acks gathered before one is due.
     batch: usize,
+    /// Length of the leading run of settled slots (the index of the oldest `Outstanding`
+    /// one, or the length): what an ack could cover now.
+    prefix: usize,
+    /// `Acked` slots in that run.
+    ready: usize,
 }
 
 impl Default for AckCoalescer {
@@ -82,7 +87,48 @@ impl AckCoalescer {
             outstanding: 0,
             eager: false,
             batch: batch.max(1),
+            prefix: 0,
+            ready: 0,
         }
+    }
+
+    /// Extends the settled run over the slots settled after it.
+    fn extend_prefix(&mut self) {
+        while let Some(&(_, slot)) = self.slots.get(self.prefix) {
+            match slot {
+                Slot::Outstanding => break,
+                Slot::Acked => self.ready += 1,
+                Slot::Settled => {}
+            }
+            self.prefix += 1;
+        }
+    }
+
+    /// Counts the settled run again (after an out-of-order insertion, which is rare).
+    fn recount_prefix(&mut self) {
+        self.prefix = 0;
+        self.ready = 0;
+        self.extend_prefix();
+    }
+
+    /// In debug builds, checks the running counts against a scan.
+    fn check_counts(&self) {
+        debug_assert_eq!(
+            self.prefix,
+            self.slots
+                .iter()
+                .take_while(|(_, slot)| *slot != Slot::Outstanding)
+                .count(),
+            "settled run"
+        );
+        debug_assert_eq!(
+            self.ready,
+            self.slots
+                .range(..self.prefix)
+                .filter(|(_, slot)| *slot == Slot::Acked)
+                .count(),
+            "acks ready"
+        );
     }
 
     fn position(&self, tag: u64) -> Result<usize, usize> {
@@ -94,11 +140,16 @@ impl AckCoalescer {
         match self.slots.back() {
             Some(&(last, _)) if last >= tag => match self.position(tag) {
                 Ok(_) => return,
-                Err(i) => self.slots.insert(i, (tag, Slot::Outstanding)),
+                Err(i) => {
+                    self.slots.insert(i, (tag, Slot::Outstanding));
+                    self.recount_prefix();
+                }
             },
+            // An outstanding slot at the end leaves the settled run as it is.
             _ => self.slots.push_back((tag, Slot::Outstanding)),
         }
         self.outstanding += 1;
+        self.check_counts();
     }
 
     /// Records a settlement (`ack` true for an ack, false for a reject or requeue sent on its
@@ -107,13 +158,26 @@ impl AckCoalescer {
         let now = if ack { Slot::Acked } else { Slot::Settled };
         match self.position(tag) {
             Ok(i) => {
-                if self.slots[i].1 == Slot::Outstanding {
-                    self.outstanding -= 1;
+                match self.slots[i].1 {
+                    Slot::Outstanding => {
+                        self.outstanding -= 1;
+                        self.slots[i].1 = now;
+                        if i == self.prefix {
+                            self.extend_prefix();
+                        }
+                    }
+                    // Settled twice: the last word stands (binders refuse this earlier).
+                    _ => {
+                        self.slots[i].1 = now;
+                        self.recount_prefix();
+                    }
                 }
-                self.slots[i].1 = now;
             }
             // Never recorded as delivered: acked with the others all the same.
-            Err(i) => self.slots.insert(i, (tag, now)),
+            Err(i) => {
+                self.slots.insert(i, (tag, now));
+                self.recount_prefix();
+            }
         }
         // Rejected and requeued deliveries at the front need no ack: forget them.
         while self
@@ -122,14 +186,10 @@ impl AckCoalescer {
             .is_some_and(|(_, slot)| *slot == Slot::Settled)
         {
             self.slots.pop_front();
+            self.prefix -= 1;
         }
-        let ready = self
-            .slots
-            .iter()
-            .take_while(|(_, slot)| *slot != Slot::Outstanding)
-            .filter(|(_, slot)| *slot == Slot::Acked)
-            .take(self.batch)
-            .count();
+        self.check_counts();
+        let ready = self.ready.min(self.batch);
         if ready == 0 || (ready < self.batch && self.outstanding > 0 && !self.eager) {
             return None;
         }
@@ -177,17 +237,16 @@ impl AckCoalescer {
     /// The highest acked tag below every unsettled one (what a flush acknowledges), removing
     /// what it covers.
     pub fn take_ready(&mut self) -> Option<u64> {
-        let settled = self
-            .slots
-            .iter()
-            .take_while(|(_, slot)| *slot != Slot::Outstanding)
-            .count();
         let last_acked = self
             .slots
-            .range(..settled)
+            .range(..self.prefix)
             .rposition(|(_, slot)| *slot == Slot::Acked)?;
         let upto = self.slots[last_acked].0;
         self.slots.drain(..=last_acked);
+        // Every ack of the run was up to `last_acked`; what is left of it is settled only.
+        self.prefix -= last_acked + 1;
+        self.ready = 0;
+        self.check_counts();
         Some(upto)
     }
 }
@@ -294,5 +353,67 @@ mod tests {
             assert_eq!(st.settle(tag, true), None, "1 still pending");
         }
         assert_eq!(st.settle(1, true), Some(60));
+    }
+
+    /// Random batches settled in random order, with rejects and flushes: an ack never
+    /// covers a delivery still outstanding, and every acked delivery is covered once
+    /// everything is settled and flushed. (The running counts are
+    /// checked against a scan after every step, in debug builds.)
+    #[test]
+    fn random_settlement_orders_keep_every_guarantee() {
+        let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut next = move |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        for _case in 0..200 {
+            let mut st = AckCoalescer::with_batch(1 + next(8) as usize);
+            // What each tag became: 0 outstanding, 1 acked, 2 rejected.
+            let mut state: Vec<u8> = vec![0];
+            let mut covered_up_to = 0u64;
+            let check = |upto: Option<u64>, state: &[u8], covered: &mut u64| {
+                if let Some(upto) = upto {
+                    for tag in (*covered + 1)..=upto {
+                        // A rejected tag inside the range is fine: `apply` sends its reject
+                        // first, and a multiple ack leaves settled tags alone.
+                        assert_ne!(
+                            state[tag as usize], 0,
+                            "ack up to {upto} covers outstanding {tag}"
+                        );
+                    }
+                    *covered = upto;
+                }
+            };
+            let mut pending: Vec<u64> = Vec::new();
+            for _round in 0..6 {
+                let first = state.len() as u64;
+                let n = 1 + next(12);
+                st.batch_taken(first..first + n);
+                state.extend(std::iter::repeat_n(0, n as usize));
+                pending.extend(first..first + n);
+                while pending.len() > next(4) as usize {
+                    let pick = pending.swap_remove(next(pending.len() as u64) as usize);
+                    let ack = next(5) != 0;
+                    state[pick as usize] = if ack { 1 } else { 2 };
+                    let due = st.settle(pick, ack);
+                    check(due, &state, &mut covered_up_to);
+                    if next(7) == 0 {
+                        let flushed = st.flush();
+                        check(flushed, &state, &mut covered_up_to);
+                    }
+                }
+            }
+            for pick in std::mem::take(&mut pending) {
+                state[pick as usize] = 1;
+                let due = st.settle(pick, true);
+                check(due, &state, &mut covered_up_to);
+            }
+            let flushed = st.flush();
+            check(flushed, &state, &mut covered_up_to);
+            let last_acked = state.iter().rposition(|s| *s == 1).unwrap_or(0) as u64;
+            assert!(covered_up_to >= last_acked, "every ack sent in the end");
+        }
     }
 }
