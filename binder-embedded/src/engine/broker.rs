@@ -57,8 +57,16 @@ impl Shared {
         } else {
             std::mem::take(&mut state.garbage)
         };
+        let wakes = if state.wakes.is_empty() {
+            Vec::new()
+        } else {
+            std::mem::take(&mut state.wakes)
+        };
         drop(state);
-        // Settled messages are freed here, outside the lock.
+        // Consumers are woken, and settled messages freed, outside the lock.
+        for inbox in wakes {
+            inbox.wake();
+        }
         drop(garbage);
         out
     }

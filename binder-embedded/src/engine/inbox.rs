@@ -23,20 +23,24 @@ impl Inbox {
         self.deliveries.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Adds deliveries under one lock, waking the handle if the inbox was empty.
-    pub(crate) fn push_many(&self, deliveries: Vec<Delivery>) {
+    /// Adds deliveries under one lock; true when the inbox was empty, so its handle may be
+    /// waiting and must be woken ([`Inbox::wake`]). The engine wakes handles after it has
+    /// released its own lock: a wake-up can cost a system call, which would hold up
+    /// every other operation on the broker.
+    #[must_use = "a handle waiting on an empty inbox must be woken"]
+    pub(crate) fn push_many(&self, deliveries: Vec<Delivery>) -> bool {
         if deliveries.is_empty() {
-            return;
+            return false;
         }
-        let was_empty = {
-            let mut d = self.lock();
-            let was_empty = d.is_empty();
-            d.extend(deliveries);
-            was_empty
-        };
-        if was_empty {
-            self.ready.notify_one();
-        }
+        let mut d = self.lock();
+        let was_empty = d.is_empty();
+        d.extend(deliveries);
+        was_empty
+    }
+
+    /// Wakes the handle if it waits for deliveries.
+    pub(crate) fn wake(&self) {
+        self.ready.notify_one();
     }
 
     /// Closes the inbox (consumer cancelled) and returns what the handle never took.

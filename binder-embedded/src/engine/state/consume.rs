@@ -322,7 +322,9 @@ impl State {
                     );
                 }
             }
-            consumer.inbox.push_many(deliveries);
+            if consumer.inbox.push_many(deliveries) {
+                self.wakes.push(consumer.inbox.clone());
+            }
             if consumer.parked {
                 consumer.parked = false;
                 q.parked -= 1;

@@ -150,6 +150,9 @@ pub(crate) struct State {
     /// Settled messages, dropped by the caller after the lock is released (freeing payloads
     /// under the lock cost an eighth of the ack path).
     pub garbage: Vec<Arc<Published>>,
+    /// Inboxes that received deliveries while empty: their handles are woken once the
+    /// lock is released.
+    pub wakes: Vec<Arc<Inbox>>,
     /// The default exchange's name (`""`), shared by every message published to it.
     default_exchange: Arc<str>,
     /// Reused list of routing targets (saves an allocation per publish).
@@ -200,6 +203,7 @@ impl State {
             dying: Vec::new(),
             timer_dirty: false,
             garbage: Vec::new(),
+            wakes: Vec::new(),
             default_exchange: Arc::from(""),
             route_scratch: Vec::new(),
         }
