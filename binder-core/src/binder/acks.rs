@@ -111,8 +111,12 @@ impl AckCoalescer {
         self.extend_prefix();
     }
 
-    /// In debug builds, checks the running counts against a scan.
+    /// In debug builds, checks the running counts against a scan (of rings up to a few
+    /// hundred slots, so that tests with a large window stay linear).
     fn check_counts(&self) {
+        if !cfg!(debug_assertions) || self.slots.len() > 512 {
+            return;
+        }
         debug_assert_eq!(
             self.prefix,
             self.slots

@@ -206,7 +206,11 @@ pub trait Subscription: fmt::Debug + Send {
 ///
 /// The methods return a [`BinderFuture`], so a binder whose confirm is decided at once (the
 /// embedded engine) costs no allocation per message; one that waits for a broker boxes its
-/// future. Either way the caller awaits the confirm.
+/// future. Either way the caller awaits the confirm. A binder may publish when the method is
+/// called rather than when the future is first polled (the embedded one does, unless the
+/// memory alarm blocks publishers): dropping the future does not withdraw the message, it
+/// only gives up on its confirm. The runtime's outputs are lazy either way (nothing is sent
+/// until `Output::send` is awaited).
 pub trait Producer: fmt::Debug + Send + Sync {
     /// The exchange of [`Producer::publish`].
     fn exchange(&self) -> &str;

@@ -86,6 +86,11 @@ impl Call<'_> {
         self.binding
     }
 
+    /// Outputs and shared state of the application, as [`Incoming::context`] gives them.
+    pub fn context(&self) -> &super::bindings::Context {
+        self.context
+    }
+
     /// Decodes the payload, as [`Incoming::decoded`] does.
     pub fn decoded<T: DeserializeOwned>(&self) -> Result<T, HandlerError> {
         self.codecs
