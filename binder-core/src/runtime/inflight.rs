@@ -99,3 +99,60 @@ impl Inflight {
         self.count.load(Ordering::Acquire)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Dropped with the work it belongs to: stands for a delivery whose settler requeues it
+    /// when dropped unsettled.
+    struct Delivery(Arc<AtomicBool>);
+
+    impl Drop for Delivery {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
+
+    /// A retry that comes due after shutdown aborted the tasks (its back-off ended, or it
+    /// was spawned by an attempt that was just finishing) must not start: its work is
+    /// dropped, so its delivery goes back to the queue, and nothing is left in flight.
+    #[tokio::test]
+    async fn no_work_starts_after_shutdown_aborted_the_tasks() {
+        let inflight = Arc::new(Inflight::default());
+        let (started, dropped) = (
+            Arc::new(AtomicBool::new(false)),
+            Arc::new(AtomicBool::new(false)),
+        );
+
+        // A task running when shutdown gives up on it is aborted, and its work dropped.
+        let delivery = Delivery(dropped.clone());
+        inflight.spawn(async move {
+            let _delivery = delivery;
+            std::future::pending::<()>().await;
+        });
+        assert_eq!(inflight.len(), 1);
+        inflight.abort_all().await;
+        assert!(
+            dropped.swap(false, Ordering::SeqCst),
+            "the aborted work was dropped"
+        );
+        assert_eq!(inflight.len(), 0);
+
+        // Work handed over afterwards never runs.
+        let (s, delivery) = (started.clone(), Delivery(dropped.clone()));
+        inflight.spawn(async move {
+            let _delivery = delivery;
+            s.store(true, Ordering::SeqCst);
+        });
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+        assert!(
+            !started.load(Ordering::SeqCst),
+            "a retry started after the abort"
+        );
+        assert!(dropped.load(Ordering::SeqCst), "its delivery was released");
+        assert_eq!(inflight.len(), 0, "nothing counted in flight");
+    }
+}
