@@ -262,8 +262,17 @@ pub struct QueueInfo {
 
 /// A binder type that can be created from configuration, registered with `inventory`:
 ///
-/// ```ignore
-/// inventory::submit! { binder_core::binder::BinderRegistration::new("embedded", create) }
+/// ```
+/// use std::sync::Arc;
+/// use binder_core::binder::{Binder, BinderError, BinderRegistration, BinderResult};
+///
+/// fn create(_environment: &config::Value) -> BinderResult<Arc<dyn Binder>> {
+///     Err(BinderError::Broker("an example that builds no binder".into()))
+/// }
+///
+/// inventory::submit! { BinderRegistration::new("example", create) }
+///
+/// assert!(binder_core::binder::registered().any(|r| r.binder_type == "example"));
 /// ```
 #[derive(Debug)]
 pub struct BinderRegistration {
