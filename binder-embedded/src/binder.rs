@@ -369,9 +369,9 @@ impl EmbeddedSubscription {
         }
         if !self.auto_ack {
             // The whole batch counts as outstanding from now on, so the acks of its first
-            // deliveries wait for the rest (or for half the prefetch window of them) and go out as one
-            // `multiple` ack: the runtime comes back for each of them, and flushes before
-            // it stops doing so.
+            // deliveries wait for the rest (or for half the prefetch window of them) and go
+            // out as one `multiple` ack: the runtime comes back for each of them, and
+            // flushes before it stops doing so.
             lock(&self.acks).batch_taken(self.batch.iter().map(|d| d.delivery_tag));
         }
         self.ready.extend(self.batch.drain(..));

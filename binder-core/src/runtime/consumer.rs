@@ -179,7 +179,6 @@ impl InputRuntime {
     async fn attempt_unguarded(&self, pending: &Pending, attempt: u32) -> Result<(), HandlerError> {
         let message = &pending.message;
         let route = self.route(message)?;
-        let manual = self.manual();
         let call = Call {
             message,
             attempt,
@@ -187,7 +186,7 @@ impl InputRuntime {
             binding: &self.name,
             content_type: &self.content_type,
             codecs: &self.codecs,
-            settler: manual.then_some(&pending.settler),
+            settler: self.manual().then_some(&pending.settler),
             context: &self.context,
         };
         let Outcome::Reply(body) = route.handler.call(call).await? else {

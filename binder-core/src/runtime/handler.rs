@@ -33,15 +33,29 @@ pub struct Incoming {
 }
 
 impl Incoming {
+    /// The borrowed view of this delivery, which does the decoding for both.
+    fn as_call(&self) -> Call<'_> {
+        Call {
+            message: &self.message,
+            attempt: self.attempt,
+            redelivered: self.redelivered,
+            binding: &self.binding,
+            content_type: &self.content_type,
+            codecs: &self.codecs,
+            settler: self.settler.as_ref(),
+            context: &self.context,
+        }
+    }
+
     /// Decodes the payload by its content type (or the binding's).
     pub fn payload<T: DeserializeOwned>(&self) -> Result<T, DecodeError> {
-        self.codecs.decode(&self.message, &self.content_type)
+        self.as_call().payload()
     }
 
     /// Decodes the payload; a payload that does not decode is a non-retryable failure whose
     /// reason is the decode error (what typed listener arguments use).
     pub fn decoded<T: DeserializeOwned>(&self) -> Result<T, HandlerError> {
-        self.payload().map_err(HandlerError::decode)
+        self.as_call().decoded()
     }
 
     /// Outputs and shared state of the application.
@@ -91,11 +105,15 @@ impl Call<'_> {
         self.context
     }
 
-    /// Decodes the payload, as [`Incoming::decoded`] does.
+    /// Decodes the payload by its content type (or the binding's).
+    pub fn payload<T: DeserializeOwned>(&self) -> Result<T, DecodeError> {
+        self.codecs.decode(self.message, self.content_type)
+    }
+
+    /// Decodes the payload; a payload that does not decode is a non-retryable failure whose
+    /// reason is the decode error (what typed listener arguments use).
     pub fn decoded<T: DeserializeOwned>(&self) -> Result<T, HandlerError> {
-        self.codecs
-            .decode(self.message, self.content_type)
-            .map_err(HandlerError::decode)
+        self.payload().map_err(HandlerError::decode)
     }
 
     /// An owned copy of the delivery, for a handler that keeps it beyond the call.

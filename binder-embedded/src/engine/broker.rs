@@ -47,23 +47,16 @@ impl Shared {
     fn with<T>(&self, op: impl FnOnce(&mut State) -> T) -> T {
         let mut state = self.lock();
         let out = op(&mut state);
-        if state.timer_dirty {
-            state.timer_dirty = false;
+        self.memory_alarm(&mut state);
+        let wake_timer = std::mem::take(&mut state.timer_dirty);
+        let wakes = std::mem::take(&mut state.wakes);
+        let garbage = std::mem::take(&mut state.garbage);
+        drop(state);
+        // The timer task and consumers are woken, and settled messages freed, outside the
+        // lock: a wake-up can be a system call, and nobody should wait on the broker for it.
+        if wake_timer {
             self.timer.notify_one();
         }
-        self.memory_alarm(&mut state);
-        let garbage = if state.garbage.is_empty() {
-            Vec::new()
-        } else {
-            std::mem::take(&mut state.garbage)
-        };
-        let wakes = if state.wakes.is_empty() {
-            Vec::new()
-        } else {
-            std::mem::take(&mut state.wakes)
-        };
-        drop(state);
-        // Consumers are woken, and settled messages freed, outside the lock.
         for inbox in wakes {
             inbox.wake();
         }
