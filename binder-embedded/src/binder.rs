@@ -6,15 +6,15 @@ use std::sync::{Arc, LazyLock};
 use async_trait::async_trait;
 use binder_core::binder::{
     AckCoalescer, AlreadySettled, Binder, BinderError, BinderFuture, BinderRegistration,
-    BinderResult, Inbound, Producer, ProducerSpec, QueueInfo, Settle, Settlement, Subscription,
-    SubscriptionSpec,
+    BinderResult, Delivered, Inbound, Producer, ProducerSpec, QueueInfo, Settle, Settlement,
+    Subscription, SubscriptionSpec,
 };
 use binder_core::message::Message;
 use binder_core::topology::{DestinationType, TopologyPlan};
 
 use crate::engine::{
     AmqpError, AmqpResult, Broker, Channel, Connection, ConsumeOptions, Consumer, Delivery,
-    ExchangeOptions, PublishOptions, PublishOutcome, QueueOptions, TryPublish,
+    ExchangeOptions, PublishOptions, PublishOutcome, Published, QueueOptions, TryPublish,
 };
 
 /// The broker every `embedded` binder created from configuration shares, so services in one
@@ -201,6 +201,22 @@ impl Binder for EmbeddedBinder {
     }
 }
 
+/// The runtime reads a delivery straight from the engine's copy of the message, which the
+/// engine keeps anyway until the delivery is settled.
+impl Delivered for Published {
+    fn message(&self) -> &Message {
+        &self.message
+    }
+
+    fn exchange(&self) -> &str {
+        &self.exchange
+    }
+
+    fn routing_key(&self) -> &str {
+        &self.routing_key
+    }
+}
+
 #[derive(Debug)]
 struct EmbeddedProducer {
     channel: Channel,
@@ -346,9 +362,7 @@ impl EmbeddedSubscription {
             })
         };
         Inbound {
-            message: d.body.message.clone(),
-            exchange: d.body.exchange.clone(),
-            routing_key: d.body.routing_key.clone(),
+            content: d.body,
             redelivered: d.redelivered,
             settler,
         }

@@ -320,7 +320,7 @@ async fn the_binder_holds_acks_for_its_batch_and_sends_them_on_flush_wait_and_ca
     let third = sub.next().await.unwrap();
     let fourth = sub.next().await.unwrap();
     let fifth = sub.next().await.unwrap();
-    assert_eq!(&fifth.message.payload[..], b"4", "a new batch was taken");
+    assert_eq!(&fifth.message().payload[..], b"4", "a new batch was taken");
     third.settler.settle(Settlement::Ack).await.unwrap();
     assert_eq!(unacked(), 3, "held back");
     fourth.settler.settle(Settlement::Reject).await.unwrap();

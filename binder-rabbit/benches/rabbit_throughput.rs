@@ -432,7 +432,7 @@ async fn run_binder(
             if inbound.redelivered {
                 return Err("unexpected redelivery".to_owned());
             }
-            bytes += inbound.message.payload.len();
+            bytes += inbound.message().payload.len();
             inbound
                 .settler
                 .settle(Settlement::Ack)

@@ -541,13 +541,13 @@ impl RabbitSubscription {
                 settled: Default::default(),
             })
         };
-        Inbound {
-            message: convert::message(d.data, &d.properties),
-            exchange: Arc::from(d.exchange.as_str()),
-            routing_key: Arc::from(d.routing_key.as_str()),
-            redelivered: d.redelivered,
+        Inbound::owned(
+            convert::message(d.data, &d.properties),
+            d.exchange.as_str(),
+            d.routing_key.as_str(),
+            d.redelivered,
             settler,
-        }
+        )
     }
 
     /// Waits for a delivery, then takes along whatever lapin has already buffered (up to

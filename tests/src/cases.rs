@@ -120,7 +120,7 @@ pub async fn round_trip_durable_group(env: &Env) {
     app.shutdown().await;
     let mut sub = env.subscribe(&format!("{}rt.g", env.p), 1).await;
     let got = next(&mut sub).await;
-    assert_eq!(got.message, sent, "the message changed on its way");
+    assert_eq!(got.message(), &sent, "the message changed on its way");
     got.settler.settle(Settlement::Ack).await.unwrap();
 }
 
@@ -279,7 +279,7 @@ pub async fn ack_requeue_reject(env: &Env) {
     for _ in 0..3 {
         let d = next(&mut sub).await;
         assert!(!d.redelivered);
-        by_text.insert(String::from_utf8(d.message.payload.to_vec()).unwrap(), d);
+        by_text.insert(String::from_utf8(d.message().payload.to_vec()).unwrap(), d);
     }
     by_text
         .remove("ack")
@@ -303,7 +303,7 @@ pub async fn ack_requeue_reject(env: &Env) {
         .await
         .unwrap();
     let again = next(&mut sub).await;
-    assert_eq!(&again.message.payload[..], b"requeue");
+    assert_eq!(&again.message().payload[..], b"requeue");
     assert!(
         again.redelivered,
         "a requeued message comes back marked redelivered"
@@ -311,7 +311,7 @@ pub async fn ack_requeue_reject(env: &Env) {
     again.settler.settle(Settlement::Ack).await.unwrap();
     let mut dlq = env.subscribe(&format!("{queue}.dlq"), 1).await;
     let dead = next(&mut dlq).await;
-    assert_eq!(&dead.message.payload[..], b"reject");
+    assert_eq!(&dead.message().payload[..], b"reject");
     dead.settler.settle(Settlement::Ack).await.unwrap();
     sub.cancel().await.unwrap();
     assert_eq!(env.inspect(queue).await.messages, 0, "nothing left");
@@ -331,7 +331,7 @@ pub async fn settling_the_oldest_last_loses_nothing(env: &Env) {
     let mut by_text = std::collections::HashMap::new();
     for _ in 0..4 {
         let d = next(&mut sub).await;
-        by_text.insert(String::from_utf8(d.message.payload.to_vec()).unwrap(), d);
+        by_text.insert(String::from_utf8(d.message().payload.to_vec()).unwrap(), d);
     }
     for (text, settlement) in [
         ("acked-2", Settlement::Ack),
@@ -347,16 +347,16 @@ pub async fn settling_the_oldest_last_loses_nothing(env: &Env) {
         );
     }
     let again = next(&mut sub).await;
-    assert_eq!(&again.message.payload[..], b"requeued");
+    assert_eq!(&again.message().payload[..], b"requeued");
     assert!(again.redelivered);
     // Dropped without a settlement: back in the queue, delivered again.
     drop(again);
     let third = next(&mut sub).await;
-    assert_eq!(&third.message.payload[..], b"requeued");
+    assert_eq!(&third.message().payload[..], b"requeued");
     third.settler.settle(Settlement::Ack).await.unwrap();
     let mut dlq = env.subscribe(&format!("{queue}.dlq"), 1).await;
     let dead = next(&mut dlq).await;
-    assert_eq!(&dead.message.payload[..], b"rejected");
+    assert_eq!(&dead.message().payload[..], b"rejected");
     dead.settler.settle(Settlement::Ack).await.unwrap();
     sub.cancel().await.unwrap();
     assert_eq!(env.inspect(queue).await.messages, 0, "nothing left");
@@ -373,7 +373,7 @@ pub async fn republish_adds_diagnostic_headers(env: &Env) {
         .unwrap();
     let mut dlq = env.subscribe(&format!("{}rep.g.dlq", env.p), 1).await;
     let dead = next(&mut dlq).await;
-    let h = &dead.message.headers;
+    let h = &dead.message().headers;
     assert_eq!(h.get_str("x-exception-message"), Some("cannot ship"));
     assert!(h.get_str("x-exception-stacktrace").is_some());
     assert_eq!(
@@ -440,7 +440,7 @@ spring.cloud.stream:
     let mut dlq = env.subscribe(&format!("{dest}.g.dlq"), 1).await;
     let dead = next(&mut dlq).await;
     assert_eq!(
-        dead.message
+        dead.message()
             .headers
             .get("x-attempts")
             .and_then(HeaderValue::as_i64),
@@ -468,7 +468,7 @@ pub async fn poison_messages_go_to_the_dlq(env: &Env) {
     let mut dlq = env.subscribe(&format!("{dest}.g.dlq"), 1).await;
     let dead = next(&mut dlq).await;
     let reason = dead
-        .message
+        .message()
         .headers
         .get_str("x-exception-message")
         .unwrap_or_default();
@@ -544,7 +544,7 @@ pub async fn unacked_messages_of_a_closed_consumer_are_redelivered(env: &Env) {
     for _ in 0..5 {
         let d = next(&mut survivor).await;
         assert!(d.redelivered, "redelivered after the crash");
-        texts.insert(String::from_utf8(d.message.payload.to_vec()).unwrap());
+        texts.insert(String::from_utf8(d.message().payload.to_vec()).unwrap());
         d.settler.settle(Settlement::Ack).await.unwrap();
     }
     assert_eq!(texts.len(), 5);

@@ -169,20 +169,108 @@ impl Settle for AlreadySettled {
     }
 }
 
-/// A delivery from a subscription.
-#[derive(Debug)]
-pub struct Inbound {
+/// What a delivery carries: the message and where it was published.
+///
+/// Shared rather than copied: a binder that keeps the message until it is settled (the
+/// embedded engine, which redelivers it after a requeue) hands the runtime a reference to its
+/// own copy, so a delivery costs no copy of the message. Binders that build the message per
+/// delivery use [`DeliveredMessage`].
+pub trait Delivered: fmt::Debug + Send + Sync {
+    /// The message.
+    fn message(&self) -> &Message;
+    /// The exchange it was published to.
+    fn exchange(&self) -> &str;
+    /// The routing key it was published with.
+    fn routing_key(&self) -> &str;
+}
+
+/// A delivery's content, owned: for binders that build the message per delivery.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeliveredMessage {
     /// The message.
     pub message: Message,
     /// The exchange it was published to.
-    pub exchange: std::sync::Arc<str>,
+    pub exchange: String,
     /// The routing key it was published with.
-    pub routing_key: std::sync::Arc<str>,
+    pub routing_key: String,
+}
+
+impl Delivered for DeliveredMessage {
+    fn message(&self) -> &Message {
+        &self.message
+    }
+
+    fn exchange(&self) -> &str {
+        &self.exchange
+    }
+
+    fn routing_key(&self) -> &str {
+        &self.routing_key
+    }
+}
+
+/// A delivery from a subscription.
+#[derive(Debug, Clone)]
+pub struct Inbound {
+    /// The message and where it was published, shared with the binder.
+    pub content: std::sync::Arc<dyn Delivered>,
     /// It was delivered before.
     pub redelivered: bool,
     /// Settles it (a no-op for auto-ack subscriptions). Shared, so a `MANUAL` handler can
     /// hold it while the runtime keeps it for the failure path.
     pub settler: std::sync::Arc<dyn Settle>,
+}
+
+impl Inbound {
+    /// A delivery of an owned message (see [`DeliveredMessage`]).
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use binder_core::binder::{AlreadySettled, Inbound};
+    /// use binder_core::Message;
+    ///
+    /// let inbound = Inbound::owned(
+    ///     Message::new("hello"),
+    ///     "orders",
+    ///     "orders",
+    ///     false,
+    ///     Arc::new(AlreadySettled),
+    /// );
+    /// assert_eq!(&inbound.message().payload[..], b"hello");
+    /// assert_eq!(inbound.exchange(), "orders");
+    /// ```
+    pub fn owned(
+        message: Message,
+        exchange: impl Into<String>,
+        routing_key: impl Into<String>,
+        redelivered: bool,
+        settler: std::sync::Arc<dyn Settle>,
+    ) -> Self {
+        Inbound {
+            content: std::sync::Arc::new(DeliveredMessage {
+                message,
+                exchange: exchange.into(),
+                routing_key: routing_key.into(),
+            }),
+            redelivered,
+            settler,
+        }
+    }
+
+    /// The message.
+    pub fn message(&self) -> &Message {
+        self.content.message()
+    }
+
+    /// The exchange it was published to.
+    pub fn exchange(&self) -> &str {
+        self.content.exchange()
+    }
+
+    /// The routing key it was published with.
+    pub fn routing_key(&self) -> &str {
+        self.content.routing_key()
+    }
 }
 
 /// A stream of deliveries from one queue.

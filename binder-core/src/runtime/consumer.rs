@@ -17,7 +17,7 @@ use super::output::OutputInner;
 use super::retry::BackOff;
 use super::trace;
 use crate::binder::{
-    BinderFuture, DeadLetter, Inbound, Producer, Settle, Settlement, republish_headers,
+    BinderFuture, DeadLetter, Delivered, Inbound, Producer, Settle, Settlement, republish_headers,
 };
 use crate::codec::Codecs;
 use crate::config::{AcknowledgeMode, BindingConfig};
@@ -170,14 +170,14 @@ impl InputRuntime {
         attempt: u32,
     ) -> impl Future<Output = Result<(), HandlerError>> + 'a {
         let guarded = AssertUnwindSafe(self.attempt_unguarded(pending, attempt)).catch_unwind();
-        trace::scope(&pending.message, guarded).map(|outcome| match outcome {
+        trace::scope(pending.content.message(), guarded).map(|outcome| match outcome {
             Ok(result) => result,
             Err(panic) => Err(HandlerError::panic(panic_text(&*panic))),
         })
     }
 
     async fn attempt_unguarded(&self, pending: &Pending, attempt: u32) -> Result<(), HandlerError> {
-        let message = &pending.message;
+        let message = pending.content.message();
         let route = self.route(message)?;
         let call = Call {
             message,
@@ -225,13 +225,11 @@ impl InputRuntime {
             "delivery",
             binding = %self.name,
             destination = %self.config.destination,
-            message_id = inbound.message.properties.message_id.as_deref().unwrap_or(""),
+            message_id = inbound.message().properties.message_id.as_deref().unwrap_or(""),
             attempt = tracing::field::Empty,
         );
         Pending {
-            message: inbound.message,
-            exchange: inbound.exchange,
-            routing_key: inbound.routing_key,
+            content: inbound.content,
             redelivered: inbound.redelivered,
             settler: inbound.settler,
             span,
@@ -319,9 +317,7 @@ impl InputRuntime {
             },
             Err(error) => {
                 let failed = FailedDelivery {
-                    message: pending.message.clone(),
-                    exchange: pending.exchange.clone(),
-                    routing_key: pending.routing_key.clone(),
+                    content: pending.content.clone(),
                     error,
                     attempts,
                 };
@@ -346,14 +342,14 @@ impl InputRuntime {
             rabbit.common.auto_bind_dlq,
             &self.dead_letter,
         ) {
-            let mut copy = failed.message.clone();
+            let mut copy = failed.content.message().clone();
             republish_headers(
                 &mut copy,
                 &DeadLetter {
                     reason: failed.error.message().to_owned(),
                     trace: failed.error.trace().to_owned(),
-                    original_exchange: failed.exchange.to_string(),
-                    original_routing_key: failed.routing_key.to_string(),
+                    original_exchange: failed.content.exchange().to_owned(),
+                    original_routing_key: failed.content.routing_key().to_owned(),
                     attempts: failed.attempts,
                 },
                 FRAME_MAX.saturating_sub(rabbit.frame_max_headroom as usize),
@@ -388,7 +384,7 @@ impl InputRuntime {
                 error: failed.error,
                 attempts: failed.attempts,
                 action,
-                message: failed.message,
+                message: failed.content.message().clone(),
             };
             // The hook only observes; a panic in it must not stop the binding.
             let _ = std::panic::catch_unwind(AssertUnwindSafe(|| hook(&report)));
@@ -409,18 +405,15 @@ impl InputRuntime {
 
 /// A delivery being handled: what its attempts and its settlement need.
 struct Pending {
-    message: Message,
-    exchange: Arc<str>,
-    routing_key: Arc<str>,
+    /// The message, shared with the binder (never copied on the way to the handler).
+    content: Arc<dyn Delivered>,
     redelivered: bool,
     settler: Arc<dyn Settle>,
     span: tracing::Span,
 }
 
 struct FailedDelivery {
-    message: Message,
-    exchange: Arc<str>,
-    routing_key: Arc<str>,
+    content: Arc<dyn Delivered>,
     error: HandlerError,
     attempts: u32,
 }
