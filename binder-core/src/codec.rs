@@ -138,6 +138,32 @@ fn media(content_type: &str) -> std::borrow::Cow<'_, str> {
     }
 }
 
+/// A per-thread buffer JSON is written into before it is copied into a payload of exactly
+/// its size. Writing straight into a payload would leave it with spare capacity, and `Bytes`
+/// then allocates a second block to track it; an exact one is adopted as it is.
+const JSON_SCRATCH_KEPT: usize = 64 * 1024;
+
+thread_local! {
+    static JSON_SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// JSON encoding into a payload with no spare capacity (one allocation per message).
+fn encode_json<T: Serialize + ?Sized>(value: &T) -> serde_json::Result<Bytes> {
+    JSON_SCRATCH.with(|scratch| {
+        // A re-entrant call (a `Serialize` impl that encodes with us) gets its own buffer.
+        let Ok(mut buf) = scratch.try_borrow_mut() else {
+            return serde_json::to_vec(value).map(|v| Bytes::from(v.into_boxed_slice()));
+        };
+        buf.clear();
+        let written = serde_json::to_writer(&mut *buf, value);
+        let payload = written.map(|()| Bytes::from(buf.to_vec()));
+        if buf.capacity() > JSON_SCRATCH_KEPT {
+            *buf = Vec::new();
+        }
+        payload
+    })
+}
+
 impl Codecs {
     /// Adds or replaces the codec for its content type.
     pub fn register(&mut self, codec: impl Codec) {
@@ -240,9 +266,7 @@ impl Codecs {
             return Err(fail(self.unknown()));
         };
         match entry {
-            Entry::Json => serde_json::to_vec(value)
-                .map(Bytes::from)
-                .map_err(|e| fail(e.to_string())),
+            Entry::Json => encode_json(value).map_err(|e| fail(e.to_string())),
             Entry::Text => match serde_json::to_value(value).map_err(|e| fail(e.to_string()))? {
                 serde_json::Value::String(s) => Ok(Bytes::from(s)),
                 v @ (serde_json::Value::Number(_) | serde_json::Value::Bool(_)) => {
@@ -312,6 +336,38 @@ mod tests {
     struct Order {
         id: u32,
         sku: String,
+    }
+
+    /// Serializes as the JSON encoding of its inner value, as a string: encoding it encodes
+    /// inside an encode, on the same thread.
+    struct Nested(Order);
+
+    impl Serialize for Nested {
+        fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            let inner = Codecs::default()
+                .encode("application/json", &self.0)
+                .map_err(serde::ser::Error::custom)?;
+            s.serialize_str(std::str::from_utf8(&inner).map_err(serde::ser::Error::custom)?)
+        }
+    }
+
+    #[test]
+    fn json_encoding_works_nested_and_after_a_large_value() {
+        let codecs = Codecs::default();
+        let order = Order {
+            id: 7,
+            sku: "A-1".into(),
+        };
+        let nested = codecs
+            .encode("application/json", &Nested(order))
+            .expect("a nested encode does not clash with the outer one");
+        assert_eq!(&nested[..], br#""{\"id\":7,\"sku\":\"A-1\"}""#);
+
+        let large = "x".repeat(JSON_SCRATCH_KEPT * 2);
+        let encoded = codecs.encode("application/json", &large).unwrap();
+        assert_eq!(encoded.len(), large.len() + 2);
+        let small = codecs.encode("application/json", &1u8).unwrap();
+        assert_eq!(&small[..], b"1");
     }
 
     #[test]
