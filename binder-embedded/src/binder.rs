@@ -5,9 +5,9 @@ use std::sync::{Arc, LazyLock};
 
 use async_trait::async_trait;
 use binder_core::binder::{
-    AckCoalescer, AlreadySettled, Binder, BinderError, BinderFuture, BinderRegistration,
-    BinderResult, Delivered, Inbound, Producer, ProducerSpec, QueueInfo, Settle, Settlement,
-    Subscription, SubscriptionSpec,
+    AckCoalescer, Binder, BinderError, BinderFuture, BinderRegistration, BinderResult, Delivered,
+    Inbound, Producer, ProducerSpec, QueueInfo, SettleByTag, Settlement, Settler, Subscription,
+    SubscriptionSpec,
 };
 use binder_core::message::Message;
 use binder_core::topology::{DestinationType, TopologyPlan};
@@ -135,7 +135,7 @@ impl Binder for EmbeddedBinder {
     }
 
     async fn subscribe(&self, spec: SubscriptionSpec) -> BinderResult<Box<dyn Subscription>> {
-        let channel = Arc::new(self.channel()?);
+        let channel = self.channel()?;
         channel
             .basic_qos(spec.prefetch, false)
             .map_err(broker_error)?;
@@ -156,14 +156,14 @@ impl Binder for EmbeddedBinder {
                 _ => broker_error(e),
             })?;
         Ok(Box::new(EmbeddedSubscription {
-            channel,
             consumer: Some(consumer),
             ready: VecDeque::new(),
             batch: Vec::new(),
             auto_ack: spec.auto_ack,
-            acks: Arc::new(std::sync::Mutex::new(AckCoalescer::for_prefetch(
-                spec.prefetch,
-            ))),
+            acks: Arc::new(EmbeddedAcks {
+                channel,
+                coalescer: std::sync::Mutex::new(AckCoalescer::for_prefetch(spec.prefetch)),
+            }),
         }))
     }
 
@@ -281,85 +281,73 @@ impl Producer for EmbeddedProducer {
 
 #[derive(Debug)]
 struct EmbeddedSubscription {
-    channel: Arc<Channel>,
     consumer: Option<Consumer>,
     ready: VecDeque<Delivery>,
     batch: Vec<Delivery>,
     auto_ack: bool,
-    acks: Arc<std::sync::Mutex<AckCoalescer>>,
+    acks: Arc<EmbeddedAcks>,
 }
 
-/// The acks a subscription holds back, shared with its settlers.
-type Acks = Arc<std::sync::Mutex<AckCoalescer>>;
-
-fn lock(acks: &Acks) -> std::sync::MutexGuard<'_, AckCoalescer> {
-    acks.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// Settles one delivery through the coalescer (see [`AckCoalescer::apply`] for the order).
-/// The engine never makes a settlement wait.
-fn settle_tag(
-    channel: &Channel,
-    acks: &Acks,
-    tag: u64,
-    settlement: Settlement,
-) -> BinderResult<()> {
-    lock(acks)
-        .apply(
-            tag,
-            settlement,
-            |tag, settlement| match settlement {
-                Settlement::Requeue => channel.basic_nack(tag, false, true),
-                _ => channel.basic_reject(tag, false),
-            },
-            |upto| channel.basic_ack(upto, true),
-        )
-        .map_err(broker_error)
-}
-
+/// A subscription's settlements: its channel and the acks it holds back, shared with the
+/// settlers of its deliveries.
 #[derive(Debug)]
-struct EmbeddedSettler {
-    channel: Arc<Channel>,
-    tag: u64,
-    acks: Acks,
-    settled: std::sync::atomic::AtomicBool,
+struct EmbeddedAcks {
+    channel: Channel,
+    coalescer: std::sync::Mutex<AckCoalescer>,
 }
 
-impl Settle for EmbeddedSettler {
-    fn settle(&self, settlement: Settlement) -> BinderFuture<'_, BinderResult<()>> {
-        if self.settled.swap(true, std::sync::atomic::Ordering::AcqRel) {
-            return BinderFuture::ready(Err(BinderError::Broker(format!(
-                "delivery {} is already settled",
-                self.tag
-            ))));
+impl EmbeddedAcks {
+    fn lock(&self) -> std::sync::MutexGuard<'_, AckCoalescer> {
+        self.coalescer.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Settles one delivery through the coalescer (see [`AckCoalescer::apply`] for the
+    /// order). The engine never makes a settlement wait.
+    fn apply(&self, tag: u64, settlement: Settlement) -> BinderResult<()> {
+        let channel = &self.channel;
+        self.lock()
+            .apply(
+                tag,
+                settlement,
+                |tag, settlement| match settlement {
+                    Settlement::Requeue => channel.basic_nack(tag, false, true),
+                    _ => channel.basic_reject(tag, false),
+                },
+                |upto| channel.basic_ack(upto, true),
+            )
+            .map_err(broker_error)
+    }
+
+    /// Sends the acks held back, and holds none back until the next batch: whoever calls
+    /// this (a wait for deliveries, a pause, a handler that waits, a cancel) will not come
+    /// back soon to flush.
+    fn flush(&self) -> BinderResult<()> {
+        match self.lock().flush() {
+            Some(upto) => self.channel.basic_ack(upto, true).map_err(broker_error),
+            None => Ok(()),
         }
-        BinderFuture::ready(settle_tag(&self.channel, &self.acks, self.tag, settlement))
     }
 }
 
-impl Drop for EmbeddedSettler {
-    /// A delivery nobody can settle any more (its handler panicked, its `next` future was
-    /// dropped unpolled) goes back to the queue at once, rather than blocking the acks of
-    /// the deliveries after it until the channel closes.
-    fn drop(&mut self) {
-        if !*self.settled.get_mut() {
-            let _ = settle_tag(&self.channel, &self.acks, self.tag, Settlement::Requeue);
-        }
+impl SettleByTag for EmbeddedAcks {
+    fn settle_tag(&self, tag: u64, settlement: Settlement) -> BinderFuture<'_, BinderResult<()>> {
+        BinderFuture::ready(self.apply(tag, settlement))
+    }
+
+    /// A delivery nobody can settle any more goes back to the queue at once, rather than
+    /// blocking the acks of the deliveries after it until the channel closes.
+    fn release_tag(&self, tag: u64) {
+        let _ = self.apply(tag, Settlement::Requeue);
     }
 }
 
 impl EmbeddedSubscription {
     /// The runtime's view of a delivery taken from the batch.
     fn inbound(&self, d: Delivery) -> Inbound {
-        let settler: Arc<dyn Settle> = if self.auto_ack {
-            Arc::new(AlreadySettled)
+        let settler = if self.auto_ack {
+            Settler::already_settled()
         } else {
-            Arc::new(EmbeddedSettler {
-                channel: self.channel.clone(),
-                tag: d.delivery_tag,
-                acks: self.acks.clone(),
-                settled: Default::default(),
-            })
+            Settler::new(self.acks.clone(), d.delivery_tag)
         };
         Inbound {
             content: d.body,
@@ -371,7 +359,7 @@ impl EmbeddedSubscription {
     /// Waits for the next batch of deliveries (after sending the acks held back for the
     /// last one); false once the consumer is cancelled.
     async fn refill(&mut self) -> bool {
-        if self.flush_acks().is_err() {
+        if self.acks.flush().is_err() {
             return false;
         }
         let Some(consumer) = self.consumer.as_mut() else {
@@ -386,20 +374,12 @@ impl EmbeddedSubscription {
             // deliveries wait for the rest (or for half the prefetch window of them) and go
             // out as one `multiple` ack: the runtime comes back for each of them, and
             // flushes before it stops doing so.
-            lock(&self.acks).batch_taken(self.batch.iter().map(|d| d.delivery_tag));
+            self.acks
+                .lock()
+                .batch_taken(self.batch.iter().map(|d| d.delivery_tag));
         }
         self.ready.extend(self.batch.drain(..));
         true
-    }
-
-    /// Sends the acks held back, and holds none back until the next batch: whoever calls
-    /// this (a wait for deliveries, a pause, a handler that waits, a cancel) will not come
-    /// back soon to flush.
-    fn flush_acks(&self) -> BinderResult<()> {
-        match lock(&self.acks).flush() {
-            Some(upto) => self.channel.basic_ack(upto, true).map_err(broker_error),
-            None => Ok(()),
-        }
     }
 }
 
@@ -419,7 +399,7 @@ impl Subscription for EmbeddedSubscription {
     }
 
     async fn flush(&mut self) -> BinderResult<()> {
-        self.flush_acks()
+        self.acks.flush()
     }
 
     async fn cancel(&mut self) -> BinderResult<()> {
@@ -427,15 +407,10 @@ impl Subscription for EmbeddedSubscription {
         // (last first, so they keep their order at its head).
         for d in self.ready.drain(..).rev() {
             if !self.auto_ack {
-                let _ = settle_tag(
-                    &self.channel,
-                    &self.acks,
-                    d.delivery_tag,
-                    Settlement::Requeue,
-                );
+                let _ = self.acks.apply(d.delivery_tag, Settlement::Requeue);
             }
         }
-        self.flush_acks()?;
+        self.acks.flush()?;
         match self.consumer.take() {
             Some(c) => c.cancel().map_err(broker_error),
             None => Ok(()),

@@ -4,8 +4,8 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use binder_core::binder::{
-    AckCoalescer, AlreadySettled, Binder, BinderError, BinderFuture, BinderRegistration,
-    BinderResult, Inbound, Producer, ProducerSpec, QueueInfo, Settle, Settlement, Subscription,
+    AckCoalescer, Binder, BinderError, BinderFuture, BinderRegistration, BinderResult, Inbound,
+    Producer, ProducerSpec, QueueInfo, SettleByTag, Settlement, Settler, Subscription,
     SubscriptionSpec,
 };
 use binder_core::config::ExchangeType;
@@ -480,13 +480,6 @@ impl AckBatch {
     }
 }
 
-#[derive(Debug)]
-struct RabbitSettler {
-    tag: u64,
-    acks: Arc<AckBatch>,
-    settled: std::sync::atomic::AtomicBool,
-}
-
 /// The result of a frame that is queued on its first poll (acks, nacks and rejects have no
 /// reply to wait for); a write that fails means the channel is gone, and the broker
 /// redelivers.
@@ -496,50 +489,30 @@ fn queued(
     frame.now_or_never().map_or(Ok(()), |r| r.map(drop))
 }
 
-impl RabbitSettler {
+impl SettleByTag for AckBatch {
     /// Settles through the batch: a requeue or reject is queued before the ack it makes due
     /// (a `multiple` ack sent first would cover, and so acknowledge, this very delivery), and
     /// both are queued under the batch's lock, so that no other settlement's ack overtakes
     /// them. Nothing waits for a write: waiting for each ack cost half the consumer's
     /// throughput.
-    fn apply(&self, settlement: Settlement) -> Result<(), lapin::Error> {
-        self.acks.settle_tag(self.tag, settlement)
+    fn settle_tag(&self, tag: u64, settlement: Settlement) -> BinderFuture<'_, BinderResult<()>> {
+        BinderFuture::ready(AckBatch::settle_tag(self, tag, settlement).map_err(broker))
     }
-}
 
-impl Settle for RabbitSettler {
-    fn settle(&self, settlement: Settlement) -> BinderFuture<'_, BinderResult<()>> {
-        if self.settled.swap(true, std::sync::atomic::Ordering::AcqRel) {
-            return BinderFuture::ready(Err(BinderError::Broker(format!(
-                "delivery {} is already settled",
-                self.tag
-            ))));
-        }
-        BinderFuture::ready(self.apply(settlement).map_err(broker))
-    }
-}
-
-impl Drop for RabbitSettler {
     /// A delivery nobody can settle any more goes back to the queue at once, rather than
     /// blocking the acks of the deliveries after it until the channel closes.
-    fn drop(&mut self) {
-        if !*self.settled.get_mut() {
-            let _ = self.apply(Settlement::Requeue);
-        }
+    fn release_tag(&self, tag: u64) {
+        let _ = AckBatch::settle_tag(self, tag, Settlement::Requeue);
     }
 }
 
 impl RabbitSubscription {
     /// The runtime's view of a delivery.
     fn inbound(&self, d: lapin::message::Delivery) -> Inbound {
-        let settler: Arc<dyn Settle> = if self.auto_ack {
-            Arc::new(AlreadySettled)
+        let settler = if self.auto_ack {
+            Settler::already_settled()
         } else {
-            Arc::new(RabbitSettler {
-                tag: d.delivery_tag,
-                acks: self.acks.clone(),
-                settled: Default::default(),
-            })
+            Settler::new(self.acks.clone(), d.delivery_tag)
         };
         Inbound::owned(
             convert::message(d.data, &d.properties),

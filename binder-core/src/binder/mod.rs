@@ -7,9 +7,11 @@
 
 mod acks;
 mod dead_letter;
+mod settler;
 
 pub use acks::{ACK_BATCH, AckCoalescer, ack_batch_for};
 pub use dead_letter::{ATTEMPTS_HEADER, DeadLetter, republish_headers};
+pub use settler::{SettleByTag, Settler};
 
 use std::fmt;
 use std::future::Future;
@@ -144,31 +146,6 @@ impl<T> fmt::Debug for BinderFuture<'_, T> {
     }
 }
 
-/// Settles one delivery; implemented by each binder.
-///
-/// A delivery is settled once: a second settlement is refused with an error, without
-/// touching the broker. A delivery whose last handle is dropped unsettled (a handler that
-/// panicked, a `next` future dropped before it was polled) goes back to its queue at once,
-/// as if requeued, so it can never hold up the acks of later deliveries.
-pub trait Settle: fmt::Debug + Send + Sync {
-    /// Applies the settlement. A binder may hold acks back to send several as one
-    /// (`multiple`); it sends them at the latest when its subscription next waits for a
-    /// delivery, on [`Subscription::flush`] and on [`Subscription::cancel`]. Requeues and
-    /// rejects are never held back.
-    fn settle(&self, settlement: Settlement) -> BinderFuture<'_, BinderResult<()>>;
-}
-
-/// The settler of a delivery the broker already forgot (auto-ack subscriptions): settling
-/// it does nothing.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct AlreadySettled;
-
-impl Settle for AlreadySettled {
-    fn settle(&self, _settlement: Settlement) -> BinderFuture<'_, BinderResult<()>> {
-        BinderFuture::ready(Ok(()))
-    }
-}
-
 /// What a delivery carries: the message and where it was published.
 ///
 /// Shared rather than copied: a binder that keeps the message until it is settled (the
@@ -210,23 +187,21 @@ impl Delivered for DeliveredMessage {
 }
 
 /// A delivery from a subscription.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct Inbound {
     /// The message and where it was published, shared with the binder.
     pub content: std::sync::Arc<dyn Delivered>,
     /// It was delivered before.
     pub redelivered: bool,
-    /// Settles it (a no-op for auto-ack subscriptions). Shared, so a `MANUAL` handler can
-    /// hold it while the runtime keeps it for the failure path.
-    pub settler: std::sync::Arc<dyn Settle>,
+    /// Settles it (a no-op for auto-ack subscriptions).
+    pub settler: Settler,
 }
 
 impl Inbound {
     /// A delivery of an owned message (see [`DeliveredMessage`]).
     ///
     /// ```
-    /// use std::sync::Arc;
-    /// use binder_core::binder::{AlreadySettled, Inbound};
+    /// use binder_core::binder::{Inbound, Settler};
     /// use binder_core::Message;
     ///
     /// let inbound = Inbound::owned(
@@ -234,7 +209,7 @@ impl Inbound {
     ///     "orders",
     ///     "orders",
     ///     false,
-    ///     Arc::new(AlreadySettled),
+    ///     Settler::already_settled(),
     /// );
     /// assert_eq!(&inbound.message().payload[..], b"hello");
     /// assert_eq!(inbound.exchange(), "orders");
@@ -244,7 +219,7 @@ impl Inbound {
         exchange: impl Into<String>,
         routing_key: impl Into<String>,
         redelivered: bool,
-        settler: std::sync::Arc<dyn Settle>,
+        settler: Settler,
     ) -> Self {
         Inbound {
             content: std::sync::Arc::new(DeliveredMessage {

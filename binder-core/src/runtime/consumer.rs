@@ -17,7 +17,7 @@ use super::output::OutputInner;
 use super::retry::BackOff;
 use super::trace;
 use crate::binder::{
-    BinderFuture, DeadLetter, Delivered, Inbound, Producer, Settle, Settlement, republish_headers,
+    BinderFuture, DeadLetter, Delivered, Inbound, Producer, Settlement, Settler, republish_headers,
 };
 use crate::codec::Codecs;
 use crate::config::{AcknowledgeMode, BindingConfig};
@@ -186,7 +186,7 @@ impl InputRuntime {
             binding: &self.name,
             content_type: &self.content_type,
             codecs: &self.codecs,
-            settler: self.manual().then_some(&pending.settler),
+            settler: pending.settler.shared(),
             context: &self.context,
         };
         let Outcome::Reply(body) = route.handler.call(call).await? else {
@@ -231,7 +231,12 @@ impl InputRuntime {
         Pending {
             content: inbound.content,
             redelivered: inbound.redelivered,
-            settler: inbound.settler,
+            // Shared only where a handler may keep it: no allocation per delivery otherwise.
+            settler: if self.manual() {
+                HeldSettler::Shared(Arc::new(inbound.settler))
+            } else {
+                HeldSettler::Owned(inbound.settler)
+            },
             span,
         }
     }
@@ -307,7 +312,7 @@ impl InputRuntime {
     ) -> BinderFuture<'a, ()> {
         match result {
             Ok(()) if self.auto_ack() || self.manual() => BinderFuture::ready(()),
-            Ok(()) => match pending.settler.settle(Settlement::Ack) {
+            Ok(()) => match pending.settler.get().settle(Settlement::Ack) {
                 BinderFuture::Ready(Some(Ok(()))) => BinderFuture::ready(()),
                 acked => BinderFuture::boxed(async move {
                     if let Err(e) = acked.await {
@@ -323,7 +328,7 @@ impl InputRuntime {
                 };
                 // Boxed: the failure pipeline's future is large and rarely needed.
                 BinderFuture::boxed(
-                    self.fail(pending.settler.as_ref(), failed)
+                    self.fail(pending.settler.get(), failed)
                         .instrument(pending.span.clone()),
                 )
             }
@@ -333,7 +338,7 @@ impl InputRuntime {
     /// The failure pipeline: republish to the DLX with diagnostics, or reject, or requeue.
     /// A republish that is not confirmed never loses the message: it is rejected into the
     /// queue's own dead-lettering instead (or requeued when the queue has none).
-    async fn fail(&self, settler: &dyn Settle, failed: FailedDelivery) {
+    async fn fail(&self, settler: &Settler, failed: FailedDelivery) {
         let rabbit = &self.config.rabbit_consumer;
         let action = if self.auto_ack() {
             FailureAction::Dropped
@@ -391,7 +396,7 @@ impl InputRuntime {
         }
     }
 
-    async fn settle(&self, settler: &dyn Settle, settlement: Settlement) -> FailureAction {
+    async fn settle(&self, settler: &Settler, settlement: Settlement) -> FailureAction {
         if let Err(e) = settler.settle(settlement).await {
             tracing::warn!(error = %e, ?settlement, "settling failed; the broker will redeliver");
         }
@@ -408,8 +413,32 @@ struct Pending {
     /// The message, shared with the binder (never copied on the way to the handler).
     content: Arc<dyn Delivered>,
     redelivered: bool,
-    settler: Arc<dyn Settle>,
+    settler: HeldSettler,
     span: tracing::Span,
+}
+
+/// A delivery's settler as the runtime holds it: shared only with a `MANUAL` handler, which
+/// may keep it beyond its call.
+enum HeldSettler {
+    Owned(Settler),
+    Shared(Arc<Settler>),
+}
+
+impl HeldSettler {
+    fn get(&self) -> &Settler {
+        match self {
+            HeldSettler::Owned(s) => s,
+            HeldSettler::Shared(s) => s,
+        }
+    }
+
+    /// The settler a `MANUAL` handler is given.
+    fn shared(&self) -> Option<&Arc<Settler>> {
+        match self {
+            HeldSettler::Owned(_) => None,
+            HeldSettler::Shared(s) => Some(s),
+        }
+    }
 }
 
 struct FailedDelivery {

@@ -8,7 +8,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::error::HandlerError;
-use crate::binder::{BinderResult, Settle, Settlement};
+use crate::binder::{BinderResult, Settlement, Settler};
 use crate::codec::{Codecs, DecodeError};
 use crate::message::Message;
 
@@ -28,7 +28,7 @@ pub struct Incoming {
     pub redelivered: bool,
     pub(crate) content_type: Arc<str>,
     pub(crate) codecs: Arc<Codecs>,
-    pub(crate) settler: Option<Arc<dyn Settle>>,
+    pub(crate) settler: Option<Arc<Settler>>,
     pub(crate) context: Arc<super::bindings::Context>,
 }
 
@@ -90,7 +90,7 @@ pub struct Call<'a> {
     pub(crate) binding: &'a Arc<str>,
     pub(crate) content_type: &'a Arc<str>,
     pub(crate) codecs: &'a Arc<Codecs>,
-    pub(crate) settler: Option<&'a Arc<dyn Settle>>,
+    pub(crate) settler: Option<&'a Arc<Settler>>,
     pub(crate) context: &'a Arc<super::bindings::Context>,
 }
 
