@@ -148,15 +148,10 @@ impl Exchange {
             ExchangeKind::Fanout => {
                 out.extend(self.bindings.iter().filter_map(|b| queue(&b.target)))
             }
-            ExchangeKind::Topic => {
-                let words = TopicKey::new(routing_key);
-                out.extend(
-                    self.bindings
-                        .iter()
-                        .filter(|b| b.topic.as_ref().is_some_and(|t| t.matches_key(&words)))
-                        .filter_map(|b| queue(&b.target)),
-                )
-            }
+            ExchangeKind::Topic => out.extend(
+                self.topic_matches(routing_key)
+                    .filter_map(|b| queue(&b.target)),
+            ),
             ExchangeKind::Headers => out.extend(
                 self.bindings
                     .iter()
@@ -164,6 +159,18 @@ impl Exchange {
                     .filter_map(|b| queue(&b.target)),
             ),
         }
+    }
+
+    /// The bindings of a topic exchange that `routing_key` matches. The key is split into
+    /// words once, and only if a binding needs them (`#` matches without).
+    fn topic_matches<'a>(&'a self, routing_key: &'a str) -> impl Iterator<Item = &'a Binding> {
+        let mut words: Option<TopicKey<'a>> = None;
+        self.bindings.iter().filter(move |b| {
+            b.topic.as_ref().is_some_and(|t| {
+                t.matches_all()
+                    || t.matches_key(words.get_or_insert_with(|| TopicKey::new(routing_key)))
+            })
+        })
     }
 
     /// The binding targets a message matches.
@@ -176,13 +183,7 @@ impl Exchange {
             }
             ExchangeKind::Fanout => out.extend(self.bindings.iter().map(|b| b.target.clone())),
             ExchangeKind::Topic => {
-                let words = TopicKey::new(routing_key);
-                out.extend(
-                    self.bindings
-                        .iter()
-                        .filter(|b| b.topic.as_ref().is_some_and(|t| t.matches_key(&words)))
-                        .map(|b| b.target.clone()),
-                )
+                out.extend(self.topic_matches(routing_key).map(|b| b.target.clone()))
             }
             ExchangeKind::Headers => out.extend(
                 self.bindings

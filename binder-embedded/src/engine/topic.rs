@@ -33,6 +33,12 @@ impl TopicPattern {
         TopicPattern { words }
     }
 
+    /// Whether every routing key matches (`#`, the pattern Spring Cloud Stream binds group
+    /// queues with): no need to split the key.
+    pub(crate) fn matches_all(&self) -> bool {
+        matches!(self.words.as_slice(), [Word::Many])
+    }
+
     /// Whether `routing_key` matches. Runs in O(pattern × key) without allocation.
     pub(crate) fn matches(&self, routing_key: &str) -> bool {
         self.matches_key(&TopicKey::new(routing_key))
@@ -148,6 +154,15 @@ mod tests {
         assert!(!m("*", "a.b"));
         assert!(!m("*", ""), "the empty key has no words");
         assert!(m("*.*", "."), "`.` is two empty words");
+    }
+
+    #[test]
+    fn only_a_lone_hash_matches_all_without_splitting() {
+        assert!(TopicPattern::new("#").matches_all());
+        assert!(TopicPattern::new("#.#").matches_all(), "collapsed to `#`");
+        for p in ["#.a", "*", "a.#", ""] {
+            assert!(!TopicPattern::new(p).matches_all(), "{p}");
+        }
     }
 
     #[test]
