@@ -105,6 +105,9 @@ enum Entry {
 #[derive(Debug, Clone)]
 pub struct Codecs {
     by_type: BTreeMap<String, Entry>,
+    /// `application/json` is still the built-in JSON codec (no codec registered over it):
+    /// the default content type then resolves without a lookup.
+    builtin_json: bool,
 }
 
 impl Default for Codecs {
@@ -117,7 +120,10 @@ impl Default for Codecs {
         .into_iter()
         .map(|(k, v)| (k.to_owned(), v))
         .collect();
-        Codecs { by_type }
+        Codecs {
+            by_type,
+            builtin_json: true,
+        }
     }
 }
 
@@ -168,6 +174,9 @@ impl Codecs {
     /// Adds or replaces the codec for its content type.
     pub fn register(&mut self, codec: impl Codec) {
         let key = media_type(codec.content_type());
+        if key == DEFAULT_CONTENT_TYPE {
+            self.builtin_json = false;
+        }
         self.by_type.insert(key, Entry::Custom(Arc::new(codec)));
     }
 
@@ -177,6 +186,9 @@ impl Codecs {
     }
 
     fn entry(&self, content_type: &str) -> Option<&Entry> {
+        if self.builtin_json && content_type == DEFAULT_CONTENT_TYPE {
+            return Some(&Entry::Json);
+        }
         let media = media(content_type);
         if let Some(entry) = self.by_type.get(media.as_ref()) {
             return Some(entry);
@@ -368,6 +380,43 @@ mod tests {
         assert_eq!(encoded.len(), large.len() + 2);
         let small = codecs.encode("application/json", &1u8).unwrap();
         assert_eq!(&small[..], b"1");
+    }
+
+    /// Pretty-printed JSON, registered over the built-in `application/json`.
+    #[derive(Debug)]
+    struct PrettyJson;
+
+    impl Codec for PrettyJson {
+        fn content_type(&self) -> &str {
+            "Application/JSON"
+        }
+        fn encode(&self, value: &dyn erased_serde::Serialize) -> Result<Vec<u8>, String> {
+            serde_json::to_vec_pretty(value).map_err(|e| e.to_string())
+        }
+        fn decode(
+            &self,
+            bytes: &[u8],
+            sink: &mut dyn FnMut(
+                &mut dyn erased_serde::Deserializer<'_>,
+            ) -> Result<(), erased_serde::Error>,
+        ) -> Result<(), String> {
+            let mut de = serde_json::Deserializer::from_slice(bytes);
+            sink(&mut <dyn erased_serde::Deserializer>::erase(&mut de)).map_err(|e| e.to_string())
+        }
+    }
+
+    #[test]
+    fn a_codec_registered_for_json_replaces_the_built_in_one() {
+        let mut codecs = Codecs::default();
+        let order = Order {
+            id: 1,
+            sku: "A".into(),
+        };
+        let compact = codecs.encode(DEFAULT_CONTENT_TYPE, &order).unwrap();
+        assert!(!compact.contains(&b'\n'));
+        codecs.register(PrettyJson);
+        let pretty = codecs.encode(DEFAULT_CONTENT_TYPE, &order).unwrap();
+        assert!(pretty.contains(&b'\n'), "the registered codec encodes");
     }
 
     #[test]
