@@ -401,7 +401,8 @@ mod tests {
             ) -> Result<(), erased_serde::Error>,
         ) -> Result<(), String> {
             let mut de = serde_json::Deserializer::from_slice(bytes);
-            sink(&mut <dyn erased_serde::Deserializer>::erase(&mut de)).map_err(|e| e.to_string())
+            sink(&mut <dyn erased_serde::Deserializer<'_>>::erase(&mut de))
+                .map_err(|e| e.to_string())
         }
     }
 
