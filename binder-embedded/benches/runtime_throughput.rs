@@ -24,8 +24,11 @@
 //! 5. `app sends only` and 6. `app handler only` — where the time goes: the app of scenario 3
 //!    with its input binding stopped; one sender fills the group queue with nobody consuming
 //!    (5 times that), then the binding starts and drains it (6 times that). Each side then
-//!    has a core to itself; 3 is slower than both because they share two cores and the
-//!    engine's lock.
+//!    has a core to itself. 3 can beat 6: there the handler reads messages the sender has
+//!    just written, still in cache, while 6 drains a queue of 100 000 written long before.
+//!    3 also depends on how the host runs the machine's two vCPUs: on some runs both
+//!    threads get half speed, and 2, 3 and 4 (two busy threads) drop by half while 1, 5 and
+//!    6 (one busy thread; the baseline's two tasks mostly share one worker) do not move.
 //!
 //! A run's time goes from spawning the producer task(s) to the consumer having received
 //! every message (for the app, to the handler having counted the last one; its ack follows).

@@ -1,9 +1,13 @@
 //! The binder SPI: what a middleware must offer so the runtime can carry messages over it.
 //!
 //! A binder applies a [`TopologyPlan`], opens [`Producer`]s that publish with confirms, and
-//! opens [`Subscription`]s whose deliveries are settled explicitly. Everything the runtime does
-//! (retries, dead-lettering, lifecycle) is built on these few operations, so a new binder only
-//! implements them; the conformance kit checks that it does so faithfully.
+//! opens [`Subscription`]s whose deliveries are settled explicitly. A delivery
+//! ([`Inbound`]) shares its message with the binder ([`Delivered`]: no copy per delivery)
+//! and carries a [`Settler`], which settles it once through the subscription's
+//! [`SettleByTag`] (no allocation per delivery) and puts it back in its queue if it is
+//! dropped unsettled. Everything the runtime does (retries, dead-lettering, lifecycle) is
+//! built on these few operations, so a new binder only implements them; the conformance kit
+//! checks that it does so faithfully.
 
 mod acks;
 mod dead_letter;
@@ -254,7 +258,7 @@ pub trait Subscription: fmt::Debug + Send {
     /// The next delivery; `None` once cancelled. Cancel-safe: dropping the future loses no
     /// delivery. Ready at once when a delivery is already buffered.
     fn next(&mut self) -> BinderFuture<'_, Option<Inbound>>;
-    /// Sends the settlements held back for batching (see [`Settle::settle`]). The runtime
+    /// Sends the settlements held back for batching (see [`SettleByTag::settle_tag`]). The runtime
     /// calls it before it stops taking deliveries for a while (a pause, a handler that
     /// waits); the default has nothing to send.
     async fn flush(&mut self) -> BinderResult<()> {
