@@ -5,8 +5,8 @@ use std::sync::{Arc, LazyLock};
 
 use async_trait::async_trait;
 use binder_core::binder::{
-    AckCoalescer, Binder, BinderError, BinderFuture, BinderRegistration, BinderResult, Delivered,
-    Inbound, Producer, ProducerSpec, QueueInfo, SettleByTag, Settlement, Settler, Subscription,
+    AckCoalescer, Binder, BinderError, BinderFuture, BinderRegistration, BinderResult, Inbound,
+    Producer, ProducerSpec, QueueInfo, SettleByTag, Settlement, Settler, Subscription,
     SubscriptionSpec,
 };
 use binder_core::message::Message;
@@ -14,7 +14,7 @@ use binder_core::topology::{DestinationType, TopologyPlan};
 
 use crate::engine::{
     AmqpError, AmqpResult, Broker, Channel, Connection, ConsumeOptions, Consumer, Delivery,
-    ExchangeOptions, PublishOptions, PublishOutcome, Published, QueueOptions, TryPublish,
+    ExchangeOptions, PublishOptions, PublishOutcome, QueueOptions, TryPublish,
 };
 
 /// The broker every `embedded` binder created from configuration shares, so services in one
@@ -198,22 +198,6 @@ impl Binder for EmbeddedBinder {
             .unwrap_or_else(|p| p.into_inner())
             .take();
         drop(conn);
-    }
-}
-
-/// The runtime reads a delivery straight from the engine's copy of the message, which the
-/// engine keeps anyway until the delivery is settled.
-impl Delivered for Published {
-    fn message(&self) -> &Message {
-        &self.message
-    }
-
-    fn exchange(&self) -> &str {
-        &self.exchange
-    }
-
-    fn routing_key(&self) -> &str {
-        &self.routing_key
     }
 }
 

@@ -2,7 +2,7 @@
 //!
 //! A binder applies a [`TopologyPlan`], opens [`Producer`]s that publish with confirms, and
 //! opens [`Subscription`]s whose deliveries are settled explicitly. A delivery
-//! ([`Inbound`]) shares its message with the binder ([`Delivered`]: no copy per delivery)
+//! ([`Inbound`]) shares its message with the binder ([`Published`]: no copy per delivery)
 //! and carries a [`Settler`], which settles it once through the subscription's
 //! [`SettleByTag`] (no allocation per delivery) and puts it back in its queue if it is
 //! dropped unsettled. Everything the runtime does (retries, dead-lettering, lifecycle) is
@@ -150,51 +150,26 @@ impl<T> fmt::Debug for BinderFuture<'_, T> {
     }
 }
 
-/// What a delivery carries: the message and where it was published.
+/// A message as it was published: where it was sent and what it carries.
 ///
-/// Shared rather than copied: a binder that keeps the message until it is settled (the
-/// embedded engine, which redelivers it after a requeue) hands the runtime a reference to its
-/// own copy, so a delivery costs no copy of the message. Binders that build the message per
-/// delivery use [`DeliveredMessage`].
-pub trait Delivered: fmt::Debug + Send + Sync {
-    /// The message.
-    fn message(&self) -> &Message;
-    /// The exchange it was published to.
-    fn exchange(&self) -> &str;
-    /// The routing key it was published with.
-    fn routing_key(&self) -> &str;
-}
-
-/// A delivery's content, owned: for binders that build the message per delivery.
+/// A delivery shares it with the binder ([`Inbound::content`]) rather than copying it: the
+/// embedded engine keeps this very record until the delivery is settled (to redeliver it
+/// after a requeue) and routes it to every queue by reference.
 #[derive(Debug, Clone, PartialEq)]
-pub struct DeliveredMessage {
+pub struct Published {
+    /// The exchange it was published to.
+    pub exchange: std::sync::Arc<str>,
+    /// The routing key it was published with.
+    pub routing_key: std::sync::Arc<str>,
     /// The message.
     pub message: Message,
-    /// The exchange it was published to.
-    pub exchange: String,
-    /// The routing key it was published with.
-    pub routing_key: String,
-}
-
-impl Delivered for DeliveredMessage {
-    fn message(&self) -> &Message {
-        &self.message
-    }
-
-    fn exchange(&self) -> &str {
-        &self.exchange
-    }
-
-    fn routing_key(&self) -> &str {
-        &self.routing_key
-    }
 }
 
 /// A delivery from a subscription.
 #[derive(Debug)]
 pub struct Inbound {
     /// The message and where it was published, shared with the binder.
-    pub content: std::sync::Arc<dyn Delivered>,
+    pub content: std::sync::Arc<Published>,
     /// It was delivered before.
     pub redelivered: bool,
     /// Settles it (a no-op for auto-ack subscriptions).
@@ -202,7 +177,7 @@ pub struct Inbound {
 }
 
 impl Inbound {
-    /// A delivery of an owned message (see [`DeliveredMessage`]).
+    /// A delivery of a message the binder does not keep (its own copy is the delivery's).
     ///
     /// ```
     /// use binder_core::binder::{Inbound, Settler};
@@ -220,13 +195,13 @@ impl Inbound {
     /// ```
     pub fn owned(
         message: Message,
-        exchange: impl Into<String>,
-        routing_key: impl Into<String>,
+        exchange: impl Into<std::sync::Arc<str>>,
+        routing_key: impl Into<std::sync::Arc<str>>,
         redelivered: bool,
         settler: Settler,
     ) -> Self {
         Inbound {
-            content: std::sync::Arc::new(DeliveredMessage {
+            content: std::sync::Arc::new(Published {
                 message,
                 exchange: exchange.into(),
                 routing_key: routing_key.into(),
@@ -238,17 +213,17 @@ impl Inbound {
 
     /// The message.
     pub fn message(&self) -> &Message {
-        self.content.message()
+        &self.content.message
     }
 
     /// The exchange it was published to.
     pub fn exchange(&self) -> &str {
-        self.content.exchange()
+        &self.content.exchange
     }
 
     /// The routing key it was published with.
     pub fn routing_key(&self) -> &str {
-        self.content.routing_key()
+        &self.content.routing_key
     }
 }
 

@@ -17,7 +17,7 @@ use super::output::OutputInner;
 use super::retry::BackOff;
 use super::trace;
 use crate::binder::{
-    BinderFuture, DeadLetter, Delivered, Inbound, Producer, Settlement, Settler, republish_headers,
+    BinderFuture, DeadLetter, Inbound, Producer, Published, Settlement, Settler, republish_headers,
 };
 use crate::codec::Codecs;
 use crate::config::{AcknowledgeMode, BindingConfig};
@@ -170,14 +170,14 @@ impl InputRuntime {
         attempt: u32,
     ) -> impl Future<Output = Result<(), HandlerError>> + 'a {
         let guarded = AssertUnwindSafe(self.attempt_unguarded(pending, attempt)).catch_unwind();
-        trace::scope(pending.content.message(), guarded).map(|outcome| match outcome {
+        trace::scope(&pending.content.message, guarded).map(|outcome| match outcome {
             Ok(result) => result,
             Err(panic) => Err(HandlerError::panic(panic_text(&*panic))),
         })
     }
 
     async fn attempt_unguarded(&self, pending: &Pending, attempt: u32) -> Result<(), HandlerError> {
-        let message = pending.content.message();
+        let message = &pending.content.message;
         let route = self.route(message)?;
         let call = Call {
             message,
@@ -347,14 +347,14 @@ impl InputRuntime {
             rabbit.common.auto_bind_dlq,
             &self.dead_letter,
         ) {
-            let mut copy = failed.content.message().clone();
+            let mut copy = failed.content.message.clone();
             republish_headers(
                 &mut copy,
                 &DeadLetter {
                     reason: failed.error.message().to_owned(),
                     trace: failed.error.trace().to_owned(),
-                    original_exchange: failed.content.exchange().to_owned(),
-                    original_routing_key: failed.content.routing_key().to_owned(),
+                    original_exchange: failed.content.exchange.to_string(),
+                    original_routing_key: failed.content.routing_key.to_string(),
                     attempts: failed.attempts,
                 },
                 FRAME_MAX.saturating_sub(rabbit.frame_max_headroom as usize),
@@ -389,7 +389,7 @@ impl InputRuntime {
                 error: failed.error,
                 attempts: failed.attempts,
                 action,
-                message: failed.content.message().clone(),
+                message: failed.content.message.clone(),
             };
             // The hook only observes; a panic in it must not stop the binding.
             let _ = std::panic::catch_unwind(AssertUnwindSafe(|| hook(&report)));
@@ -411,7 +411,7 @@ impl InputRuntime {
 /// A delivery being handled: what its attempts and its settlement need.
 struct Pending {
     /// The message, shared with the binder (never copied on the way to the handler).
-    content: Arc<dyn Delivered>,
+    content: Arc<Published>,
     redelivered: bool,
     settler: HeldSettler,
     span: tracing::Span,
@@ -442,7 +442,7 @@ impl HeldSettler {
 }
 
 struct FailedDelivery {
-    content: Arc<dyn Delivered>,
+    content: Arc<Published>,
     error: HandlerError,
     attempts: u32,
 }

@@ -10,16 +10,9 @@ use super::error::AmqpError;
 pub use binder_core::config::ExchangeType as ExchangeKind;
 
 /// A message as published: where it was sent and what it carries. Shared (`Arc`) between the
-/// queues it was routed to.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Published {
-    /// The exchange it was published to (shared with the exchange's own name).
-    pub exchange: Arc<str>,
-    /// The routing key it was published with.
-    pub routing_key: Arc<str>,
-    /// The message.
-    pub message: Message,
-}
+/// queues it was routed to, and with the deliveries handed to the runtime (binder-core's
+/// record, so that a delivery needs no copy).
+pub use binder_core::binder::Published;
 
 /// `exchange.declare` flags.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
