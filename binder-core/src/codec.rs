@@ -350,6 +350,13 @@ mod tests {
         sku: String,
     }
 
+    fn order_7() -> Order {
+        Order {
+            id: 7,
+            sku: "A-1".into(),
+        }
+    }
+
     /// Serializes as the JSON encoding of its inner value, as a string: encoding it encodes
     /// inside an encode, on the same thread.
     struct Nested(Order);
@@ -366,10 +373,7 @@ mod tests {
     #[test]
     fn json_encoding_works_nested_and_after_a_large_value() {
         let codecs = Codecs::default();
-        let order = Order {
-            id: 7,
-            sku: "A-1".into(),
-        };
+        let order = order_7();
         let nested = codecs
             .encode("application/json", &Nested(order))
             .expect("a nested encode does not clash with the outer one");
@@ -409,10 +413,7 @@ mod tests {
     #[test]
     fn a_codec_registered_for_json_replaces_the_built_in_one() {
         let mut codecs = Codecs::default();
-        let order = Order {
-            id: 1,
-            sku: "A".into(),
-        };
+        let order = order_7();
         let compact = codecs.encode(DEFAULT_CONTENT_TYPE, &order).unwrap();
         assert!(!compact.contains(&b'\n'));
         codecs.register(PrettyJson);
@@ -423,10 +424,7 @@ mod tests {
     #[test]
     fn json_is_the_default_and_round_trips() {
         let codecs = Codecs::default();
-        let order = Order {
-            id: 7,
-            sku: "A-1".into(),
-        };
+        let order = order_7();
         let bytes = codecs.encode(DEFAULT_CONTENT_TYPE, &order).unwrap();
         let msg = Message::new(bytes);
         let back: Order = codecs.decode(&msg, DEFAULT_CONTENT_TYPE).unwrap();
