@@ -144,30 +144,37 @@ fn media(content_type: &str) -> std::borrow::Cow<'_, str> {
     }
 }
 
-/// A per-thread buffer JSON is written into before it is copied into a payload of exactly
-/// its size. Writing straight into a payload would leave it with spare capacity, and `Bytes`
-/// then allocates a second block to track it; an exact one is adopted as it is.
+/// The largest scratch buffer a thread keeps between encodes (see [`encode_json`]).
 const JSON_SCRATCH_KEPT: usize = 64 * 1024;
 
 thread_local! {
+    /// Where this thread writes JSON before copying it into a payload.
     static JSON_SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
-/// JSON encoding into a payload with no spare capacity (one allocation per message).
+/// JSON encoding into a payload with no spare capacity: one allocation per message.
+///
+/// The JSON is written into a per-thread buffer, then copied into a payload of exactly its
+/// size. Written straight into a payload, it would leave spare capacity, and `Bytes` then
+/// allocates a second block to track it; an exact one is adopted as it is.
 fn encode_json<T: Serialize + ?Sized>(value: &T) -> serde_json::Result<Bytes> {
-    JSON_SCRATCH.with(|scratch| {
-        // A re-entrant call (a `Serialize` impl that encodes with us) gets its own buffer.
-        let Ok(mut buf) = scratch.try_borrow_mut() else {
-            return serde_json::to_vec(value).map(|v| Bytes::from(v.into_boxed_slice()));
-        };
-        buf.clear();
-        let written = serde_json::to_writer(&mut *buf, value);
-        let payload = written.map(|()| Bytes::from(buf.to_vec()));
-        if buf.capacity() > JSON_SCRATCH_KEPT {
-            *buf = Vec::new();
-        }
-        payload
-    })
+    let direct = || serde_json::to_vec(value).map(|v| Bytes::from(v.into_boxed_slice()));
+    JSON_SCRATCH
+        .try_with(|scratch| {
+            // A re-entrant call (a `Serialize` impl that encodes with us) gets its own buffer.
+            let Ok(mut buf) = scratch.try_borrow_mut() else {
+                return direct();
+            };
+            buf.clear();
+            let written = serde_json::to_writer(&mut *buf, value);
+            let payload = written.map(|()| Bytes::from(buf.to_vec()));
+            if buf.capacity() > JSON_SCRATCH_KEPT {
+                *buf = Vec::new();
+            }
+            payload
+        })
+        // The thread is exiting and its buffer is gone.
+        .unwrap_or_else(|_| direct())
 }
 
 impl Codecs {

@@ -460,7 +460,7 @@ impl AckBatch {
     /// order), on the channel itself: a delivery's `Acker` goes through lapin's internal
     /// queue, so its frame could follow an ack sent after it. Nothing waits for a write:
     /// waiting for each ack cost half the consumer's throughput.
-    fn settle_tag(&self, tag: u64, settlement: Settlement) -> Result<(), lapin::Error> {
+    fn apply(&self, tag: u64, settlement: Settlement) -> Result<(), lapin::Error> {
         let channel = &self.channel.0;
         self.lock().apply(
             tag,
@@ -496,13 +496,13 @@ impl SettleByTag for AckBatch {
     /// them. Nothing waits for a write: waiting for each ack cost half the consumer's
     /// throughput.
     fn settle_tag(&self, tag: u64, settlement: Settlement) -> BinderFuture<'_, BinderResult<()>> {
-        BinderFuture::ready(AckBatch::settle_tag(self, tag, settlement).map_err(broker))
+        BinderFuture::ready(self.apply(tag, settlement).map_err(broker))
     }
 
     /// A delivery nobody can settle any more goes back to the queue at once, rather than
     /// blocking the acks of the deliveries after it until the channel closes.
     fn release_tag(&self, tag: u64) {
-        let _ = AckBatch::settle_tag(self, tag, Settlement::Requeue);
+        let _ = self.apply(tag, Settlement::Requeue);
     }
 }
 
@@ -594,7 +594,7 @@ impl Subscription for RabbitSubscription {
         // first, so they keep their order at its head).
         for d in self.ready.drain(..).rev() {
             if !self.auto_ack {
-                let _ = self.acks.settle_tag(d.delivery_tag, Settlement::Requeue);
+                let _ = self.acks.apply(d.delivery_tag, Settlement::Requeue);
             }
         }
         self.acks.flush().map_err(broker)?;

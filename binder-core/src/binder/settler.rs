@@ -16,6 +16,11 @@ pub trait SettleByTag: fmt::Debug + Send + Sync {
     /// a delivery, on [`Subscription::flush`](super::Subscription::flush) and on
     /// [`Subscription::cancel`](super::Subscription::cancel). Requeues and rejects are never
     /// held back. [`Settler`] calls it at most once per delivery.
+    ///
+    /// The settlement takes effect when this is called (queued for the broker, or held
+    /// back as above); the returned future only reports how it went, and may be dropped
+    /// unpolled. [`Settler`] counts the delivery as settled from the call on, so a binder
+    /// that waited for the first poll to act could leave it neither settled nor released.
     fn settle_tag(&self, tag: u64, settlement: Settlement) -> BinderFuture<'_, BinderResult<()>>;
 
     /// Puts delivery `tag`, never settled and now out of reach (its [`Settler`] was

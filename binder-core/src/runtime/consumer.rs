@@ -410,7 +410,8 @@ impl InputRuntime {
 
 /// A delivery being handled: what its attempts and its settlement need.
 struct Pending {
-    /// The message, shared with the binder (never copied on the way to the handler).
+    /// The message, shared with the binder: a payload handler decodes from it in place
+    /// (an `Incoming` handler gets its own copy).
     content: Arc<Published>,
     redelivered: bool,
     settler: HeldSettler,
