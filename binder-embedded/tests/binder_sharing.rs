@@ -33,13 +33,7 @@ async fn a_held_delivery_is_unchanged_by_its_redelivery_and_dead_lettering() {
     );
     let binder = EmbeddedBinder::new(broker.clone());
     let mut sub = binder
-        .subscribe(SubscriptionSpec {
-            queue: "held".into(),
-            prefetch: 10,
-            auto_ack: false,
-            exclusive: false,
-            consumer_tag: None,
-        })
+        .subscribe(SubscriptionSpec::manual_ack("held", 10))
         .await
         .unwrap();
     let published = msg("order 1").with_header("k", "v");

@@ -291,13 +291,7 @@ async fn the_binder_holds_acks_for_its_batch_and_sends_them_on_flush_wait_and_ca
         common::publish(&publisher, "", "held", &n.to_string()).await;
     }
     let mut sub = binder
-        .subscribe(SubscriptionSpec {
-            queue: "held".into(),
-            prefetch: 10,
-            auto_ack: false,
-            exclusive: false,
-            consumer_tag: None,
-        })
+        .subscribe(SubscriptionSpec::manual_ack("held", 10))
         .await
         .unwrap();
     let unacked = || broker.queue_unacked("held").unwrap();

@@ -54,13 +54,7 @@ async fn held_acks_are_sent_on_flush() {
     // A binder of its own, so that closing it drops only this subscription's connection.
     let binder = common::binder().await.unwrap();
     let mut sub = binder
-        .subscribe(SubscriptionSpec {
-            queue: queue.clone(),
-            prefetch: 10,
-            auto_ack: false,
-            exclusive: false,
-            consumer_tag: None,
-        })
+        .subscribe(SubscriptionSpec::manual_ack(queue.as_str(), 10))
         .await
         .unwrap();
     let mut deliveries = Vec::new();

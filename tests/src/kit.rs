@@ -106,13 +106,7 @@ impl Env {
     /// Subscribes to a queue directly through the SPI.
     pub async fn subscribe(&self, queue: &str, prefetch: u16) -> Box<dyn Subscription> {
         self.binder
-            .subscribe(SubscriptionSpec {
-                queue: queue.to_owned(),
-                prefetch,
-                auto_ack: false,
-                exclusive: false,
-                consumer_tag: None,
-            })
+            .subscribe(SubscriptionSpec::manual_ack(queue, prefetch))
             .await
             .unwrap_or_else(|e| panic!("subscribe {queue}: {e}"))
     }

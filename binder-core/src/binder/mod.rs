@@ -92,6 +92,20 @@ pub struct SubscriptionSpec {
     pub consumer_tag: Option<String>,
 }
 
+impl SubscriptionSpec {
+    /// Manual acknowledgement of `queue` with `prefetch` deliveries at most unsettled, not
+    /// exclusive, with a broker-generated consumer tag.
+    pub fn manual_ack(queue: impl Into<String>, prefetch: u16) -> Self {
+        SubscriptionSpec {
+            queue: queue.into(),
+            prefetch,
+            auto_ack: false,
+            exclusive: false,
+            consumer_tag: None,
+        }
+    }
+}
+
 /// How a delivery is settled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Settlement {
