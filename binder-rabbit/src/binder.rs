@@ -523,6 +523,17 @@ impl RabbitSubscription {
         )
     }
 
+    /// Sends the held-back acks and requeues the deliveries taken from lapin but not yet
+    /// handed out (last first, so they keep their order at the queue's head).
+    fn give_back_ready(&mut self) -> Result<(), lapin::Error> {
+        for d in self.ready.drain(..).rev() {
+            if !self.auto_ack {
+                let _ = self.acks.apply(d.delivery_tag, Settlement::Requeue);
+            }
+        }
+        self.acks.flush()
+    }
+
     /// Waits for a delivery, then takes along whatever lapin has already buffered (up to
     /// 256), so that the acks of the batch go out together; false once the consumer ended.
     async fn refill(&mut self) -> bool {
@@ -570,6 +581,35 @@ impl RabbitSubscription {
     }
 }
 
+/// A subscription dropped without `cancel` (its task was aborted, its owner panicked):
+/// acks and requeues go out as in `cancel`, then the consumer is cancelled *before* the
+/// channel closes. Left to lapin, a dropped consumer is cancelled on a task of its own that
+/// races the channel's close; when the close wins, lapin reports the failed cancel as a
+/// connection error, which fails every producer and subscription sharing the connection.
+impl Drop for RabbitSubscription {
+    fn drop(&mut self) {
+        let Some(consumer) = self.consumer.take() else {
+            return;
+        };
+        let _ = self.give_back_ready();
+        // Without a runtime the channel guard does not close the channel either, so lapin's
+        // own cancel has nothing to race.
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            let channel = self.channel.clone();
+            rt.spawn(async move {
+                let _ = channel
+                    .0
+                    .basic_cancel(consumer.tag(), BasicCancelOptions::default())
+                    .await;
+                // Cancelling: dropping the consumer now sends nothing more, and the channel
+                // closes when its last handle (this one, or an unsettled delivery's) goes.
+                drop(consumer);
+                drop(channel);
+            });
+        }
+    }
+}
+
 #[async_trait]
 impl Subscription for RabbitSubscription {
     fn next(&mut self) -> BinderFuture<'_, Option<Inbound>> {
@@ -590,14 +630,7 @@ impl Subscription for RabbitSubscription {
     }
 
     async fn cancel(&mut self) -> BinderResult<()> {
-        // Deliveries taken from lapin but not yet handed out go back to the queue (last
-        // first, so they keep their order at its head).
-        for d in self.ready.drain(..).rev() {
-            if !self.auto_ack {
-                let _ = self.acks.apply(d.delivery_tag, Settlement::Requeue);
-            }
-        }
-        self.acks.flush().map_err(broker)?;
+        self.give_back_ready().map_err(broker)?;
         if let Some(c) = self.consumer.take() {
             self.channel
                 .0
