@@ -592,8 +592,8 @@ impl Drop for RabbitSubscription {
             return;
         };
         let _ = self.give_back_ready();
-        // Without a runtime the channel guard does not close the channel either, so lapin's
-        // own cancel has nothing to race.
+        // Outside a runtime (the process is ending) nothing can be awaited: the consumer goes
+        // with the subscription, and lapin cancels it as before.
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             let channel = self.channel.clone();
             rt.spawn(async move {
