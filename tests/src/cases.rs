@@ -551,6 +551,63 @@ pub async fn unacked_messages_of_a_closed_consumer_are_redelivered(env: &Env) {
     survivor.cancel().await.unwrap();
 }
 
+/// Consumers that die without cancelling (a task aborted, a panic) give their deliveries back
+/// and leave the binder working for everyone else on it: after each death, a confirmed publish
+/// on the same binder succeeds and the next consumer gets every message again. Many deaths,
+/// because the failure this guards against was a race: on RabbitMQ, lapin's cancel of a
+/// dropped consumer raced the close of its channel, and a lost race (one drop in a few
+/// hundred) failed the whole shared connection.
+pub async fn crashed_consumers_leave_the_binder_working(env: &Env) {
+    let seeded = ["0", "1", "2", "3", "4"];
+    let queue = &env
+        .seeded_queue(
+            "spring.cloud.stream.bindings.in: {destination: '{p}drops', group: g}",
+            &seeded,
+        )
+        .await;
+    // The default exchange routes by queue name on both binders.
+    let producer = env
+        .binder
+        .producer(binder_core::binder::ProducerSpec {
+            exchange: String::new(),
+            delivery_mode: DeliveryMode::Persistent,
+        })
+        .await
+        .unwrap();
+    for round in 0..500 {
+        // One consumer per message (prefetch 1), all dying at once: five races per round.
+        let mut crashing = Vec::new();
+        for _ in 0..seeded.len() {
+            let mut sub = env.subscribe(queue, 1).await;
+            let held = next(&mut sub).await;
+            crashing.push((sub, held));
+        }
+        drop(crashing);
+        let probe = format!("probe {round}");
+        producer
+            .publish(queue, Message::new(probe.clone()))
+            .await
+            .unwrap_or_else(|e| panic!("round {round}: publish after a consumer died: {e}"));
+        let mut survivor = env.subscribe(queue, 10).await;
+        let mut texts = BTreeSet::new();
+        for _ in 0..=seeded.len() {
+            let d = next(&mut survivor).await;
+            let text = String::from_utf8(d.message().payload.to_vec()).unwrap();
+            if text == probe {
+                d.settler.settle(Settlement::Ack).await.unwrap();
+            } else {
+                assert!(d.redelivered, "round {round}: `{text}` redelivered");
+                d.settler.settle(Settlement::Requeue).await.unwrap();
+            }
+            texts.insert(text);
+        }
+        let mut expected: BTreeSet<String> = seeded.iter().map(|s| s.to_string()).collect();
+        expected.insert(probe);
+        assert_eq!(texts, expected, "round {round}");
+        survivor.cancel().await.unwrap();
+    }
+}
+
 /// A producer closed after N confirmed sends: all N are consumable.
 pub async fn confirmed_messages_survive_the_producer(env: &Env) {
     let yaml = "spring.cloud.stream.bindings.out: {destination: '{p}conf', producer: {requiredGroups: [g]}}";

@@ -252,6 +252,7 @@ macro_rules! conformance_suite {
             prefetch_bounds_unsettled_deliveries,
             order_is_kept_with_one_consumer,
             unacked_messages_of_a_closed_consumer_are_redelivered,
+            crashed_consumers_leave_the_binder_working,
             confirmed_messages_survive_the_producer,
             concurrent_bind_and_unbind_lose_nothing,
             pause_resume_stop_start,
