@@ -62,7 +62,43 @@ pub struct RabbitBinder {
 #[derive(Debug)]
 struct Link {
     settings: RabbitSettings,
-    connection: Mutex<Option<Arc<Connection>>>,
+    connection: Mutex<Option<Arc<LinkConnection>>>,
+}
+
+/// A connection the binder opened. New channels go on it until it is lost or retired; each
+/// channel keeps it open, and once the binder and the last channel have let go of it, it is
+/// closed. (lapin alone would keep it open for as long as it remembers a channel that failed
+/// to open on it, which is for good.)
+#[derive(Debug)]
+struct LinkConnection(Arc<Connection>);
+
+impl Drop for LinkConnection {
+    fn drop(&mut self) {
+        if !self.0.status().connected() {
+            return;
+        }
+        let connection = self.0.clone();
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                let _ = connection.close(200, ShortString::from("OK")).await;
+            });
+        }
+    }
+}
+
+/// A channel, and the connection it was opened on, kept open while the channel is in use.
+#[derive(Debug, Clone)]
+struct LinkChannel {
+    channel: Channel,
+    _connection: Arc<LinkConnection>,
+}
+
+impl std::ops::Deref for LinkChannel {
+    type Target = Channel;
+
+    fn deref(&self) -> &Channel {
+        &self.channel
+    }
 }
 
 impl RabbitBinder {
@@ -76,17 +112,17 @@ impl RabbitBinder {
         }
     }
 
-    async fn channel(&self) -> BinderResult<Channel> {
+    async fn channel(&self) -> BinderResult<LinkChannel> {
         self.link.channel().await
     }
 }
 
 impl Link {
     /// The open connection, connecting (each address in order) if there is none.
-    async fn connection(&self) -> BinderResult<Arc<Connection>> {
+    async fn connection(&self) -> BinderResult<Arc<LinkConnection>> {
         let mut guard = self.connection.lock().await;
         if let Some(c) = guard.as_ref() {
-            if c.status().connected() {
+            if c.0.status().connected() {
                 return Ok(c.clone());
             }
         }
@@ -97,7 +133,7 @@ impl Link {
             ));
             match Connection::connect(uri, props).await {
                 Ok(c) => {
-                    let c = Arc::new(c);
+                    let c = Arc::new(LinkConnection(Arc::new(c)));
                     *guard = Some(c.clone());
                     return Ok(c);
                 }
@@ -112,12 +148,40 @@ impl Link {
         )))
     }
 
-    async fn channel(&self) -> BinderResult<Channel> {
-        self.connection()
-            .await?
-            .create_channel()
-            .await
-            .map_err(broker)
+    /// A new channel. lapin keeps the error of every channel the broker closed (a passive
+    /// declare of a missing queue, a refused declaration) against its channel id for the life
+    /// of the connection, and a channel that reuses the id once the ids wrap around
+    /// (`channel_max`, 2047 on RabbitMQ) fails to open with that stale error. A channel that
+    /// fails to open on a connection that is still up therefore moves the binder to a fresh
+    /// connection; the old one closes when its last channel does.
+    async fn channel(&self) -> BinderResult<LinkChannel> {
+        let connection = self.connection().await?;
+        match Self::open_on(connection.clone()).await {
+            Err(e) if connection.0.status().connected() => {
+                tracing::info!(error = %e, "a channel failed to open on a working connection; opening a fresh connection");
+                self.retire(&connection).await;
+                Self::open_on(self.connection().await?)
+                    .await
+                    .map_err(broker)
+            }
+            opened => opened.map_err(broker),
+        }
+    }
+
+    async fn open_on(connection: Arc<LinkConnection>) -> Result<LinkChannel, lapin::Error> {
+        Ok(LinkChannel {
+            channel: connection.0.create_channel().await?,
+            _connection: connection,
+        })
+    }
+
+    /// Stops handing out `connection` for new channels (unless another caller has already
+    /// replaced it); it closes when its last channel goes.
+    async fn retire(&self, connection: &Arc<LinkConnection>) {
+        let mut guard = self.connection.lock().await;
+        if guard.as_ref().is_some_and(|c| Arc::ptr_eq(c, connection)) {
+            *guard = None;
+        }
     }
 }
 
@@ -318,7 +382,7 @@ impl Binder for RabbitBinder {
 
     async fn close(&self) {
         if let Some(c) = self.link.connection.lock().await.take() {
-            let _ = c.close(200, ShortString::from("OK")).await;
+            let _ = c.0.close(200, ShortString::from("OK")).await;
         }
     }
 }
@@ -327,12 +391,12 @@ impl Binder for RabbitBinder {
 #[derive(Debug)]
 struct RabbitProducer {
     link: Arc<Link>,
-    channel: Mutex<Option<Channel>>,
+    channel: Mutex<Option<LinkChannel>>,
     spec: ProducerSpec,
 }
 
 impl RabbitProducer {
-    async fn channel(&self) -> BinderResult<Channel> {
+    async fn channel(&self) -> BinderResult<LinkChannel> {
         let mut guard = self.channel.lock().await;
         if let Some(ch) = guard.as_ref() {
             if ch.status().connected() {
@@ -401,7 +465,7 @@ impl Producer for RabbitProducer {
 /// Closes its channel when the subscription and every unsettled delivery are gone, so the
 /// broker returns what was never settled to the queue.
 #[derive(Debug)]
-struct ChannelGuard(Channel);
+struct ChannelGuard(LinkChannel);
 
 impl Drop for ChannelGuard {
     fn drop(&mut self) {

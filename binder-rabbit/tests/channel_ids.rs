@@ -1,0 +1,100 @@
+//! A binder keeps working after lapin's channel ids wrap around. lapin remembers the error of
+//! every channel the broker closed (a passive declare of a missing queue, a refused
+//! declaration) against its channel id, for the life of the connection; once the ids wrap
+//! (`channel_max`, 2047 on RabbitMQ), a new channel given such an id fails with that stale
+//! error. The binder moves to a fresh connection instead, and closes the old one once its
+//! channels are gone.
+
+mod common;
+
+use std::process::Command;
+use std::time::Duration;
+
+use binder_core::binder::{Binder, BinderError, ProducerSpec, Settlement, SubscriptionSpec};
+use binder_core::message::{DeliveryMode, Message};
+use binder_core::topology::{QueueDecl, TopologyPlan};
+use binder_rabbit::{RabbitBinder, RabbitSettings};
+
+/// How many connections named `name` the broker has open (`rabbitmqctl list_connections`).
+fn open_connections(name: &str) -> usize {
+    let out = Command::new("rabbitmqctl")
+        .args(["-q", "list_connections", "client_properties"])
+        .output()
+        .expect("rabbitmqctl is installed with RabbitMQ");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).matches(name).count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn channels_the_broker_closed_do_not_break_later_ones() {
+    if common::binder().await.is_none() {
+        return;
+    }
+    let name = common::unique("channel-ids-binder");
+    let mut settings = RabbitSettings::from_uri(&common::amqp_url());
+    settings.connection_name = name.clone();
+    let binder = RabbitBinder::new(settings);
+    let missing = common::unique("never-declared");
+    // More broker-closed channels than a connection has ids: every id gets a stale error.
+    for i in 0..2100 {
+        match binder.inspect(&missing).await {
+            Err(BinderError::NotFound(_)) => {}
+            other => panic!("inspect {i} of a missing queue: {other:?}"),
+        }
+    }
+    let queue = common::unique("after-wraparound");
+    let plan = TopologyPlan {
+        queues: vec![QueueDecl {
+            name: queue.clone(),
+            durable: true,
+            exclusive: false,
+            auto_delete: false,
+            arguments: Default::default(),
+        }],
+        ..Default::default()
+    };
+    binder.provision(&plan).await.unwrap();
+    let producer = binder
+        .producer(ProducerSpec {
+            exchange: String::new(),
+            delivery_mode: DeliveryMode::Persistent,
+        })
+        .await
+        .unwrap();
+    producer
+        .publish(&queue, Message::new("after"))
+        .await
+        .unwrap();
+    assert_eq!(binder.inspect(&queue).await.unwrap().messages, 1);
+    let mut sub = binder
+        .subscribe(SubscriptionSpec::manual_ack(queue.as_str(), 10))
+        .await
+        .unwrap();
+    let d = tokio::time::timeout(Duration::from_secs(10), sub.next())
+        .await
+        .expect("a delivery within 10 s")
+        .expect("the subscription is open");
+    assert_eq!(d.message().payload.as_ref(), b"after");
+    d.settler.settle(Settlement::Ack).await.unwrap();
+    sub.cancel().await.unwrap();
+    drop(sub);
+    binder.remove(&plan).await.unwrap();
+    // The connections the binder moved away from are closed once their channels are gone:
+    // only the current one (with the producer's channel) stays.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let open = open_connections(&name);
+        if open == 1 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{open} connections named {name} still open"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
