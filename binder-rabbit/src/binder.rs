@@ -288,6 +288,7 @@ impl Binder for RabbitBinder {
             link: self.link.clone(),
             channel: Mutex::new(None),
             spec,
+            order: std::sync::Mutex::new(()),
         }))
     }
 
@@ -393,6 +394,9 @@ struct RabbitProducer {
     link: Arc<Link>,
     channel: Mutex<Option<LinkChannel>>,
     spec: ProducerSpec,
+    /// Held while a publish is numbered for its confirm and its frames are queued (see
+    /// [`RabbitProducer::send`]).
+    order: std::sync::Mutex<()>,
 }
 
 impl RabbitProducer {
@@ -427,18 +431,27 @@ impl RabbitProducer {
         };
         let props = convert::properties(&message);
         let ch = self.channel().await?;
-        let confirm = ch
-            .basic_publish(
-                ShortString::from(exchange),
-                ShortString::from(routing_key),
-                BasicPublishOptions::default(),
-                &message.payload,
-                props,
-            )
-            .await
-            .map_err(|e| fail(e.to_string()))?
-            .await
-            .map_err(|e| fail(e.to_string()))?;
+        // lapin numbers a publish for its confirm and then queues its frames, both in the
+        // publish's first poll. Concurrent sends must do the two in the same order, or the
+        // broker's ack (or nack) for one message answers another's send: the first poll runs
+        // under `order`. Later polls only wait for the write.
+        let mut publish = std::pin::pin!(ch.basic_publish(
+            ShortString::from(exchange),
+            ShortString::from(routing_key),
+            BasicPublishOptions::default(),
+            &message.payload,
+            props,
+        ));
+        let mut first_poll = true;
+        let confirm = std::future::poll_fn(|cx| {
+            let _order = std::mem::take(&mut first_poll)
+                .then(|| self.order.lock().unwrap_or_else(|p| p.into_inner()));
+            publish.as_mut().poll(cx)
+        })
+        .await
+        .map_err(|e| fail(e.to_string()))?
+        .await
+        .map_err(|e| fail(e.to_string()))?;
         match confirm {
             Confirmation::Ack(_) => Ok(()),
             Confirmation::Nack(_) => Err(fail("the broker refused the message (nack)".into())),
