@@ -51,14 +51,21 @@ fn kind(t: ExchangeType) -> ExchangeKind {
     }
 }
 
-/// The `rabbit` binder: one connection (to the first reachable address), a channel per
-/// producer and per subscription. A lost connection is replaced on next use.
+/// The `rabbit` binder: two connections (to the first reachable address), one for
+/// producers and one for everything else, with a channel per producer and per subscription.
+/// A lost connection is replaced on next use.
+///
+/// Producers have a connection of their own, as Spring's publisher connection: while a
+/// resource alarm lasts RabbitMQ blocks the connections that publish, and lapin then writes
+/// nothing at all on a blocked connection, acks included. On a shared connection the
+/// consumers could not ack, so queues would not drain and the alarm might never clear.
 #[derive(Debug)]
 pub struct RabbitBinder {
     link: Arc<Link>,
+    publisher_link: Arc<Link>,
 }
 
-/// The binder's connection, shared with its producers.
+/// One of the binder's connections, reopened when lost.
 #[derive(Debug)]
 struct Link {
     settings: RabbitSettings,
@@ -104,11 +111,11 @@ impl std::ops::Deref for LinkChannel {
 impl RabbitBinder {
     /// A binder with these settings; it connects on first use.
     pub fn new(settings: RabbitSettings) -> Self {
+        let mut publisher = settings.clone();
+        publisher.connection_name = format!("{}.publisher", settings.connection_name);
         RabbitBinder {
-            link: Arc::new(Link {
-                settings,
-                connection: Mutex::new(None),
-            }),
+            link: Link::new(settings),
+            publisher_link: Link::new(publisher),
         }
     }
 
@@ -118,6 +125,13 @@ impl RabbitBinder {
 }
 
 impl Link {
+    fn new(settings: RabbitSettings) -> Arc<Self> {
+        Arc::new(Link {
+            settings,
+            connection: Mutex::new(None),
+        })
+    }
+
     /// The open connection, connecting (each address in order) if there is none.
     async fn connection(&self) -> BinderResult<Arc<LinkConnection>> {
         let mut guard = self.connection.lock().await;
@@ -285,7 +299,7 @@ impl Binder for RabbitBinder {
 
     async fn producer(&self, spec: ProducerSpec) -> BinderResult<Box<dyn Producer>> {
         Ok(Box::new(RabbitProducer {
-            link: self.link.clone(),
+            link: self.publisher_link.clone(),
             channel: Mutex::new(None),
             spec,
             order: std::sync::Mutex::new(()),
@@ -382,13 +396,16 @@ impl Binder for RabbitBinder {
     }
 
     async fn close(&self) {
-        if let Some(c) = self.link.connection.lock().await.take() {
-            let _ = c.0.close(200, ShortString::from("OK")).await;
+        for link in [&self.publisher_link, &self.link] {
+            if let Some(c) = link.connection.lock().await.take() {
+                let _ = c.0.close(200, ShortString::from("OK")).await;
+            }
         }
     }
 }
 
-/// A producer: a confirm channel on the binder's connection, reopened after a failure.
+/// A producer: a confirm channel on the binder's publisher connection, reopened after a
+/// failure.
 #[derive(Debug)]
 struct RabbitProducer {
     link: Arc<Link>,

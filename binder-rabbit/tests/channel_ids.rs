@@ -26,7 +26,8 @@ fn open_connections(name: &str) -> usize {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    String::from_utf8_lossy(&out.stdout).matches(name).count()
+    let quoted = format!("\"{name}\"");
+    String::from_utf8_lossy(&out.stdout).matches(&quoted).count()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -84,16 +85,17 @@ async fn channels_the_broker_closed_do_not_break_later_ones() {
     drop(sub);
     binder.remove(&plan).await.unwrap();
     // The connections the binder moved away from are closed once their channels are gone:
-    // only the current one (with the producer's channel) stays.
+    // only the current one stays, and the producer's (which never failed to open a channel).
+    let publisher = format!("{name}.publisher");
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     loop {
-        let open = open_connections(&name);
-        if open == 1 {
+        let open = (open_connections(&name), open_connections(&publisher));
+        if open == (1, 1) {
             break;
         }
         assert!(
             tokio::time::Instant::now() < deadline,
-            "{open} connections named {name} still open"
+            "(consumer, publisher) connections named {name} still open: {open:?}"
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }

@@ -1,13 +1,15 @@
 //! Against the real broker: while a memory alarm blocks publishers (`connection.blocked`), a
-//! send waits instead of failing, and completes once the alarm clears. The watermark is
+//! send waits instead of failing, and completes once the alarm clears; meanwhile consumers of
+//! the same binder keep taking and acking messages, so queues drain. The watermark is
 //! restored whatever happens. Without a broker the test says so and passes, unless
 //! `REQUIRE_RABBIT=1`.
 
 use std::process::Command;
 use std::time::Duration;
 
-use binder_core::binder::{Binder, ProducerSpec};
+use binder_core::binder::{Binder, ProducerSpec, Settlement, SubscriptionSpec};
 use binder_core::message::{DeliveryMode, Message};
+use binder_core::topology::{QueueDecl, TopologyPlan};
 
 mod common;
 
@@ -55,6 +57,36 @@ async fn a_memory_alarm_blocks_publishers_instead_of_failing_them() {
         .await
         .unwrap();
     producer.publish("", Message::new("before")).await.unwrap();
+    // A queue with messages waiting, and a subscription to it, from before the alarm.
+    let queue = common::unique("alarm-drain");
+    let plan = TopologyPlan {
+        queues: vec![QueueDecl {
+            name: queue.clone(),
+            durable: false,
+            exclusive: false,
+            auto_delete: false,
+            arguments: Default::default(),
+        }],
+        ..Default::default()
+    };
+    binder.provision(&plan).await.unwrap();
+    let seeder = binder
+        .producer(ProducerSpec {
+            exchange: String::new(),
+            delivery_mode: DeliveryMode::NonPersistent,
+        })
+        .await
+        .unwrap();
+    for i in 0..5 {
+        seeder
+            .publish(&queue, Message::new(format!("{i}")))
+            .await
+            .unwrap();
+    }
+    let mut sub = binder
+        .subscribe(SubscriptionSpec::manual_ack(queue.as_str(), 1))
+        .await
+        .unwrap();
 
     let restore = Restore::current();
     let out = Command::new("rabbitmqctl")
@@ -77,6 +109,22 @@ async fn a_memory_alarm_blocks_publishers_instead_of_failing_them() {
         !send.is_finished(),
         "a blocked publisher waits instead of failing"
     );
+    // Consumers are not held up: with prefetch 1 each next delivery needs the previous ack to
+    // reach the broker, and the cancel and the count need frames written too.
+    let drain = async {
+        for _ in 0..5 {
+            let d = sub.next().await.expect("the subscription is open");
+            d.settler.settle(Settlement::Ack).await.unwrap();
+        }
+        sub.flush().await.unwrap();
+        sub.cancel().await.unwrap();
+        binder.inspect(&queue).await.unwrap().messages
+    };
+    let left = tokio::time::timeout(Duration::from_secs(10), drain)
+        .await
+        .expect("consumers take and ack messages while publishers are blocked");
+    assert_eq!(left, 0, "the queue drained during the alarm");
+    assert!(!send.is_finished(), "the publisher is still blocked");
 
     drop(restore);
     let (_producer, result) = tokio::time::timeout(Duration::from_secs(30), send)
@@ -84,5 +132,6 @@ async fn a_memory_alarm_blocks_publishers_instead_of_failing_them() {
         .expect("the publish completes once the alarm clears")
         .unwrap();
     result.expect("confirmed after the alarm");
+    binder.remove(&plan).await.unwrap();
     binder.close().await;
 }
