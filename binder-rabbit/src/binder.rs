@@ -24,12 +24,12 @@ use lapin::{Channel, Connection, ConnectionProperties, ExchangeKind};
 use tokio::sync::Mutex;
 
 use crate::convert;
-use crate::settings::RabbitSettings;
+use crate::settings::{RabbitSettings, redact};
 
 fn create(tree: &config::Value) -> BinderResult<Arc<dyn Binder>> {
     Ok(Arc::new(RabbitBinder::new(RabbitSettings::from_config(
         tree,
-    ))))
+    )?)))
 }
 
 inventory::submit! { BinderRegistration::new("rabbit", create) }
@@ -145,17 +145,26 @@ impl Link {
             let props = ConnectionProperties::default().with_connection_name(LongString::from(
                 self.settings.connection_name.as_bytes().to_vec(),
             ));
-            match Connection::connect(uri, props).await {
-                Ok(c) => {
-                    let c = Arc::new(LinkConnection(Arc::new(c)));
-                    *guard = Some(c.clone());
-                    return Ok(c);
+            // A peer that accepts the TCP connection but never speaks AMQP (a load balancer
+            // without backends, a stopped broker process) would hold the handshake forever.
+            let timeout = self.settings.connection_timeout;
+            let failure = match self.settings.amqp_uri(uri) {
+                Err(e) => format!("not an AMQP URI: {e}"),
+                Ok(amqp) => {
+                    match tokio::time::timeout(timeout, Connection::connect_uri(amqp, props)).await
+                    {
+                        Ok(Ok(c)) => {
+                            let c = Arc::new(LinkConnection(Arc::new(c)));
+                            *guard = Some(c.clone());
+                            return Ok(c);
+                        }
+                        Ok(Err(e)) => e.to_string(),
+                        Err(_) => format!("no AMQP handshake within {timeout:?}"),
+                    }
                 }
-                Err(e) => {
-                    tracing::warn!(uri = %redact(uri), error = %e, "cannot connect to RabbitMQ");
-                    last = format!("{}: {e}", redact(uri));
-                }
-            }
+            };
+            tracing::warn!(uri = %redact(uri), error = %failure, "cannot connect to RabbitMQ");
+            last = format!("{}: {failure}", redact(uri));
         }
         Err(BinderError::Unreachable(format!(
             "cannot connect to RabbitMQ ({last})"
@@ -196,18 +205,6 @@ impl Link {
         if guard.as_ref().is_some_and(|c| Arc::ptr_eq(c, connection)) {
             *guard = None;
         }
-    }
-}
-
-/// A URI without its password, for logs and errors.
-fn redact(uri: &str) -> String {
-    match (uri.find("://"), uri.find('@')) {
-        (Some(s), Some(at)) if at > s => {
-            let creds = &uri[s + 3..at];
-            let user = creds.split(':').next().unwrap_or_default();
-            format!("{}{user}:***{}", &uri[..s + 3], &uri[at..])
-        }
-        _ => uri.to_owned(),
     }
 }
 
@@ -398,7 +395,9 @@ impl Binder for RabbitBinder {
     async fn close(&self) {
         for link in [&self.publisher_link, &self.link] {
             if let Some(c) = link.connection.lock().await.take() {
-                let _ = c.0.close(200, ShortString::from("OK")).await;
+                // A broker that stopped answering must not hold the shutdown forever.
+                let close = c.0.close(200, ShortString::from("OK"));
+                let _ = tokio::time::timeout(link.settings.connection_timeout, close).await;
             }
         }
     }

@@ -27,7 +27,9 @@ fn open_connections(name: &str) -> usize {
         String::from_utf8_lossy(&out.stderr)
     );
     let quoted = format!("\"{name}\"");
-    String::from_utf8_lossy(&out.stdout).matches(&quoted).count()
+    String::from_utf8_lossy(&out.stdout)
+        .matches(&quoted)
+        .count()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -60,6 +60,9 @@ pub enum BinderError {
     /// The binder, producer or subscription is closed.
     #[error("{0} is closed")]
     Closed(String),
+    /// The binder's own configuration is invalid (the message names the key).
+    #[error("invalid configuration: {0}")]
+    Config(String),
     /// Any other broker failure.
     #[error("{0}")]
     Broker(String),

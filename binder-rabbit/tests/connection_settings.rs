@@ -1,0 +1,99 @@
+//! `spring.rabbitmq.connection-timeout` and `requested-heartbeat` against the real broker: an
+//! address that accepts TCP but never speaks AMQP is given up after the timeout and the next
+//! one is used, and the broker runs the connection with the requested heartbeat.
+
+mod common;
+
+use std::net::TcpListener;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use binder_core::binder::{Binder, BinderError};
+use binder_rabbit::{RabbitBinder, RabbitSettings};
+
+/// A TCP listener that accepts connections and never answers; it lives as long as the test.
+fn silent_peer() -> (TcpListener, std::thread::JoinHandle<()>, u16) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let accepting = listener.try_clone().unwrap();
+    let thread = std::thread::spawn(move || {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = accepting.accept() {
+            held.push(socket);
+        }
+    });
+    (listener, thread, port)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_address_is_given_up_after_the_connection_timeout() {
+    if common::binder().await.is_none() {
+        return;
+    }
+    let (_listener, _thread, port) = silent_peer();
+    let silent = format!("amqp://guest:guest@127.0.0.1:{port}/%2f");
+    let settings = RabbitSettings {
+        uris: vec![silent.clone(), common::amqp_url()],
+        connection_timeout: Duration::from_millis(300),
+        ..RabbitSettings::default()
+    };
+    let binder = RabbitBinder::new(settings);
+    let started = Instant::now();
+    // A queue that does not exist: NotFound proves the broker behind the second address
+    // answered.
+    let answer = tokio::time::timeout(Duration::from_secs(20), binder.inspect("amq.no-such"))
+        .await
+        .expect("connecting gives the silent address up");
+    assert!(
+        matches!(answer, Err(BinderError::NotFound(_))),
+        "the second address answered: {answer:?}"
+    );
+    assert!(started.elapsed() >= Duration::from_millis(300));
+
+    // With the silent address alone, the binder reports it unreachable, naming the wait.
+    let binder = RabbitBinder::new(RabbitSettings {
+        uris: vec![silent],
+        connection_timeout: Duration::from_millis(300),
+        ..RabbitSettings::default()
+    });
+    let answer = tokio::time::timeout(Duration::from_secs(20), binder.inspect("amq.no-such"))
+        .await
+        .expect("connecting gives up");
+    match answer {
+        Err(BinderError::Unreachable(reason)) => {
+            assert!(
+                reason.contains("no AMQP handshake within 300ms"),
+                "{reason}"
+            )
+        }
+        other => panic!("expected unreachable, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_broker_runs_the_connection_with_the_requested_heartbeat() {
+    if common::binder().await.is_none() {
+        return;
+    }
+    let name = common::unique("heartbeat");
+    let binder = RabbitBinder::new(RabbitSettings {
+        connection_name: name.clone(),
+        requested_heartbeat: Duration::from_secs(7),
+        ..RabbitSettings::from_uri(&common::amqp_url())
+    });
+    let _ = binder.inspect("amq.no-such").await;
+    let out = Command::new("rabbitmqctl")
+        .args(["-q", "list_connections", "client_properties", "timeout"])
+        .output()
+        .expect("rabbitmqctl is installed with RabbitMQ");
+    let listing = String::from_utf8_lossy(&out.stdout);
+    let line = listing
+        .lines()
+        .find(|l| l.contains(&format!("\"{name}\"")))
+        .unwrap_or_else(|| panic!("the connection {name} is listed:\n{listing}"));
+    assert!(
+        line.trim_end().ends_with("\t7"),
+        "heartbeat timeout 7 s: {line}"
+    );
+    binder.close().await;
+}
