@@ -42,6 +42,18 @@ fn broker(e: lapin::Error) -> BinderError {
     BinderError::Broker(e.to_string())
 }
 
+/// A failed operation on `queue`: `NotFound` when the broker says so (404), the broker's
+/// own error otherwise (access refused, an exclusive queue of another connection, a lost
+/// connection).
+fn queue_error(e: lapin::Error, queue: &str) -> BinderError {
+    match e.kind() {
+        lapin::ErrorKind::ProtocolError(p) if p.get_id() == 404 => {
+            BinderError::NotFound(format!("queue `{queue}`"))
+        }
+        _ => broker(e),
+    }
+}
+
 fn kind(t: ExchangeType) -> ExchangeKind {
     match t {
         ExchangeType::Direct => ExchangeKind::Direct,
@@ -324,14 +336,7 @@ impl Binder for RabbitBinder {
                 FieldTable::default(),
             )
             .await
-            .map_err(|e| {
-                let text = e.to_string();
-                if text.contains("NOT_FOUND") {
-                    BinderError::NotFound(format!("queue `{}`", spec.queue))
-                } else {
-                    broker(e)
-                }
-            })?;
+            .map_err(|e| queue_error(e, &spec.queue))?;
         let channel = Arc::new(ChannelGuard(channel));
         Ok(Box::new(RabbitSubscription {
             acks: Arc::new(AckBatch {
@@ -358,7 +363,7 @@ impl Binder for RabbitBinder {
                 FieldTable::default(),
             )
             .await
-            .map_err(|_| BinderError::NotFound(format!("queue `{queue}`")))?;
+            .map_err(|e| queue_error(e, queue))?;
         let info = QueueInfo {
             messages: q.message_count(),
             consumers: q.consumer_count(),

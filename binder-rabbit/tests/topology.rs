@@ -4,7 +4,7 @@
 
 use std::process::Command;
 
-use binder_core::binder::Binder;
+use binder_core::binder::{Binder, BinderError};
 use binder_core::config::ConfigLoader;
 use binder_core::topology::plan_consumer;
 use serde_json::Value;
@@ -206,4 +206,39 @@ spring.cloud.stream:
     binder.remove(&quorum).await.unwrap();
     binder.remove(&sac).await.unwrap();
     binder.close().await;
+}
+
+#[tokio::test]
+async fn inspect_tells_a_missing_queue_from_a_refused_one() {
+    let Some(binder) = common::binder().await else {
+        return;
+    };
+    let missing = common::unique("inspect-missing");
+    assert!(matches!(
+        binder.inspect(&missing).await,
+        Err(BinderError::NotFound(_))
+    ));
+    // An exclusive queue of another connection exists, but the broker refuses to show it.
+    let conn = lapin::Connection::connect(&common::amqp_url(), Default::default())
+        .await
+        .unwrap();
+    let ch = conn.create_channel().await.unwrap();
+    let locked = common::unique("inspect-locked");
+    ch.queue_declare(
+        locked.as_str().into(),
+        lapin::options::QueueDeclareOptions {
+            exclusive: true,
+            ..Default::default()
+        },
+        Default::default(),
+    )
+    .await
+    .unwrap();
+    match binder.inspect(&locked).await {
+        Err(BinderError::Broker(reason)) => {
+            assert!(reason.contains("RESOURCE_LOCKED"), "{reason}")
+        }
+        other => panic!("an exclusive queue of another connection: {other:?}"),
+    }
+    conn.close(200, "OK".into()).await.unwrap();
 }
