@@ -387,17 +387,27 @@ impl Subscription for EmbeddedSubscription {
     }
 
     async fn cancel(&mut self) -> BinderResult<()> {
-        // Deliveries taken from the consumer but not yet handed out go back to the queue
-        // (last first, so they keep their order at its head).
-        for d in self.ready.drain(..).rev() {
-            if !self.auto_ack {
+        let Some(mut consumer) = self.consumer.take() else {
+            return self.acks.flush();
+        };
+        if !self.auto_ack {
+            // Deliveries taken from the consumer but not yet handed out go back to the queue
+            // (last first, so they keep their order at its head).
+            for d in self.ready.drain(..).rev() {
                 let _ = self.acks.apply(d.delivery_tag, Settlement::Requeue);
             }
+            self.acks.flush()?;
+            return consumer.cancel().map_err(broker_error);
         }
-        self.acks.flush()?;
-        match self.consumer.take() {
-            Some(c) => c.cancel().map_err(broker_error),
-            None => Ok(()),
+        // Auto-ack deliveries already sent cannot go back: they stay to be handed out, with
+        // those still in the consumer's inbox.
+        self.acks
+            .channel
+            .basic_cancel(consumer.tag())
+            .map_err(broker_error)?;
+        while let Some(d) = consumer.try_recv() {
+            self.ready.push_back(d);
         }
+        Ok(())
     }
 }

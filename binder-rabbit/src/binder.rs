@@ -624,8 +624,8 @@ impl RabbitSubscription {
     /// Sends the held-back acks and requeues the deliveries taken from lapin but not yet
     /// handed out (last first, so they keep their order at the queue's head).
     fn give_back_ready(&mut self) -> Result<(), lapin::Error> {
-        for d in self.ready.drain(..).rev() {
-            if !self.auto_ack {
+        if !self.auto_ack {
+            for d in self.ready.drain(..).rev() {
                 let _ = self.acks.apply(d.delivery_tag, Settlement::Requeue);
             }
         }
@@ -729,12 +729,20 @@ impl Subscription for RabbitSubscription {
 
     async fn cancel(&mut self) -> BinderResult<()> {
         self.give_back_ready().map_err(broker)?;
-        if let Some(c) = self.consumer.take() {
+        if let Some(mut c) = self.consumer.take() {
             self.channel
                 .0
                 .basic_cancel(c.tag(), BasicCancelOptions::default())
                 .await
                 .map_err(broker)?;
+            // Auto-ack deliveries the broker sent before its cancel-ok cannot go back: they
+            // are in lapin's buffer now, and stay to be handed out.
+            while self.auto_ack {
+                match c.next().now_or_never() {
+                    Some(Some(Ok(d))) => self.ready.push_back(d),
+                    _ => break,
+                }
+            }
         }
         Ok(())
     }

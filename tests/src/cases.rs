@@ -608,6 +608,48 @@ pub async fn crashed_consumers_leave_the_binder_working(env: &Env) {
     }
 }
 
+/// An auto-ack subscription cancelled while deliveries are on their way: the broker counts
+/// them consumed once sent, so they cannot go back to the queue; `next` hands out every one
+/// already received, then ends. Nothing is lost and nothing is delivered twice.
+pub async fn cancelled_auto_ack_subscriptions_hand_out_what_they_received(env: &Env) {
+    let payloads: Vec<String> = (0..200).map(|i| i.to_string()).collect();
+    let refs: Vec<&str> = payloads.iter().map(String::as_str).collect();
+    let queue = &env
+        .seeded_queue(
+            "spring.cloud.stream.bindings.in: {destination: '{p}noackcancel', group: g}",
+            &refs,
+        )
+        .await;
+    let mut sub = env
+        .binder
+        .subscribe(binder_core::binder::SubscriptionSpec {
+            auto_ack: true,
+            ..binder_core::binder::SubscriptionSpec::manual_ack(queue.as_str(), 0)
+        })
+        .await
+        .unwrap();
+    let mut seen = vec![next(&mut sub).await];
+    sub.cancel().await.unwrap();
+    while let Some(d) = tokio::time::timeout(crate::kit::WAIT, sub.next())
+        .await
+        .expect("after cancel, next does not wait")
+    {
+        seen.push(d);
+    }
+    let mut texts = BTreeSet::new();
+    for d in &seen {
+        let text = String::from_utf8(d.message().payload.to_vec()).unwrap();
+        assert!(texts.insert(text.clone()), "`{text}` delivered twice");
+    }
+    let left = env.inspect(queue).await.messages as usize;
+    assert_eq!(
+        seen.len() + left,
+        payloads.len(),
+        "{} handed out and {left} still queued",
+        seen.len()
+    );
+}
+
 /// A producer closed after N confirmed sends: all N are consumable.
 pub async fn confirmed_messages_survive_the_producer(env: &Env) {
     let yaml = "spring.cloud.stream.bindings.out: {destination: '{p}conf', producer: {requiredGroups: [g]}}";
@@ -671,6 +713,45 @@ pub async fn pause_resume_stop_start(env: &Env) {
     assert_eq!(env.inspect(&format!("{}life.g", env.p)).await.messages, 1);
     app.start("in").await.unwrap();
     assert_eq!(recv(&mut rx).await, 2);
+    app.shutdown().await;
+}
+
+/// With `acknowledgeMode: NONE` the broker ignores prefetch and counts a message consumed once
+/// sent, so a paused binding that kept its consumer would have the whole queue streamed into
+/// the process while it waits, and lost if it were then stopped. A paused auto-ack binding
+/// gives its consumer up instead: what is published meanwhile stays in the queue.
+pub async fn paused_auto_ack_bindings_leave_messages_queued(env: &Env) {
+    let yaml = "spring.cloud.stream:\n  bindings:\n    in: {destination: '{p}noack', group: g}\n    out: {destination: '{p}noack'}\n  rabbit.bindings.in.consumer.acknowledgeMode: NONE\n";
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let app = env
+        .app(yaml, |b| b.listener("in", reporter(tx)).output("out"))
+        .await;
+    let out = app.output("out").unwrap();
+    out.send(&item(0)).await.unwrap();
+    assert_eq!(recv(&mut rx).await, 0);
+    app.pause("in").await.unwrap();
+    for id in 1..=20 {
+        out.send(&item(id)).await.unwrap();
+    }
+    let queue = format!("{}noack.g", env.p);
+    let info = env.inspect(&queue).await;
+    assert_eq!(
+        (info.messages, info.consumers),
+        (20, 0),
+        "paused: the messages wait in the queue, with no consumer"
+    );
+    app.stop("in").await.unwrap();
+    assert_eq!(env.inspect(&queue).await.messages, 20, "a stop loses none");
+    app.start("in").await.unwrap();
+    let mut got = BTreeSet::new();
+    for _ in 1..=20 {
+        got.insert(recv(&mut rx).await);
+    }
+    assert_eq!(got, (1..=20).collect());
+    app.pause("in").await.unwrap();
+    out.send(&item(21)).await.unwrap();
+    app.resume("in").await.unwrap();
+    assert_eq!(recv(&mut rx).await, 21);
     app.shutdown().await;
 }
 

@@ -253,9 +253,11 @@ macro_rules! conformance_suite {
             order_is_kept_with_one_consumer,
             unacked_messages_of_a_closed_consumer_are_redelivered,
             crashed_consumers_leave_the_binder_working,
+            cancelled_auto_ack_subscriptions_hand_out_what_they_received,
             confirmed_messages_survive_the_producer,
             concurrent_bind_and_unbind_lose_nothing,
             pause_resume_stop_start,
+            paused_auto_ack_bindings_leave_messages_queued,
             graceful_shutdown_loses_nothing,
             topology_is_idempotent_and_conflicts_are_clear,
             one_yaml_runs_on_every_binder

@@ -247,8 +247,9 @@ impl Inbound {
 /// A stream of deliveries from one queue.
 #[async_trait]
 pub trait Subscription: fmt::Debug + Send {
-    /// The next delivery; `None` once cancelled. Cancel-safe: dropping the future loses no
-    /// delivery. Ready at once when a delivery is already buffered.
+    /// The next delivery; `None` once cancelled (after an auto-ack subscription has handed
+    /// out what it had received, see [`Subscription::cancel`]). Cancel-safe: dropping the
+    /// future loses no delivery. Ready at once when a delivery is already buffered.
     fn next(&mut self) -> BinderFuture<'_, Option<Inbound>>;
     /// Sends the settlements held back for batching (see [`SettleByTag::settle_tag`]). The runtime
     /// calls it before it stops taking deliveries for a while (a pause, a handler that
@@ -257,7 +258,9 @@ pub trait Subscription: fmt::Debug + Send {
         Ok(())
     }
     /// Stops deliveries. Unsettled ones can still be settled; the binder returns any that
-    /// are never settled to the queue when it closes.
+    /// are never settled to the queue when it closes. Buffered deliveries not yet handed out
+    /// go back to the queue, except in auto-ack mode, where the broker already counts them
+    /// consumed: `next` then hands them out, without waiting, before it returns `None`.
     async fn cancel(&mut self) -> BinderResult<()>;
 }
 

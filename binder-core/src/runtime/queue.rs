@@ -2,6 +2,7 @@
 //! runs their handlers (in the loop at `concurrency` 1, in tasks above), and follows the
 //! binding's desired state (pause, resume, stop, start).
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -10,7 +11,7 @@ use tokio::sync::watch;
 
 use super::consumer::InputRuntime;
 use super::lifecycle::BindingState;
-use crate::binder::{Binder, Settlement, Subscription, SubscriptionSpec};
+use crate::binder::{Binder, Inbound, Settlement, Subscription, SubscriptionSpec};
 
 /// Consumes one queue of an input binding, following its desired state.
 pub(crate) async fn run_queue(
@@ -30,11 +31,13 @@ pub(crate) async fn run_queue(
         reported,
         actual,
         subscription: None,
+        stash: VecDeque::new(),
         recovery,
     };
     queue.run().await;
-    if let Some(mut sub) = queue.subscription.take() {
-        let _ = sub.cancel().await;
+    queue.give_up_subscription().await;
+    if !queue.stash.is_empty() {
+        tracing::warn!(binding = %queue.rt.name, queue = %queue.spec.queue, lost = queue.stash.len(), "shutting down with auto-ack deliveries received but not handled (acknowledgeMode NONE): they are lost");
     }
     queue.report(BindingState::Stopped);
 }
@@ -50,6 +53,9 @@ struct QueueLoop {
     /// What `actual` holds (checked on every delivery without taking its lock).
     reported: BindingState,
     subscription: Option<Box<dyn Subscription>>,
+    /// Auto-ack deliveries received before the subscription was given up (pause, stop),
+    /// handed out first when the binding runs again: the broker counts them consumed.
+    stash: VecDeque<Inbound>,
     /// Wait before subscribing again after a failure (`recoveryInterval`).
     recovery: Duration,
 }
@@ -68,14 +74,12 @@ impl QueueLoop {
             let step = match want {
                 BindingState::Running => self.running().await,
                 BindingState::Paused => {
-                    self.flush().await;
+                    self.pause().await;
                     self.report(BindingState::Paused);
                     self.wait_for_change().await
                 }
                 BindingState::Stopped => {
-                    if let Some(mut sub) = self.subscription.take() {
-                        let _ = sub.cancel().await;
-                    }
+                    self.give_up_subscription().await;
                     self.report(BindingState::Stopped);
                     self.wait_for_change().await
                 }
@@ -91,6 +95,32 @@ impl QueueLoop {
         if self.reported != state {
             self.reported = state;
             self.actual.send_replace(state);
+        }
+    }
+
+    /// Stops taking deliveries for a while. A manual or client-acked subscription stays
+    /// (its prefetch bounds what the broker sends meanwhile) with its held-back acks sent.
+    /// An auto-ack one is given up: the broker ignores prefetch without acks, and would
+    /// stream the whole queue into the paused subscription.
+    async fn pause(&mut self) {
+        if self.spec.auto_ack {
+            self.give_up_subscription().await;
+        } else {
+            self.flush().await;
+        }
+    }
+
+    /// Cancels the subscription; the auto-ack deliveries it had received are stashed.
+    async fn give_up_subscription(&mut self) {
+        let Some(mut sub) = self.subscription.take() else {
+            return;
+        };
+        let _ = sub.cancel().await;
+        if self.spec.auto_ack {
+            // After `cancel`, `next` hands them out without waiting, then ends.
+            while let Some(Some(inbound)) = sub.next().now_or_never() {
+                self.stash.push_back(inbound);
+            }
         }
     }
 
@@ -121,33 +151,48 @@ impl QueueLoop {
         }
     }
 
-    /// One step of a running binding: subscribe if needed, else take the next delivery.
+    /// One step of a running binding: take the next delivery (subscribing if needed) and
+    /// hand it to a handler.
     async fn running(&mut self) -> Step {
+        let inbound = match self.take_next().await {
+            Ok(inbound) => inbound,
+            Err(step) => return step,
+        };
+        self.dispatch(inbound).await
+    }
+
+    /// The next delivery: a stashed one, else one from the subscription (subscribing if
+    /// needed); or what the loop does instead.
+    async fn take_next(&mut self) -> Result<Inbound, Step> {
+        if let Some(inbound) = self.stash.pop_front() {
+            self.report(BindingState::Running);
+            return Ok(inbound);
+        }
         if self.subscription.is_none() {
             match self.binder.subscribe(self.spec.clone()).await {
                 Ok(s) => {
                     self.subscription = Some(s);
                     self.report(BindingState::Running);
-                    return Step::Continue;
+                    return Err(Step::Continue);
                 }
                 Err(e) => {
                     tracing::error!(binding = %self.rt.name, queue = %self.spec.queue, error = %e, "cannot consume; retrying");
-                    return self.back_off().await;
+                    return Err(self.back_off().await);
                 }
             }
         }
         // Resumed after a pause: the subscription is still there.
         self.report(BindingState::Running);
         let Some(sub) = self.subscription.as_mut() else {
-            return Step::Continue;
+            return Err(Step::Continue);
         };
         // Control changes win over deliveries, so a stop takes effect at once. A delivery
         // that is already there is taken without waiting on the control channel (cheaper:
         // no waiter to register); `next` is cancel-safe, so trying it is harmless.
         match self.desired.has_changed() {
             Ok(false) => {}
-            Ok(true) => return Step::Continue,
-            Err(_) => return Step::End,
+            Ok(true) => return Err(Step::Continue),
+            Err(_) => return Err(Step::End),
         }
         let inbound = {
             let mut next = sub.next();
@@ -155,10 +200,10 @@ impl QueueLoop {
                 Some(inbound) => inbound,
                 None => tokio::select! {
                     biased;
-                    changed = self.desired.changed() => return match changed {
+                    changed = self.desired.changed() => return Err(match changed {
                         Ok(()) => Step::Continue,
                         Err(_) => Step::End,
-                    },
+                    }),
                     inbound = next => inbound,
                 },
             }
@@ -167,8 +212,14 @@ impl QueueLoop {
             // The broker cancelled the consumer (queue deleted, connection lost): subscribe
             // again after the recovery interval.
             self.subscription = None;
-            return self.back_off().await;
+            return Err(self.back_off().await);
         };
+        Ok(inbound)
+    }
+
+    /// Hands a delivery to a handler: here, in queue order, at `concurrency: 1`; on a task
+    /// of its own above.
+    async fn dispatch(&mut self, inbound: Inbound) -> Step {
         // A free handler slot, so `concurrency` bounds work in progress and, at 1, messages
         // start in queue order. It is taken after the delivery: a retry waiting for a slot
         // must not wait on a loop that holds one while no delivery can come (prefetch
@@ -233,12 +284,13 @@ impl QueueLoop {
         let want = *self.desired.borrow_and_update();
         match want {
             BindingState::Paused => {
+                if self.spec.auto_ack {
+                    self.give_up_subscription().await;
+                }
                 self.report(BindingState::Paused);
             }
             BindingState::Stopped => {
-                if let Some(mut sub) = self.subscription.take() {
-                    let _ = sub.cancel().await;
-                }
+                self.give_up_subscription().await;
                 self.report(BindingState::Stopped);
             }
             BindingState::Running if self.subscription.is_some() => {

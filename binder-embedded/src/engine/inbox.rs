@@ -43,12 +43,17 @@ impl Inbox {
         self.ready.notify_one();
     }
 
-    /// Closes the inbox (consumer cancelled) and returns what the handle never took.
-    pub(crate) fn close(&self) -> Vec<Delivery> {
+    /// Closes the inbox (consumer cancelled) and returns, in order, the deliveries the handle
+    /// never took that `give_back` selects; the others stay for the handle to take before
+    /// it sees the end (as the deliveries a client already received after `basic.cancel`).
+    pub(crate) fn close(&self, give_back: impl Fn(&Delivery) -> bool) -> Vec<Delivery> {
+        let mut d = self.lock();
         self.closed.store(true, Ordering::Release);
-        let left: Vec<Delivery> = self.lock().drain(..).collect();
+        let (back, kept): (Vec<Delivery>, Vec<Delivery>) = d.drain(..).partition(give_back);
+        d.extend(kept);
+        drop(d);
         self.ready.notify_one();
-        left
+        back
     }
 
     /// Takes up to `limit` deliveries now; `None` when closed and empty.

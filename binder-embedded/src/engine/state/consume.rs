@@ -125,8 +125,15 @@ impl State {
         let Some(consumer) = self.consumers.remove(&id) else {
             return;
         };
-        // Deliveries the handle never took go back as they were.
-        for d in consumer.inbox.close().into_iter().rev() {
+        // Deliveries the handle never took go back as they were. Those sent without
+        // acknowledgement are the client's already (as on RabbitMQ, where they sit in the
+        // client's buffer): the handle can still take them.
+        let unacked = |d: &Delivery| {
+            self.channels
+                .get(&consumer.channel)
+                .is_some_and(|ch| ch.unacked.contains(d.delivery_tag))
+        };
+        for d in consumer.inbox.close(unacked).into_iter().rev() {
             let ch = self.channels.get_mut(&consumer.channel);
             let Some(u) = ch.and_then(|ch| ch.unacked.remove(d.delivery_tag)) else {
                 continue;
