@@ -74,6 +74,44 @@ async fn no_ack_consumers_are_not_limited_and_leave_nothing_unacked() {
 }
 
 #[tokio::test]
+async fn a_cancelled_consumer_keeps_its_no_ack_deliveries_and_gives_back_the_others() {
+    let (broker, _c, ch) = open();
+    declare(&ch, "q");
+    let no_ack = ConsumeOptions {
+        no_ack: true,
+        ..Default::default()
+    };
+    let mut c = ch.basic_consume("q", no_ack).unwrap();
+    for i in 0..5 {
+        publish(&ch, "", "q", &i.to_string()).await;
+    }
+    // What the engine had moved to the inbox was sent without acknowledgement: it is the
+    // client's already, as in a RabbitMQ client's buffer, and the handle still takes it.
+    // The rest never left the queue.
+    ch.basic_cancel(c.tag()).unwrap();
+    let mut seen = Vec::new();
+    while let Some(d) = c.try_recv() {
+        seen.push(text(&d));
+    }
+    assert!(!seen.is_empty(), "the inbox had deliveries");
+    assert_eq!(
+        broker.queue_counts("q").map(|(_, consumers)| consumers),
+        Some(0)
+    );
+    seen.extend(drain(&ch, "q"));
+    assert_eq!(seen, ["0", "1", "2", "3", "4"], "none lost, none twice");
+
+    // Awaiting acks: back to the queue, in order, at once.
+    let mut c = consume(&ch, "q");
+    for i in 5..8 {
+        publish(&ch, "", "q", &i.to_string()).await;
+    }
+    ch.basic_cancel(c.tag()).unwrap();
+    assert!(c.try_recv().is_none(), "nothing left to take");
+    assert_eq!(drain(&ch, "q"), ["5", "6", "7"]);
+}
+
+#[tokio::test]
 async fn basic_get_and_ack_reject_nack_with_requeue() {
     let (_b, _c, ch) = open();
     declare(&ch, "q");
