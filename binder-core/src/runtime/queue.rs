@@ -151,75 +151,61 @@ impl QueueLoop {
         }
     }
 
-    /// One step of a running binding: take the next delivery (subscribing if needed) and
-    /// hand it to a handler.
+    /// One step of a running binding: take the next delivery (a stashed one first, else
+    /// from the subscription, subscribing if needed) and hand it to a handler.
     async fn running(&mut self) -> Step {
-        let inbound = match self.take_next().await {
-            Ok(inbound) => inbound,
-            Err(step) => return step,
-        };
-        self.dispatch(inbound).await
-    }
-
-    /// The next delivery: a stashed one, else one from the subscription (subscribing if
-    /// needed); or what the loop does instead.
-    async fn take_next(&mut self) -> Result<Inbound, Step> {
-        if let Some(inbound) = self.stash.pop_front() {
+        let inbound = if let Some(stashed) = self.stash.pop_front() {
             self.report(BindingState::Running);
-            return Ok(inbound);
-        }
-        if self.subscription.is_none() {
-            match self.binder.subscribe(self.spec.clone()).await {
-                Ok(s) => {
-                    self.subscription = Some(s);
-                    self.report(BindingState::Running);
-                    return Err(Step::Continue);
-                }
-                Err(e) => {
-                    tracing::error!(binding = %self.rt.name, queue = %self.spec.queue, error = %e, "cannot consume; retrying");
-                    return Err(self.back_off().await);
+            stashed
+        } else {
+            if self.subscription.is_none() {
+                match self.binder.subscribe(self.spec.clone()).await {
+                    Ok(s) => {
+                        self.subscription = Some(s);
+                        self.report(BindingState::Running);
+                        return Step::Continue;
+                    }
+                    Err(e) => {
+                        tracing::error!(binding = %self.rt.name, queue = %self.spec.queue, error = %e, "cannot consume; retrying");
+                        return self.back_off().await;
+                    }
                 }
             }
-        }
-        // Resumed after a pause: the subscription is still there.
-        self.report(BindingState::Running);
-        let Some(sub) = self.subscription.as_mut() else {
-            return Err(Step::Continue);
-        };
-        // Control changes win over deliveries, so a stop takes effect at once. A delivery
-        // that is already there is taken without waiting on the control channel (cheaper:
-        // no waiter to register); `next` is cancel-safe, so trying it is harmless.
-        match self.desired.has_changed() {
-            Ok(false) => {}
-            Ok(true) => return Err(Step::Continue),
-            Err(_) => return Err(Step::End),
-        }
-        let inbound = {
-            let mut next = sub.next();
-            match (&mut next).now_or_never() {
-                Some(inbound) => inbound,
-                None => tokio::select! {
-                    biased;
-                    changed = self.desired.changed() => return Err(match changed {
-                        Ok(()) => Step::Continue,
-                        Err(_) => Step::End,
-                    }),
-                    inbound = next => inbound,
-                },
+            // Resumed after a pause: the subscription is still there.
+            self.report(BindingState::Running);
+            let Some(sub) = self.subscription.as_mut() else {
+                return Step::Continue;
+            };
+            // Control changes win over deliveries, so a stop takes effect at once. A delivery
+            // that is already there is taken without waiting on the control channel (cheaper:
+            // no waiter to register); `next` is cancel-safe, so trying it is harmless.
+            match self.desired.has_changed() {
+                Ok(false) => {}
+                Ok(true) => return Step::Continue,
+                Err(_) => return Step::End,
             }
+            let inbound = {
+                let mut next = sub.next();
+                match (&mut next).now_or_never() {
+                    Some(inbound) => inbound,
+                    None => tokio::select! {
+                        biased;
+                        changed = self.desired.changed() => return match changed {
+                            Ok(()) => Step::Continue,
+                            Err(_) => Step::End,
+                        },
+                        inbound = next => inbound,
+                    },
+                }
+            };
+            let Some(inbound) = inbound else {
+                // The broker cancelled the consumer (queue deleted, connection lost): subscribe
+                // again after the recovery interval.
+                self.subscription = None;
+                return self.back_off().await;
+            };
+            inbound
         };
-        let Some(inbound) = inbound else {
-            // The broker cancelled the consumer (queue deleted, connection lost): subscribe
-            // again after the recovery interval.
-            self.subscription = None;
-            return Err(self.back_off().await);
-        };
-        Ok(inbound)
-    }
-
-    /// Hands a delivery to a handler: here, in queue order, at `concurrency: 1`; on a task
-    /// of its own above.
-    async fn dispatch(&mut self, inbound: Inbound) -> Step {
         // A free handler slot, so `concurrency` bounds work in progress and, at 1, messages
         // start in queue order. It is taken after the delivery: a retry waiting for a slot
         // must not wait on a loop that holds one while no delivery can come (prefetch
