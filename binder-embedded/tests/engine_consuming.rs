@@ -112,6 +112,22 @@ async fn a_cancelled_consumer_keeps_its_no_ack_deliveries_and_gives_back_the_oth
 }
 
 #[tokio::test]
+async fn a_closed_channel_requeues_its_consumers_inbox_once() {
+    let (_b, conn, ch) = open();
+    declare(&ch, "q");
+    let other = conn.open_channel().unwrap();
+    let mut c = consume(&other, "q");
+    for i in 0..3 {
+        publish(&ch, "", "q", &i.to_string()).await;
+    }
+    other.close();
+    // Ack-awaiting deliveries go back to the queue with the channel: the handle does not
+    // get them as well.
+    assert!(c.try_recv().is_none());
+    assert_eq!(drain(&ch, "q"), ["0", "1", "2"]);
+}
+
+#[tokio::test]
 async fn basic_get_and_ack_reject_nack_with_requeue() {
     let (_b, _c, ch) = open();
     declare(&ch, "q");

@@ -128,12 +128,8 @@ impl State {
         // Deliveries the handle never took go back as they were. Those sent without
         // acknowledgement are the client's already (as on RabbitMQ, where they sit in the
         // client's buffer): the handle can still take them.
-        let unacked = |d: &Delivery| {
-            self.channels
-                .get(&consumer.channel)
-                .is_some_and(|ch| ch.unacked.contains(d.delivery_tag))
-        };
-        for d in consumer.inbox.close(unacked).into_iter().rev() {
+        let no_ack = consumer.no_ack;
+        for d in consumer.inbox.close(|_| !no_ack).into_iter().rev() {
             let ch = self.channels.get_mut(&consumer.channel);
             let Some(u) = ch.and_then(|ch| ch.unacked.remove(d.delivery_tag)) else {
                 continue;
