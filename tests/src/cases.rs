@@ -589,9 +589,14 @@ pub async fn crashed_consumers_leave_the_binder_working(env: &Env) {
             .await
             .unwrap_or_else(|e| panic!("round {round}: publish after a consumer died: {e}"));
         let mut survivor = env.subscribe(queue, 10).await;
-        let mut texts = BTreeSet::new();
+        // All six are held before any is settled: a message requeued at once could come
+        // back to this very subscription before the others.
+        let mut held = Vec::new();
         for _ in 0..=seeded.len() {
-            let d = next(&mut survivor).await;
+            held.push(next(&mut survivor).await);
+        }
+        let mut texts = BTreeSet::new();
+        for d in held {
             let text = String::from_utf8(d.message().payload.to_vec()).unwrap();
             if text == probe {
                 d.settler.settle(Settlement::Ack).await.unwrap();
@@ -753,6 +758,113 @@ pub async fn paused_auto_ack_bindings_leave_messages_queued(env: &Env) {
     app.resume("in").await.unwrap();
     assert_eq!(recv(&mut rx).await, 21);
     app.shutdown().await;
+}
+
+/// A handler that reports each id and holds ids below `hold` until `release` is notified.
+fn holding_reporter(
+    tx: mpsc::UnboundedSender<u32>,
+    hold: u32,
+    release: Arc<tokio::sync::Notify>,
+) -> impl binder_core::runtime::Handler {
+    handler::payload(move |i: Item| {
+        let (tx, release) = (tx.clone(), release.clone());
+        async move {
+            let held = release.notified();
+            let _ = tx.send(i.id);
+            if i.id < hold {
+                held.await;
+            }
+        }
+    })
+}
+
+/// Releases held handlers until the returned task is aborted.
+fn keep_releasing(release: Arc<tokio::sync::Notify>) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        loop {
+            release.notify_waiters();
+            tokio::task::yield_now().await;
+        }
+    })
+}
+
+/// `acknowledgeMode: NONE` with every handler slot busy and deliveries waiting in the
+/// subscription: a pause keeps what was already received (the broker counts it consumed)
+/// and resume hands it out first. Every message is handled exactly once.
+pub async fn auto_ack_deliveries_survive_a_pause_with_busy_handlers(env: &Env) {
+    let yaml = "spring.cloud.stream:\n  bindings:\n    in: {destination: '{p}noackbusy', group: g, consumer: {concurrency: 2}}\n    out: {destination: '{p}noackbusy'}\n  rabbit.bindings.in.consumer.acknowledgeMode: NONE\n";
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let release = Arc::new(tokio::sync::Notify::new());
+    let app = env
+        .app(yaml, |b| {
+            b.listener("in", holding_reporter(tx, 2, release.clone()))
+                .output("out")
+        })
+        .await;
+    let out = app.output("out").unwrap();
+    for id in 0..40 {
+        out.send(&item(id)).await.unwrap();
+    }
+    // Both slots are taken by 0 and 1; the loop holds the next delivery, the subscription
+    // the rest of what the broker sent.
+    let mut seen = vec![recv(&mut rx).await, recv(&mut rx).await];
+    app.pause("in").await.unwrap();
+    for id in 40..50 {
+        out.send(&item(id)).await.unwrap();
+    }
+    let releaser = keep_releasing(release);
+    app.resume("in").await.unwrap();
+    while seen.len() < 50 {
+        seen.push(recv(&mut rx).await);
+    }
+    app.shutdown().await;
+    releaser.abort();
+    seen.sort_unstable();
+    assert_eq!(
+        seen,
+        (0..50).collect::<Vec<_>>(),
+        "each handled exactly once"
+    );
+    assert!(rx.try_recv().is_err(), "nothing handled twice");
+}
+
+/// `acknowledgeMode: NONE`: deliveries already received when a paused binding shuts down are
+/// handled before the shutdown completes; the rest stay in the queue.
+pub async fn auto_ack_deliveries_received_are_handled_at_shutdown(env: &Env) {
+    let yaml = "spring.cloud.stream:\n  bindings:\n    in: {destination: '{p}noackstop', group: g}\n    out: {destination: '{p}noackstop'}\n  rabbit.bindings.in.consumer.acknowledgeMode: NONE\n";
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let release = Arc::new(tokio::sync::Notify::new());
+    let app = env
+        .app(yaml, |b| {
+            b.listener("in", holding_reporter(tx, 1, release.clone()))
+                .output("out")
+        })
+        .await;
+    let out = app.output("out").unwrap();
+    for id in 0..30 {
+        out.send(&item(id)).await.unwrap();
+    }
+    assert_eq!(recv(&mut rx).await, 0);
+    app.pause("in").await.unwrap();
+    let releaser = keep_releasing(release);
+    let report = app.shutdown().await;
+    releaser.abort();
+    assert!(report.drained);
+    let mut handled = vec![0];
+    while let Ok(id) = rx.try_recv() {
+        handled.push(id);
+    }
+    let count = handled.len();
+    handled.sort_unstable();
+    handled.dedup();
+    assert_eq!(handled.len(), count, "none handled twice");
+    let left = env.inspect(&format!("{}noackstop.g", env.p)).await.messages as usize;
+    assert_eq!(
+        handled.len() + left,
+        30,
+        "{} handled, {left} still queued",
+        handled.len()
+    );
 }
 
 /// Shutdown with handlers in flight: they finish and are settled; the rest stay queued.

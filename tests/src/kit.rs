@@ -258,6 +258,8 @@ macro_rules! conformance_suite {
             concurrent_bind_and_unbind_lose_nothing,
             pause_resume_stop_start,
             paused_auto_ack_bindings_leave_messages_queued,
+            auto_ack_deliveries_survive_a_pause_with_busy_handlers,
+            auto_ack_deliveries_received_are_handled_at_shutdown,
             graceful_shutdown_loses_nothing,
             topology_is_idempotent_and_conflicts_are_clear,
             one_yaml_runs_on_every_binder

@@ -36,9 +36,7 @@ pub(crate) async fn run_queue(
     };
     queue.run().await;
     queue.give_up_subscription().await;
-    if !queue.stash.is_empty() {
-        tracing::warn!(binding = %queue.rt.name, queue = %queue.spec.queue, lost = queue.stash.len(), "shutting down with auto-ack deliveries received but not handled (acknowledgeMode NONE): they are lost");
-    }
+    queue.handle_stash().await;
     queue.report(BindingState::Stopped);
 }
 
@@ -121,6 +119,18 @@ impl QueueLoop {
             while let Some(Some(inbound)) = sub.next().now_or_never() {
                 self.stash.push_back(inbound);
             }
+        }
+    }
+
+    /// Shutting down: handles the auto-ack deliveries already received, which cannot go
+    /// back to the queue (the shutdown waits for this, up to its timeout).
+    async fn handle_stash(&mut self) {
+        while let Some(inbound) = self.stash.pop_front() {
+            let Ok(permit) = self.rt.permits.clone().acquire_owned().await else {
+                return;
+            };
+            let _counted = self.rt.inflight.enter();
+            self.rt.clone().handle(inbound, permit).await;
         }
     }
 
@@ -227,8 +237,12 @@ impl QueueLoop {
         tokio::task::consume_budget().await;
         let Some(permit) = permit else {
             // Paused, stopped or shutting down before it started: the delivery goes back to
-            // the queue untouched.
-            let _ = inbound.settler.settle(Settlement::Requeue).await;
+            // the queue untouched; an auto-ack one cannot, and waits in the stash.
+            if self.spec.auto_ack {
+                self.stash.push_front(inbound);
+            } else {
+                let _ = inbound.settler.settle(Settlement::Requeue).await;
+            }
             return Step::Continue;
         };
         if self.rt.config.consumer.concurrency > 1 {
