@@ -42,6 +42,19 @@ fn broker(e: lapin::Error) -> BinderError {
     BinderError::Broker(e.to_string())
 }
 
+/// `future`'s output, or `None` once `limit` has passed; a zero limit waits for ever (as
+/// Spring's zero `connection-timeout`).
+async fn within<F: std::future::Future>(
+    limit: std::time::Duration,
+    future: F,
+) -> Option<F::Output> {
+    if limit.is_zero() {
+        Some(future.await)
+    } else {
+        tokio::time::timeout(limit, future).await.ok()
+    }
+}
+
 /// A failed operation on `queue`: `NotFound` when the broker says so (404), the broker's
 /// own error otherwise (access refused, an exclusive queue of another connection, a lost
 /// connection).
@@ -162,18 +175,15 @@ impl Link {
             let timeout = self.settings.connection_timeout;
             let failure = match self.settings.amqp_uri(uri) {
                 Err(e) => format!("not an AMQP URI: {e}"),
-                Ok(amqp) => {
-                    match tokio::time::timeout(timeout, Connection::connect_uri(amqp, props)).await
-                    {
-                        Ok(Ok(c)) => {
-                            let c = Arc::new(LinkConnection(Arc::new(c)));
-                            *guard = Some(c.clone());
-                            return Ok(c);
-                        }
-                        Ok(Err(e)) => e.to_string(),
-                        Err(_) => format!("no AMQP handshake within {timeout:?}"),
+                Ok(amqp) => match within(timeout, Connection::connect_uri(amqp, props)).await {
+                    Some(Ok(c)) => {
+                        let c = Arc::new(LinkConnection(Arc::new(c)));
+                        *guard = Some(c.clone());
+                        return Ok(c);
                     }
-                }
+                    Some(Err(e)) => e.to_string(),
+                    None => format!("no AMQP handshake within {timeout:?}"),
+                },
             };
             tracing::warn!(uri = %redact(uri), error = %failure, "cannot connect to RabbitMQ");
             last = format!("{}: {failure}", redact(uri));
@@ -402,7 +412,7 @@ impl Binder for RabbitBinder {
             if let Some(c) = link.connection.lock().await.take() {
                 // A broker that stopped answering must not hold the shutdown forever.
                 let close = c.0.close(200, ShortString::from("OK"));
-                let _ = tokio::time::timeout(link.settings.connection_timeout, close).await;
+                let _ = within(link.settings.connection_timeout, close).await;
             }
         }
     }

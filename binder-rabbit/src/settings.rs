@@ -14,10 +14,12 @@ pub struct RabbitSettings {
     /// The connection name shown by the management UI and `rabbitmqctl`.
     pub connection_name: String,
     /// How long connecting to one address (TCP and the AMQP handshake) may take before the
-    /// next one is tried (`connection-timeout`, 60 s by default as in the Java client).
+    /// next one is tried (`connection-timeout`, 60 s by default as in the Java client; zero
+    /// waits for ever, as there).
     pub connection_timeout: Duration,
-    /// The heartbeat interval asked of the broker, which may lower it; zero asks for none
-    /// (`requested-heartbeat`, 60 s by default). A URI with its own `heartbeat` keeps it.
+    /// The heartbeat interval asked of the broker; the lower of it and the broker's wins, and
+    /// zero takes the broker's (`requested-heartbeat`, 60 s by default, as in the Java
+    /// client). A URI with its own `heartbeat` keeps it.
     pub requested_heartbeat: Duration,
 }
 
@@ -62,34 +64,18 @@ fn text(tree: &Value, key: &str) -> Option<String> {
 }
 
 /// A Spring Boot duration: a number with an optional unit (`ns`, `us`, `ms`, `s`, `m`, `h`,
-/// `d`; `unit` when there is none), or ISO-8601 (`PT30S`, `PT1M30S`).
+/// `d`, in any case; `unit` when there is none), or ISO-8601 (`PT30S`, `PT1M30S`, `P1D`).
+/// Negative durations mean nothing here and are refused.
 fn parse_duration(text: &str, unit: Duration) -> Option<Duration> {
     let text = text.trim();
-    if let Some(iso) = text.strip_prefix("PT").or_else(|| text.strip_prefix("pt")) {
-        let mut total = Duration::ZERO;
-        let mut number = String::new();
-        for c in iso.chars() {
-            match c.to_ascii_uppercase() {
-                '0'..='9' | '.' => number.push(c),
-                u @ ('H' | 'M' | 'S') => {
-                    let n: f64 = number.parse().ok()?;
-                    let seconds = match u {
-                        'H' => 3600.0,
-                        'M' => 60.0,
-                        _ => 1.0,
-                    };
-                    total += Duration::try_from_secs_f64(n * seconds).ok()?;
-                    number.clear();
-                }
-                _ => return None,
-            }
-        }
-        return (number.is_empty() && !iso.is_empty()).then_some(total);
+    let text = text.strip_prefix('+').unwrap_or(text).to_ascii_lowercase();
+    if let Some(iso) = text.strip_prefix('p') {
+        return parse_iso_duration(iso);
     }
     let digits = text
         .find(|c: char| !c.is_ascii_digit())
         .unwrap_or(text.len());
-    let n: u64 = text[..digits].parse().ok()?;
+    let n: u32 = text[..digits].parse().ok()?;
     let per = match &text[digits..] {
         "" => unit,
         "ns" => Duration::from_nanos(1),
@@ -101,7 +87,43 @@ fn parse_duration(text: &str, unit: Duration) -> Option<Duration> {
         "d" => Duration::from_secs(86_400),
         _ => return None,
     };
-    per.checked_mul(u32::try_from(n).ok()?)
+    per.checked_mul(n)
+}
+
+/// The part of an ISO-8601 duration after `P`, lower-cased: `[nd][t[nh][nm][n.ns]]`.
+fn parse_iso_duration(iso: &str) -> Option<Duration> {
+    let (days, time) = match iso.split_once('t') {
+        Some((days, time)) if !time.is_empty() => (days, time),
+        Some(_) => return None,
+        None => (iso, ""),
+    };
+    if days.is_empty() && time.is_empty() {
+        return None;
+    }
+    let mut total = Duration::ZERO;
+    if !days.is_empty() {
+        let n: u64 = days.strip_suffix('d')?.parse().ok()?;
+        total += Duration::from_secs(n.checked_mul(86_400)?);
+    }
+    let mut number = String::new();
+    let mut order = ['h', 'm', 's'].iter();
+    for c in time.chars() {
+        if c.is_ascii_digit() || c == '.' {
+            number.push(c);
+            continue;
+        }
+        // Components come in order, each at most once.
+        order.find(|u| **u == c)?;
+        let n: f64 = number.parse().ok()?;
+        let seconds = match c {
+            'h' => 3600.0,
+            'm' => 60.0,
+            _ => 1.0,
+        };
+        total += Duration::try_from_secs_f64(n * seconds).ok()?;
+        number.clear();
+    }
+    number.is_empty().then_some(total)
 }
 
 /// The duration at `spring.rabbitmq.<key>`, if set; an error names the key.
@@ -179,18 +201,24 @@ impl RabbitSettings {
         let connection_name = text(tree, "connection-name")
             .or_else(|| get(tree, &["spring", "application", "name"]).map(|v| v.to_string()))
             .unwrap_or_else(|| "rust-stream".into());
+        let source = if text(tree, "uri").is_some() {
+            "`spring.rabbitmq.uri`"
+        } else if text(tree, "addresses").is_some() {
+            "`spring.rabbitmq.addresses`"
+        } else {
+            "`spring.rabbitmq.host` and `port`"
+        };
         for uri in &uris {
-            uri.parse::<AMQPUri>().map_err(|e| {
-                BinderError::Config(format!(
-                    "`spring.rabbitmq.{}` holds `{}`, which is not an AMQP URI: {e}",
-                    if text(tree, "uri").is_some() {
-                        "uri"
-                    } else {
-                        "addresses"
-                    },
-                    redact(uri)
-                ))
-            })?;
+            let refuse =
+                |why: String| BinderError::Config(format!("{source}: `{}` {why}", redact(uri)));
+            let parsed = uri
+                .parse::<AMQPUri>()
+                .map_err(|e| refuse(format!("is not an AMQP URI: {e}")))?;
+            if parsed.scheme != lapin::uri::AMQPScheme::AMQP {
+                return Err(refuse(
+                    "uses TLS (`amqps://`), which this binder does not offer".to_owned(),
+                ));
+            }
         }
         let defaults = RabbitSettings::default();
         Ok(RabbitSettings {
@@ -294,6 +322,14 @@ mod tests {
             ("-1s", None),
             ("PT", None),
             ("PT5", None),
+            ("30S", Some(Duration::from_secs(30))),
+            ("500MS", Some(Duration::from_millis(500))),
+            ("P1D", Some(Duration::from_secs(86_400))),
+            ("P1DT1H", Some(Duration::from_secs(90_000))),
+            ("pt2m", Some(Duration::from_secs(120))),
+            ("+PT1S", Some(Duration::from_secs(1))),
+            ("PT1S1M", None),
+            ("P1DT", None),
         ] {
             assert_eq!(
                 parse_duration(text, Duration::from_secs(1)),
@@ -320,6 +356,14 @@ mod tests {
             !err.contains("secret"),
             "the password stays out of errors: {err}"
         );
+        let err = RabbitSettings::from_config(&tree("spring.rabbitmq.uri: 'amqps://u:p@mq/'"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("TLS"), "{err}");
+        let err = RabbitSettings::from_config(&tree("spring.rabbitmq.port: 'x'"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("`spring.rabbitmq.host` and `port`"), "{err}");
     }
 
     #[test]

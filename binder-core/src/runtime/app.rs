@@ -648,7 +648,9 @@ impl RunningApp {
     }
 
     /// Asks a binding for a state and waits until it is there: after `stop` returns, no new
-    /// delivery is taken; after `start`, the subscription is open.
+    /// delivery is taken; after `start`, the binding takes deliveries again (the subscription
+    /// is open, or, in `acknowledgeMode: NONE`, the deliveries it had already received are
+    /// being handled first).
     async fn set(&self, binding: &str, state: BindingState) -> Result<(), ControlError> {
         if let Some(c) = self.inputs.get(binding) {
             c.desired.send_replace(state);
@@ -674,7 +676,9 @@ impl RunningApp {
         }
     }
 
-    /// Stops taking new deliveries; the subscription stays.
+    /// Stops taking new deliveries; the subscription stays, except in `acknowledgeMode:
+    /// NONE`, where it is cancelled (the broker ignores prefetch without acks) and what it
+    /// had received is kept for [`RunningApp::resume`].
     pub async fn pause(&self, binding: &str) -> Result<(), ControlError> {
         self.set(binding, BindingState::Paused).await
     }
@@ -684,8 +688,8 @@ impl RunningApp {
         self.set(binding, BindingState::Running).await
     }
 
-    /// Cancels the subscription (input; unsettled deliveries return to the queue) or refuses
-    /// sends (output).
+    /// Cancels the subscription (input; unsettled deliveries return to the queue, auto-ack
+    /// ones already received are kept for [`RunningApp::start`]) or refuses sends (output).
     pub async fn stop(&self, binding: &str) -> Result<(), ControlError> {
         self.set(binding, BindingState::Stopped).await
     }
