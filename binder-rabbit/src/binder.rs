@@ -757,3 +757,21 @@ impl Subscription for RabbitSubscription {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::within;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_zero_limit_waits_for_ever_and_others_give_up() {
+        let slow = async {
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+            7
+        };
+        assert_eq!(within(Duration::ZERO, slow).await, Some(7));
+        let never = std::future::pending::<()>();
+        assert_eq!(within(Duration::from_millis(300), never).await, None);
+    }
+}
