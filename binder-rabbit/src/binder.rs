@@ -110,11 +110,17 @@ impl Drop for LinkConnection {
             return;
         }
         let connection = self.0.clone();
-        if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            rt.spawn(async move {
-                let _ = connection.close(200, ShortString::from("OK")).await;
-            });
-        }
+        in_background(async move {
+            let _ = connection.close(200, ShortString::from("OK")).await;
+        });
+    }
+}
+
+/// Runs a clean-up from a `Drop` on the current runtime. Outside one (the process is ending)
+/// the task is dropped unstarted, and lapin's own closers run as its handles go.
+fn in_background(task: impl std::future::Future<Output = ()> + Send + 'static) {
+    if let Ok(rt) = tokio::runtime::Handle::try_current() {
+        rt.spawn(task);
     }
 }
 
@@ -514,11 +520,9 @@ struct ChannelGuard(LinkChannel);
 impl Drop for ChannelGuard {
     fn drop(&mut self) {
         let ch = self.0.clone();
-        if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            rt.spawn(async move {
-                let _ = ch.close(200, ShortString::from("OK")).await;
-            });
-        }
+        in_background(async move {
+            let _ = ch.close(200, ShortString::from("OK")).await;
+        });
     }
 }
 
@@ -700,21 +704,17 @@ impl Drop for RabbitSubscription {
             return;
         };
         let _ = self.give_back_ready();
-        // Outside a runtime (the process is ending) nothing can be awaited: the consumer goes
-        // with the subscription, and lapin cancels it as before.
-        if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            let channel = self.channel.clone();
-            rt.spawn(async move {
-                let _ = channel
-                    .0
-                    .basic_cancel(consumer.tag(), BasicCancelOptions::default())
-                    .await;
-                // Cancelling: dropping the consumer now sends nothing more, and the channel
-                // closes when its last handle (this one, or an unsettled delivery's) goes.
-                drop(consumer);
-                drop(channel);
-            });
-        }
+        let channel = self.channel.clone();
+        in_background(async move {
+            let _ = channel
+                .0
+                .basic_cancel(consumer.tag(), BasicCancelOptions::default())
+                .await;
+            // Cancelling: dropping the consumer now sends nothing more, and the channel
+            // closes when its last handle (this one, or an unsettled delivery's) goes.
+            drop(consumer);
+            drop(channel);
+        });
     }
 }
 
