@@ -18,15 +18,7 @@ use tokio::sync::mpsc;
 mod common;
 
 fn rabbitmqctl(args: &[&str]) {
-    let out = Command::new("rabbitmqctl")
-        .args(args)
-        .output()
-        .expect("rabbitmqctl is installed with RabbitMQ");
-    assert!(
-        out.status.success(),
-        "rabbitmqctl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::rabbitmqctl(args);
 }
 
 /// Starts the broker's app again when dropped, even if the test panicked.

@@ -7,27 +7,16 @@
 
 mod common;
 
-use std::process::Command;
 use std::time::Duration;
 
-use binder_core::binder::{Binder, BinderError, ProducerSpec, Settlement, SubscriptionSpec};
+use binder_core::binder::{Binder, BinderError, Settlement, SubscriptionSpec};
 use binder_core::message::{DeliveryMode, Message};
-use binder_core::topology::{QueueDecl, TopologyPlan};
 use binder_rabbit::{RabbitBinder, RabbitSettings};
 
 /// How many connections named `name` the broker has open (`rabbitmqctl list_connections`).
 fn open_connections(name: &str) -> usize {
-    let out = Command::new("rabbitmqctl")
-        .args(["-q", "list_connections", "client_properties"])
-        .output()
-        .expect("rabbitmqctl is installed with RabbitMQ");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
     let quoted = format!("\"{name}\"");
-    String::from_utf8_lossy(&out.stdout)
+    common::rabbitmqctl(&["list_connections", "client_properties"])
         .matches(&quoted)
         .count()
 }
@@ -50,24 +39,9 @@ async fn channels_the_broker_closed_do_not_break_later_ones() {
         }
     }
     let queue = common::unique("after-wraparound");
-    let plan = TopologyPlan {
-        queues: vec![QueueDecl {
-            name: queue.clone(),
-            durable: true,
-            exclusive: false,
-            auto_delete: false,
-            arguments: Default::default(),
-        }],
-        ..Default::default()
-    };
+    let plan = common::queue_plan(&queue, true);
     binder.provision(&plan).await.unwrap();
-    let producer = binder
-        .producer(ProducerSpec {
-            exchange: String::new(),
-            delivery_mode: DeliveryMode::Persistent,
-        })
-        .await
-        .unwrap();
+    let producer = common::direct_producer(&binder, DeliveryMode::Persistent).await;
     producer
         .publish(&queue, Message::new("after"))
         .await

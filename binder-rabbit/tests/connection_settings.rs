@@ -5,7 +5,6 @@
 mod common;
 
 use std::net::TcpListener;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use binder_core::binder::{Binder, BinderError};
@@ -82,11 +81,7 @@ async fn the_broker_runs_the_connection_with_the_requested_heartbeat() {
         ..RabbitSettings::from_uri(&common::amqp_url())
     });
     let _ = binder.inspect("amq.no-such").await;
-    let out = Command::new("rabbitmqctl")
-        .args(["-q", "list_connections", "client_properties", "timeout"])
-        .output()
-        .expect("rabbitmqctl is installed with RabbitMQ");
-    let listing = String::from_utf8_lossy(&out.stdout);
+    let listing = common::rabbitmqctl(&["list_connections", "client_properties", "timeout"]);
     let line = listing
         .lines()
         .find(|l| l.contains(&format!("\"{name}\"")))

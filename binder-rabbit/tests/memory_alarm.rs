@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use binder_core::binder::{Binder, ProducerSpec, Settlement, SubscriptionSpec};
 use binder_core::message::{DeliveryMode, Message};
-use binder_core::topology::{QueueDecl, TopologyPlan};
 
 mod common;
 
@@ -59,24 +58,9 @@ async fn a_memory_alarm_blocks_publishers_instead_of_failing_them() {
     producer.publish("", Message::new("before")).await.unwrap();
     // A queue with messages waiting, and a subscription to it, from before the alarm.
     let queue = common::unique("alarm-drain");
-    let plan = TopologyPlan {
-        queues: vec![QueueDecl {
-            name: queue.clone(),
-            durable: false,
-            exclusive: false,
-            auto_delete: false,
-            arguments: Default::default(),
-        }],
-        ..Default::default()
-    };
+    let plan = common::queue_plan(&queue, false);
     binder.provision(&plan).await.unwrap();
-    let seeder = binder
-        .producer(ProducerSpec {
-            exchange: String::new(),
-            delivery_mode: DeliveryMode::NonPersistent,
-        })
-        .await
-        .unwrap();
+    let seeder = common::direct_producer(&binder, DeliveryMode::NonPersistent).await;
     for i in 0..5 {
         seeder
             .publish(&queue, Message::new(format!("{i}")))

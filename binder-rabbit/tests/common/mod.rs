@@ -35,3 +35,47 @@ pub fn unique(prefix: &str) -> String {
         .as_nanos();
     format!("{prefix}-{}", nanos % 1_000_000_000)
 }
+
+/// Runs `rabbitmqctl -q <args>` against the local broker and returns what it printed; a
+/// failure fails the test with rabbitmqctl's own message.
+pub fn rabbitmqctl(args: &[&str]) -> String {
+    let out = std::process::Command::new("rabbitmqctl")
+        .arg("-q")
+        .args(args)
+        .output()
+        .expect("rabbitmqctl is installed with RabbitMQ");
+    assert!(
+        out.status.success(),
+        "rabbitmqctl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A plan declaring one plain queue (not exclusive, not auto-deleted, no arguments).
+pub fn queue_plan(name: &str, durable: bool) -> binder_core::topology::TopologyPlan {
+    binder_core::topology::TopologyPlan {
+        queues: vec![binder_core::topology::QueueDecl {
+            name: name.to_owned(),
+            durable,
+            exclusive: false,
+            auto_delete: false,
+            arguments: Default::default(),
+        }],
+        ..Default::default()
+    }
+}
+
+/// A producer on the default exchange, which routes by queue name.
+pub async fn direct_producer(
+    binder: &impl Binder,
+    delivery_mode: binder_core::message::DeliveryMode,
+) -> Box<dyn binder_core::binder::Producer> {
+    binder
+        .producer(binder_core::binder::ProducerSpec {
+            exchange: String::new(),
+            delivery_mode,
+        })
+        .await
+        .unwrap()
+}
