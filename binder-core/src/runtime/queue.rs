@@ -96,8 +96,8 @@ impl QueueLoop {
         }
     }
 
-    /// Stops taking deliveries for a while. A manual or client-acked subscription stays
-    /// (its prefetch bounds what the broker sends meanwhile) with its held-back acks sent.
+    /// Stops taking deliveries for a while. A subscription whose deliveries await acks stays
+    /// (its prefetch bounds what the broker sends meanwhile), with its held-back acks sent.
     /// An auto-ack one is given up: the broker ignores prefetch without acks, and would
     /// stream the whole queue into the paused subscription.
     async fn pause(&mut self) {

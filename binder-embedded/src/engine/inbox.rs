@@ -43,17 +43,18 @@ impl Inbox {
         self.ready.notify_one();
     }
 
-    /// Closes the inbox (consumer cancelled) and returns, in order, the deliveries the handle
-    /// never took that `give_back` selects; the others stay for the handle to take before
-    /// it sees the end (as the deliveries a client already received after `basic.cancel`).
-    pub(crate) fn close(&self, give_back: impl Fn(&Delivery) -> bool) -> Vec<Delivery> {
-        let mut d = self.lock();
+    /// Closes the inbox (consumer cancelled). With `give_back`, returns what the handle never
+    /// took; without, leaves it for the handle to take before it sees the end (as a client
+    /// keeps the deliveries it already received after `basic.cancel`).
+    pub(crate) fn close(&self, give_back: bool) -> Vec<Delivery> {
         self.closed.store(true, Ordering::Release);
-        let (back, kept): (Vec<Delivery>, Vec<Delivery>) = d.drain(..).partition(give_back);
-        d.extend(kept);
-        drop(d);
+        let left: Vec<Delivery> = if give_back {
+            self.lock().drain(..).collect()
+        } else {
+            Vec::new()
+        };
         self.ready.notify_one();
-        back
+        left
     }
 
     /// Takes up to `limit` deliveries now; `None` when closed and empty.

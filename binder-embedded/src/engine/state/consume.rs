@@ -128,8 +128,7 @@ impl State {
         // Deliveries the handle never took go back as they were. Those sent without
         // acknowledgement are the client's already (as on RabbitMQ, where they sit in the
         // client's buffer): the handle can still take them.
-        let no_ack = consumer.no_ack;
-        for d in consumer.inbox.close(|_| !no_ack).into_iter().rev() {
+        for d in consumer.inbox.close(!consumer.no_ack).into_iter().rev() {
             let ch = self.channels.get_mut(&consumer.channel);
             let Some(u) = ch.and_then(|ch| ch.unacked.remove(d.delivery_tag)) else {
                 continue;

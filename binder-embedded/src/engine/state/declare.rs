@@ -336,7 +336,7 @@ impl State {
             if let Some(consumer) = self.consumers.remove(&c.id) {
                 // Deliveries the handle never took stay unacked on the channel, like any
                 // delivery of a deleted queue; acking them is harmless.
-                consumer.inbox.close(|_| true);
+                consumer.inbox.close(true);
                 if let Some(ch) = self.channels.get_mut(&consumer.channel) {
                     ch.consumers.remove(&consumer.tag);
                     let _ = ch.events.send(ChannelEvent::ConsumerCancelled {
