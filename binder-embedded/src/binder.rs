@@ -401,13 +401,15 @@ impl Subscription for EmbeddedSubscription {
         }
         // Auto-ack deliveries already sent cannot go back: they stay to be handed out, with
         // those still in the consumer's inbox.
-        self.acks
+        // Taken even when the cancel fails (a closed channel): they are no less received.
+        let cancelled = self
+            .acks
             .channel
             .basic_cancel(consumer.tag())
-            .map_err(broker_error)?;
+            .map_err(broker_error);
         while let Some(d) = consumer.try_recv() {
             self.ready.push_back(d);
         }
-        Ok(())
+        cancelled
     }
 }

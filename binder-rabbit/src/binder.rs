@@ -739,22 +739,25 @@ impl Subscription for RabbitSubscription {
 
     async fn cancel(&mut self) -> BinderResult<()> {
         self.give_back_ready().map_err(broker)?;
-        if let Some(mut c) = self.consumer.take() {
-            self.channel
-                .0
-                .basic_cancel(c.tag(), BasicCancelOptions::default())
-                .await
-                .map_err(broker)?;
-            // Auto-ack deliveries the broker sent before its cancel-ok cannot go back: they
-            // are in lapin's buffer now, and stay to be handed out.
-            while self.auto_ack {
-                match c.next().now_or_never() {
-                    Some(Some(Ok(d))) => self.ready.push_back(d),
-                    _ => break,
-                }
+        let Some(mut c) = self.consumer.take() else {
+            return Ok(());
+        };
+        let cancelled = self
+            .channel
+            .0
+            .basic_cancel(c.tag(), BasicCancelOptions::default())
+            .await
+            .map_err(broker);
+        // Auto-ack deliveries the broker sent before its cancel-ok cannot go back: they are
+        // in lapin's buffer now, and stay to be handed out, even when the cancel failed (a
+        // closed channel).
+        while self.auto_ack {
+            match c.next().now_or_never() {
+                Some(Some(Ok(d))) => self.ready.push_back(d),
+                _ => break,
             }
         }
-        Ok(())
+        cancelled
     }
 }
 
