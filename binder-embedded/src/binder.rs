@@ -70,10 +70,18 @@ impl EmbeddedBinder {
     }
 }
 
+/// What the startup log says of an embedded binder's broker.
+const IN_PROCESS: &str =
+    "in-process broker: messages stay inside this process and are lost when it exits";
+
 #[async_trait]
 impl Binder for EmbeddedBinder {
     fn binder_type(&self) -> &str {
         "embedded"
+    }
+
+    fn describe(&self) -> String {
+        IN_PROCESS.to_owned()
     }
 
     async fn provision(&self, plan: &TopologyPlan) -> BinderResult<()> {

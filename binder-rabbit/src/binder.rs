@@ -242,6 +242,11 @@ impl Binder for RabbitBinder {
         "rabbit"
     }
 
+    fn describe(&self) -> String {
+        let uris: Vec<String> = self.link.settings.uris.iter().map(|u| redact(u)).collect();
+        format!("RabbitMQ at {}", uris.join(", "))
+    }
+
     async fn provision(&self, plan: &TopologyPlan) -> BinderResult<()> {
         let declare = |what: String| {
             move |e: lapin::Error| BinderError::Declare {

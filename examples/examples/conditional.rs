@@ -39,11 +39,17 @@ async fn on_other(id: u32, log: State<Log>) {
 }
 
 #[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
+async fn main() -> binder_core::runtime::ServiceExit {
+    // Errors print as a person reads them; a configuration problem exits with status 2.
+    run().await.into()
+}
+
+async fn run() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     binder_embedded::link();
     let config = ConfigLoader::new()
         .yaml_str("spring.cloud.stream.bindings.events-in: {destination: events, group: tracker}\n")
         .load()?;
+    binder_core::runtime::init_logging(&config)?;
     let (tx, mut rx) = mpsc::unbounded_channel();
     let app = App::builder(config)
         .registered()

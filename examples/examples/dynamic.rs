@@ -8,12 +8,18 @@ use binder_core::config::ConfigLoader;
 use binder_core::runtime::App;
 
 #[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
+async fn main() -> binder_core::runtime::ServiceExit {
+    // Errors print as a person reads them; a configuration problem exits with status 2.
+    run().await.into()
+}
+
+async fn run() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     binder_embedded::link();
     // Only these destinations may be created on the fly; leave the list out to allow any.
     let config = ConfigLoader::new()
         .yaml_str("spring.cloud.stream.dynamicDestinations: [tenant-a, tenant-b]\n")
         .load()?;
+    binder_core::runtime::init_logging(&config)?;
     let app = App::builder(config).start().await?;
     let publisher = app.publisher();
     for tenant in ["tenant-a", "tenant-b"] {

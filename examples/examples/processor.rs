@@ -33,7 +33,12 @@ async fn print(word: String, seen: State<Seen>) {
 }
 
 #[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
+async fn main() -> binder_core::runtime::ServiceExit {
+    // Errors print as a person reads them; a configuration problem exits with status 2.
+    run().await.into()
+}
+
+async fn run() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     binder_embedded::link();
     let config = ConfigLoader::new()
         .yaml_str(
@@ -45,6 +50,7 @@ spring.cloud.stream.bindings:
 "#,
         )
         .load()?;
+    binder_core::runtime::init_logging(&config)?;
     let (tx, mut rx) = mpsc::unbounded_channel();
     let app = App::builder(config)
         .register(&shout_listener)

@@ -24,7 +24,12 @@ async fn greet(name: String, inbox: State<Inbox>) {
 }
 
 #[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
+async fn main() -> binder_core::runtime::ServiceExit {
+    // Errors print as a person reads them; a configuration problem exits with status 2.
+    run().await.into()
+}
+
+async fn run() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     binder_embedded::link();
     // SCSt's Source (`output`) and Sink (`input`) bindings on one destination.
     let config = ConfigLoader::new()
@@ -32,6 +37,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             "spring.cloud.stream.bindings:\n  input: {destination: greetings, group: greeter}\n  output: {destination: greetings}\n",
         )
         .load()?;
+    binder_core::runtime::init_logging(&config)?;
     let (tx, mut rx) = mpsc::unbounded_channel();
     let sink = App::builder(config.select(&["input"]))
         .register(&greet_listener)

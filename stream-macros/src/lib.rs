@@ -247,6 +247,7 @@ fn listener(args: ListenerArgs, func: ItemFn) -> Result<TokenStream2, syn::Error
     let mut extract = Vec::new();
     let mut call_args = Vec::new();
     let mut uses = Vec::new();
+    let mut states = Vec::new();
     let mut payload_seen: Option<Span> = None;
     let mut incoming_arg: Option<syn::Ident> = None;
     for (i, arg) in sig.inputs.iter().enumerate() {
@@ -293,6 +294,9 @@ fn listener(args: ListenerArgs, func: ItemFn) -> Result<TokenStream2, syn::Error
                         "write `State<T>` with the state's type",
                     ));
                 };
+                states.push(
+                    quote_spanned! {span=> ::binder_core::runtime::StateType::of::<#inner>() },
+                );
                 extract.push(quote_spanned! {span=> let #var: #ty = __incoming.context().state::<#inner>()?; });
             }
             _ => {
@@ -346,6 +350,7 @@ fn listener(args: ListenerArgs, func: ItemFn) -> Result<TokenStream2, syn::Error
             output: #output_name,
             condition: #condition,
             uses: &[#(#uses),*],
+            states: &[#(#states),*],
             handler: #make,
         };
 

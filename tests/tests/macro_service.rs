@@ -179,3 +179,33 @@ fn listeners_are_nameable_values() {
     assert_eq!(invoice_listener.uses, &["audit-out"]);
     assert_eq!(cancel_listener.output, None);
 }
+
+#[test]
+fn listeners_declare_their_state_types() {
+    let names: Vec<&str> = cancel_listener.states.iter().map(|s| s.name()).collect();
+    assert_eq!(names, [std::any::type_name::<Stats>()]);
+    assert!(invoice_listener.states.is_empty());
+}
+
+#[tokio::test]
+async fn a_listener_whose_state_is_missing_stops_startup_naming_it() {
+    let config = ConfigLoader::new()
+        .env(Vec::<(String, String)>::new())
+        .yaml_str(CONFIG)
+        .load()
+        .unwrap();
+    let err = App::builder(config)
+        .binder("embedded", Arc::new(EmbeddedBinder::new(Broker::new())))
+        .registered()
+        .start()
+        .await
+        .unwrap_err();
+    let text = err.to_string();
+    assert_eq!(err.problems.len(), 1, "{text}");
+    assert!(
+        text.contains("listener `cancel` of binding `orders-in` takes `State<macro_service::Stats>`, but no state of that type is registered"),
+        "{text}"
+    );
+    // Debug (what `?` in main prints) is the same readable text.
+    assert_eq!(format!("{err:?}"), text);
+}

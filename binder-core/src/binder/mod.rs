@@ -299,6 +299,11 @@ pub trait Producer: fmt::Debug + Send + Sync {
 pub trait Binder: fmt::Debug + Send + Sync {
     /// The binder type (`embedded`, `rabbit`).
     fn binder_type(&self) -> &str;
+    /// Where this binder's messages go, for the startup log: the broker's addresses (without
+    /// passwords), or what an in-process broker keeps. The binder type by default.
+    fn describe(&self) -> String {
+        self.binder_type().to_owned()
+    }
     /// Declares every exchange, queue and binding of the plan (idempotently).
     async fn provision(&self, plan: &TopologyPlan) -> BinderResult<()>;
     /// Opens a producer.

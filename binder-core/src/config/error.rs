@@ -25,7 +25,9 @@ impl fmt::Display for Problem {
 }
 
 /// Why a configuration could not be loaded. Loading reports every problem it finds at once.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+///
+/// `Debug` shows the same text as `Display`, so `?` in a `main` prints it readably.
+#[derive(Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ConfigError {
     /// A file could not be read or parsed.
     #[error("cannot read configuration file {path}: {reason}")]
@@ -38,6 +40,12 @@ pub enum ConfigError {
     /// The configuration was read but is invalid.
     #[error("{}", render(.0))]
     Invalid(Vec<Problem>),
+}
+
+impl fmt::Debug for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
 }
 
 impl ConfigError {

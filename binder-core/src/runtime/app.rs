@@ -121,11 +121,24 @@ impl Binders {
     }
 }
 
+/// How the startup log names a binding's binder: its configuration name, type and broker.
+fn binder_line(config: &StreamConfig, binding: &str, binder: &Arc<dyn Binder>) -> String {
+    let name = config.binder_for(binding);
+    let binder_type = binder.binder_type();
+    let name = if name == binder_type {
+        format!("binder `{name}`")
+    } else {
+        format!("binder `{name}` (type {binder_type})")
+    };
+    format!("{name} on {}", binder.describe())
+}
+
 struct Listener {
     name: String,
     input: String,
     output: Option<String>,
     condition: Option<String>,
+    states: &'static [super::registry::StateType],
     handler: Arc<dyn Handler>,
 }
 
@@ -208,6 +221,7 @@ impl AppBuilder {
             input,
             output: None,
             condition: None,
+            states: &[],
             handler: Arc::new(handler),
         });
         self
@@ -229,6 +243,7 @@ impl AppBuilder {
             input,
             output: None,
             condition: Some(condition),
+            states: &[],
             handler: Arc::new(handler),
         });
         self
@@ -247,9 +262,15 @@ impl AppBuilder {
             input: def.input.to_owned(),
             output: def.output.map(str::to_owned),
             condition: def.condition.map(str::to_owned),
+            states: def.states,
             handler: (def.handler)(),
         });
         self
+    }
+
+    /// The configuration the application starts with.
+    pub fn config(&self) -> &StreamConfig {
+        &self.config
     }
 
     /// The application's health, available before `start` so a service can report that it
@@ -287,6 +308,7 @@ impl AppBuilder {
             input,
             output: Some(output),
             condition: None,
+            states: &[],
             handler: Arc::new(handler),
         });
         self
@@ -342,6 +364,16 @@ impl AppBuilder {
             }
             if !inputs.contains(&l.input.as_str()) {
                 inputs.push(&l.input);
+            }
+            for state in l.states {
+                if !self.state.contains_key(&state.id()) {
+                    problems.push(format!(
+                        "listener `{}` of binding `{}` takes `State<{}>`, but no state of that type is registered; add it with AppBuilder::state (or in run_service_with's hook)",
+                        l.name,
+                        l.input,
+                        state.name()
+                    ));
+                }
             }
             if self.outputs.contains(&l.input) {
                 problems.push(format!(
@@ -422,12 +454,18 @@ impl AppBuilder {
             return Err(StartupError { problems });
         }
 
+        let mut ready: Vec<String> = Vec::new();
         let mut outputs: HashMap<String, Arc<OutputInner>> = HashMap::new();
         for name in &self.outputs {
             let binding = config.binding(name);
             match OutputInner::open(&binding, &resolved[name], codecs.clone(), Some(&health)).await
             {
                 Ok(o) => {
+                    ready.push(format!(
+                        "output binding `{name}`: {}, destination `{}`",
+                        binder_line(&config, name, &resolved[name]),
+                        binding.destination
+                    ));
                     outputs.insert(name.clone(), Arc::new(o));
                 }
                 Err(e) => problems.push(e),
@@ -541,6 +579,22 @@ impl AppBuilder {
                     reported,
                 )));
             }
+            ready.push(format!(
+                "input binding `{input}`: {}, destination `{}`, {}, queue{} {}",
+                binder_line(&config, &input, &binder),
+                binding.destination,
+                match &binding.group {
+                    Some(g) => format!("group `{g}`"),
+                    None => "no group (anonymous)".to_owned(),
+                },
+                if topology.queues.len() == 1 { "" } else { "s" },
+                topology
+                    .queues
+                    .iter()
+                    .map(|q| format!("`{q}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
             inputs.insert(input.clone(), InputControl { desired, actual });
         }
         if !problems.is_empty() {
@@ -551,6 +605,9 @@ impl AppBuilder {
                 b.close().await;
             }
             return Err(StartupError { problems });
+        }
+        for line in &ready {
+            tracing::info!("{line}");
         }
         let outputs = Arc::new(outputs);
         let publisher = Publisher {

@@ -146,11 +146,19 @@ impl fmt::Display for HandlerError {
 }
 
 /// Why an application did not start. Lists every problem found.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Clone, PartialEq, Eq, thiserror::Error)]
 #[error("the application cannot start:{}", self.problems.iter().map(|p| format!("\n  - {p}")).collect::<String>())]
 pub struct StartupError {
     /// Each problem, naming the binding.
     pub problems: Vec<String>,
+}
+
+/// Shows the same text as `Display`, so `?` in a `main` returning `Result<_, Box<dyn Error>>`
+/// prints the problems as a person reads them.
+impl fmt::Debug for StartupError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
 }
 
 /// Why a send failed.

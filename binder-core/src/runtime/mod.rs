@@ -14,6 +14,7 @@ pub mod handler;
 mod health;
 mod inflight;
 mod lifecycle;
+mod logging;
 mod output;
 mod queue;
 mod registry;
@@ -29,9 +30,11 @@ pub use expression::{ExpressionError, RoutingKeyExpression};
 pub use handler::{Call, Handler, Incoming, IntoOutcome, Outcome, Reply, ReplyBody};
 pub use health::{Health, HealthStatus};
 pub use lifecycle::{BindingState, ControlError};
+pub use logging::{DEFAULT_LEVEL, init_logging, log_filter};
 pub use output::{Output, Publisher};
 pub use registry::{
-    ListenerDef, ListenerRegistration, OutputRegistration, ServiceError, run_service,
+    ListenerDef, ListenerRegistration, OutputRegistration, ServiceError, ServiceExit, StateType,
+    run_service, run_service_with,
 };
 pub use retry::BackOff;
 pub use trace::TRACEPARENT;

@@ -193,19 +193,26 @@ async fn start(
     bindings: &[&str],
     counts: &Arc<Counts>,
     build: impl FnOnce(binder_core::runtime::AppBuilder) -> binder_core::runtime::AppBuilder,
-) -> Result<RunningApp, Box<dyn std::error::Error>> {
+) -> Result<RunningApp, Box<dyn std::error::Error + Send + Sync>> {
     // Every service counts into the same totals.
     let builder = App::builder(config.select(bindings)).shared_state(counts.clone());
     Ok(build(builder).start().await?)
 }
 
 #[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
+async fn main() -> binder_core::runtime::ServiceExit {
+    // Errors print as a person reads them; a configuration problem exits with status 2.
+    run().await.into()
+}
+
+async fn run() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     // Both binders are available; the configuration picks one
     // (SPRING_CLOUD_STREAM_DEFAULTBINDER=rabbit runs the same services on RabbitMQ).
     binder_embedded::link();
     binder_rabbit::link();
     let config = config()?;
+    // Logs to stderr (RUST_LOG or logging.level.* choose what), as run_service does.
+    binder_core::runtime::init_logging(&config)?;
     let counts = Arc::new(Counts::default());
 
     let stock = start(&config, &["placed-in", "reserved-out"], &counts, |b| {
