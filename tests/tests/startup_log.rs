@@ -11,11 +11,12 @@ use binder_embedded::engine::Broker;
 
 /// A writer into a shared buffer, for a subscriber whose output the test reads.
 #[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
+struct Captured(Arc<Mutex<Vec<u8>>>, Arc<tokio::sync::Notify>);
 
 impl Write for Captured {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         self.0.lock().unwrap().extend_from_slice(buf);
+        self.1.notify_waiters();
         Ok(buf.len())
     }
     fn flush(&mut self) -> std::io::Result<()> {
@@ -27,18 +28,40 @@ impl Captured {
     fn text(&self) -> String {
         String::from_utf8(self.0.lock().unwrap().clone()).unwrap()
     }
+
+    /// Waits (10 s at most) until the output has a line containing `needle`, and returns it.
+    async fn line_with(&self, needle: &str) -> String {
+        let wait = async {
+            loop {
+                let written = self.1.notified();
+                if let Some(line) = self.text().lines().find(|l| l.contains(needle)) {
+                    return line.to_owned();
+                }
+                written.await;
+            }
+        };
+        match tokio::time::timeout(std::time::Duration::from_secs(10), wait).await {
+            Ok(line) => line,
+            Err(_) => panic!("no line with `{needle}` within 10 s:\n{}", self.text()),
+        }
+    }
+
+    /// A subscriber writing here, set as this thread's default while the guard lives.
+    fn install(&self) -> tracing::subscriber::DefaultGuard {
+        let writer = self.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .finish();
+        tracing::subscriber::set_default(subscriber)
+    }
 }
 
 // current_thread: the subscriber set as the thread's default sees every task of the test.
 #[tokio::test(flavor = "current_thread")]
 async fn every_binding_gets_one_startup_line() {
     let captured = Captured::default();
-    let writer = captured.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(move || writer.clone())
-        .with_ansi(false)
-        .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let _guard = captured.install();
 
     let config = ConfigLoader::new()
         .env(Vec::<(String, String)>::new())
@@ -82,4 +105,49 @@ async fn every_binding_gets_one_startup_line() {
         counts.contains("destination `startup-log-counts`"),
         "{counts}"
     );
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_lost_subscription_and_the_resubscription_are_logged_at_warn() {
+    let captured = Captured::default();
+    let _guard = captured.install();
+    let broker = Broker::new();
+    let config = ConfigLoader::new()
+        .env(Vec::<(String, String)>::new())
+        .yaml_str(
+            "spring.cloud.stream:\n  bindings.jobs-in: {destination: startup-log-jobs, group: worker}\n  rabbit.bindings.jobs-in.consumer.recoveryInterval: 20\n",
+        )
+        .load()
+        .unwrap();
+    let app = App::builder(config)
+        .binder("embedded", Arc::new(EmbeddedBinder::new(broker.clone())))
+        .listener("jobs-in", handler::payload(|_: String| async {}))
+        .start()
+        .await
+        .unwrap();
+    // Returns once the binding is running: subscribed.
+    app.resume("jobs-in").await.unwrap();
+    let conn = broker.connect();
+    let ch = conn.open_channel().unwrap();
+    ch.queue_delete("startup-log-jobs.worker", false, false)
+        .unwrap();
+    let ended = captured
+        .line_with("the broker ended the subscription")
+        .await;
+    assert!(ended.contains(" WARN "), "{ended}");
+    assert!(ended.contains("queue=startup-log-jobs.worker"), "{ended}");
+    let refused = captured.line_with("cannot consume; retrying").await;
+    assert!(refused.contains(" WARN "), "{refused}");
+    assert!(refused.contains("startup-log-jobs.worker"), "{refused}");
+
+    ch.queue_declare(
+        "startup-log-jobs.worker",
+        Default::default(),
+        Default::default(),
+    )
+    .unwrap();
+    let again = captured.line_with("consuming again").await;
+    assert!(again.contains(" WARN "), "{again}");
+    assert!(again.contains("binding=jobs-in"), "{again}");
+    app.shutdown().await;
 }

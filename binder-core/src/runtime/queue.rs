@@ -33,6 +33,7 @@ pub(crate) async fn run_queue(
         subscription: None,
         stash: VecDeque::new(),
         recovery,
+        lost: None,
     };
     queue.run().await;
     queue.give_up_subscription().await;
@@ -56,6 +57,8 @@ struct QueueLoop {
     stash: VecDeque<Inbound>,
     /// Wait before subscribing again after a failure (`recoveryInterval`).
     recovery: Duration,
+    /// Why the last subscription was lost or refused, until a new one is made.
+    lost: Option<String>,
 }
 
 /// What the loop does next.
@@ -171,12 +174,16 @@ impl QueueLoop {
             if self.subscription.is_none() {
                 match self.binder.subscribe(self.spec.clone()).await {
                     Ok(s) => {
+                        if let Some(reason) = self.lost.take() {
+                            tracing::warn!(binding = %self.rt.name, queue = %self.spec.queue, after = %reason, "consuming again");
+                        }
                         self.subscription = Some(s);
                         self.report(BindingState::Running);
                         return Step::Continue;
                     }
                     Err(e) => {
-                        tracing::error!(binding = %self.rt.name, queue = %self.spec.queue, error = %e, "cannot consume; retrying");
+                        tracing::warn!(binding = %self.rt.name, queue = %self.spec.queue, error = %e, retry_in = ?self.recovery, "cannot consume; retrying after recoveryInterval");
+                        self.lost = Some(e.to_string());
                         return self.back_off().await;
                     }
                 }
@@ -211,6 +218,8 @@ impl QueueLoop {
             let Some(inbound) = inbound else {
                 // The broker cancelled the consumer (queue deleted, connection lost): subscribe
                 // again after the recovery interval.
+                tracing::warn!(binding = %self.rt.name, queue = %self.spec.queue, retry_in = ?self.recovery, "the broker ended the subscription (consumer cancelled, queue deleted or connection lost); subscribing again after recoveryInterval");
+                self.lost = Some("the broker ended the subscription".to_owned());
                 self.subscription = None;
                 return self.back_off().await;
             };
