@@ -221,13 +221,17 @@ impl InputRuntime {
     }
 
     fn pending(&self, inbound: Inbound) -> Pending {
+        // The attempt number is not a span field: a subscriber that formats spans appends
+        // every recorded value (`attempt=1 attempt=2 ...`); events that need it carry it.
         let span = tracing::info_span!(
             "delivery",
             binding = %self.name,
             destination = %self.config.destination,
-            message_id = inbound.message().properties.message_id.as_deref().unwrap_or(""),
-            attempt = tracing::field::Empty,
+            message_id = tracing::field::Empty,
         );
+        if let Some(id) = inbound.message().properties.message_id.as_deref() {
+            span.record("message_id", id);
+        }
         Pending {
             content: inbound.content,
             redelivered: inbound.redelivered,
@@ -247,7 +251,6 @@ impl InputRuntime {
         pending: &'a Pending,
         attempt: u32,
     ) -> impl Future<Output = Result<(), HandlerError>> + 'a {
-        pending.span.record("attempt", attempt);
         self.attempt(pending, attempt)
             .instrument(pending.span.clone())
     }
@@ -283,7 +286,7 @@ impl InputRuntime {
     async fn retry(self: Arc<Self>, pending: Pending, mut error: HandlerError, mut attempt: u32) {
         loop {
             let wait = self.backoff.delay(attempt);
-            tracing::debug!(parent: &pending.span, %error, ?wait, "attempt failed, retrying");
+            tracing::debug!(parent: &pending.span, %error, attempt, ?wait, "attempt failed, retrying");
             tokio::time::sleep(wait).await;
             // The semaphore is never closed; were it, the last error would stand.
             let Ok(permit) = self.permits.clone().acquire_owned().await else {
