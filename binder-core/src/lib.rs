@@ -16,3 +16,8 @@ pub use message::{Decimal, DeliveryMode, HeaderValue, Headers, Message, Properti
 pub mod __private {
     pub use inventory;
 }
+
+/// The README's examples, compiled as doctests so they cannot go stale.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

@@ -371,3 +371,8 @@ fn listener(args: ListenerArgs, func: ItemFn) -> Result<TokenStream2, syn::Error
         }
     })
 }
+
+/// The README's examples, compiled as doctests so they cannot go stale.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
