@@ -9,3 +9,8 @@ mod settings;
 
 pub use binder::{RabbitBinder, link};
 pub use settings::RabbitSettings;
+
+/// The README's examples, compiled as doctests so they cannot go stale.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
