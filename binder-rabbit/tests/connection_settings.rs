@@ -92,3 +92,19 @@ async fn the_broker_runs_the_connection_with_the_requested_heartbeat() {
     );
     binder.close().await;
 }
+
+#[test]
+fn the_startup_log_names_every_address_without_its_password() {
+    let settings = RabbitSettings {
+        uris: vec![
+            "amqp://orders:s3cret@rabbit-1:5672/%2f".to_owned(),
+            "amqp://rabbit-2:5673/prod".to_owned(),
+        ],
+        ..RabbitSettings::default()
+    };
+    let described = RabbitBinder::new(settings).describe();
+    assert_eq!(
+        described,
+        "RabbitMQ at amqp://orders:***@rabbit-1:5672/%2f, amqp://rabbit-2:5673/prod"
+    );
+}
