@@ -15,6 +15,7 @@ mod health;
 mod inflight;
 mod lifecycle;
 mod output;
+mod panics;
 mod queue;
 mod registry;
 mod retry;
