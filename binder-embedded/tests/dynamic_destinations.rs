@@ -31,7 +31,12 @@ struct Gate {
 
 impl Gate {
     fn opened(&self, exchange: &str) -> usize {
-        self.opened.lock().unwrap().get(exchange).copied().unwrap_or(0)
+        self.opened
+            .lock()
+            .unwrap()
+            .get(exchange)
+            .copied()
+            .unwrap_or(0)
     }
 }
 
@@ -107,7 +112,8 @@ async fn a_destination_that_cannot_open_blocks_only_its_own_sends_and_opens_once
     let ch = conn.open_channel().unwrap();
     ch.queue_declare("stuck-q", QueueOptions::default(), Headers::new())
         .unwrap();
-    ch.queue_bind("stuck-q", "stuck", "#", Headers::new()).unwrap();
+    ch.queue_bind("stuck-q", "stuck", "#", Headers::new())
+        .unwrap();
 
     // Meanwhile an open destination and a new one both take sends.
     tokio::time::timeout(WAIT, publisher.send("warm", &1))
@@ -118,7 +124,10 @@ async fn a_destination_that_cannot_open_blocks_only_its_own_sends_and_opens_once
         .await
         .expect("a new destination opens while another cannot")
         .unwrap();
-    assert!(stuck.iter().all(|s| !s.is_finished()), "`stuck` is still closed");
+    assert!(
+        stuck.iter().all(|s| !s.is_finished()),
+        "`stuck` is still closed"
+    );
 
     release.send(true).unwrap();
     for send in stuck {
@@ -128,7 +137,11 @@ async fn a_destination_that_cannot_open_blocks_only_its_own_sends_and_opens_once
             .unwrap()
             .unwrap();
     }
-    assert_eq!(gate.opened("stuck"), 1, "one producer for concurrent first sends");
+    assert_eq!(
+        gate.opened("stuck"),
+        1,
+        "one producer for concurrent first sends"
+    );
     assert_eq!(gate.opened("warm"), 1);
     let mut got = drain(&ch, "stuck-q");
     got.sort();

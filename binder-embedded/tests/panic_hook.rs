@@ -37,8 +37,18 @@ async fn a_program_hook_still_runs_and_the_dead_letter_names_where_the_handler_p
         .get_str("x-exception-stacktrace")
         .unwrap()
         .to_owned();
-    let at = format!("handler panicked: order 13 is cursed\n  at {}:{line}:", file!());
-    assert!(trace.starts_with(&at), "{trace:?} does not start with {at:?}");
-    assert_eq!(seen.load(Ordering::SeqCst), 1, "the program's hook ran once");
+    let at = format!(
+        "handler panicked: order 13 is cursed\n  at {}:{line}:",
+        file!()
+    );
+    assert!(
+        trace.starts_with(&at),
+        "{trace:?} does not start with {at:?}"
+    );
+    assert_eq!(
+        seen.load(Ordering::SeqCst),
+        1,
+        "the program's hook ran once"
+    );
     running.shutdown().await;
 }
