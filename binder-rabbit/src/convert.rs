@@ -232,7 +232,10 @@ mod tests {
         use binder_core::binder::header_frame_size;
         let nested: Headers = [
             ("n", HeaderValue::I32(1)),
-            ("deep", HeaderValue::Array(vec![HeaderValue::from("x"), HeaderValue::Void])),
+            (
+                "deep",
+                HeaderValue::Array(vec![HeaderValue::from("x"), HeaderValue::Void]),
+            ),
         ]
         .into_iter()
         .collect();
@@ -253,10 +256,16 @@ mod tests {
             ("l", HeaderValue::from("text with é")),
             ("m", HeaderValue::Bytes(Bytes::from_static(&[0, 255]))),
             ("n", HeaderValue::Timestamp(9)),
-            ("o", HeaderValue::Array(vec![HeaderValue::Void, HeaderValue::I64(1)])),
+            (
+                "o",
+                HeaderValue::Array(vec![HeaderValue::Void, HeaderValue::I64(1)]),
+            ),
             ("p", HeaderValue::Table(nested)),
             ("q", HeaderValue::Void),
-            ("a-longer-header-name", HeaderValue::from("v".repeat(70_000))),
+            (
+                "a-longer-header-name",
+                HeaderValue::from("v".repeat(70_000)),
+            ),
         ]
         .into_iter()
         .collect();
@@ -274,6 +283,10 @@ mod tests {
             delivery_mode: Some(DeliveryMode::NonPersistent),
             priority: Some(4),
         };
-        assert_eq!(header_frame_size(&m), wire_size(&m), "every header and property");
+        assert_eq!(
+            header_frame_size(&m),
+            wire_size(&m),
+            "every header and property"
+        );
     }
 }

@@ -414,12 +414,28 @@ spring.cloud.stream:
     let dead = next(&mut dlq).await;
     let m = dead.message();
     assert_eq!(m.headers.get_str("x-foreign"), Some(foreign.as_str()));
-    assert_eq!(m.headers.get_str("x-original-exchange"), Some(dest.as_str()));
-    assert_eq!(m.headers.get_str("x-original-routingKey"), Some(dest.as_str()));
-    assert_eq!(m.headers.get("x-attempts").and_then(HeaderValue::as_i64), Some(1));
+    assert_eq!(
+        m.headers.get_str("x-original-exchange"),
+        Some(dest.as_str())
+    );
+    assert_eq!(
+        m.headers.get_str("x-original-routingKey"),
+        Some(dest.as_str())
+    );
+    assert_eq!(
+        m.headers.get("x-attempts").and_then(HeaderValue::as_i64),
+        Some(1)
+    );
     let reason = m.headers.get_str("x-exception-message").unwrap();
-    assert!("cannot ship".starts_with(reason), "cut, never more: {reason:?}");
-    assert_eq!(m.headers.get("x-exception-stacktrace"), None, "no room for it");
+    assert!(
+        "cannot ship".starts_with(reason),
+        "cut, never more: {reason:?}"
+    );
+    assert_eq!(
+        m.headers.get("x-exception-stacktrace"),
+        None,
+        "no room for it"
+    );
     assert!(header_frame_size(m) <= DEFAULT_FRAME_MAX as usize);
     assert_eq!(m.payload, serde_json::to_vec(&item(1)).unwrap());
     dead.settler.settle(Settlement::Ack).await.unwrap();
@@ -456,8 +472,14 @@ pub async fn dead_letters_of_large_payloads_keep_the_whole_trace(env: &Env) {
         Some("handler panicked: too large to ship")
     );
     let trace = m.headers.get_str("x-exception-stacktrace").unwrap();
-    let at = format!("handler panicked: too large to ship\n  at {}:{line}:", file!());
-    assert!(trace.starts_with(&at), "{trace:?} does not start with {at:?}");
+    let at = format!(
+        "handler panicked: too large to ship\n  at {}:{line}:",
+        file!()
+    );
+    assert!(
+        trace.starts_with(&at),
+        "{trace:?} does not start with {at:?}"
+    );
     dead.settler.settle(Settlement::Ack).await.unwrap();
     app.shutdown().await;
 }

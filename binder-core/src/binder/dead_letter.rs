@@ -305,7 +305,10 @@ mod tests {
         p.app_id = Some("h".into());
         p.delivery_mode = Some(DeliveryMode::Persistent);
         p.priority = Some(1);
-        let strings = [1, 2, 3, 1, 1, 4, 1, 1, 1].iter().map(|n| 1 + n).sum::<usize>();
+        let strings = [1, 2, 3, 1, 1, 4, 1, 1, 1]
+            .iter()
+            .map(|n| 1 + n)
+            .sum::<usize>();
         assert_eq!(header_frame_size(&m), 22 + strings + 8 + 1 + 1);
     }
 
@@ -314,7 +317,11 @@ mod tests {
         let mut m = Message::new("x").with_header("tenant", "acme");
         let trace = "t".repeat(5_000);
         let fitted = republish_headers(&mut m, &dead(&trace), budget(4_096, 1_000)).unwrap();
-        assert_eq!(header_frame_size(&m), 4_096 - 1_000, "the budget, to the byte");
+        assert_eq!(
+            header_frame_size(&m),
+            4_096 - 1_000,
+            "the budget, to the byte"
+        );
         assert_eq!(fitted.reason_cut, 0);
         let kept = m.headers.get_str("x-exception-stacktrace").unwrap().len();
         assert_eq!(fitted.trace_cut, 5_000 - kept);
@@ -325,29 +332,30 @@ mod tests {
     fn the_payload_does_not_count() {
         let mut m = Message::new(vec![7u8; 1 << 20]);
         let trace = "t".repeat(50_000);
-        let fitted = republish_headers(
-            &mut m,
-            &dead(&trace),
-            budget(DEFAULT_FRAME_MAX, 20_000),
-        )
-        .unwrap();
+        let fitted =
+            republish_headers(&mut m, &dead(&trace), budget(DEFAULT_FRAME_MAX, 20_000)).unwrap();
         assert!(!fitted.is_cut());
-        assert_eq!(m.headers.get_str("x-exception-stacktrace").unwrap().len(), 50_000);
+        assert_eq!(
+            m.headers.get_str("x-exception-stacktrace").unwrap().len(),
+            50_000
+        );
     }
 
     #[test]
     fn foreign_headers_leave_no_room_so_the_trace_is_dropped_and_the_message_cut() {
         let mut m = Message::new("x").with_header("big", "b".repeat(130_000));
-        let fitted = republish_headers(
-            &mut m,
-            &dead("a trace"),
-            budget(DEFAULT_FRAME_MAX, 20_000),
-        )
-        .unwrap();
+        let fitted =
+            republish_headers(&mut m, &dead("a trace"), budget(DEFAULT_FRAME_MAX, 20_000)).unwrap();
         assert!(header_frame_size(&m) <= DEFAULT_FRAME_MAX as usize);
         assert_eq!(m.headers.get("x-exception-stacktrace"), None, "dropped");
         assert_eq!(m.headers.get_str("x-exception-message"), Some(""));
-        assert_eq!(fitted, Fitted { reason_cut: 4, trace_cut: 7 });
+        assert_eq!(
+            fitted,
+            Fitted {
+                reason_cut: 4,
+                trace_cut: 7
+            }
+        );
         assert_eq!(m.headers.get_str("big").map(str::len), Some(130_000));
         assert_eq!(m.headers.get_str("x-original-exchange"), Some("orders"));
         assert_eq!(m.headers.get(ATTEMPTS_HEADER), Some(&HeaderValue::I64(3)));
@@ -360,7 +368,10 @@ mod tests {
         d.reason = "r".repeat(2_000);
         let fitted = republish_headers(&mut m, &d, budget(DEFAULT_FRAME_MAX, 0)).unwrap();
         assert_eq!(header_frame_size(&m), DEFAULT_FRAME_MAX as usize);
-        assert!(fitted.reason_cut > 0 && fitted.reason_cut < 2_000, "{fitted:?}");
+        assert!(
+            fitted.reason_cut > 0 && fitted.reason_cut < 2_000,
+            "{fitted:?}"
+        );
         assert_eq!(m.headers.get("x-exception-stacktrace"), None);
     }
 
@@ -378,14 +389,13 @@ mod tests {
             .with_header("x-exception-stacktrace", "old".repeat(30_000))
             .with_header("x-exception-message", "old".repeat(10_000));
         let trace = "t".repeat(60_000);
-        let fitted = republish_headers(
-            &mut m,
-            &dead(&trace),
-            budget(DEFAULT_FRAME_MAX, 20_000),
-        )
-        .unwrap();
+        let fitted =
+            republish_headers(&mut m, &dead(&trace), budget(DEFAULT_FRAME_MAX, 20_000)).unwrap();
         assert!(!fitted.is_cut());
-        assert_eq!(m.headers.get_str("x-exception-stacktrace"), Some(trace.as_str()));
+        assert_eq!(
+            m.headers.get_str("x-exception-stacktrace"),
+            Some(trace.as_str())
+        );
         assert_eq!(m.headers.get_str("x-exception-message"), Some("boom"));
     }
 
@@ -403,7 +413,10 @@ mod tests {
         )
         .unwrap();
         assert!(!fitted.is_cut());
-        assert_eq!(m.headers.get_str("x-exception-stacktrace").unwrap().len(), 200_000);
+        assert_eq!(
+            m.headers.get_str("x-exception-stacktrace").unwrap().len(),
+            200_000
+        );
     }
 
     #[test]

@@ -288,7 +288,8 @@ mod tests {
 
     #[test]
     fn a_backtrace_is_taken_when_rust_backtrace_asks_for_one() {
-        const NAME: &str = "runtime::error::tests::a_backtrace_is_taken_when_rust_backtrace_asks_for_one";
+        const NAME: &str =
+            "runtime::error::tests::a_backtrace_is_taken_when_rust_backtrace_asks_for_one";
         match std::env::var("BACKTRACE_CHILD").as_deref() {
             Ok("1") => {
                 let e = HandlerError::fatal("no lines");

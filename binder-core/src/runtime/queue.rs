@@ -135,7 +135,10 @@ impl QueueLoop {
                 return;
             };
             let _counted = self.rt.inflight.enter();
-            self.rt.clone().handle(inbound, self.queue.clone(), permit).await;
+            self.rt
+                .clone()
+                .handle(inbound, self.queue.clone(), permit)
+                .await;
         }
     }
 
@@ -252,7 +255,9 @@ impl QueueLoop {
         };
         if self.rt.config.consumer.concurrency > 1 {
             let rt = self.rt.clone();
-            self.rt.inflight.spawn(rt.handle(inbound, self.queue.clone(), permit));
+            self.rt
+                .inflight
+                .spawn(rt.handle(inbound, self.queue.clone(), permit));
             return Step::Continue;
         }
         // Concurrency 1: the handler runs here, in queue order, and control changes that
