@@ -16,13 +16,16 @@ use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
 use tracing::{Event, Level, Metadata};
 
-/// The runtime's events: level and fields (the text under `message`).
+/// An event's fields by name (its text under `message`).
+type Fields = BTreeMap<String, String>;
+
+/// The runtime's events: level and fields.
 #[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<(Level, BTreeMap<String, String>)>>>);
+struct Captured(Arc<Mutex<Vec<(Level, Fields)>>>);
 
-struct Fields<'a>(&'a mut BTreeMap<String, String>);
+struct Visitor<'a>(&'a mut Fields);
 
-impl Visit for Fields<'_> {
+impl Visit for Visitor<'_> {
     fn record_str(&mut self, field: &Field, value: &str) {
         self.0.insert(field.name().to_owned(), value.to_owned());
     }
@@ -45,7 +48,7 @@ impl tracing::Subscriber for Captured {
             return;
         }
         let mut fields = BTreeMap::new();
-        event.record(&mut Fields(&mut fields));
+        event.record(&mut Visitor(&mut fields));
         self.0
             .lock()
             .unwrap()
@@ -56,7 +59,7 @@ impl tracing::Subscriber for Captured {
 }
 
 impl Captured {
-    fn warnings(&self) -> Vec<BTreeMap<String, String>> {
+    fn warnings(&self) -> Vec<Fields> {
         self.0
             .lock()
             .unwrap()
@@ -69,7 +72,7 @@ impl Captured {
 
 /// Runs a service whose handler fails `message` once (it succeeds on a redelivery), waits
 /// for the failure to be handled and returns what was done and the warnings logged.
-async fn fail_once(yaml: &str, message: Message) -> (FailureAction, Vec<BTreeMap<String, String>>) {
+async fn fail_once(yaml: &str, message: Message) -> (FailureAction, Vec<Fields>) {
     let captured = Captured::default();
     let _default = tracing::subscriber::set_default(captured.clone());
     let broker = Broker::new();
@@ -113,7 +116,7 @@ fn config(consumer: &str, rabbit: &str) -> String {
 }
 
 /// The one warning of a failure, checked for the binding, queue, attempts and error.
-fn the_warning(warnings: &[BTreeMap<String, String>]) -> &BTreeMap<String, String> {
+fn the_warning(warnings: &[Fields]) -> &Fields {
     assert_eq!(warnings.len(), 1, "one warning per failure: {warnings:#?}");
     let w = &warnings[0];
     assert_eq!(w["binding"], "in");

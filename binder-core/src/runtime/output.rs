@@ -203,6 +203,9 @@ impl Output {
     }
 }
 
+/// A dynamic destination's output, opened by the first send to it.
+pub(crate) type DynamicOutput = Arc<OnceCell<Arc<OutputInner>>>;
+
 /// Sends to any output binding by name, or to a destination not configured in advance,
 /// with the same routing, confirms and trace propagation (SCSt's `StreamBridge`). Producers
 /// for new destinations are created once and kept, however many there are.
@@ -215,7 +218,7 @@ pub struct Publisher {
     pub(crate) outputs: Arc<HashMap<String, Arc<OutputInner>>>,
     /// The dynamic destinations, each opened once; the map's lock is held only to find or
     /// add a destination, never while one opens.
-    pub(crate) dynamic: Arc<Mutex<HashMap<String, Arc<OnceCell<Arc<OutputInner>>>>>>,
+    pub(crate) dynamic: Arc<Mutex<HashMap<String, DynamicOutput>>>,
     pub(crate) config: Arc<StreamConfig>,
     pub(crate) binders: Arc<super::app::Binders>,
     pub(crate) codecs: Arc<Codecs>,
