@@ -240,6 +240,12 @@ impl Producer for EmbeddedProducer {
         &self.spec.exchange
     }
 
+    /// The engine has no frame limit; this reports RabbitMQ's default, so that what the
+    /// embedded binder dead-letters would fit a default RabbitMQ connection too.
+    fn frame_max(&self) -> BinderFuture<'_, BinderResult<Option<u32>>> {
+        BinderFuture::ready(Ok(Some(binder_core::binder::DEFAULT_FRAME_MAX)))
+    }
+
     /// Done at once (no allocation) unless the memory alarm blocks publishers; then it
     /// waits for the alarm to clear. The runtime spends cooperative budget per send, so a
     /// sender whose publishes never wait still lets other tasks run.

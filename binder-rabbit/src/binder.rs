@@ -128,7 +128,7 @@ fn in_background(task: impl std::future::Future<Output = ()> + Send + 'static) {
 #[derive(Debug, Clone)]
 struct LinkChannel {
     channel: Channel,
-    _connection: Arc<LinkConnection>,
+    connection: Arc<LinkConnection>,
 }
 
 impl std::ops::Deref for LinkChannel {
@@ -222,7 +222,7 @@ impl Link {
     async fn open_on(connection: Arc<LinkConnection>) -> Result<LinkChannel, lapin::Error> {
         Ok(LinkChannel {
             channel: connection.0.create_channel().await?,
-            _connection: connection,
+            connection,
         })
     }
 
@@ -505,6 +505,16 @@ impl RabbitProducer {
 impl Producer for RabbitProducer {
     fn exchange(&self) -> &str {
         &self.spec.exchange
+    }
+
+    /// The `frame_max` negotiated on the publisher connection (connecting if need be).
+    fn frame_max(&self) -> BinderFuture<'_, BinderResult<Option<u32>>> {
+        BinderFuture::boxed(async move {
+            let ch = self.channel().await?;
+            // lapin negotiates 0 (no limit) into `u32::MAX`.
+            let frame_max = ch.connection.0.configuration().frame_max();
+            Ok((frame_max != 0 && frame_max != u32::MAX).then_some(frame_max))
+        })
     }
 
     fn publish_to<'a>(

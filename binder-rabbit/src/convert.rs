@@ -209,4 +209,84 @@ mod tests {
         let back = message(m.payload.to_vec(), &properties(&m));
         assert_eq!(back, m);
     }
+
+    /// The encoded size of a message's content-header frame, as lapin writes it.
+    fn wire_size(m: &Message) -> usize {
+        use amq_protocol::frame::{AMQPContentHeader, AMQPFrame, WriteContext, gen_frame};
+        let frame = AMQPFrame::Header(
+            1,
+            AMQPContentHeader {
+                class_id: 60,
+                body_size: m.payload.len() as u64,
+                properties: properties(m),
+            },
+        );
+        let (bytes, _) = gen_frame(&frame)(WriteContext::from(Vec::new()))
+            .unwrap()
+            .into_inner();
+        bytes.len()
+    }
+
+    #[test]
+    fn the_dead_letter_frame_arithmetic_matches_the_wire() {
+        use binder_core::binder::header_frame_size;
+        let nested: Headers = [
+            ("n", HeaderValue::I32(1)),
+            (
+                "deep",
+                HeaderValue::Array(vec![HeaderValue::from("x"), HeaderValue::Void]),
+            ),
+        ]
+        .into_iter()
+        .collect();
+        let mut m = Message::new(vec![0u8; 300_000]);
+        assert_eq!(header_frame_size(&m), wire_size(&m), "no properties");
+        m.headers = [
+            ("a", HeaderValue::Bool(true)),
+            ("b", HeaderValue::I8(-1)),
+            ("c", HeaderValue::U8(2)),
+            ("d", HeaderValue::I16(-3)),
+            ("e", HeaderValue::U16(4)),
+            ("f", HeaderValue::I32(-5)),
+            ("g", HeaderValue::U32(6)),
+            ("h", HeaderValue::I64(-7)),
+            ("i", HeaderValue::F32(0.5)),
+            ("j", HeaderValue::F64(0.25)),
+            ("k", HeaderValue::Decimal(Decimal { scale: 1, value: 5 })),
+            ("l", HeaderValue::from("text with é")),
+            ("m", HeaderValue::Bytes(Bytes::from_static(&[0, 255]))),
+            ("n", HeaderValue::Timestamp(9)),
+            (
+                "o",
+                HeaderValue::Array(vec![HeaderValue::Void, HeaderValue::I64(1)]),
+            ),
+            ("p", HeaderValue::Table(nested)),
+            ("q", HeaderValue::Void),
+            (
+                "a-longer-header-name",
+                HeaderValue::from("v".repeat(70_000)),
+            ),
+        ]
+        .into_iter()
+        .collect();
+        m.properties = Properties {
+            content_type: Some("application/json".into()),
+            content_encoding: Some("gzip".into()),
+            correlation_id: Some("c".into()),
+            message_id: Some("m".into()),
+            reply_to: Some("r".into()),
+            expiration: Some("100".into()),
+            timestamp: Some(5),
+            kind: Some("t".into()),
+            user_id: Some("guest".into()),
+            app_id: Some("a".into()),
+            delivery_mode: Some(DeliveryMode::NonPersistent),
+            priority: Some(4),
+        };
+        assert_eq!(
+            header_frame_size(&m),
+            wire_size(&m),
+            "every header and property"
+        );
+    }
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use binder_core::binder::Settlement;
+use binder_core::binder::{DEFAULT_FRAME_MAX, Settlement, header_frame_size};
 use binder_core::message::{Decimal, DeliveryMode, HeaderValue, Headers, Message, Properties};
 use binder_core::runtime::{HandlerError, Reply, handler};
 use binder_core::topology::{plan_consumer, plan_producer};
@@ -385,6 +385,101 @@ pub async fn republish_adds_diagnostic_headers(env: &Env) {
         Some(format!("{}rep", env.p).as_str())
     );
     assert_eq!(h.get("x-attempts").and_then(HeaderValue::as_i64), Some(1));
+    dead.settler.settle(Settlement::Ack).await.unwrap();
+    app.shutdown().await;
+}
+
+/// A message whose own headers nearly fill a frame (130 kB of a 128 KiB `frame_max`) still
+/// reaches the DLQ with those headers and the dead-letter ones that cannot be cut; the stack
+/// trace is dropped and `x-exception-message` cut rather than overflowing the frame (on
+/// RabbitMQ that closed the publisher connection). A later send on another output is still
+/// confirmed and delivered.
+pub async fn dead_letters_fit_beside_large_foreign_headers(env: &Env) {
+    let yaml = r#"
+spring.cloud.stream:
+  bindings:
+    in: {destination: '{p}big', group: g, consumer: {maxAttempts: 1}}
+    other: {destination: '{p}other', producer: {requiredGroups: [g]}}
+  rabbit.bindings.in.consumer.autoBindDlq: true
+"#;
+    let h = handler::payload(|_: Item| async { Err::<(), _>(HandlerError::fatal("cannot ship")) });
+    let app = env.app(yaml, |b| b.listener("in", h).output("other")).await;
+    let dest = format!("{}big", env.p);
+    let foreign = "f".repeat(130_000);
+    let sent = Message::new(serde_json::to_vec(&item(1)).unwrap())
+        .with_content_type("application/json")
+        .with_header("x-foreign", foreign.as_str());
+    app.publisher().send_message(&dest, sent).await.unwrap();
+    let mut dlq = env.subscribe(&format!("{dest}.g.dlq"), 1).await;
+    let dead = next(&mut dlq).await;
+    let m = dead.message();
+    assert_eq!(m.headers.get_str("x-foreign"), Some(foreign.as_str()));
+    assert_eq!(
+        m.headers.get_str("x-original-exchange"),
+        Some(dest.as_str())
+    );
+    assert_eq!(
+        m.headers.get_str("x-original-routingKey"),
+        Some(dest.as_str())
+    );
+    assert_eq!(
+        m.headers.get("x-attempts").and_then(HeaderValue::as_i64),
+        Some(1)
+    );
+    let reason = m.headers.get_str("x-exception-message").unwrap();
+    assert!(
+        "cannot ship".starts_with(reason),
+        "cut, never more: {reason:?}"
+    );
+    assert_eq!(
+        m.headers.get("x-exception-stacktrace"),
+        None,
+        "no room for it"
+    );
+    assert!(header_frame_size(m) <= DEFAULT_FRAME_MAX as usize);
+    assert_eq!(m.payload, serde_json::to_vec(&item(1)).unwrap());
+    dead.settler.settle(Settlement::Ack).await.unwrap();
+    app.output("other").unwrap().send(&item(2)).await.unwrap();
+    let mut other = env.subscribe(&format!("{}other.g", env.p), 1).await;
+    let got = next(&mut other).await;
+    let got_item: Item = serde_json::from_slice(&got.message().payload).unwrap();
+    assert_eq!(got_item.id, 2);
+    got.settler.settle(Settlement::Ack).await.unwrap();
+    app.shutdown().await;
+}
+
+/// A 1 MB payload does not count against the header frame: its dead letter keeps the whole
+/// stack trace, which says where the handler panicked (file and line).
+pub async fn dead_letters_of_large_payloads_keep_the_whole_trace(env: &Env) {
+    let yaml = "spring.cloud.stream:\n  bindings.in: {destination: '{p}large', group: g, consumer: {maxAttempts: 1}}\n  rabbit.bindings.in.consumer.autoBindDlq: true\n";
+    let line = line!() + 2;
+    let h = handler::incoming(|_| async {
+        panic!("too large to ship");
+        #[allow(unreachable_code)]
+        ()
+    });
+    let app = env.app(yaml, |b| b.listener("in", h)).await;
+    let dest = format!("{}large", env.p);
+    let payload = bytes::Bytes::from(vec![7u8; 1 << 20]);
+    let sent = Message::new(payload.clone()).with_content_type("application/octet-stream");
+    app.publisher().send_message(&dest, sent).await.unwrap();
+    let mut dlq = env.subscribe(&format!("{dest}.g.dlq"), 1).await;
+    let dead = next(&mut dlq).await;
+    let m = dead.message();
+    assert_eq!(m.payload, payload);
+    assert_eq!(
+        m.headers.get_str("x-exception-message"),
+        Some("handler panicked: too large to ship")
+    );
+    let trace = m.headers.get_str("x-exception-stacktrace").unwrap();
+    let at = format!(
+        "handler panicked: too large to ship\n  at {}:{line}:",
+        file!()
+    );
+    assert!(
+        trace.starts_with(&at),
+        "{trace:?} does not start with {at:?}"
+    );
     dead.settler.settle(Settlement::Ack).await.unwrap();
     app.shutdown().await;
 }

@@ -247,6 +247,8 @@ macro_rules! conformance_suite {
             ack_requeue_reject,
             settling_the_oldest_last_loses_nothing,
             republish_adds_diagnostic_headers,
+            dead_letters_fit_beside_large_foreign_headers,
+            dead_letters_of_large_payloads_keep_the_whole_trace,
             retries_are_counted_and_do_not_block,
             poison_messages_go_to_the_dlq,
             prefetch_bounds_unsettled_deliveries,

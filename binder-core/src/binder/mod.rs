@@ -14,7 +14,10 @@ mod dead_letter;
 mod settler;
 
 pub use acks::{ACK_BATCH, AckCoalescer, ack_batch_for};
-pub use dead_letter::{ATTEMPTS_HEADER, DeadLetter, republish_headers};
+pub use dead_letter::{
+    ATTEMPTS_HEADER, DEFAULT_FRAME_MAX, DeadLetter, Fitted, FrameBudget, HeadersTooLarge,
+    header_frame_size, republish_headers, table_size, value_size,
+};
 pub use settler::{SettleByTag, Settler};
 
 use std::fmt;
@@ -284,6 +287,12 @@ pub trait Producer: fmt::Debug + Send + Sync {
         routing_key: &'a str,
         message: Message,
     ) -> BinderFuture<'a, BinderResult<()>>;
+    /// The largest frame the producer's connection takes: the `frame_max` negotiated with
+    /// the broker, or `None` when it has no limit. A message's properties and headers travel
+    /// in one frame (its payload in frames of its own), so dead-letter republishing sizes its
+    /// headers by this: a frame over the limit costs the whole connection. A binder that
+    /// connects lazily may connect here.
+    fn frame_max(&self) -> BinderFuture<'_, BinderResult<Option<u32>>>;
     /// Publishes to the producer's exchange and waits for the broker's confirm.
     fn publish<'a>(
         &'a self,

@@ -14,18 +14,16 @@ use super::error::HandlerError;
 use super::handler::{Call, Handler, Outcome, ReplyBody};
 use super::inflight::Inflight;
 use super::output::OutputInner;
+use super::panics;
 use super::retry::BackOff;
 use super::trace;
 use crate::binder::{
-    BinderFuture, DeadLetter, Inbound, Producer, Published, Settlement, Settler, republish_headers,
+    BinderFuture, DeadLetter, Fitted, FrameBudget, Inbound, Producer, Published, Settlement,
+    Settler, republish_headers,
 };
 use crate::codec::Codecs;
 use crate::config::{AcknowledgeMode, BindingConfig};
 use crate::message::Message;
-
-/// RabbitMQ's default `frame_max`; the stack-trace header is cut to fit it, less
-/// `frameMaxHeadroom`, on every binder alike.
-const FRAME_MAX: usize = 131_072;
 
 /// What happened to a message that failed for good.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -98,14 +96,6 @@ impl std::fmt::Debug for InputRuntime {
     }
 }
 
-fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
-    panic
-        .downcast_ref::<&str>()
-        .map(|s| (*s).to_owned())
-        .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "a non-string panic payload".to_owned())
-}
-
 impl InputRuntime {
     fn manual(&self) -> bool {
         self.config.rabbit_consumer.acknowledge_mode == AcknowledgeMode::Manual
@@ -160,7 +150,8 @@ impl InputRuntime {
     /// One attempt: the handler, then its reply, sent before the input is acknowledged; all
     /// of it in the message's trace context. A panic anywhere in it (the handler's body or
     /// the synchronous part of its call, the reply's encoding) is caught and becomes a
-    /// failure of the attempt, so the binding keeps running.
+    /// failure of the attempt, so the binding keeps running, with where it happened (noted
+    /// by the runtime's panic hook on this thread, see `panics`).
     ///
     /// Built from combinators rather than as an `async fn`: each async layer would keep its
     /// own copy of the future it wraps, and the whole is moved once per delivery.
@@ -172,7 +163,12 @@ impl InputRuntime {
         let guarded = AssertUnwindSafe(self.attempt_unguarded(pending, attempt)).catch_unwind();
         trace::scope(&pending.content.message, guarded).map(|outcome| match outcome {
             Ok(result) => result,
-            Err(panic) => Err(HandlerError::panic(panic_text(&*panic))),
+            Err(panic) => {
+                let said = panics::text(&*panic);
+                let (location, backtrace) =
+                    panics::take(&said).map_or((None, None), |n| (n.location, n.backtrace));
+                Err(HandlerError::panic(said, location.as_deref(), backtrace))
+            }
         })
     }
 
@@ -220,7 +216,7 @@ impl InputRuntime {
             )
     }
 
-    fn pending(&self, inbound: Inbound) -> Pending {
+    fn pending(&self, inbound: Inbound, queue: Arc<str>) -> Pending {
         // The attempt number is not a span field: a subscriber that formats spans appends
         // every recorded value (`attempt=1 attempt=2 ...`); events that need it carry it.
         let span = tracing::info_span!(
@@ -234,6 +230,7 @@ impl InputRuntime {
         }
         Pending {
             content: inbound.content,
+            queue,
             redelivered: inbound.redelivered,
             // Shared only where a handler may keep it: no allocation per delivery otherwise.
             settler: if self.manual() {
@@ -261,13 +258,15 @@ impl InputRuntime {
     /// holds up the deliveries behind it.
     ///
     /// The delivery becomes a [`Pending`] before the future is built, so the future holds
-    /// it once rather than beside the [`Inbound`] it came from.
+    /// it once rather than beside the [`Inbound`] it came from. `queue` is the queue it
+    /// came from (for the log of a failure).
     pub(crate) fn handle(
         self: Arc<Self>,
         inbound: Inbound,
+        queue: Arc<str>,
         permit: OwnedSemaphorePermit,
     ) -> impl Future<Output = ()> + Send {
-        let pending = self.pending(inbound);
+        let pending = self.pending(inbound, queue);
         async move {
             let result = self.run_attempt(&pending, 1).await;
             drop(permit);
@@ -331,60 +330,67 @@ impl InputRuntime {
                 };
                 // Boxed: the failure pipeline's future is large and rarely needed.
                 BinderFuture::boxed(
-                    self.fail(pending.settler.get(), failed)
+                    self.fail(pending.settler.get(), failed, &pending.queue)
                         .instrument(pending.span.clone()),
                 )
             }
         }
     }
 
-    /// The failure pipeline: republish to the DLX with diagnostics, or reject, or requeue.
-    /// A republish that is not confirmed never loses the message: it is rejected into the
-    /// queue's own dead-lettering instead (or requeued when the queue has none).
-    async fn fail(&self, settler: &Settler, failed: FailedDelivery) {
+    /// The failure pipeline: republish to the DLX with diagnostics, or reject, or requeue;
+    /// whichever it is, one warning says so, with the binding, queue, attempts and error.
+    /// A republish that fails (or that the message's own headers leave no room for) never
+    /// loses the message: it is rejected into the queue's own dead-lettering instead (or
+    /// requeued when the queue has none).
+    async fn fail(&self, settler: &Settler, failed: FailedDelivery, queue: &str) {
         let rabbit = &self.config.rabbit_consumer;
-        let action = if self.auto_ack() {
-            FailureAction::Dropped
+        let (action, outcome) = if self.auto_ack() {
+            (
+                FailureAction::Dropped,
+                "message dropped: acknowledgeMode NONE leaves nothing to dead-letter".to_owned(),
+            )
         } else if let (true, true, Some(target)) = (
             rabbit.republish_to_dlq,
             rabbit.common.auto_bind_dlq,
             &self.dead_letter,
         ) {
-            let mut copy = failed.content.message.clone();
-            republish_headers(
-                &mut copy,
-                &DeadLetter {
-                    reason: failed.error.message().to_owned(),
-                    trace: failed.error.trace().to_owned(),
-                    original_exchange: failed.content.exchange.to_string(),
-                    original_routing_key: failed.content.routing_key.to_string(),
-                    attempts: failed.attempts,
-                },
-                FRAME_MAX.saturating_sub(rabbit.frame_max_headroom as usize),
-            );
-            copy.properties.delivery_mode = Some(rabbit.republish_delivery_mode);
-            match target
-                .producer
-                .publish_to(&target.exchange, &target.routing_key, copy)
-                .await
-            {
-                Ok(()) => self.settle(settler, Settlement::Ack).await,
-                Err(e) => {
-                    tracing::warn!(error = %e, "republishing to the DLQ failed; rejecting into the queue's dead-letter exchange instead");
-                    self.settle(settler, Settlement::Reject).await
-                }
+            match self.republish(target, &failed).await {
+                Ok(fitted) => (
+                    self.settle(settler, Settlement::Ack).await,
+                    format!(
+                        "message dead-lettered: republished to exchange `{}` with key `{}`{}",
+                        target.exchange,
+                        target.routing_key,
+                        cut_note(&fitted)
+                    ),
+                ),
+                Err(reason) => (
+                    self.settle(settler, Settlement::Reject).await,
+                    format!(
+                        "message dead-lettered: republishing to the DLQ failed ({reason}), so it was rejected into the queue's dead-letter exchange"
+                    ),
+                ),
             }
         } else if rabbit.requeue_rejected {
-            self.settle(settler, Settlement::Requeue).await
+            (
+                self.settle(settler, Settlement::Requeue).await,
+                "message requeued (requeueRejected)".to_owned(),
+            )
         } else {
-            self.settle(settler, Settlement::Reject).await
+            (
+                self.settle(settler, Settlement::Reject).await,
+                "message rejected: the broker dead-letters it if the queue has a dead-letter exchange"
+                    .to_owned(),
+            )
         };
         tracing::warn!(
+            binding = %self.name,
+            queue,
+            attempts = failed.attempts,
             error = %failed.error,
             kind = failed.error.kind(),
-            attempts = failed.attempts,
             ?action,
-            "message failed"
+            "{outcome}"
         );
         if let Some(hook) = &self.hook {
             let report = Failure {
@@ -397,6 +403,42 @@ impl InputRuntime {
             // The hook only observes; a panic in it must not stop the binding.
             let _ = std::panic::catch_unwind(AssertUnwindSafe(|| hook(&report)));
         }
+    }
+
+    /// Republishes a copy of the failed message to the DLX with the diagnostic headers,
+    /// sized to the producer's `frame_max`; says what was cut, or why it could not.
+    async fn republish(
+        &self,
+        target: &DeadLetterTarget,
+        failed: &FailedDelivery,
+    ) -> Result<Fitted, String> {
+        let rabbit = &self.config.rabbit_consumer;
+        let frame_max = target
+            .producer
+            .frame_max()
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut copy = failed.content.message.clone();
+        // Set before the headers are sized: it is in the frame too.
+        copy.properties.delivery_mode = Some(rabbit.republish_delivery_mode);
+        let dead = DeadLetter {
+            reason: failed.error.message().to_owned(),
+            trace: failed.error.stack_trace(),
+            original_exchange: failed.content.exchange.to_string(),
+            original_routing_key: failed.content.routing_key.to_string(),
+            attempts: failed.attempts,
+        };
+        let budget = FrameBudget {
+            frame_max,
+            headroom: rabbit.frame_max_headroom,
+        };
+        let fitted = republish_headers(&mut copy, &dead, budget).map_err(|e| e.to_string())?;
+        target
+            .producer
+            .publish_to(&target.exchange, &target.routing_key, copy)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(fitted)
     }
 
     async fn settle(&self, settler: &Settler, settlement: Settlement) -> FailureAction {
@@ -416,6 +458,8 @@ struct Pending {
     /// The message, shared with the binder: a payload handler decodes from it in place
     /// (an `Incoming` handler gets its own copy).
     content: Arc<Published>,
+    /// The queue it came from.
+    queue: Arc<str>,
     redelivered: bool,
     settler: HeldSettler,
     span: tracing::Span,
@@ -449,4 +493,15 @@ struct FailedDelivery {
     content: Arc<Published>,
     error: HandlerError,
     attempts: u32,
+}
+
+/// What the log of a republish says of the headers cut to fit the frame.
+fn cut_note(fitted: &Fitted) -> String {
+    if !fitted.is_cut() {
+        return String::new();
+    }
+    format!(
+        " (to fit the connection's frame_max, less frameMaxHeadroom, {} bytes of x-exception-message and {} of the stack trace were cut)",
+        fitted.reason_cut, fitted.trace_cut
+    )
 }

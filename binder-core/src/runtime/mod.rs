@@ -16,6 +16,7 @@ mod inflight;
 mod lifecycle;
 mod logging;
 mod output;
+mod panics;
 mod queue;
 mod registry;
 mod retry;

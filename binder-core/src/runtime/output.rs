@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use serde::Serialize;
-use tokio::sync::Mutex;
+use tokio::sync::{Mutex, OnceCell};
 
 use super::error::SendError;
 use super::expression::RoutingKeyExpression;
@@ -203,13 +203,22 @@ impl Output {
     }
 }
 
+/// A dynamic destination's output, opened by the first send to it.
+pub(crate) type DynamicOutput = Arc<OnceCell<Arc<OutputInner>>>;
+
 /// Sends to any output binding by name, or to a destination not configured in advance,
 /// with the same routing, confirms and trace propagation (SCSt's `StreamBridge`). Producers
 /// for new destinations are created once and kept, however many there are.
+///
+/// Each new destination opens on its own: one whose producer cannot open yet (its broker
+/// is unreachable) holds up only the sends to it, and concurrent first sends to one
+/// destination wait for a single producer rather than opening one each.
 #[derive(Debug, Clone)]
 pub struct Publisher {
     pub(crate) outputs: Arc<HashMap<String, Arc<OutputInner>>>,
-    pub(crate) dynamic: Arc<Mutex<HashMap<String, Arc<OutputInner>>>>,
+    /// The dynamic destinations, each opened once; the map's lock is held only to find or
+    /// add a destination, never while one opens.
+    pub(crate) dynamic: Arc<Mutex<HashMap<String, DynamicOutput>>>,
     pub(crate) config: Arc<StreamConfig>,
     pub(crate) binders: Arc<super::app::Binders>,
     pub(crate) codecs: Arc<Codecs>,
@@ -220,17 +229,34 @@ impl Publisher {
         if let Some(o) = self.outputs.get(target) {
             return Ok(o.clone());
         }
-        let mut dynamic = self.dynamic.lock().await;
-        if let Some(o) = dynamic.get(target) {
-            return Ok(o.clone());
-        }
-        let allowed = &self.config.dynamic_destinations;
-        if !allowed.is_empty() && !allowed.iter().any(|d| d == target) {
-            return Err(SendError::Destination(format!(
-                "destination `{target}` is not in spring.cloud.stream.dynamicDestinations ({})",
-                allowed.join(", ")
-            )));
-        }
+        let cell = {
+            let mut dynamic = self.dynamic.lock().await;
+            match dynamic.get(target) {
+                Some(cell) => cell.clone(),
+                None => {
+                    let allowed = &self.config.dynamic_destinations;
+                    if !allowed.is_empty() && !allowed.iter().any(|d| d == target) {
+                        return Err(SendError::Destination(format!(
+                            "destination `{target}` is not in spring.cloud.stream.dynamicDestinations ({})",
+                            allowed.join(", ")
+                        )));
+                    }
+                    let cell = Arc::new(OnceCell::new());
+                    dynamic.insert(target.to_owned(), cell.clone());
+                    cell
+                }
+            }
+        };
+        // Outside the map's lock. The first send opens the destination and the others wait
+        // for it; if it fails (or its send is dropped), the next waiting send tries again.
+        cell.get_or_try_init(|| self.open(target))
+            .await
+            .map(Arc::clone)
+    }
+
+    /// Opens a dynamic destination: its binding (configured or default), topology and
+    /// producer.
+    async fn open(&self, target: &str) -> Result<Arc<OutputInner>, SendError> {
         let binding = self.config.binding(target);
         let binder = self
             .binders
@@ -239,9 +265,7 @@ impl Publisher {
         let output = OutputInner::open(&binding, &binder, self.codecs.clone(), None)
             .await
             .map_err(SendError::Destination)?;
-        let output = Arc::new(output);
-        dynamic.insert(target.to_owned(), output.clone());
-        Ok(output)
+        Ok(Arc::new(output))
     }
 
     /// Encodes and sends `payload` to a binding or destination.

@@ -23,7 +23,10 @@ pub(crate) async fn run_queue(
 ) {
     let recovery = Duration::from_millis(rt.config.rabbit_consumer.recovery_interval);
     let reported = *actual.borrow();
+    // Before any handler runs: panics are then reported with where they happened.
+    super::panics::install();
     let mut queue = QueueLoop {
+        queue: Arc::from(spec.queue.as_str()),
         rt,
         binder,
         spec,
@@ -44,6 +47,8 @@ pub(crate) async fn run_queue(
 /// The loop of one queue: subscribes, takes deliveries and hands them to the handlers, and
 /// follows the binding's desired state.
 struct QueueLoop {
+    /// `spec.queue`, shared with each delivery (a failure's log names it).
+    queue: Arc<str>,
     rt: Arc<InputRuntime>,
     binder: Arc<dyn Binder>,
     spec: SubscriptionSpec,
@@ -133,7 +138,10 @@ impl QueueLoop {
                 return;
             };
             let _counted = self.rt.inflight.enter();
-            self.rt.clone().handle(inbound, permit).await;
+            self.rt
+                .clone()
+                .handle(inbound, self.queue.clone(), permit)
+                .await;
         }
     }
 
@@ -256,13 +264,15 @@ impl QueueLoop {
         };
         if self.rt.config.consumer.concurrency > 1 {
             let rt = self.rt.clone();
-            self.rt.inflight.spawn(rt.handle(inbound, permit));
+            self.rt
+                .inflight
+                .spawn(rt.handle(inbound, self.queue.clone(), permit));
             return Step::Continue;
         }
         // Concurrency 1: the handler runs here, in queue order, and control changes that
         // arrive meanwhile take effect at once.
         let _counted = self.rt.inflight.enter();
-        let work = self.rt.clone().handle(inbound, permit);
+        let work = self.rt.clone().handle(inbound, self.queue.clone(), permit);
         tokio::pin!(work);
         let mut watching = true;
         let mut flushed = false;
