@@ -187,7 +187,16 @@ impl Link {
                         *guard = Some(c.clone());
                         return Ok(c);
                     }
-                    Some(Err(e)) => e.to_string(),
+                    Some(Err(e)) => match refusal(&e) {
+                        // Credentials and virtual hosts are the same on every node of a
+                        // cluster: the next address would refuse too.
+                        Some(reason) => {
+                            let why = format!("{}: {reason}", redact(uri));
+                            tracing::error!(uri = %redact(uri), %reason, "RabbitMQ refused the connection");
+                            return Err(BinderError::Refused(why));
+                        }
+                        None => e.to_string(),
+                    },
                     None => format!("no AMQP handshake within {timeout:?}"),
                 },
             };
@@ -233,6 +242,18 @@ impl Link {
         if guard.as_ref().is_some_and(|c| Arc::ptr_eq(c, connection)) {
             *guard = None;
         }
+    }
+}
+
+/// The broker's reason when it refused the connection itself (wrong credentials: 403
+/// `ACCESS_REFUSED`; an unknown virtual host or no access to it: 530 `NOT_ALLOWED`), as
+/// opposed to not being reachable.
+fn refusal(e: &lapin::Error) -> Option<String> {
+    match e.kind() {
+        lapin::ErrorKind::ProtocolError(amqp) if matches!(amqp.get_id(), 403 | 530) => {
+            Some(amqp.get_message().to_string())
+        }
+        _ => None,
     }
 }
 

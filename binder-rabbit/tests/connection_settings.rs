@@ -108,3 +108,69 @@ fn the_startup_log_names_every_address_without_its_password() {
         "RabbitMQ at amqp://orders:***@rabbit-1:5672/%2f, amqp://rabbit-2:5673/prod"
     );
 }
+
+/// `AMQP_URL` with other credentials, or another virtual host.
+fn with(user_pass: Option<&str>, vhost: Option<&str>) -> String {
+    let url = common::amqp_url();
+    let (scheme, rest) = url.split_once("://").expect("an AMQP URI");
+    let rest = rest.split_once('@').map_or(rest, |(_, host)| host);
+    let (host, path) = rest.split_once('/').unwrap_or((rest, "%2f"));
+    let creds = user_pass.unwrap_or("guest:guest");
+    format!("{scheme}://{creds}@{host}/{}", vhost.unwrap_or(path))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_credentials_and_unknown_virtual_hosts_fail_at_once() {
+    if common::binder().await.is_none() {
+        return;
+    }
+    for (uri, expected) in [
+        (
+            with(Some("nobody-here:wrong"), None),
+            "ACCESS_REFUSED - Login was refused",
+        ),
+        (with(None, Some("no-such-vhost-for-tests")), "NOT_ALLOWED"),
+    ] {
+        let binder = RabbitBinder::new(RabbitSettings::from_uri(&uri));
+        let answer = tokio::time::timeout(Duration::from_secs(20), binder.inspect("amq.no-such"))
+            .await
+            .expect("a refusal is an answer, not a wait");
+        match answer {
+            Err(BinderError::Refused(reason)) => {
+                assert!(reason.contains(expected), "{reason}");
+                assert!(!reason.contains(":wrong@"), "no password in {reason}");
+            }
+            other => panic!("expected a refusal for {uri}, got {other:?}"),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_service_with_refused_credentials_stops_starting_with_the_reason() {
+    if common::binder().await.is_none() {
+        return;
+    }
+    let config = binder_core::config::ConfigLoader::new()
+        .env(Vec::<(String, String)>::new())
+        .yaml_str("spring.cloud.stream.bindings.refused-out: {destination: refused-test}\n")
+        .load()
+        .unwrap();
+    let binder = std::sync::Arc::new(RabbitBinder::new(RabbitSettings::from_uri(&with(
+        Some("nobody-here:wrong"),
+        None,
+    ))));
+    let started = tokio::time::timeout(
+        Duration::from_secs(20),
+        binder_core::runtime::App::builder(config)
+            .binder("embedded", binder)
+            .output("refused-out")
+            .start(),
+    )
+    .await
+    .expect("startup stops instead of waiting for ever");
+    let error = started.expect_err("credentials are refused").to_string();
+    assert!(
+        error.contains("binding `refused-out`") && error.contains("ACCESS_REFUSED"),
+        "{error}"
+    );
+}

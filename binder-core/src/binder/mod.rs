@@ -60,6 +60,10 @@ pub enum BinderError {
     /// tries again; anything else fails at once.
     #[error("the broker cannot be reached: {0}")]
     Unreachable(String),
+    /// The broker answered and refused the connection: wrong credentials, an unknown
+    /// virtual host, no access to it. Waiting does not help, so startup stops at once.
+    #[error("the broker refused the connection: {0}")]
+    Refused(String),
     /// The binder, producer or subscription is closed.
     #[error("{0} is closed")]
     Closed(String),
