@@ -13,6 +13,9 @@ use super::consumer::InputRuntime;
 use super::lifecycle::BindingState;
 use crate::binder::{Binder, Inbound, Settlement, Subscription, SubscriptionSpec};
 
+/// The first wait after a subscribe fails; each failure doubles it, up to `recoveryInterval`.
+const FIRST_RETRY: Duration = Duration::from_millis(100);
+
 /// Consumes one queue of an input binding, following its desired state.
 pub(crate) async fn run_queue(
     rt: Arc<InputRuntime>,
@@ -36,6 +39,7 @@ pub(crate) async fn run_queue(
         subscription: None,
         stash: VecDeque::new(),
         recovery,
+        retry: Duration::ZERO,
         lost: None,
     };
     queue.run().await;
@@ -60,8 +64,11 @@ struct QueueLoop {
     /// Auto-ack deliveries received before the subscription was given up (pause, stop),
     /// handed out first when the binding runs again: the broker counts them consumed.
     stash: VecDeque<Inbound>,
-    /// Wait before subscribing again after a failure (`recoveryInterval`).
+    /// The longest wait before subscribing again after a failure (`recoveryInterval`).
     recovery: Duration,
+    /// The wait before the next subscribe: none after a lost subscription (the broker is
+    /// often back at once), then doubling from [`FIRST_RETRY`] up to `recovery`.
+    retry: Duration,
     /// Why the last subscription was lost or refused, until a new one is made.
     lost: Option<String>,
 }
@@ -161,10 +168,10 @@ impl QueueLoop {
         }
     }
 
-    /// Waits `recovery`, or less if the desired state changes.
-    async fn back_off(&mut self) -> Step {
+    /// Waits `wait`, or less if the desired state changes.
+    async fn back_off(&mut self, wait: Duration) -> Step {
         tokio::select! {
-            _ = tokio::time::sleep(self.recovery) => Step::Continue,
+            _ = tokio::time::sleep(wait) => Step::Continue,
             changed = self.desired.changed() => match changed {
                 Ok(()) => Step::Continue,
                 Err(_) => Step::End,
@@ -185,14 +192,17 @@ impl QueueLoop {
                         if let Some(reason) = self.lost.take() {
                             tracing::warn!(binding = %self.rt.name, queue = %self.spec.queue, after = %reason, "consuming again");
                         }
+                        self.retry = Duration::ZERO;
                         self.subscription = Some(s);
                         self.report(BindingState::Running);
                         return Step::Continue;
                     }
                     Err(e) => {
-                        tracing::warn!(binding = %self.rt.name, queue = %self.spec.queue, error = %e, retry_in = ?self.recovery, "cannot consume; retrying after recoveryInterval");
+                        let wait = self.retry.max(FIRST_RETRY).min(self.recovery);
+                        self.retry = (wait * 2).min(self.recovery);
+                        tracing::warn!(binding = %self.rt.name, queue = %self.spec.queue, error = %e, retry_in = ?wait, "cannot consume; retrying (waits double up to recoveryInterval)");
                         self.lost = Some(e.to_string());
-                        return self.back_off().await;
+                        return self.back_off(wait).await;
                     }
                 }
             }
@@ -225,11 +235,12 @@ impl QueueLoop {
             };
             let Some(inbound) = inbound else {
                 // The broker cancelled the consumer (queue deleted, connection lost): subscribe
-                // again after the recovery interval.
-                tracing::warn!(binding = %self.rt.name, queue = %self.spec.queue, retry_in = ?self.recovery, "the broker ended the subscription (consumer cancelled, queue deleted or connection lost); subscribing again after recoveryInterval");
+                // again at once, then back off while that fails.
+                tracing::warn!(binding = %self.rt.name, queue = %self.spec.queue, "the broker ended the subscription (consumer cancelled, queue deleted or connection lost); subscribing again");
                 self.lost = Some("the broker ended the subscription".to_owned());
                 self.subscription = None;
-                return self.back_off().await;
+                self.retry = Duration::ZERO;
+                return Step::Continue;
             };
             inbound
         };

@@ -1,0 +1,136 @@
+//! How soon a consumer subscribes again: at once after the broker ends its subscription, then,
+//! while subscribing fails, after waits that double from 100 ms up to `recoveryInterval`.
+//! On tokio's paused clock, so the waits are exact.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use binder_core::binder::{
+    Binder, BinderError, BinderResult, Producer, ProducerSpec, QueueInfo, Subscription,
+    SubscriptionSpec,
+};
+use binder_core::config::ConfigLoader;
+use binder_core::runtime::{App, handler};
+use binder_core::topology::TopologyPlan;
+use binder_embedded::EmbeddedBinder;
+use binder_embedded::engine::Broker;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+/// The embedded binder, except that the first `failures` subscribes fail as if the broker
+/// were down; every subscribe reports when it happened and whether it worked.
+#[derive(Debug)]
+struct Flaky {
+    inner: EmbeddedBinder,
+    failures: AtomicU32,
+    attempts: mpsc::UnboundedSender<(Instant, bool)>,
+}
+
+#[async_trait]
+impl Binder for Flaky {
+    fn binder_type(&self) -> &str {
+        self.inner.binder_type()
+    }
+    async fn provision(&self, plan: &TopologyPlan) -> BinderResult<()> {
+        self.inner.provision(plan).await
+    }
+    async fn producer(&self, spec: ProducerSpec) -> BinderResult<Box<dyn Producer>> {
+        self.inner.producer(spec).await
+    }
+    async fn subscribe(&self, spec: SubscriptionSpec) -> BinderResult<Box<dyn Subscription>> {
+        let fail = self
+            .failures
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok();
+        let result = if fail {
+            Err(BinderError::Unreachable("the test says so".into()))
+        } else {
+            self.inner.subscribe(spec).await
+        };
+        let _ = self.attempts.send((Instant::now(), result.is_ok()));
+        result
+    }
+    async fn inspect(&self, queue: &str) -> BinderResult<QueueInfo> {
+        self.inner.inspect(queue).await
+    }
+    async fn remove(&self, plan: &TopologyPlan) -> BinderResult<()> {
+        self.inner.remove(plan).await
+    }
+    async fn close(&self) {
+        self.inner.close().await
+    }
+}
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+/// The next subscribe attempt: how long after `since` it came, and whether it worked.
+async fn next(
+    rx: &mut mpsc::UnboundedReceiver<(Instant, bool)>,
+    since: &mut Instant,
+) -> (Duration, bool) {
+    let (at, ok) = tokio::time::timeout(Duration::from_secs(3600), rx.recv())
+        .await
+        .expect("another subscribe attempt")
+        .expect("the binder is alive");
+    let gap = at - *since;
+    *since = at;
+    (gap, ok)
+}
+
+#[tokio::test(start_paused = true)]
+async fn subscribing_again_is_immediate_after_a_loss_then_backs_off_up_to_recovery_interval() {
+    let broker = Broker::new();
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let binder = Arc::new(Flaky {
+        inner: EmbeddedBinder::new(broker.clone()),
+        failures: AtomicU32::new(6),
+        attempts: tx,
+    });
+    let config = ConfigLoader::new()
+        .env(Vec::<(String, String)>::new())
+        .yaml_str(
+            "spring.cloud.stream:\n  bindings.jobs-in: {destination: recovery-jobs, group: w}\n  rabbit.bindings.jobs-in.consumer.recoveryInterval: 1000\n",
+        )
+        .load()
+        .unwrap();
+    let app = App::builder(config)
+        .binder("embedded", binder.clone())
+        .listener("jobs-in", handler::payload(|_: String| async {}))
+        .start()
+        .await
+        .unwrap();
+
+    // Failing from the start: 100, 200, 400, 800 ms, then recoveryInterval (1 s) each time.
+    let (_, first) = rx.recv().await.unwrap();
+    let mut since = Instant::now();
+    assert!(!first);
+    let mut gaps = Vec::new();
+    loop {
+        let (gap, ok) = next(&mut rx, &mut since).await;
+        gaps.push(gap);
+        if ok {
+            break;
+        }
+    }
+    assert_eq!(
+        gaps,
+        [ms(100), ms(200), ms(400), ms(800), ms(1000), ms(1000)]
+    );
+
+    // The broker ends the subscription (its queue is deleted): the next try is at once; it
+    // fails (no queue) and the waits start again from 100 ms.
+    let conn = broker.connect();
+    let ch = conn.open_channel().unwrap();
+    ch.queue_delete("recovery-jobs.w", false, false).unwrap();
+    let (gap, ok) = next(&mut rx, &mut since).await;
+    assert_eq!((gap, ok), (Duration::ZERO, false), "at once after the loss");
+    assert_eq!(next(&mut rx, &mut since).await, (ms(100), false));
+    ch.queue_declare("recovery-jobs.w", Default::default(), Default::default())
+        .unwrap();
+    assert_eq!(next(&mut rx, &mut since).await, (ms(200), true));
+    app.shutdown().await;
+}
