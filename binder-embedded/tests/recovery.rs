@@ -12,7 +12,7 @@ use binder_core::binder::{
     SubscriptionSpec,
 };
 use binder_core::config::ConfigLoader;
-use binder_core::runtime::{App, handler};
+use binder_core::runtime::{App, BindingState, HealthStatus, handler};
 use binder_core::topology::TopologyPlan;
 use binder_embedded::EmbeddedBinder;
 use binder_embedded::engine::Broker;
@@ -133,4 +133,75 @@ async fn subscribing_again_is_immediate_after_a_loss_then_backs_off_up_to_recove
         .unwrap();
     assert_eq!(next(&mut rx, &mut since).await, (ms(200), true));
     app.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn health_and_state_follow_a_binding_that_is_not_consuming() {
+    let broker = Broker::new();
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let binder = Arc::new(Flaky {
+        inner: EmbeddedBinder::new(broker.clone()),
+        failures: AtomicU32::new(0),
+        attempts: tx,
+    });
+    let config = ConfigLoader::new()
+        .env(Vec::<(String, String)>::new())
+        .yaml_str(
+            "spring.cloud.stream.bindings:\n  jobs-in: {destination: health-jobs, group: w}\n  other-in: {destination: health-other, group: w}\n",
+        )
+        .load()
+        .unwrap();
+    let app = App::builder(config)
+        .binder("embedded", binder.clone())
+        .listener("jobs-in", handler::payload(|_: String| async {}))
+        .listener("other-in", handler::payload(|_: String| async {}))
+        .start()
+        .await
+        .unwrap();
+    let health = app.health();
+    app.resume("jobs-in").await.unwrap();
+    app.resume("other-in").await.unwrap();
+    assert_eq!(health.status(), HealthStatus::Up);
+
+    let conn = broker.connect();
+    let ch = conn.open_channel().unwrap();
+    ch.queue_delete("health-jobs.w", false, false).unwrap();
+    let down = tokio::time::timeout(
+        Duration::from_secs(60),
+        health.wait_for(|s| *s != HealthStatus::Up),
+    )
+    .await
+    .expect("health goes down");
+    match down {
+        HealthStatus::Down { reason } => assert!(
+            reason.starts_with("binding `jobs-in` (queue `health-jobs.w`) is not consuming: ")
+                && reason.contains("health-jobs.w"),
+            "{reason}"
+        ),
+        other => panic!("expected down, got {other}"),
+    }
+    assert_eq!(app.state("jobs-in"), Some(BindingState::Recovering));
+    assert_eq!(app.state("other-in"), Some(BindingState::Running));
+    // A binding that is recovering still counts as running for the controls.
+    tokio::time::timeout(Duration::from_secs(60), app.resume("jobs-in"))
+        .await
+        .expect("resume does not wait for the broker")
+        .unwrap();
+
+    // Stopping it is a choice, not a failure: health is up again.
+    app.stop("jobs-in").await.unwrap();
+    assert_eq!(health.status(), HealthStatus::Up);
+    ch.queue_declare("health-jobs.w", Default::default(), Default::default())
+        .unwrap();
+    while rx.try_recv().is_ok() {}
+    app.start("jobs-in").await.unwrap();
+    assert_eq!(app.state("jobs-in"), Some(BindingState::Running));
+    assert_eq!(health.status(), HealthStatus::Up);
+    app.shutdown().await;
+    assert_eq!(
+        health.status(),
+        HealthStatus::Down {
+            reason: "shut down".into()
+        }
+    );
 }

@@ -415,18 +415,20 @@ impl AppBuilder {
     /// Checks everything, provisions topology, opens producers and subscriptions, and starts
     /// consuming. Every problem is reported at once.
     pub async fn start(self) -> Result<RunningApp, StartupError> {
-        let health = self.health.clone();
-        let result = self.start_inner().await;
+        let tracker = super::health::HealthTracker::new(self.health.clone());
+        let result = self.start_inner(tracker.clone()).await;
         match &result {
-            Ok(_) => health.set(super::health::HealthStatus::Up),
-            Err(e) => health.set(super::health::HealthStatus::Down {
-                reason: e.to_string(),
-            }),
+            // Up, unless a binding is already recovering (a missing queue, a lost connection).
+            Ok(_) => tracker.started(),
+            Err(e) => tracker.closed(e.to_string()),
         }
         result
     }
 
-    async fn start_inner(self) -> Result<RunningApp, StartupError> {
+    async fn start_inner(
+        self,
+        tracker: super::health::HealthTracker,
+    ) -> Result<RunningApp, StartupError> {
         let health = self.health.clone();
         let mut problems = self.check();
         let binders = Arc::new(Binders {
@@ -555,6 +557,7 @@ impl AppBuilder {
                 backoff: BackOff::of(&binding.consumer),
                 permits: Arc::new(Semaphore::new(binding.consumer.concurrency as usize)),
                 inflight: inflight.clone(),
+                health: tracker.clone(),
                 content_type: Arc::from(binding.content_type.as_str()),
                 config: binding.clone(),
             });
@@ -625,7 +628,7 @@ impl AppBuilder {
             tasks: Mutex::new(tasks),
             inflight,
             shutdown_timeout: self.shutdown_timeout,
-            health,
+            health: tracker,
         })
     }
 }
@@ -657,13 +660,13 @@ pub struct RunningApp {
     tasks: Mutex<Vec<JoinHandle<()>>>,
     inflight: Arc<Inflight>,
     shutdown_timeout: Duration,
-    health: super::health::Health,
+    health: super::health::HealthTracker,
 }
 
 impl RunningApp {
     /// The application's health (up until shutdown).
     pub fn health(&self) -> super::health::Health {
-        self.health.clone()
+        self.health.health()
     }
 
     /// The sender of an output binding.
@@ -681,7 +684,16 @@ impl RunningApp {
     /// The state of a binding.
     pub fn state(&self, binding: &str) -> Option<BindingState> {
         if let Some(c) = self.inputs.get(binding) {
-            return Some(*c.desired.borrow());
+            let desired = *c.desired.borrow();
+            let recovering = c
+                .actual
+                .iter()
+                .any(|a| *a.borrow() == BindingState::Recovering);
+            return Some(if desired == BindingState::Running && recovering {
+                BindingState::Recovering
+            } else {
+                desired
+            });
         }
         self.outputs.get(binding).map(|o| {
             if o.stopped.load(std::sync::atomic::Ordering::Acquire) {
@@ -713,8 +725,14 @@ impl RunningApp {
             c.desired.send_replace(state);
             for seen in &c.actual {
                 let mut seen = seen.clone();
-                // A loop that ended (shutdown) reports nothing more.
-                let _ = seen.wait_for(|s| *s == state).await;
+                // A loop that ended (shutdown) reports nothing more. A recovering loop runs:
+                // it subscribes again by itself.
+                let _ = seen
+                    .wait_for(|s| {
+                        *s == state
+                            || (state == BindingState::Running && *s == BindingState::Recovering)
+                    })
+                    .await;
             }
             return Ok(());
         }
@@ -766,6 +784,7 @@ impl RunningApp {
     /// waits for its confirm, so nothing is left to flush) → close the binders it created.
     /// Subscriptions close with them, returning any delivery still unsettled to its queue.
     pub async fn shutdown(self) -> ShutdownReport {
+        self.health.closed("shutting down".to_owned());
         for control in self.inputs.values() {
             control.desired.send_replace(BindingState::Stopped);
         }
@@ -806,9 +825,7 @@ impl RunningApp {
         for binder in self.binders.owned() {
             binder.close().await;
         }
-        self.health.set(super::health::HealthStatus::Down {
-            reason: "shut down".to_owned(),
-        });
+        self.health.closed("shut down".to_owned());
         ShutdownReport { drained, abandoned }
     }
 

@@ -85,6 +85,7 @@ pub(crate) struct InputRuntime {
     pub backoff: BackOff,
     pub permits: Arc<Semaphore>,
     pub inflight: Arc<Inflight>,
+    pub health: super::health::HealthTracker,
     pub content_type: Arc<str>,
 }
 

@@ -11,6 +11,9 @@ pub enum BindingState {
     Paused,
     /// Subscription cancelled; unsettled deliveries went back to the queue.
     Stopped,
+    /// Meant to run, but not consuming: the broker ended its subscription or refused a new
+    /// one, and it subscribes again by itself (reported, never asked for).
+    Recovering,
 }
 
 impl fmt::Display for BindingState {
@@ -19,6 +22,7 @@ impl fmt::Display for BindingState {
             BindingState::Running => "running",
             BindingState::Paused => "paused",
             BindingState::Stopped => "stopped",
+            BindingState::Recovering => "recovering",
         })
     }
 }

@@ -85,7 +85,8 @@ impl QueueLoop {
         loop {
             let want = *self.desired.borrow_and_update();
             let step = match want {
-                BindingState::Running => self.running().await,
+                // Recovering is reported, never asked for.
+                BindingState::Running | BindingState::Recovering => self.running().await,
                 BindingState::Paused => {
                     self.pause().await;
                     self.report(BindingState::Paused);
@@ -108,6 +109,12 @@ impl QueueLoop {
         if self.reported != state {
             self.reported = state;
             self.actual.send_replace(state);
+            let who = format!("binding `{}` (queue `{}`)", self.rt.name, self.spec.queue);
+            match (state, &self.lost) {
+                (BindingState::Recovering, Some(why)) => self.rt.health.recovering(&who, why),
+                (BindingState::Recovering, None) => self.rt.health.recovering(&who, "unknown"),
+                _ => self.rt.health.settled(&who),
+            }
         }
     }
 
@@ -202,6 +209,7 @@ impl QueueLoop {
                         self.retry = (wait * 2).min(self.recovery);
                         tracing::warn!(binding = %self.rt.name, queue = %self.spec.queue, error = %e, retry_in = ?wait, "cannot consume; retrying (waits double up to recoveryInterval)");
                         self.lost = Some(e.to_string());
+                        self.report(BindingState::Recovering);
                         return self.back_off(wait).await;
                     }
                 }
@@ -326,7 +334,7 @@ impl QueueLoop {
             BindingState::Running if self.subscription.is_some() => {
                 self.report(BindingState::Running);
             }
-            BindingState::Running => {}
+            BindingState::Running | BindingState::Recovering => {}
         }
     }
 }
