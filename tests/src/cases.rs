@@ -68,6 +68,13 @@ fn every_header_type() -> Headers {
                 value: 12_345,
             }),
         ),
+        (
+            "negative-decimal",
+            HeaderValue::Decimal(Decimal {
+                scale: 1,
+                value: -5,
+            }),
+        ),
         ("string", HeaderValue::from("héllo")),
         (
             "bytes",
