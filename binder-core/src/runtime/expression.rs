@@ -6,7 +6,9 @@
 //! term  := 'literal' | headers['name'] | headers.name | payload.field(.field)* | payload['field']
 //! ```
 //!
-//! Literals use single quotes; `''` inside a literal is a quote. A header value renders as
+//! Literals (and names in brackets) are SpEL's, in either quote: `'text'` or `"text"`, with
+//! the quote that opened them doubled to stand for itself (`'it''s'`, `"say ""hi"""`). The
+//! same reader serves listener conditions. A header value renders as
 //! text; a payload field is read from the JSON payload (strings bare, numbers as written).
 //! A missing header or field is an error at send time, never a silent `null`.
 //!
@@ -21,6 +23,7 @@
 
 use std::fmt;
 
+use super::condition::{LiteralError, string_literal};
 use crate::message::Message;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -74,24 +77,13 @@ impl Parser<'_> {
     }
 
     fn quoted(&mut self) -> Result<String, ExpressionError> {
-        if !self.eat("'") {
-            return self.fail("expected a quoted name");
-        }
-        let mut out = String::new();
-        loop {
-            let Some(c) = self.rest().chars().next() else {
-                return self.fail("unterminated literal");
-            };
-            self.pos += c.len_utf8();
-            if c == '\'' {
-                if self.eat("'") {
-                    out.push('\'');
-                } else {
-                    return Ok(out);
-                }
-            } else {
-                out.push(c);
+        match string_literal(self.rest()) {
+            Ok((text, len)) => {
+                self.pos += len;
+                Ok(text)
             }
+            Err(LiteralError::NotQuoted) => self.fail("expected a quoted name"),
+            Err(LiteralError::Unterminated) => self.fail("unterminated literal"),
         }
     }
 
@@ -125,7 +117,7 @@ impl Parser<'_> {
 
     fn term(&mut self) -> Result<Term, ExpressionError> {
         self.skip_ws();
-        if self.rest().starts_with('\'') {
+        if self.rest().starts_with(['\'', '"']) {
             return self.quoted().map(Term::Literal);
         }
         if self.eat("headers") {
@@ -246,6 +238,13 @@ mod tests {
         };
         assert_eq!(eval("'fixed'"), "fixed");
         assert_eq!(eval("'it''s'"), "it's");
+        assert_eq!(eval(r#""addProduct.x""#), "addProduct.x");
+        assert_eq!(eval(r#""say ""hi""""#), r#"say "hi""#);
+        assert_eq!(eval(r#""it's " + 'a "b"'"#), r#"it's a "b""#);
+        assert_eq!(
+            eval(r#"headers["type"] + "." + payload["order"]['id']"#),
+            "created.7"
+        );
         assert_eq!(eval("headers['type']"), "created");
         assert_eq!(eval("headers.type + '.' + headers['n']"), "created.3");
         assert_eq!(
@@ -258,6 +257,8 @@ mod tests {
     fn syntax_errors_say_where() {
         for (src, what) in [
             ("'open", "unterminated literal"),
+            (r#""open'"#, "unterminated literal"),
+            ("headers[type]", "expected a quoted name"),
             ("headers", "expected `['name']`"),
             ("payload", "expected a field"),
             ("'a' 'b'", "expected `+`"),
