@@ -24,13 +24,32 @@
 use std::fmt;
 
 use super::condition::{LiteralError, string_literal};
-use crate::message::Message;
+use crate::message::{HeaderValue, Message};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Term {
     Literal(String),
     Header(String),
     Payload(Vec<String>),
+}
+
+/// A term's value, borrowed from the expression or the message.
+enum Value<'a> {
+    Text(&'a str),
+    Header(&'a HeaderValue),
+    Json(&'a serde_json::Value),
+}
+
+/// A partition key as [`RoutingKeyExpression::evaluate_key`] yields it, for the Java hash
+/// of the type Spring would see.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum PartitionKey {
+    /// A literal, or several terms concatenated.
+    Text(String),
+    /// A header, with its AMQP type.
+    Header(HeaderValue),
+    /// A payload field, with its JSON type.
+    Json(serde_json::Value),
 }
 
 /// A parsed routing-key expression.
@@ -166,47 +185,72 @@ impl RoutingKeyExpression {
 
     /// Evaluates the expression against a message.
     pub fn evaluate(&self, message: &Message) -> Result<String, ExpressionError> {
+        let payload = self.payload(message)?;
         let mut out = String::new();
-        let mut payload: Option<serde_json::Value> = None;
         for term in &self.terms {
-            match term {
-                Term::Literal(s) => out.push_str(s),
-                Term::Header(name) => match message.headers.get(name) {
-                    Some(v) => out.push_str(&v.to_string()),
-                    None => {
-                        return Err(ExpressionError(format!(
-                            "`{}`: header `{name}` is missing",
-                            self.source
-                        )));
-                    }
-                },
-                Term::Payload(path) => {
-                    if payload.is_none() {
-                        payload = Some(serde_json::from_slice(&message.payload).map_err(|e| {
-                            ExpressionError(format!(
-                                "`{}`: the payload is not JSON ({e})",
-                                self.source
-                            ))
-                        })?);
-                    }
-                    let mut v = payload.as_ref().expect("set above");
-                    for field in path {
-                        v = v.get(field).ok_or_else(|| {
-                            ExpressionError(format!(
-                                "`{}`: the payload has no field `{}`",
-                                self.source,
-                                path.join(".")
-                            ))
-                        })?;
-                    }
-                    match v {
-                        serde_json::Value::String(s) => out.push_str(s),
-                        other => out.push_str(&other.to_string()),
-                    }
-                }
+            match self.value(term, message, payload.as_ref())? {
+                Value::Text(s) => out.push_str(s),
+                Value::Header(v) => out.push_str(&v.to_string()),
+                Value::Json(serde_json::Value::String(s)) => out.push_str(s),
+                Value::Json(other) => out.push_str(&other.to_string()),
             }
         }
         Ok(out)
+    }
+
+    /// Evaluates a partition key, typed as SpEL would yield it: a lone header keeps its AMQP
+    /// type and a lone payload field its JSON type; a literal, or several terms joined with
+    /// `+`, are text.
+    pub(crate) fn evaluate_key(&self, message: &Message) -> Result<PartitionKey, ExpressionError> {
+        let [term] = self.terms.as_slice() else {
+            return self.evaluate(message).map(PartitionKey::Text);
+        };
+        let payload = self.payload(message)?;
+        Ok(match self.value(term, message, payload.as_ref())? {
+            Value::Text(s) => PartitionKey::Text(s.to_owned()),
+            Value::Header(v) => PartitionKey::Header(v.clone()),
+            Value::Json(v) => PartitionKey::Json(v.clone()),
+        })
+    }
+
+    /// The payload as JSON, if a term reads it.
+    fn payload(&self, message: &Message) -> Result<Option<serde_json::Value>, ExpressionError> {
+        if !self.reads_payload() {
+            return Ok(None);
+        }
+        serde_json::from_slice(&message.payload)
+            .map(Some)
+            .map_err(|e| {
+                ExpressionError(format!("`{}`: the payload is not JSON ({e})", self.source))
+            })
+    }
+
+    /// One term's value; `payload` is the parsed payload when a term reads it.
+    fn value<'a>(
+        &'a self,
+        term: &'a Term,
+        message: &'a Message,
+        payload: Option<&'a serde_json::Value>,
+    ) -> Result<Value<'a>, ExpressionError> {
+        match term {
+            Term::Literal(s) => Ok(Value::Text(s)),
+            Term::Header(name) => message.headers.get(name).map(Value::Header).ok_or_else(|| {
+                ExpressionError(format!("`{}`: header `{name}` is missing", self.source))
+            }),
+            Term::Payload(path) => {
+                let mut v = payload.expect("parsed when a term reads the payload");
+                for field in path {
+                    v = v.get(field).ok_or_else(|| {
+                        ExpressionError(format!(
+                            "`{}`: the payload has no field `{}`",
+                            self.source,
+                            path.join(".")
+                        ))
+                    })?;
+                }
+                Ok(Value::Json(v))
+            }
+        }
     }
 
     /// Whether the expression reads the payload.
