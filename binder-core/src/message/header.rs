@@ -305,8 +305,22 @@ mod tests {
         );
         assert_eq!(Decimal { scale: 3, value: 5 }.to_string(), "0.005");
         assert_eq!(Decimal { scale: 0, value: 7 }.to_string(), "7");
-        assert_eq!(Decimal { scale: 1, value: -5 }.to_string(), "-0.5");
-        assert_eq!(Decimal { scale: 0, value: -7 }.to_string(), "-7");
+        assert_eq!(
+            Decimal {
+                scale: 1,
+                value: -5
+            }
+            .to_string(),
+            "-0.5"
+        );
+        assert_eq!(
+            Decimal {
+                scale: 0,
+                value: -7
+            }
+            .to_string(),
+            "-7"
+        );
         assert_eq!(
             Decimal {
                 scale: 2,
