@@ -424,6 +424,22 @@ spring.cloud.stream:
         "decode errors are not retried"
     );
 
+    // Valid JSON, but gzip-encoded by its header: nothing undoes that, so it is refused.
+    let mut gzipped = Message::new(r#"{"id":1}"#).with_content_type("application/json");
+    gzipped.properties.content_encoding = Some("gzip".into());
+    p.send_message("orders", gzipped).await.unwrap();
+    let dead = next(&mut dlq.consumer).await;
+    let reason = dead
+        .message()
+        .headers
+        .get_str("x-exception-message")
+        .unwrap();
+    assert!(reason.contains("content-encoding `gzip`"), "{reason}");
+    assert_eq!(
+        dead.message().headers.get("x-attempts"),
+        Some(&HeaderValue::I64(1))
+    );
+
     p.send(
         "orders",
         &Order {
