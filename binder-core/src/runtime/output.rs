@@ -81,8 +81,15 @@ impl OutputInner {
         })
     }
 
-    /// The routing of a binding, checked at startup.
+    /// The routing of a binding, checked at startup, with the producer settings that are
+    /// refused rather than ignored.
     pub(crate) fn routing(binding: &BindingConfig) -> Result<Routing, String> {
+        if binding.producer.error_channel_enabled {
+            return Err(format!(
+                "binding `{}`: producer.errorChannelEnabled is not supported: a failed send is returned to its caller as a `SendError`, and consumer failures reach the `on_error` hook (`AppBuilder::on_error`)",
+                binding.name
+            ));
+        }
         let p = &binding.rabbit_producer;
         Ok(match (&p.routing_key_expression, &p.routing_key) {
             (Some(expr), _) => {
