@@ -220,12 +220,30 @@ impl Codecs {
 
     /// Decodes a message's payload, choosing the codec by the message's content type or, if it
     /// has none, by `fallback` (the binding's `contentType`).
+    ///
+    /// A payload with a `content-encoding` other than `identity` (or none, or empty), such as
+    /// `gzip`, is a [`DecodeError`] naming the encoding: codecs read the bytes as they are,
+    /// and no encoding is undone.
     pub fn decode<T: DeserializeOwned>(
         &self,
         message: &Message,
         fallback: &str,
     ) -> Result<T, DecodeError> {
         let content_type = message.content_type().unwrap_or(fallback);
+        if let Some(encoding) = message.properties.content_encoding.as_deref() {
+            let trimmed = encoding.trim();
+            if !trimmed.is_empty() && !trimmed.eq_ignore_ascii_case("identity") {
+                return Err(DecodeError {
+                    expected: std::any::type_name::<T>().to_owned(),
+                    content_type: content_type.to_owned(),
+                    reason: format!(
+                        "the payload has content-encoding `{encoding}`, which is not undone (only `identity` payloads are decoded)"
+                    ),
+                    len: message.payload.len(),
+                    preview: preview(&message.payload),
+                });
+            }
+        }
         self.decode_bytes(content_type, &message.payload)
     }
 
@@ -448,6 +466,31 @@ mod tests {
         assert!(text.contains("application/json"), "{text}");
         assert!(text.contains("missing field `id`"), "{text}");
         assert!(text.contains("{\\\"sku\\\":\\\"A-1\\\"}"), "{text}");
+    }
+
+    #[test]
+    fn only_identity_content_encoding_decodes() {
+        let codecs = Codecs::default();
+        let with = |encoding: &str| {
+            let mut m = Message::new(&b"[1]"[..]).with_content_type("application/json");
+            m.properties.content_encoding = Some(encoding.to_owned());
+            m
+        };
+        for ok in ["", "identity", " Identity "] {
+            let v: Vec<u8> = codecs.decode(&with(ok), DEFAULT_CONTENT_TYPE).unwrap();
+            assert_eq!(v, vec![1], "content-encoding `{ok}`");
+        }
+        for refused in ["gzip", "deflate", "br", "gzip, identity"] {
+            let err = codecs
+                .decode::<Vec<u8>>(&with(refused), DEFAULT_CONTENT_TYPE)
+                .unwrap_err();
+            assert!(
+                err.reason
+                    .contains(&format!("content-encoding `{refused}`")),
+                "{err}"
+            );
+            assert!(err.to_string().contains("Vec<u8>"), "{err}");
+        }
     }
 
     #[test]

@@ -160,6 +160,88 @@ spring.cloud.stream:
     running.shutdown().await;
 }
 
+/// Partition keys hash as Java hashes what Spring would see: a JSON integer is an `Integer`
+/// (or a `Long` beyond its range), a fraction a `Double`, a string a `String`, an `i64`
+/// header a `Long`. The expected partitions of 5 are `jshell`'s, with Spring's selector.
+#[tokio::test]
+async fn partition_keys_hash_as_java_types() {
+    let broker = Broker::new();
+    let yaml = r#"
+spring.cloud.stream.bindings:
+  out:
+    destination: parts
+    producer: {partitionKeyExpression: payload.id, partitionCount: 5, requiredGroups: [g]}
+  by-header:
+    destination: hparts
+    producer: {partitionKeyExpression: "headers['k']", partitionCount: 5, requiredGroups: [g]}
+"#;
+    let running = app(&broker, yaml)
+        .output("out")
+        .output("by-header")
+        .start()
+        .await
+        .unwrap();
+    let out = running.output("out").unwrap();
+    // (key, Java type and partition): Integer 1 → 1, Integer 7 → 2, Integer -3 → 3,
+    // Long 4294967298 → 3, Double 2.5 → 3, Boolean true → 1, String "x7" → 0, String "1" → 4.
+    let keys = [
+        ("1", 1),
+        ("7", 2),
+        ("-3", 3),
+        ("4294967298", 3),
+        ("2.5", 3),
+        ("true", 1),
+        (r#""x7""#, 0),
+        (r#""1""#, 4),
+    ];
+    let mut watches: Vec<_> = (0..5)
+        .map(|n| watch_queue(&broker, &format!("parts.g-{n}")))
+        .collect();
+    for (key, partition) in keys {
+        out.send_message(Message::new(format!(r#"{{"id":{key}}}"#)))
+            .await
+            .unwrap();
+        let d = next(&mut watches[partition].consumer).await;
+        assert_eq!(
+            d.message().payload,
+            format!(r#"{{"id":{key}}}"#).as_bytes(),
+            "key {key} on partition {partition}"
+        );
+    }
+    for w in &mut watches {
+        assert!(common::ready(&mut w.consumer).is_empty());
+    }
+    let err = out
+        .send_message(Message::new(r#"{"id":null}"#))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("null"), "{err}");
+
+    // An `i64` header is a `Long`: -1 hashes to 0 (an `Integer` -1 would go to 1), 9 to 9.
+    let by_header = running.output("by-header").unwrap();
+    let mut watches: Vec<_> = (0..5)
+        .map(|n| watch_queue(&broker, &format!("hparts.g-{n}")))
+        .collect();
+    for (k, partition) in [(-1i64, 0), (9, 4)] {
+        by_header
+            .send_message(Message::new("h").with_header("k", k))
+            .await
+            .unwrap();
+        let d = next(&mut watches[partition].consumer).await;
+        assert_eq!(d.message().headers.get("k"), Some(&HeaderValue::I64(k)));
+    }
+    let err = by_header
+        .send_message(Message::new("h").with_header("k", HeaderValue::Void))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("null"), "{err}");
+    // The engine delivers before it confirms: no partition holds anything more.
+    for w in &mut watches {
+        assert!(common::ready(&mut w.consumer).is_empty());
+    }
+    running.shutdown().await;
+}
+
 #[tokio::test]
 async fn a_bad_expression_and_unused_bindings_fail_startup_together() {
     let broker = Broker::new();
@@ -340,6 +422,22 @@ spring.cloud.stream:
         dead.message().headers.get("x-attempts"),
         Some(&HeaderValue::I64(1)),
         "decode errors are not retried"
+    );
+
+    // Valid JSON, but gzip-encoded by its header: nothing undoes that, so it is refused.
+    let mut gzipped = Message::new(r#"{"id":1}"#).with_content_type("application/json");
+    gzipped.properties.content_encoding = Some("gzip".into());
+    p.send_message("orders", gzipped).await.unwrap();
+    let dead = next(&mut dlq.consumer).await;
+    let reason = dead
+        .message()
+        .headers
+        .get_str("x-exception-message")
+        .unwrap();
+    assert!(reason.contains("content-encoding `gzip`"), "{reason}");
+    assert_eq!(
+        dead.message().headers.get("x-attempts"),
+        Some(&HeaderValue::I64(1))
     );
 
     p.send(

@@ -206,12 +206,14 @@ spring.cloud.stream:
   bindings:
     a: {destination: x, binder: mq}
     b: {destination: y, consumer: {batchMode: true}}
+    c: {destination: w, producer: {errorChannelEnabled: true}}
     unused: {destination: z}
 "#;
     let err = App::builder(config(yaml))
         .listener("a", handler::payload(|_: u32| async {}))
         .listener("b", handler::payload(|_: u32| async {}))
         .listener("b", handler::payload(|_: u32| async {}))
+        .output("c")
         .start()
         .await
         .unwrap_err();
@@ -220,10 +222,37 @@ spring.cloud.stream:
         "binding `b` has 2 listeners without a condition",
         "binding `unused` is configured but no listener or output uses it",
         "binding `b`: consumer.batchMode is not supported yet",
+        "binding `c`: producer.errorChannelEnabled is not supported: a failed send is returned to its caller",
         "binding `a` uses binder `mq` (type `rabbit`), which is not available in this program",
     ] {
         assert!(text.contains(expected), "missing {expected:?} in\n{text}");
     }
+}
+
+/// A destination opened on first send is checked as a declared output is: an error channel
+/// set for every producer refuses the send instead of being ignored.
+#[tokio::test]
+async fn error_channel_enabled_refuses_dynamic_destinations_too() {
+    let broker = Broker::new();
+    let yaml = "spring.cloud.stream:\n  default.producer.errorChannelEnabled: true\n  bindings.in: {destination: e, group: g}\n";
+    let running = app(&broker, yaml)
+        .listener("in", handler::payload(|_: u32| async {}))
+        .start()
+        .await
+        .unwrap();
+    let err = running
+        .publisher()
+        .send("anywhere", &1u32)
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("binding `anywhere`: producer.errorChannelEnabled is not supported"),
+        "{err}"
+    );
+    assert!(err.to_string().contains("on_error"), "{err}");
+    assert!(!broker.exchange_exists("anywhere"), "nothing was declared");
+    running.shutdown().await;
 }
 
 #[tokio::test]

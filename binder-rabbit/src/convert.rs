@@ -20,9 +20,11 @@ pub(crate) fn to_amqp(value: &HeaderValue) -> AMQPValue {
         HeaderValue::I64(v) => AMQPValue::LongLongInt(*v),
         HeaderValue::F32(v) => AMQPValue::Float(*v),
         HeaderValue::F64(v) => AMQPValue::Double(*v),
+        // amq-protocol holds the unscaled value as the u32 it reads off the wire; AMQP (and
+        // the Java client, pika and RabbitMQ) mean a signed 32-bit value: same bits.
         HeaderValue::Decimal(d) => AMQPValue::DecimalValue(DecimalValue {
             scale: d.scale,
-            value: d.value,
+            value: d.value as u32,
         }),
         HeaderValue::String(s) => AMQPValue::LongString(LongString::from(s.as_bytes().to_vec())),
         HeaderValue::Bytes(b) => AMQPValue::ByteArray(ByteArray::from(b.to_vec())),
@@ -49,7 +51,7 @@ pub(crate) fn from_amqp(value: &AMQPValue) -> HeaderValue {
         AMQPValue::Double(v) => HeaderValue::F64(*v),
         AMQPValue::DecimalValue(d) => HeaderValue::Decimal(Decimal {
             scale: d.scale,
-            value: d.value,
+            value: d.value as i32,
         }),
         AMQPValue::ShortString(s) => HeaderValue::String(s.as_str().to_owned()),
         // Long strings are bytes on the wire; text stays text, anything else stays bytes.
@@ -187,6 +189,31 @@ mod tests {
         .into_iter()
         .collect();
         assert_eq!(from_table(&to_table(&headers)), headers);
+    }
+
+    #[test]
+    fn decimals_are_signed_on_the_wire() {
+        // `D`, scale 1, then the unscaled value as a big-endian signed int: -5, as the Java
+        // client writes `new BigDecimal("-0.5")`.
+        let wire: &[u8] = &[b'D', 1, 0xFF, 0xFF, 0xFF, 0xFB];
+        let (rest, value) = lapin::types::parsing::parse_value(wire).unwrap();
+        assert!(rest.is_empty());
+        let minus_half = HeaderValue::Decimal(Decimal {
+            scale: 1,
+            value: -5,
+        });
+        assert_eq!(from_amqp(&value), minus_half);
+        assert_eq!(
+            to_amqp(&minus_half),
+            AMQPValue::DecimalValue(DecimalValue {
+                scale: 1,
+                value: 0xFFFF_FFFB
+            })
+        );
+        for v in [i32::MIN, -1, 0, 1, i32::MAX] {
+            let d = HeaderValue::Decimal(Decimal { scale: 2, value: v });
+            assert_eq!(from_amqp(&to_amqp(&d)), d);
+        }
     }
 
     #[test]

@@ -1,10 +1,13 @@
-//! Against the real broker: while a memory alarm blocks publishers (`connection.blocked`), a
+//! Against a RabbitMQ node of the test's own (an alarm on the shared broker would block every
+//! other publisher on it): while a memory alarm blocks publishers (`connection.blocked`), a
 //! send waits instead of failing, and completes once the alarm clears; meanwhile consumers of
-//! the same binder keep taking and acking messages, so queues drain. The watermark is
-//! restored whatever happens. Without a broker the test says so and passes, unless
-//! `REQUIRE_RABBIT=1`.
+//! the same binder keep taking and acking messages, so queues drain. Without a local RabbitMQ
+//! installation the test says so and passes, unless `REQUIRE_RABBIT=1`.
+//!
+//! Every wait is on an event: the broker reporting the publisher connection blocked, the
+//! deliveries and acks of the drain, the confirm after the alarm. "The send has not finished"
+//! is checked after the drain, which the broker served while the alarm held.
 
-use std::process::Command;
 use std::time::Duration;
 
 use binder_core::binder::{Binder, ProducerSpec, Settlement, SubscriptionSpec};
@@ -12,42 +15,21 @@ use binder_core::message::{DeliveryMode, Message};
 
 mod common;
 
-/// Puts the memory watermark found at the start back when dropped, even if the test panicked.
-struct Restore(String);
-
-impl Restore {
-    /// Remembers the broker's current (relative) watermark.
-    fn current() -> Self {
-        let out = Command::new("rabbitmqctl")
-            .args([
-                "-q",
-                "eval",
-                "vm_memory_monitor:get_vm_memory_high_watermark().",
-            ])
-            .output()
-            .expect("rabbitmqctl is installed with RabbitMQ");
-        let value = String::from_utf8_lossy(&out.stdout).trim().to_owned();
-        assert!(
-            value.parse::<f64>().is_ok(),
-            "cannot read the current watermark (got {value:?}); not touching the broker"
-        );
-        Restore(value)
-    }
-}
-
-impl Drop for Restore {
-    fn drop(&mut self) {
-        let _ = Command::new("rabbitmqctl")
-            .args(["set_vm_memory_high_watermark", &self.0])
-            .output();
-    }
+/// The state `rabbitmqctl list_connections` gives the binder's publisher connection
+/// (`rust-stream.publisher`), if it is listed.
+fn publisher_state(listing: &str) -> Option<&str> {
+    listing
+        .lines()
+        .find(|line| line.contains("rust-stream.publisher"))
+        .and_then(|line| line.split_whitespace().last())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_memory_alarm_blocks_publishers_instead_of_failing_them() {
-    let Some(binder) = common::binder().await else {
+    let Some(node) = common::PrivateNode::start("alarm") else {
         return;
     };
+    let binder = node.binder();
     let producer = binder
         .producer(ProducerSpec {
             exchange: "amq.fanout".into(),
@@ -72,27 +54,25 @@ async fn a_memory_alarm_blocks_publishers_instead_of_failing_them() {
         .await
         .unwrap();
 
-    let restore = Restore::current();
-    let out = Command::new("rabbitmqctl")
-        .args(["set_vm_memory_high_watermark", "0.0000001"])
-        .output()
-        .expect("rabbitmqctl is installed with RabbitMQ");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-
+    let watermark = node
+        .ctl(&["eval", "vm_memory_monitor:get_vm_memory_high_watermark()."])
+        .trim()
+        .to_owned();
+    assert!(watermark.parse::<f64>().is_ok(), "watermark {watermark:?}");
+    node.ctl(&["set_vm_memory_high_watermark", "0.0000001"]);
     let send = tokio::spawn(async move {
         let result = producer.publish("", Message::new("during")).await;
         (producer, result)
     });
-    // The alarm holds the publish: it neither completes nor fails while it lasts.
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    assert!(
-        !send.is_finished(),
-        "a blocked publisher waits instead of failing"
-    );
+    // The broker has applied the alarm to the publisher connection: `blocking` (it will block
+    // the next publish) or `blocked` (it holds one).
+    let listing = node
+        .ctl_until(&["list_connections", "client_properties", "state"], |out| {
+            matches!(publisher_state(out), Some("blocking" | "blocked"))
+        })
+        .await;
+    eprintln!("publisher connection: {:?}", publisher_state(&listing));
+
     // Consumers are not held up: with prefetch 1 each next delivery needs the previous ack to
     // reach the broker, and the cancel and the count need frames written too.
     let drain = async {
@@ -108,9 +88,14 @@ async fn a_memory_alarm_blocks_publishers_instead_of_failing_them() {
         .await
         .expect("consumers take and ack messages while publishers are blocked");
     assert_eq!(left, 0, "the queue drained during the alarm");
-    assert!(!send.is_finished(), "the publisher is still blocked");
+    // The broker answered all of that after the publish was asked for: the alarm, not a slow
+    // broker, is what holds it.
+    assert!(
+        !send.is_finished(),
+        "a blocked publisher waits instead of failing"
+    );
 
-    drop(restore);
+    node.ctl(&["set_vm_memory_high_watermark", &watermark]);
     let (_producer, result) = tokio::time::timeout(Duration::from_secs(30), send)
         .await
         .expect("the publish completes once the alarm clears")

@@ -143,7 +143,8 @@ properties! {
         partition_count: u32 = 1 => "partitionCount", check at_least_one_u32;
         /// Groups whose queues the producer declares, so nothing is lost before consumers start.
         required_groups: Vec<String> = Vec::new() => "requiredGroups";
-        /// Report send failures to the error hook.
+        /// SCSt's error channel for send failures. Refused at startup when true: a failed
+        /// send is returned to its caller, and consumer failures reach the `on_error` hook.
         error_channel_enabled: bool = false => "errorChannelEnabled";
         /// How headers are written.
         header_mode: Option<HeaderMode> = None => "headerMode";

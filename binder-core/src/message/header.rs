@@ -6,24 +6,28 @@ use std::fmt;
 use bytes::Bytes;
 
 /// An AMQP `decimal-value`: `value / 10^scale`.
+///
+/// The unscaled value is signed, as RabbitMQ, the Java client and pika read it: `-5` with
+/// scale 1 is `-0.5`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Decimal {
     /// Number of decimal digits after the point.
     pub scale: u8,
     /// The unscaled value.
-    pub value: u32,
+    pub value: i32,
 }
 
 impl fmt::Display for Decimal {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let digits = self.value.to_string();
+        let sign = if self.value < 0 { "-" } else { "" };
+        let digits = self.value.unsigned_abs().to_string();
         let scale = usize::from(self.scale);
         if scale == 0 {
-            return f.write_str(&digits);
+            return write!(f, "{sign}{digits}");
         }
         let padded = format!("{digits:0>width$}", width = scale + 1);
         let (int, frac) = padded.split_at(padded.len() - scale);
-        write!(f, "{int}.{frac}")
+        write!(f, "{sign}{int}.{frac}")
     }
 }
 
@@ -301,6 +305,30 @@ mod tests {
         );
         assert_eq!(Decimal { scale: 3, value: 5 }.to_string(), "0.005");
         assert_eq!(Decimal { scale: 0, value: 7 }.to_string(), "7");
+        assert_eq!(
+            Decimal {
+                scale: 1,
+                value: -5
+            }
+            .to_string(),
+            "-0.5"
+        );
+        assert_eq!(
+            Decimal {
+                scale: 0,
+                value: -7
+            }
+            .to_string(),
+            "-7"
+        );
+        assert_eq!(
+            Decimal {
+                scale: 2,
+                value: i32::MIN
+            }
+            .to_string(),
+            "-21474836.48"
+        );
     }
 
     #[test]

@@ -9,6 +9,10 @@
 //!         | headers['name'] ('==' | '!=') null
 //! ```
 //!
+//! String literals are SpEL's: `'text'` or `"text"`, a doubled quote standing for one
+//! (`'it''s'`, `"say ""hi"""`). [`string_literal`] reads them here and in routing-key
+//! expressions alike.
+//!
 //! This file has no dependencies: the macros crate includes it too, so a condition that does
 //! not parse is a compile error, with the same parser the runtime uses.
 
@@ -36,6 +40,41 @@ impl std::fmt::Display for ConditionError {
 }
 
 impl std::error::Error for ConditionError {}
+
+/// Why [`string_literal`] read no literal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LiteralError {
+    /// The text does not start with `'` or `"`.
+    NotQuoted,
+    /// The closing quote is missing.
+    Unterminated,
+}
+
+/// Reads the SpEL string literal at the start of `src`: `'text'` or `"text"`. Inside, the
+/// quote that opened it is written twice to stand for itself (`'it''s'`, `"say ""hi"""`),
+/// and the other quote is plain text. Returns the text and the literal's length in `src`.
+pub(crate) fn string_literal(src: &str) -> Result<(String, usize), LiteralError> {
+    let quote = match src.chars().next() {
+        Some(q @ ('\'' | '"')) => q,
+        _ => return Err(LiteralError::NotQuoted),
+    };
+    let mut out = String::new();
+    let mut pos = 1;
+    loop {
+        let Some(c) = src[pos..].chars().next() else {
+            return Err(LiteralError::Unterminated);
+        };
+        pos += c.len_utf8();
+        if c != quote {
+            out.push(c);
+        } else if src[pos..].starts_with(quote) {
+            pos += 1;
+            out.push(quote);
+        } else {
+            return Ok((out, pos));
+        }
+    }
+}
 
 struct Cursor<'a> {
     src: &'a str,
@@ -66,25 +105,14 @@ impl Cursor<'_> {
         )))
     }
     fn literal(&mut self) -> Result<String, ConditionError> {
-        if !self.eat("'") {
-            return self.fail("expected a 'quoted' value");
-        }
-        let mut out = String::new();
-        loop {
-            let Some(c) = self.rest().chars().next() else {
-                return self.fail("unterminated 'quoted' value");
-            };
-            self.pos += c.len_utf8();
-            if c == '\'' {
-                if self.rest().starts_with('\'') {
-                    self.pos += 1;
-                    out.push('\'');
-                } else {
-                    return Ok(out);
-                }
-            } else {
-                out.push(c);
+        self.ws();
+        match string_literal(self.rest()) {
+            Ok((text, len)) => {
+                self.pos += len;
+                Ok(text)
             }
+            Err(LiteralError::NotQuoted) => self.fail("expected a 'quoted' value"),
+            Err(LiteralError::Unterminated) => self.fail("unterminated 'quoted' value"),
         }
     }
     fn or(&mut self) -> Result<Condition, ConditionError> {
@@ -200,11 +228,42 @@ mod tests {
     }
 
     #[test]
+    fn both_quote_styles_with_doubled_quotes() {
+        let h = [("type", "created"), ("q", "it's"), ("say", r#"say "hi""#)];
+        assert!(eval(r#"headers["type"] == "created""#, &h));
+        assert!(eval(r#"headers['type'] == "created""#, &h));
+        assert!(eval(r#"headers["q"] == "it's""#, &h));
+        assert!(eval("headers['q'] == 'it''s'", &h));
+        assert!(eval(r#"headers['say'] == "say ""hi""""#, &h));
+        assert!(eval(r#"headers['say'] == 'say "hi"'"#, &h));
+        // `''` is two quotes inside a double-quoted literal.
+        assert!(!eval(r#"headers['q'] == "it''s""#, &h));
+    }
+
+    #[test]
+    fn string_literals() {
+        let ok = |s: &str, n| Ok((s.to_owned(), n));
+        assert_eq!(string_literal("'a' + x"), ok("a", 3));
+        assert_eq!(string_literal(r#""a" + x"#), ok("a", 3));
+        assert_eq!(string_literal("''"), ok("", 2));
+        assert_eq!(string_literal(r#""""#), ok("", 2));
+        assert_eq!(string_literal("''''"), ok("'", 4));
+        assert_eq!(string_literal(r#""""""#), ok("\"", 4));
+        assert_eq!(string_literal(r#"'é''"'"#), ok(r#"é'""#, 7));
+        assert_eq!(string_literal("x"), Err(LiteralError::NotQuoted));
+        assert_eq!(string_literal(""), Err(LiteralError::NotQuoted));
+        assert_eq!(string_literal("'open"), Err(LiteralError::Unterminated));
+        assert_eq!(string_literal(r#""open'"#), Err(LiteralError::Unterminated));
+        assert_eq!(string_literal("'x''"), Err(LiteralError::Unterminated));
+    }
+
+    #[test]
     fn syntax_errors_name_the_position() {
         for (src, what) in [
             ("headers['type'] = 'x'", "expected `==` or `!=`"),
             ("header['type'] == 'x'", "expected headers['name']"),
             ("headers['type'] == x", "expected a 'quoted' value"),
+            (r#"headers['type'] == "x"#, "unterminated 'quoted' value"),
             ("headers['type'] == 'x' and", "unexpected text"),
             ("(headers['a'] == 'b'", "expected `)`"),
         ] {

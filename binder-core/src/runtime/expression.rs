@@ -6,7 +6,9 @@
 //! term  := 'literal' | headers['name'] | headers.name | payload.field(.field)* | payload['field']
 //! ```
 //!
-//! Literals use single quotes; `''` inside a literal is a quote. A header value renders as
+//! Literals (and names in brackets) are SpEL's, in either quote: `'text'` or `"text"`, with
+//! the quote that opened them doubled to stand for itself (`'it''s'`, `"say ""hi"""`). The
+//! same reader serves listener conditions. A header value renders as
 //! text; a payload field is read from the JSON payload (strings bare, numbers as written).
 //! A missing header or field is an error at send time, never a silent `null`.
 //!
@@ -21,13 +23,33 @@
 
 use std::fmt;
 
-use crate::message::Message;
+use super::condition::{LiteralError, string_literal};
+use crate::message::{HeaderValue, Message};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Term {
     Literal(String),
     Header(String),
     Payload(Vec<String>),
+}
+
+/// A term's value, borrowed from the expression or the message.
+enum Value<'a> {
+    Text(&'a str),
+    Header(&'a HeaderValue),
+    Json(&'a serde_json::Value),
+}
+
+/// A partition key as [`RoutingKeyExpression::evaluate_key`] yields it, for the Java hash
+/// of the type Spring would see.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum PartitionKey {
+    /// A literal, or several terms concatenated.
+    Text(String),
+    /// A header, with its AMQP type.
+    Header(HeaderValue),
+    /// A payload field, with its JSON type.
+    Json(serde_json::Value),
 }
 
 /// A parsed routing-key expression.
@@ -74,24 +96,13 @@ impl Parser<'_> {
     }
 
     fn quoted(&mut self) -> Result<String, ExpressionError> {
-        if !self.eat("'") {
-            return self.fail("expected a quoted name");
-        }
-        let mut out = String::new();
-        loop {
-            let Some(c) = self.rest().chars().next() else {
-                return self.fail("unterminated literal");
-            };
-            self.pos += c.len_utf8();
-            if c == '\'' {
-                if self.eat("'") {
-                    out.push('\'');
-                } else {
-                    return Ok(out);
-                }
-            } else {
-                out.push(c);
+        match string_literal(self.rest()) {
+            Ok((text, len)) => {
+                self.pos += len;
+                Ok(text)
             }
+            Err(LiteralError::NotQuoted) => self.fail("expected a quoted name"),
+            Err(LiteralError::Unterminated) => self.fail("unterminated literal"),
         }
     }
 
@@ -125,7 +136,7 @@ impl Parser<'_> {
 
     fn term(&mut self) -> Result<Term, ExpressionError> {
         self.skip_ws();
-        if self.rest().starts_with('\'') {
+        if self.rest().starts_with(['\'', '"']) {
             return self.quoted().map(Term::Literal);
         }
         if self.eat("headers") {
@@ -174,47 +185,72 @@ impl RoutingKeyExpression {
 
     /// Evaluates the expression against a message.
     pub fn evaluate(&self, message: &Message) -> Result<String, ExpressionError> {
+        let payload = self.payload(message)?;
         let mut out = String::new();
-        let mut payload: Option<serde_json::Value> = None;
         for term in &self.terms {
-            match term {
-                Term::Literal(s) => out.push_str(s),
-                Term::Header(name) => match message.headers.get(name) {
-                    Some(v) => out.push_str(&v.to_string()),
-                    None => {
-                        return Err(ExpressionError(format!(
-                            "`{}`: header `{name}` is missing",
-                            self.source
-                        )));
-                    }
-                },
-                Term::Payload(path) => {
-                    if payload.is_none() {
-                        payload = Some(serde_json::from_slice(&message.payload).map_err(|e| {
-                            ExpressionError(format!(
-                                "`{}`: the payload is not JSON ({e})",
-                                self.source
-                            ))
-                        })?);
-                    }
-                    let mut v = payload.as_ref().expect("set above");
-                    for field in path {
-                        v = v.get(field).ok_or_else(|| {
-                            ExpressionError(format!(
-                                "`{}`: the payload has no field `{}`",
-                                self.source,
-                                path.join(".")
-                            ))
-                        })?;
-                    }
-                    match v {
-                        serde_json::Value::String(s) => out.push_str(s),
-                        other => out.push_str(&other.to_string()),
-                    }
-                }
+            match self.value(term, message, payload.as_ref())? {
+                Value::Text(s) => out.push_str(s),
+                Value::Header(v) => out.push_str(&v.to_string()),
+                Value::Json(serde_json::Value::String(s)) => out.push_str(s),
+                Value::Json(other) => out.push_str(&other.to_string()),
             }
         }
         Ok(out)
+    }
+
+    /// Evaluates a partition key, typed as SpEL would yield it: a lone header keeps its AMQP
+    /// type and a lone payload field its JSON type; a literal, or several terms joined with
+    /// `+`, are text.
+    pub(crate) fn evaluate_key(&self, message: &Message) -> Result<PartitionKey, ExpressionError> {
+        let [term] = self.terms.as_slice() else {
+            return self.evaluate(message).map(PartitionKey::Text);
+        };
+        let payload = self.payload(message)?;
+        Ok(match self.value(term, message, payload.as_ref())? {
+            Value::Text(s) => PartitionKey::Text(s.to_owned()),
+            Value::Header(v) => PartitionKey::Header(v.clone()),
+            Value::Json(v) => PartitionKey::Json(v.clone()),
+        })
+    }
+
+    /// The payload as JSON, if a term reads it.
+    fn payload(&self, message: &Message) -> Result<Option<serde_json::Value>, ExpressionError> {
+        if !self.reads_payload() {
+            return Ok(None);
+        }
+        serde_json::from_slice(&message.payload)
+            .map(Some)
+            .map_err(|e| {
+                ExpressionError(format!("`{}`: the payload is not JSON ({e})", self.source))
+            })
+    }
+
+    /// One term's value; `payload` is the parsed payload when a term reads it.
+    fn value<'a>(
+        &'a self,
+        term: &'a Term,
+        message: &'a Message,
+        payload: Option<&'a serde_json::Value>,
+    ) -> Result<Value<'a>, ExpressionError> {
+        match term {
+            Term::Literal(s) => Ok(Value::Text(s)),
+            Term::Header(name) => message.headers.get(name).map(Value::Header).ok_or_else(|| {
+                ExpressionError(format!("`{}`: header `{name}` is missing", self.source))
+            }),
+            Term::Payload(path) => {
+                let mut v = payload.expect("parsed when a term reads the payload");
+                for field in path {
+                    v = v.get(field).ok_or_else(|| {
+                        ExpressionError(format!(
+                            "`{}`: the payload has no field `{}`",
+                            self.source,
+                            path.join(".")
+                        ))
+                    })?;
+                }
+                Ok(Value::Json(v))
+            }
+        }
     }
 
     /// Whether the expression reads the payload.
@@ -246,6 +282,13 @@ mod tests {
         };
         assert_eq!(eval("'fixed'"), "fixed");
         assert_eq!(eval("'it''s'"), "it's");
+        assert_eq!(eval(r#""addProduct.x""#), "addProduct.x");
+        assert_eq!(eval(r#""say ""hi""""#), r#"say "hi""#);
+        assert_eq!(eval(r#""it's " + 'a "b"'"#), r#"it's a "b""#);
+        assert_eq!(
+            eval(r#"headers["type"] + "." + payload["order"]['id']"#),
+            "created.7"
+        );
         assert_eq!(eval("headers['type']"), "created");
         assert_eq!(eval("headers.type + '.' + headers['n']"), "created.3");
         assert_eq!(
@@ -258,6 +301,8 @@ mod tests {
     fn syntax_errors_say_where() {
         for (src, what) in [
             ("'open", "unterminated literal"),
+            (r#""open'"#, "unterminated literal"),
+            ("headers[type]", "expected a quoted name"),
             ("headers", "expected `['name']`"),
             ("payload", "expected a field"),
             ("'a' 'b'", "expected `+`"),

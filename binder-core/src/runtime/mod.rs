@@ -17,6 +17,7 @@ mod lifecycle;
 mod logging;
 mod output;
 mod panics;
+mod partition;
 mod queue;
 mod registry;
 mod retry;

@@ -10,6 +10,7 @@ use tokio::sync::{Mutex, OnceCell};
 
 use super::error::SendError;
 use super::expression::RoutingKeyExpression;
+use super::partition;
 use super::trace;
 use crate::binder::{Binder, Producer, ProducerSpec};
 use crate::codec::Codecs;
@@ -31,20 +32,6 @@ pub(crate) enum Routing {
 struct Partitioning {
     key: RoutingKeyExpression,
     count: u32,
-}
-
-/// Java's `String.hashCode`, so partitions match those Spring services pick for the same key.
-fn java_hash(s: &str) -> i32 {
-    s.encode_utf16().fold(0i32, |h, unit| {
-        h.wrapping_mul(31).wrapping_add(i32::from(unit))
-    })
-}
-
-/// SCSt's default partition selector: `abs(key.hashCode()) % partitionCount`.
-fn partition_of(key: &str, count: u32) -> u32 {
-    let h = java_hash(key);
-    let h = if h == i32::MIN { 0 } else { h.abs() };
-    (h as u32) % count.max(1)
 }
 
 /// One output binding, ready to send.
@@ -94,8 +81,15 @@ impl OutputInner {
         })
     }
 
-    /// The routing of a binding, checked at startup.
+    /// The routing of a binding, checked at startup, with the producer settings that are
+    /// refused rather than ignored.
     pub(crate) fn routing(binding: &BindingConfig) -> Result<Routing, String> {
+        if binding.producer.error_channel_enabled {
+            return Err(format!(
+                "binding `{}`: producer.errorChannelEnabled is not supported: a failed send is returned to its caller as a `SendError`, and consumer failures reach the `on_error` hook (`AppBuilder::on_error`)",
+                binding.name
+            ));
+        }
         let p = &binding.rabbit_producer;
         Ok(match (&p.routing_key_expression, &p.routing_key) {
             (Some(expr), _) => {
@@ -141,8 +135,13 @@ impl OutputInner {
         match &self.partitioning {
             None => Ok(base),
             Some(p) => {
-                let key = p.key.evaluate(message).map_err(|e| fail(e.to_string()))?;
-                let partition = partition_of(&key, p.count);
+                let key = p
+                    .key
+                    .evaluate_key(message)
+                    .map_err(|e| fail(e.to_string()))?;
+                let hash = partition::java_hash(&key)
+                    .map_err(|e| fail(format!("partitionKeyExpression `{}`: {e}", p.key)))?;
+                let partition = partition::partition_of(hash, p.count);
                 // As SCSt: `<destination>-<n>` unless a routing key was configured.
                 let base = match &self.routing {
                     Routing::Fixed(k) if *k == self.destination => self.destination.as_str(),
@@ -290,20 +289,5 @@ impl Publisher {
             .await?
             .send_message(message)
             .await
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn java_string_hash_matches_java() {
-        assert_eq!(java_hash(""), 0);
-        assert_eq!(java_hash("a"), 97);
-        assert_eq!(java_hash("hello"), 99_162_322);
-        assert_eq!(java_hash("customer-42"), -1_772_111_155);
-        assert_eq!(partition_of("hello", 4), 99_162_322 % 4);
-        assert_eq!(partition_of("customer-42", 3), 1_772_111_155 % 3);
     }
 }

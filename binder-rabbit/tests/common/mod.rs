@@ -79,3 +79,160 @@ pub async fn direct_producer(
         .await
         .unwrap()
 }
+
+/// Whether a test that cannot run here must fail (`REQUIRE_RABBIT=1`) rather than skip.
+fn required() -> bool {
+    std::env::var("REQUIRE_RABBIT").as_deref() == Ok("1")
+}
+
+/// A port nothing listens on right now.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free loopback port")
+}
+
+/// A RabbitMQ node of the test's own, started from the local installation with its own name,
+/// AMQP port, distribution port and data directory, on loopback. Tests that raise alarms,
+/// close every connection or stop the broker use one, so the shared broker (`AMQP_URL`) and
+/// whoever else uses it are never touched. Stopped, and its directory removed, when dropped.
+pub struct PrivateNode {
+    name: String,
+    port: u16,
+    dir: std::path::PathBuf,
+    server: std::process::Child,
+}
+
+impl PrivateNode {
+    /// Starts a node and waits until it has booted, or says why it cannot (and returns
+    /// `None`; with `REQUIRE_RABBIT=1` it fails the test instead).
+    pub fn start(tag: &str) -> Option<Self> {
+        match Self::try_start(tag) {
+            Ok(node) => Some(node),
+            Err(reason) => {
+                assert!(
+                    !required(),
+                    "REQUIRE_RABBIT=1 but no private RabbitMQ node starts: {reason}"
+                );
+                eprintln!("SKIPPED: no private RabbitMQ node starts: {reason}");
+                None
+            }
+        }
+    }
+
+    fn try_start(tag: &str) -> Result<Self, String> {
+        use std::os::unix::fs::PermissionsExt;
+        let (port, dist_port) = (free_port(), free_port());
+        let name = format!("{}@localhost", unique(tag));
+        let dir = std::env::temp_dir().join(name.replace('@', "-"));
+        let write = |file: &str, text: &str| {
+            std::fs::write(dir.join(file), text).map_err(|e| format!("{file}: {e}"))
+        };
+        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        // The server runs as the `rabbitmq` user, which writes its data and logs here.
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777))
+            .map_err(|e| format!("{}: {e}", dir.display()))?;
+        write(
+            "rabbitmq.conf",
+            &format!("listeners.tcp.1 = 127.0.0.1:{port}\n"),
+        )?;
+        write("enabled_plugins", "[].\n")?;
+        // Read instead of /etc/rabbitmq/rabbitmq-env.conf, which names the shared node.
+        write("rabbitmq-env.conf", "ERL_EPMD_ADDRESS=127.0.0.1\n")?;
+        let log = std::fs::File::create(dir.join("server.out")).map_err(|e| e.to_string())?;
+        let server = std::process::Command::new("rabbitmq-server")
+            .env("RABBITMQ_NODENAME", &name)
+            .env("RABBITMQ_NODE_IP_ADDRESS", "127.0.0.1")
+            .env("RABBITMQ_NODE_PORT", port.to_string())
+            .env("RABBITMQ_DIST_PORT", dist_port.to_string())
+            .env("RABBITMQ_CONF_ENV_FILE", dir.join("rabbitmq-env.conf"))
+            .env("RABBITMQ_CONFIG_FILE", dir.join("rabbitmq.conf"))
+            .env("RABBITMQ_ENABLED_PLUGINS_FILE", dir.join("enabled_plugins"))
+            .env("RABBITMQ_MNESIA_BASE", dir.join("mnesia"))
+            .env("RABBITMQ_LOG_BASE", dir.join("log"))
+            .env("RABBITMQ_PID_FILE", dir.join("node.pid"))
+            .env(
+                "RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS",
+                "-kernel inet_dist_use_interface {127,0,0,1}",
+            )
+            .stdout(log.try_clone().map_err(|e| e.to_string())?)
+            .stderr(log)
+            .spawn()
+            .map_err(|e| format!("rabbitmq-server: {e}"))?;
+        let node = PrivateNode {
+            name,
+            port,
+            dir,
+            server,
+        };
+        // rabbitmqctl's own wait: for the pid file, then for the boot to finish.
+        let pid_file = node.dir.join("node.pid");
+        let booted = node.ctl_output(&["wait", &pid_file.to_string_lossy(), "--timeout", "120"]);
+        if !booted.status.success() {
+            return Err(format!(
+                "{} did not boot: {}{}",
+                node.name,
+                String::from_utf8_lossy(&booted.stderr),
+                std::fs::read_to_string(node.dir.join("server.out")).unwrap_or_default()
+            ));
+        }
+        Ok(node)
+    }
+
+    /// `amqp://` URI of the node.
+    pub fn url(&self) -> String {
+        format!("amqp://guest:guest@127.0.0.1:{}/%2f", self.port)
+    }
+
+    /// A binder on the node.
+    pub fn binder(&self) -> RabbitBinder {
+        RabbitBinder::new(RabbitSettings::from_uri(&self.url()))
+    }
+
+    fn ctl_output(&self, args: &[&str]) -> std::process::Output {
+        std::process::Command::new("rabbitmqctl")
+            .args(["-q", "-n", &self.name])
+            .args(args)
+            .output()
+            .expect("rabbitmqctl is installed with RabbitMQ")
+    }
+
+    /// Runs `rabbitmqctl -q -n <node> <args>` and returns what it printed; a failure fails
+    /// the test with rabbitmqctl's own message.
+    pub fn ctl(&self, args: &[&str]) -> String {
+        let out = self.ctl_output(args);
+        assert!(
+            out.status.success(),
+            "rabbitmqctl -n {} {args:?}: {}",
+            self.name,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Polls `rabbitmqctl` until `done` holds for what it prints, within 30 s: for broker
+    /// states that have no event to wait on from a client. Returns the last output.
+    pub async fn ctl_until(&self, args: &[&str], done: impl Fn(&str) -> bool) -> String {
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            let out = self.ctl(args);
+            if done(&out) {
+                return out;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "rabbitmqctl {args:?} never showed the expected state; last:\n{out}"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    }
+}
+
+impl Drop for PrivateNode {
+    fn drop(&mut self) {
+        let _ = self.ctl_output(&["stop"]);
+        let _ = self.server.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
