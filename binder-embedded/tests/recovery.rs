@@ -1,6 +1,7 @@
 //! How soon a consumer subscribes again: at once after the broker ends its subscription, then,
-//! while subscribing fails, after waits that double from 100 ms up to `recoveryInterval`.
-//! On tokio's paused clock, so the waits are exact.
+//! while subscribing fails, after waits that double from 100 ms up to `recoveryInterval` (up
+//! to 500 ms while the broker cannot be reached at all). On tokio's paused clock, so the
+//! waits are exact.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -25,6 +26,8 @@ use tokio::time::Instant;
 struct Flaky {
     inner: EmbeddedBinder,
     failures: AtomicU32,
+    /// Whether the failures say the broker cannot be reached (else: it refused).
+    unreachable: bool,
     attempts: mpsc::UnboundedSender<(Instant, bool)>,
 }
 
@@ -44,8 +47,10 @@ impl Binder for Flaky {
             .failures
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
             .is_ok();
-        let result = if fail {
+        let result = if fail && self.unreachable {
             Err(BinderError::Unreachable("the test says so".into()))
+        } else if fail {
+            Err(BinderError::Broker("ACCESS_REFUSED, the test says".into()))
         } else {
             self.inner.subscribe(spec).await
         };
@@ -88,6 +93,7 @@ async fn subscribing_again_is_immediate_after_a_loss_then_backs_off_up_to_recove
     let binder = Arc::new(Flaky {
         inner: EmbeddedBinder::new(broker.clone()),
         failures: AtomicU32::new(6),
+        unreachable: false,
         attempts: tx,
     });
     let config = ConfigLoader::new()
@@ -104,7 +110,7 @@ async fn subscribing_again_is_immediate_after_a_loss_then_backs_off_up_to_recove
         .await
         .unwrap();
 
-    // Failing from the start: 100, 200, 400, 800 ms, then recoveryInterval (1 s) each time.
+    // Refused from the start: 100, 200, 400, 800 ms, then recoveryInterval (1 s) each time.
     let (_, first) = rx.recv().await.unwrap();
     let mut since = Instant::now();
     assert!(!first);
@@ -142,6 +148,7 @@ async fn health_and_state_follow_a_binding_that_is_not_consuming() {
     let binder = Arc::new(Flaky {
         inner: EmbeddedBinder::new(broker.clone()),
         failures: AtomicU32::new(0),
+        unreachable: false,
         attempts: tx,
     });
     let config = ConfigLoader::new()
@@ -204,4 +211,42 @@ async fn health_and_state_follow_a_binding_that_is_not_consuming() {
             reason: "shut down".into()
         }
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_unreachable_broker_is_tried_at_least_every_500_ms() {
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let binder = Arc::new(Flaky {
+        inner: EmbeddedBinder::new(Broker::new()),
+        failures: AtomicU32::new(6),
+        unreachable: true,
+        attempts: tx,
+    });
+    let config = ConfigLoader::new()
+        .env(Vec::<(String, String)>::new())
+        .yaml_str(
+            "spring.cloud.stream.bindings.jobs-in: {destination: unreachable-jobs, group: w}\n",
+        )
+        .load()
+        .unwrap();
+    let app = App::builder(config)
+        .binder("embedded", binder)
+        .listener("jobs-in", handler::payload(|_: String| async {}))
+        .start()
+        .await
+        .unwrap();
+    let (_, first) = rx.recv().await.unwrap();
+    assert!(!first);
+    let mut since = Instant::now();
+    let mut gaps = Vec::new();
+    loop {
+        let (gap, ok) = next(&mut rx, &mut since).await;
+        gaps.push(gap);
+        if ok {
+            break;
+        }
+    }
+    // The default recoveryInterval is 5 s; an outage is probed more often than that.
+    assert_eq!(gaps, [ms(100), ms(200), ms(400), ms(500), ms(500), ms(500)]);
+    app.shutdown().await;
 }

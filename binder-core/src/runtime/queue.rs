@@ -16,6 +16,10 @@ use crate::binder::{Binder, Inbound, Settlement, Subscription, SubscriptionSpec}
 /// The first wait after a subscribe fails; each failure doubles it, up to `recoveryInterval`.
 const FIRST_RETRY: Duration = Duration::from_millis(100);
 
+/// The longest wait while the broker cannot be reached at all: trying costs a refused TCP
+/// connection, and a consumer is back within about this long of the broker's return.
+const UNREACHABLE_RETRY: Duration = Duration::from_millis(500);
+
 /// Consumes one queue of an input binding, following its desired state.
 pub(crate) async fn run_queue(
     rt: Arc<InputRuntime>,
@@ -205,8 +209,14 @@ impl QueueLoop {
                         return Step::Continue;
                     }
                     Err(e) => {
-                        let wait = self.retry.max(FIRST_RETRY).min(self.recovery);
-                        self.retry = (wait * 2).min(self.recovery);
+                        let cap = match e {
+                            crate::binder::BinderError::Unreachable(_) => {
+                                self.recovery.min(UNREACHABLE_RETRY)
+                            }
+                            _ => self.recovery,
+                        };
+                        let wait = self.retry.max(FIRST_RETRY).min(cap);
+                        self.retry = (wait * 2).min(cap);
                         tracing::warn!(binding = %self.rt.name, queue = %self.spec.queue, error = %e, retry_in = ?wait, "cannot consume; retrying (waits double up to recoveryInterval)");
                         self.lost = Some(e.to_string());
                         self.report(BindingState::Recovering);
