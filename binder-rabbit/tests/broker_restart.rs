@@ -1,37 +1,22 @@
-//! Against the real broker: a service started while RabbitMQ's app is stopped comes up when it
-//! starts, and `rabbitmqctl stop_app` / `start_app` in the middle of a stream loses no confirmed
-//! message. The broker is started again at the end whatever happens. Without a broker the test
-//! says so and passes, unless `REQUIRE_RABBIT=1`.
+//! On a RabbitMQ node of the test's own (never the shared broker): a service started while the
+//! node's app is stopped comes up when it starts, `rabbitmqctl stop_app` / `start_app` and
+//! `close_all_connections` in the middle of a stream lose no confirmed message, and the
+//! service's health is down while its consumer is not consuming and up again once it is. The
+//! node is stopped and removed whatever happens. Without RabbitMQ installed the test says so
+//! and passes, unless `REQUIRE_RABBIT=1`.
 
 use std::collections::BTreeSet;
-use std::process::Command;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use binder_core::binder::Binder;
 use binder_core::config::{ConfigLoader, StreamConfig};
-use binder_core::runtime::{App, AppBuilder, HealthStatus, handler};
+use binder_core::runtime::{App, AppBuilder, BindingState, Health, HealthStatus, handler};
 use binder_core::topology::{plan_consumer, plan_producer};
 use binder_rabbit::{RabbitBinder, RabbitSettings};
 use tokio::sync::mpsc;
 
 mod common;
-
-fn rabbitmqctl(args: &[&str]) {
-    common::rabbitmqctl(args);
-}
-
-/// Starts the broker's app again when dropped, even if the test panicked.
-struct Restart;
-
-impl Drop for Restart {
-    fn drop(&mut self) {
-        let _ = Command::new("rabbitmqctl").args(["start_app"]).output();
-        let _ = Command::new("rabbitmqctl")
-            .args(["await_startup", "--timeout", "60"])
-            .output();
-    }
-}
 
 fn config(dest: &str) -> StreamConfig {
     ConfigLoader::new()
@@ -42,7 +27,7 @@ spring.cloud.stream:
   bindings:
     in: {{destination: {dest}, group: g}}
     out: {{destination: {dest}, producer: {{requiredGroups: [g]}}}}
-  rabbit.bindings.in.consumer: {{prefetch: 20, recoveryInterval: 250}}
+  rabbit.bindings.in.consumer: {{prefetch: 20}}  # recoveryInterval: the default
 "#
         ))
         .load()
@@ -85,21 +70,50 @@ async fn consumed_all(rx: &mut mpsc::UnboundedReceiver<u32>, confirmed: &BTreeSe
         && confirmed.is_subset(&seen)
 }
 
+/// Waits (60 s at most) until the health status satisfies `f`.
+async fn health_until(
+    health: &Health,
+    what: &str,
+    f: impl Fn(&HealthStatus) -> bool,
+) -> HealthStatus {
+    tokio::time::timeout(Duration::from_secs(60), health.wait_for(f))
+        .await
+        .unwrap_or_else(|_| panic!("health never became {what}: {}", health.status()))
+}
+
+/// Sends `ids` through `out`, each until it is confirmed; returns the confirmed ones.
+async fn send_all(out: &binder_core::runtime::Output, ids: std::ops::Range<u32>) -> BTreeSet<u32> {
+    let mut confirmed = BTreeSet::new();
+    for id in ids {
+        let mut tries = 0;
+        loop {
+            match out.send(&id).await {
+                Ok(()) => {
+                    confirmed.insert(id);
+                    break;
+                }
+                Err(e) => {
+                    tries += 1;
+                    assert!(tries < 200, "the producer never recovered: {e}");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        }
+    }
+    confirmed
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_broker_going_away_loses_nothing_and_services_wait_for_it() {
-    let Some(probe) = common::binder().await else {
+    let Some(node) = common::PrivateNode::start("restart") else {
         return;
     };
-    probe.close().await;
-    let _restart = Restart;
     let dest = common::unique("restart");
     let config = config(&dest);
 
     // 1. A service started while the broker's app is stopped waits, then comes up.
-    rabbitmqctl(&["stop_app"]);
-    let binder = Arc::new(RabbitBinder::new(RabbitSettings::from_uri(
-        &common::amqp_url(),
-    )));
+    node.ctl(&["stop_app"]);
+    let binder = Arc::new(RabbitBinder::new(RabbitSettings::from_uri(&node.url())));
     let (tx, mut rx) = mpsc::unbounded_channel();
     let builder = service(config.clone(), binder.clone(), tx);
     let health = builder.health();
@@ -119,8 +133,8 @@ async fn the_broker_going_away_loses_nothing_and_services_wait_for_it() {
         !starting.is_finished(),
         "startup waits for the broker instead of failing"
     );
-    rabbitmqctl(&["start_app"]);
-    rabbitmqctl(&["await_startup", "--timeout", "60"]);
+    node.ctl(&["start_app"]);
+    node.ctl(&["await_startup", "--timeout", "60"]);
     let app = tokio::time::timeout(Duration::from_secs(60), starting)
         .await
         .expect("the service came up once the broker did")
@@ -131,33 +145,57 @@ async fn the_broker_going_away_loses_nothing_and_services_wait_for_it() {
     out.send(&1_000u32).await.unwrap();
     assert!(consumed_all(&mut rx, &BTreeSet::from([1_000])).await);
 
-    // 2. stop_app / start_app in the middle of a stream of confirmed sends.
-    let mut confirmed = BTreeSet::new();
-    for id in 0..200u32 {
-        if id == 80 {
-            rabbitmqctl(&["stop_app"]);
-            rabbitmqctl(&["start_app"]);
-            rabbitmqctl(&["await_startup", "--timeout", "60"]);
+    // 2. stop_app / start_app in the middle of a stream of confirmed sends: health is down
+    // while the consumer is not consuming, and up again once it is.
+    let mut confirmed = send_all(&out, 0..80).await;
+    node.ctl(&["stop_app"]);
+    let down = health_until(&health, "down", |s| matches!(s, HealthStatus::Down { .. })).await;
+    assert!(
+        down.to_string().contains("binding `in`") && down.to_string().contains("not consuming"),
+        "{down}"
+    );
+    assert_eq!(app.state("in"), Some(BindingState::Recovering));
+    // How long after the node accepts connections again the consumer consumes.
+    let port = node.port();
+    let starting = {
+        let ctl = node.ctl_command(&["start_app"]);
+        std::thread::spawn(move || ctl.wait_with_output())
+    };
+    let accepting = loop {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            break Instant::now();
         }
-        let mut tries = 0;
-        loop {
-            match out.send(&id).await {
-                Ok(()) => {
-                    confirmed.insert(id);
-                    break;
-                }
-                Err(e) => {
-                    tries += 1;
-                    assert!(tries < 200, "the producer never recovered: {e}");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
-            }
-        }
-    }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    health_until(&health, "up", |s| *s == HealthStatus::Up).await;
+    eprintln!(
+        "consuming again {} ms after the broker accepted connections (stop_app / start_app)",
+        accepting.elapsed().as_millis()
+    );
+    let _ = starting.join();
+    assert_eq!(app.state("in"), Some(BindingState::Running));
+    confirmed.extend(send_all(&out, 80..200).await);
     assert!(
         consumed_all(&mut rx, &confirmed).await,
         "a confirmed message was lost across the broker restart"
     );
+
+    // 3. Every connection closed by the broker: the consumer subscribes again at once, and
+    // nothing confirmed is lost.
+    let mut confirmed = send_all(&out, 200..260).await;
+    assert!(consumed_all(&mut rx, &confirmed).await);
+    let closed = Instant::now();
+    node.ctl(&["close_all_connections", "test: connections closed"]);
+    confirmed = send_all(&out, 260..300).await;
+    assert!(
+        consumed_all(&mut rx, &confirmed).await,
+        "a confirmed message was lost across close_all_connections"
+    );
+    eprintln!(
+        "all 40 sends after close_all_connections consumed {} ms after it",
+        closed.elapsed().as_millis()
+    );
+    health_until(&health, "up", |s| *s == HealthStatus::Up).await;
     app.shutdown().await;
     binder
         .remove(&plan_consumer(&config.binding("in"), "x").plan)

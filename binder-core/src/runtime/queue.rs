@@ -258,6 +258,7 @@ impl QueueLoop {
                 self.lost = Some("the broker ended the subscription".to_owned());
                 self.subscription = None;
                 self.retry = Duration::ZERO;
+                self.report(BindingState::Recovering);
                 return Step::Continue;
             };
             inbound

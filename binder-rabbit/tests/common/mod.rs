@@ -190,6 +190,23 @@ impl PrivateNode {
         RabbitBinder::new(RabbitSettings::from_uri(&self.url()))
     }
 
+    /// `rabbitmqctl -q -n <node> <args>` started, not waited for (to watch the node while
+    /// a command runs).
+    pub fn ctl_command(&self, args: &[&str]) -> std::process::Child {
+        std::process::Command::new("rabbitmqctl")
+            .args(["-q", "-n", &self.name])
+            .args(args)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("rabbitmqctl is installed with RabbitMQ")
+    }
+
+    /// The node's AMQP port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
     fn ctl_output(&self, args: &[&str]) -> std::process::Output {
         std::process::Command::new("rabbitmqctl")
             .args(["-q", "-n", &self.name])
