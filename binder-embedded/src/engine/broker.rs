@@ -65,9 +65,8 @@ impl Shared {
     }
 
     fn memory_alarm(&self, state: &mut State) {
-        let Some(high) = state.config.memory_high_watermark else {
-            return;
-        };
+        // Without a watermark nothing holds publishers back (it may have just been lifted).
+        let high = state.config.memory_high_watermark.unwrap_or(usize::MAX);
         if !state.blocked && state.memory > high {
             state.blocked = true;
             self.blocked.store(true, Ordering::Release);
@@ -158,9 +157,24 @@ impl Broker {
         self.shared.blocked.load(Ordering::Acquire)
     }
 
-    /// Payload bytes held in queues and unacknowledged deliveries.
+    /// The memory counted against the high watermark: every message held in a queue or
+    /// awaiting its acknowledgement, at its estimated footprint (payload, headers,
+    /// properties and the engine's bookkeeping; see
+    /// [`BrokerConfig::memory_high_watermark`]).
     pub fn memory_used(&self) -> usize {
         self.shared.lock().memory
+    }
+
+    /// The memory high watermark in bytes (`None`: no limit).
+    pub fn memory_high_watermark(&self) -> Option<usize> {
+        self.shared.lock().config.memory_high_watermark
+    }
+
+    /// Changes the memory high watermark; publishers are blocked at once if the memory
+    /// used is above the new one, and released if it is below its resume level.
+    pub fn set_memory_high_watermark(&self, watermark: Option<usize>) {
+        self.shared
+            .with(|s| s.config.memory_high_watermark = watermark);
     }
 
     /// Ready messages and consumers of a queue, if it exists.
@@ -177,6 +191,12 @@ impl Broker {
     /// Whether an exchange exists.
     pub fn exchange_exists(&self, name: &str) -> bool {
         self.shared.lock().exchange_exists(name)
+    }
+
+    /// The durable queues a message published to `exchange` could reach (through any of its
+    /// bindings, exchange-to-exchange bindings and alternate exchanges), sorted.
+    pub fn durable_queues_reached(&self, exchange: &str) -> Vec<String> {
+        self.shared.lock().durable_queues_reached(exchange)
     }
 
     fn start_timer(&self) {

@@ -138,12 +138,13 @@ impl State {
                     ch.channel_unacked -= 1;
                 }
             }
+            let mut m = u.message;
+            undelivered(&mut self.memory, &mut m);
             if let Some(q) = self.queues.get_mut(&u.queue) {
-                let mut m = u.message;
                 m.deliveries -= 1;
                 q.storage.requeue(m);
             } else {
-                self.memory -= u.message.size();
+                self.memory -= m.footprint();
             }
         }
         if detach_unacked {
@@ -202,8 +203,9 @@ impl State {
             body: message.body.clone(),
         };
         if no_ack {
-            self.memory -= message.size();
+            self.memory -= message.footprint();
         } else {
+            delivered(&mut self.memory, &mut message);
             ch.unacked.insert(
                 ch.next_tag,
                 Unacked {
@@ -309,10 +311,11 @@ impl State {
                     body: message.body.clone(),
                 });
                 if consumer.no_ack {
-                    self.memory -= message.size();
+                    self.memory -= message.footprint();
                 } else {
                     consumer.unacked += 1;
                     ch.channel_unacked += 1;
+                    delivered(&mut self.memory, &mut message);
                     ch.unacked.insert(
                         ch.next_tag,
                         Unacked {
