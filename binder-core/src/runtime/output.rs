@@ -239,6 +239,7 @@ impl Publisher {
         let output = OutputInner::open(&binding, &binder, self.codecs.clone(), None)
             .await
             .map_err(SendError::Destination)?;
+        binder.bound(&binding, crate::topology::BindingRole::Producer);
         let output = Arc::new(output);
         dynamic.insert(target.to_owned(), output.clone());
         Ok(output)
