@@ -261,3 +261,70 @@ async fn blocked_publishers_resume_once_consumers_drain_below_the_low_watermark(
         .unwrap();
     assert_eq!(out.status, PublishStatus::Routed(1));
 }
+
+#[tokio::test(start_paused = true)]
+async fn deliveries_a_no_ack_consumer_has_not_taken_count_against_the_watermark() {
+    let broker = Broker::with_config(BrokerConfig {
+        memory_high_watermark: Some(100_000),
+        ..Default::default()
+    });
+    let conn = broker.connect();
+    let ch = conn.open_channel().unwrap();
+    declare(&ch, "q");
+    let consumer_ch = conn.open_channel().unwrap();
+    let mut slow = consumer_ch
+        .basic_consume(
+            "q",
+            ConsumeOptions {
+                no_ack: true,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    let big = "x".repeat(600);
+    let fill = |ch: &Channel| {
+        let mut sent = 0;
+        while !broker.is_blocked() {
+            match ch.try_basic_publish("", "q", PublishOptions::default(), msg(&big)) {
+                TryPublish::Done(out) => out.unwrap(),
+                TryPublish::Blocked(_) => unreachable!("checked above"),
+            };
+            sent += 1;
+            assert!(sent < 1000, "never blocked");
+        }
+        sent
+    };
+    // Moves what is queued into the no-ack consumer's inbox (an empty inbox makes the
+    // engine hand it everything ready); returns how many the handle took on the way.
+    let into_inbox = |c: &mut Consumer| {
+        let mut took = 0;
+        while broker.queue_counts("q").unwrap().0 > 0 {
+            took += usize::from(c.try_recv().is_some());
+        }
+        took
+    };
+
+    let sent = fill(&ch);
+    let took = into_inbox(&mut slow);
+    assert!(sent - took > 90, "most are in the inbox");
+    assert!(
+        broker.is_blocked(),
+        "deliveries in the inbox still hold memory: {} B counted",
+        broker.memory_used()
+    );
+    // Taking them releases the memory, and publishers resume.
+    let mut taken = Vec::new();
+    while taken.len() < sent - took {
+        assert!(slow.recv_many(&mut taken, 100).await > 0);
+    }
+    assert!(!broker.is_blocked());
+    assert_eq!(broker.memory_used(), 0);
+
+    // What a dropped handle never took leaves the count too.
+    fill(&ch);
+    into_inbox(&mut slow);
+    assert!(broker.is_blocked());
+    drop(slow);
+    assert_eq!(broker.memory_used(), 0);
+    assert!(!broker.is_blocked());
+}

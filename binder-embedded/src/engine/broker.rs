@@ -65,6 +65,7 @@ impl Shared {
     }
 
     fn memory_alarm(&self, state: &mut State) {
+        state.fold_released();
         // Without a watermark nothing holds publishers back (it may have just been lifted).
         let high = state.config.memory_high_watermark.unwrap_or(usize::MAX);
         if !state.blocked && state.memory > high {
@@ -157,12 +158,15 @@ impl Broker {
         self.shared.blocked.load(Ordering::Acquire)
     }
 
-    /// The memory counted against the high watermark: every message held in a queue or
-    /// awaiting its acknowledgement, at its estimated footprint (payload, headers,
+    /// The memory counted against the high watermark: every message held in a queue,
+    /// awaiting its acknowledgement or waiting in a no-ack consumer's inbox, at its estimated
+    /// footprint (payload, headers,
     /// properties and the engine's bookkeeping; see
     /// [`BrokerConfig::memory_high_watermark`]).
     pub fn memory_used(&self) -> usize {
-        self.shared.lock().memory
+        let mut state = self.shared.lock();
+        state.fold_released();
+        state.memory
     }
 
     /// The memory high watermark in bytes (`None`: no limit).
@@ -593,17 +597,25 @@ impl Consumer {
             match self.inbox.take(buffer, limit) {
                 None => return 0,
                 Some(0) => {}
-                Some(n) => return n,
+                Some(n) => {
+                    self.released();
+                    return n;
+                }
             }
             // Empty: have the engine move ready messages over, or note that we wait.
             let id = self.id;
             if !self.shared.with(|s| s.park(id)) {
-                return self.inbox.take(buffer, limit).unwrap_or(0);
+                let n = self.inbox.take(buffer, limit).unwrap_or(0);
+                self.released();
+                return n;
             }
             match self.inbox.take(buffer, limit) {
                 None => return 0,
                 Some(0) => notified.await,
-                Some(n) => return n,
+                Some(n) => {
+                    self.released();
+                    return n;
+                }
             }
         }
     }
@@ -616,7 +628,16 @@ impl Consumer {
             self.shared.with(|s| s.park(id));
             self.inbox.take(&mut one, 1);
         }
+        self.released();
         one.pop()
+    }
+
+    /// A no-ack consumer's deliveries leave the memory count as the handle takes them; while
+    /// publishers are blocked, that may be what unblocks them.
+    fn released(&self) {
+        if self.inbox.is_counted() && self.shared.blocked.load(Ordering::Acquire) {
+            self.shared.with(|_| ());
+        }
     }
 
     /// `basic.cancel`.
@@ -632,6 +653,11 @@ impl Drop for Consumer {
         if !self.cancelled {
             let (channel, tag) = (self.channel, self.tag.clone());
             let _ = self.shared.with(|s| s.cancel(channel, &tag));
+        }
+        // Cancelled, so nothing more arrives: what a no-ack handle never took goes with it,
+        // and leaves the memory count.
+        if self.inbox.discard() {
+            self.shared.with(|_| ());
         }
     }
 }

@@ -159,7 +159,7 @@ pub struct BrokerConfig {
     /// it is unacknowledged, the record of the delivery. A 20-byte message without headers
     /// counts 472 bytes (its measured cost is about 440): the overhead counts whatever the
     /// payload size. A message routed to several queues counts once per queue. A delivery
-    /// to a `no_ack` consumer stops counting when it is handed to the consumer's inbox.
+    /// to a `no_ack` consumer counts until the consumer's handle takes it from its inbox.
     pub memory_high_watermark: Option<usize>,
     /// Publishers resume at or below this fraction of the watermark (the low watermark).
     /// Default 0.9.

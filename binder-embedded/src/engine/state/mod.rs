@@ -7,6 +7,7 @@ use rustc_hash::FxHashMap as HashMap;
 use super::inbox::Inbox;
 use super::memory;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 mod consume;
 mod declare;
@@ -158,8 +159,13 @@ pub(crate) struct State {
     channels: HashMap<u64, ChannelState>,
     connections: HashMap<u64, ConnectionState>,
     next_id: u64,
-    /// Payload bytes held in queues and unacknowledged deliveries.
+    /// Memory held by messages (see [`memory`]): in queues, unacknowledged, or in no-ack
+    /// consumers' inboxes.
     pub memory: usize,
+    /// Memory of deliveries that left no-ack consumers' inboxes since the last operation
+    /// (their handles take them without the engine's lock); taken off `memory` by
+    /// [`State::fold_released`].
+    pub released: Arc<AtomicUsize>,
     pub blocked: bool,
     /// Queues with work to do (dispatch, overflow), handled by `settle`.
     dirty: Vec<Arc<str>>,
@@ -219,6 +225,7 @@ impl State {
             connections: HashMap::default(),
             next_id: 1,
             memory: 0,
+            released: Arc::new(AtomicUsize::new(0)),
             blocked: false,
             dirty: Vec::new(),
             dying: Vec::new(),
@@ -227,6 +234,13 @@ impl State {
             wakes: Vec::new(),
             default_exchange: Arc::from(""),
             route_scratch: Vec::new(),
+        }
+    }
+
+    /// Takes the memory released by no-ack consumers' handles off the count.
+    pub(crate) fn fold_released(&mut self) {
+        if self.released.load(Ordering::Acquire) != 0 {
+            self.memory -= self.released.swap(0, Ordering::AcqRel);
         }
     }
 
