@@ -160,8 +160,7 @@ impl Broker {
 
     /// The memory counted against the high watermark: every message held in a queue,
     /// awaiting its acknowledgement or waiting in a no-ack consumer's inbox, at its estimated
-    /// footprint (payload, headers,
-    /// properties and the engine's bookkeeping; see
+    /// footprint (payload, headers, properties and the engine's bookkeeping; see
     /// [`BrokerConfig::memory_high_watermark`]).
     pub fn memory_used(&self) -> usize {
         let mut state = self.shared.lock();
