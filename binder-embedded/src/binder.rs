@@ -1,7 +1,7 @@
 //! The `embedded` binder: the binder SPI on the in-process engine.
 
-use std::collections::VecDeque;
-use std::sync::{Arc, LazyLock};
+use std::collections::{HashSet, VecDeque};
+use std::sync::{Arc, LazyLock, Mutex};
 
 use async_trait::async_trait;
 use binder_core::binder::{
@@ -9,19 +9,51 @@ use binder_core::binder::{
     Producer, ProducerSpec, QueueInfo, SettleByTag, Settlement, Settler, Subscription,
     SubscriptionSpec,
 };
-use binder_core::message::Message;
-use binder_core::topology::{DestinationType, TopologyPlan};
+use binder_core::config::BindingConfig;
+use binder_core::message::{DeliveryMode, Message};
+use binder_core::topology::{
+    BindingRole, DestinationType, TopologyPlan, anonymous_suffix, plan_consumer, plan_producer,
+};
 
 use crate::engine::{
     AmqpError, AmqpResult, Broker, Channel, Connection, ConsumeOptions, Consumer, Delivery,
     ExchangeOptions, PublishOptions, PublishOutcome, QueueOptions, TryPublish,
 };
+use crate::settings::{EmbeddedSettings, MemoryWatermark, PREFIX};
 
 /// The broker every `embedded` binder created from configuration shares, so services in one
 /// process meet on it: groups compete, anonymous consumers each get every message.
 static SHARED: LazyLock<Broker> = LazyLock::new(Broker::new);
 
-fn create(_environment: &config::Value) -> BinderResult<Arc<dyn Binder>> {
+/// The memory high watermark a binder configuration set on the shared broker (in bytes), and
+/// how it was written. Every later configuration must agree with it.
+static SHARED_WATERMARK: Mutex<Option<(usize, MemoryWatermark)>> = Mutex::new(None);
+
+/// Applies a configured watermark to the shared broker. The first binder configuration that
+/// sets one decides it; one that sets another value is refused, since both would share one
+/// broker and one of them would not get what it asked for. A configuration that sets none
+/// accepts whatever the broker has.
+fn share_watermark(watermark: MemoryWatermark) -> BinderResult<()> {
+    let bytes = watermark.bytes()?;
+    let mut set = SHARED_WATERMARK.lock().unwrap_or_else(|p| p.into_inner());
+    match *set {
+        None => {
+            SHARED.set_memory_high_watermark(Some(bytes));
+            *set = Some((bytes, watermark));
+            Ok(())
+        }
+        Some((earlier, _)) if earlier == bytes => Ok(()),
+        Some((earlier, written)) => Err(BinderError::Config(format!(
+            "`{PREFIX}.memory-high-watermark` is {watermark} ({bytes} bytes) here, but another              embedded binder configuration of this process set {written} ({earlier} bytes);              every `embedded` binder in a process shares one broker, so their watermarks              must agree (or be set in one of them only)"
+        ))),
+    }
+}
+
+fn create(environment: &config::Value) -> BinderResult<Arc<dyn Binder>> {
+    let settings = EmbeddedSettings::from_config(environment)?;
+    if let Some(watermark) = settings.memory_high_watermark {
+        share_watermark(watermark)?;
+    }
     Ok(Arc::new(EmbeddedBinder::new(SHARED.clone())))
 }
 
@@ -41,6 +73,8 @@ fn broker_error(e: AmqpError) -> BinderError {
 pub struct EmbeddedBinder {
     broker: Broker,
     connection: std::sync::Mutex<Option<Connection>>,
+    /// Bindings already warned about (durability the engine cannot keep): once each.
+    warned: Mutex<HashSet<String>>,
 }
 
 impl EmbeddedBinder {
@@ -49,6 +83,54 @@ impl EmbeddedBinder {
         EmbeddedBinder {
             broker,
             connection: std::sync::Mutex::new(None),
+            warned: Mutex::new(HashSet::new()),
+        }
+    }
+
+    /// What durable storage a binding asks for, which the in-memory engine cannot give
+    /// (`None`: nothing):
+    /// * a consumer whose queues are durable (a group with `durableSubscription`, the
+    ///   default, and its dead-letter queue);
+    /// * a producer with `requiredGroups` (it declares their durable queues);
+    /// * a producer sending persistent messages (`deliveryMode: PERSISTENT`, SCSt's
+    ///   default) to a destination bound to durable queues, as far as this process has
+    ///   declared them by the time the application has started.
+    fn durability_asked(&self, binding: &BindingConfig, role: BindingRole) -> Option<String> {
+        let durable = |plan: &TopologyPlan| -> Vec<String> {
+            plan.queues
+                .iter()
+                .filter(|q| q.durable)
+                .map(|q| format!("`{}`", q.name))
+                .collect()
+        };
+        match role {
+            BindingRole::Consumer => {
+                let queues = durable(&plan_consumer(binding, &anonymous_suffix()).plan);
+                (!queues.is_empty())
+                    .then(|| format!("consumes from durable queues ({})", queues.join(", ")))
+            }
+            BindingRole::Producer => {
+                let topology = plan_producer(binding);
+                let required = durable(&topology.plan);
+                if !required.is_empty() {
+                    return Some(format!(
+                        "declares durable queues for its required groups ({})",
+                        required.join(", ")
+                    ));
+                }
+                if binding.rabbit_producer.delivery_mode != DeliveryMode::Persistent {
+                    return None;
+                }
+                let reached = self.broker.durable_queues_reached(&topology.exchange);
+                (!reached.is_empty()).then(|| {
+                    let names: Vec<String> = reached.iter().map(|q| format!("`{q}`")).collect();
+                    format!(
+                        "sends persistent messages (deliveryMode PERSISTENT) to durable queues \
+                         ({})",
+                        names.join(", ")
+                    )
+                })
+            }
         }
     }
 
@@ -197,6 +279,27 @@ impl Binder for EmbeddedBinder {
             }
         }
         Ok(())
+    }
+
+    /// Warns, once per binding, when the binding asks for durable storage (see
+    /// [`EmbeddedBinder::durability_asked`]): the engine keeps messages in memory only.
+    fn bound(&self, binding: &BindingConfig, role: BindingRole) {
+        let Some(asked) = self.durability_asked(binding, role) else {
+            return;
+        };
+        let first = self
+            .warned
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(binding.name.clone());
+        if first {
+            tracing::warn!(
+                binding = %binding.name,
+                "binding `{}` {asked}, but the embedded binder keeps messages in memory only: \
+                 they are lost when the process exits",
+                binding.name
+            );
+        }
     }
 
     async fn close(&self) {

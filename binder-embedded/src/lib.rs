@@ -5,5 +5,7 @@
 
 mod binder;
 pub mod engine;
+mod settings;
 
 pub use binder::{EmbeddedBinder, link};
+pub use settings::{EmbeddedSettings, MemoryWatermark};

@@ -154,7 +154,8 @@ async fn confirm_and_tx_modes_exclude_each_other() {
 #[tokio::test(start_paused = true)]
 async fn the_memory_watermark_blocks_publishers_until_consumers_catch_up() {
     let broker = Broker::with_config(BrokerConfig {
-        memory_high_watermark: Some(1000),
+        // A 600-byte message counts about 1 060 bytes (payload, record, queue entry).
+        memory_high_watermark: Some(1500),
         ..Default::default()
     });
     let conn = broker.connect();
@@ -191,4 +192,139 @@ async fn the_memory_watermark_blocks_publishers_until_consumers_catch_up() {
         .expect("unblocked")
         .unwrap();
     assert_eq!(out.status, PublishStatus::Routed(1));
+}
+
+#[tokio::test(start_paused = true)]
+async fn blocked_publishers_resume_once_consumers_drain_below_the_low_watermark() {
+    const WATERMARK: usize = 10_000;
+    let broker = Broker::with_config(BrokerConfig {
+        memory_high_watermark: Some(WATERMARK),
+        memory_resume_ratio: 0.9,
+        ..Default::default()
+    });
+    let conn = broker.connect();
+    let ch = conn.open_channel().unwrap();
+    let mut events = ch.events().unwrap();
+    declare(&ch, "q");
+    let big = "x".repeat(600);
+    let mut queued = 0;
+    while !broker.is_blocked() {
+        publish(&ch, "", "q", &big).await;
+        queued += 1;
+        assert!(queued < 100, "never blocked");
+    }
+    assert!(matches!(
+        events.try_recv(),
+        Ok(ChannelEvent::Blocked { .. })
+    ));
+    let blocked = ch.basic_publish("", "q", PublishOptions::default(), msg("waits"));
+    tokio::pin!(blocked);
+    assert!(
+        tokio::time::timeout(Duration::from_millis(50), &mut blocked)
+            .await
+            .is_err(),
+        "the publisher waits while blocked"
+    );
+
+    let consumer_ch = conn.open_channel().unwrap();
+    consumer_ch.basic_qos(1, false).unwrap();
+    let mut consumer = consumer_ch
+        .basic_consume("q", ConsumeOptions::default())
+        .unwrap();
+    let low = WATERMARK as f64 * 0.9;
+    let mut between = false;
+    while broker.is_blocked() {
+        let d = next(&mut consumer).await;
+        consumer_ch.basic_ack(d.delivery_tag, false).unwrap();
+        let used = broker.memory_used();
+        if broker.is_blocked() {
+            assert!(
+                used as f64 > low,
+                "still blocked at {used} B, below the low watermark"
+            );
+            between |= used <= WATERMARK;
+        } else {
+            assert!(
+                used as f64 <= low,
+                "unblocked at {used} B, above the low watermark"
+            );
+        }
+    }
+    assert!(
+        between,
+        "publishers stayed blocked between the low and the high watermark"
+    );
+    assert!(matches!(events.try_recv(), Ok(ChannelEvent::Unblocked)));
+    let out = tokio::time::timeout(Duration::from_secs(5), blocked)
+        .await
+        .expect("the blocked publish completes once unblocked")
+        .unwrap();
+    assert_eq!(out.status, PublishStatus::Routed(1));
+}
+
+#[tokio::test(start_paused = true)]
+async fn deliveries_a_no_ack_consumer_has_not_taken_count_against_the_watermark() {
+    let broker = Broker::with_config(BrokerConfig {
+        memory_high_watermark: Some(100_000),
+        ..Default::default()
+    });
+    let conn = broker.connect();
+    let ch = conn.open_channel().unwrap();
+    declare(&ch, "q");
+    let consumer_ch = conn.open_channel().unwrap();
+    let mut slow = consumer_ch
+        .basic_consume(
+            "q",
+            ConsumeOptions {
+                no_ack: true,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    let big = "x".repeat(600);
+    let fill = |ch: &Channel| {
+        let mut sent = 0;
+        while !broker.is_blocked() {
+            match ch.try_basic_publish("", "q", PublishOptions::default(), msg(&big)) {
+                TryPublish::Done(out) => out.unwrap(),
+                TryPublish::Blocked(_) => unreachable!("checked above"),
+            };
+            sent += 1;
+            assert!(sent < 1000, "never blocked");
+        }
+        sent
+    };
+    // Moves what is queued into the no-ack consumer's inbox (an empty inbox makes the
+    // engine hand it everything ready); returns how many the handle took on the way.
+    let into_inbox = |c: &mut Consumer| {
+        let mut took = 0;
+        while broker.queue_counts("q").unwrap().0 > 0 {
+            took += usize::from(c.try_recv().is_some());
+        }
+        took
+    };
+
+    let sent = fill(&ch);
+    let took = into_inbox(&mut slow);
+    assert!(sent - took > 90, "most are in the inbox");
+    assert!(
+        broker.is_blocked(),
+        "deliveries in the inbox still hold memory: {} B counted",
+        broker.memory_used()
+    );
+    // Taking them releases the memory, and publishers resume.
+    let mut taken = Vec::new();
+    while taken.len() < sent - took {
+        assert!(slow.recv_many(&mut taken, 100).await > 0);
+    }
+    assert!(!broker.is_blocked());
+    assert_eq!(broker.memory_used(), 0);
+
+    // What a dropped handle never took leaves the count too.
+    fill(&ch);
+    into_inbox(&mut slow);
+    assert!(broker.is_blocked());
+    drop(slow);
+    assert_eq!(broker.memory_used(), 0);
+    assert!(!broker.is_blocked());
 }

@@ -373,7 +373,8 @@ async fn a_producer_waits_while_the_memory_alarm_blocks_publishers_then_is_confi
     use binder_core::binder::{Binder, ProducerSpec};
     use binder_embedded::engine::BrokerConfig;
     let broker = Broker::with_config(BrokerConfig {
-        memory_high_watermark: Some(1000),
+        // A 600-byte message counts about 1 060 bytes (payload, record, queue entry).
+        memory_high_watermark: Some(1500),
         ..BrokerConfig::default()
     });
     let binder = EmbeddedBinder::new(broker.clone());

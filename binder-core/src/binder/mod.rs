@@ -329,6 +329,13 @@ pub trait Binder: fmt::Debug + Send + Sync {
     async fn remove(&self, plan: &TopologyPlan) -> BinderResult<()>;
     /// Closes connections; unsettled deliveries go back to their queues.
     async fn close(&self);
+    /// Hears of a binding this binder serves, once the application's startup has provisioned
+    /// all of its bindings (or, for a dynamic destination, once it is opened), so that it can
+    /// say what of the binding's configuration it cannot keep (the embedded binder warns that
+    /// durable queues are kept in memory only). The default says nothing.
+    fn bound(&self, binding: &crate::config::BindingConfig, role: crate::topology::BindingRole) {
+        let _ = (binding, role);
+    }
 }
 
 /// What [`Binder::inspect`] reports.

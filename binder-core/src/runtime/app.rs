@@ -612,6 +612,18 @@ impl AppBuilder {
         for line in &ready {
             tracing::info!("{line}");
         }
+        // Each binder hears of its bindings once everything is provisioned, so that what it
+        // says about one (the embedded binder's durability warnings) sees the whole topology.
+        use crate::topology::BindingRole;
+        let mut bound: Vec<(&String, BindingRole)> = outputs
+            .keys()
+            .map(|name| (name, BindingRole::Producer))
+            .chain(inputs.keys().map(|name| (name, BindingRole::Consumer)))
+            .collect();
+        bound.sort_by(|a, b| a.0.cmp(b.0));
+        for (name, role) in bound {
+            resolved[name].bound(&config.binding(name), role);
+        }
         let outputs = Arc::new(outputs);
         let publisher = Publisher {
             outputs: outputs.clone(),

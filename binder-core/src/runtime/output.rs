@@ -264,6 +264,7 @@ impl Publisher {
         let output = OutputInner::open(&binding, &binder, self.codecs.clone(), None)
             .await
             .map_err(SendError::Destination)?;
+        binder.bound(&binding, crate::topology::BindingRole::Producer);
         Ok(Arc::new(output))
     }
 

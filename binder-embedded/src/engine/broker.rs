@@ -65,9 +65,9 @@ impl Shared {
     }
 
     fn memory_alarm(&self, state: &mut State) {
-        let Some(high) = state.config.memory_high_watermark else {
-            return;
-        };
+        state.fold_released();
+        // Without a watermark nothing holds publishers back (it may have just been lifted).
+        let high = state.config.memory_high_watermark.unwrap_or(usize::MAX);
         if !state.blocked && state.memory > high {
             state.blocked = true;
             self.blocked.store(true, Ordering::Release);
@@ -158,9 +158,26 @@ impl Broker {
         self.shared.blocked.load(Ordering::Acquire)
     }
 
-    /// Payload bytes held in queues and unacknowledged deliveries.
+    /// The memory counted against the high watermark: every message held in a queue,
+    /// awaiting its acknowledgement or waiting in a no-ack consumer's inbox, at its estimated
+    /// footprint (payload, headers, properties and the engine's bookkeeping; see
+    /// [`BrokerConfig::memory_high_watermark`]).
     pub fn memory_used(&self) -> usize {
-        self.shared.lock().memory
+        let mut state = self.shared.lock();
+        state.fold_released();
+        state.memory
+    }
+
+    /// The memory high watermark in bytes (`None`: no limit).
+    pub fn memory_high_watermark(&self) -> Option<usize> {
+        self.shared.lock().config.memory_high_watermark
+    }
+
+    /// Changes the memory high watermark; publishers are blocked at once if the memory
+    /// used is above the new one, and released if it is below its resume level.
+    pub fn set_memory_high_watermark(&self, watermark: Option<usize>) {
+        self.shared
+            .with(|s| s.config.memory_high_watermark = watermark);
     }
 
     /// Ready messages and consumers of a queue, if it exists.
@@ -177,6 +194,12 @@ impl Broker {
     /// Whether an exchange exists.
     pub fn exchange_exists(&self, name: &str) -> bool {
         self.shared.lock().exchange_exists(name)
+    }
+
+    /// The durable queues a message published to `exchange` could reach (through any of its
+    /// bindings, exchange-to-exchange bindings and alternate exchanges), sorted.
+    pub fn durable_queues_reached(&self, exchange: &str) -> Vec<String> {
+        self.shared.lock().durable_queues_reached(exchange)
     }
 
     fn start_timer(&self) {
@@ -573,17 +596,25 @@ impl Consumer {
             match self.inbox.take(buffer, limit) {
                 None => return 0,
                 Some(0) => {}
-                Some(n) => return n,
+                Some(n) => {
+                    self.released();
+                    return n;
+                }
             }
             // Empty: have the engine move ready messages over, or note that we wait.
             let id = self.id;
             if !self.shared.with(|s| s.park(id)) {
-                return self.inbox.take(buffer, limit).unwrap_or(0);
+                let n = self.inbox.take(buffer, limit).unwrap_or(0);
+                self.released();
+                return n;
             }
             match self.inbox.take(buffer, limit) {
                 None => return 0,
                 Some(0) => notified.await,
-                Some(n) => return n,
+                Some(n) => {
+                    self.released();
+                    return n;
+                }
             }
         }
     }
@@ -596,7 +627,16 @@ impl Consumer {
             self.shared.with(|s| s.park(id));
             self.inbox.take(&mut one, 1);
         }
+        self.released();
         one.pop()
+    }
+
+    /// A no-ack consumer's deliveries leave the memory count as the handle takes them; while
+    /// publishers are blocked, that may be what unblocks them.
+    fn released(&self) {
+        if self.inbox.is_counted() && self.shared.blocked.load(Ordering::Acquire) {
+            self.shared.with(|_| ());
+        }
     }
 
     /// `basic.cancel`.
@@ -612,6 +652,11 @@ impl Drop for Consumer {
         if !self.cancelled {
             let (channel, tag) = (self.channel, self.tag.clone());
             let _ = self.shared.with(|s| s.cancel(channel, &tag));
+        }
+        // Cancelled, so nothing more arrives: what a no-ack handle never took goes with it,
+        // and leaves the memory count.
+        if self.inbox.discard() {
+            self.shared.with(|_| ());
         }
     }
 }

@@ -4,37 +4,80 @@
 //! only, so a consumer waiting or draining never contends with publishers for the engine.
 
 use std::collections::VecDeque;
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 use tokio::sync::Notify;
 
 use super::types::Delivery;
 
 #[derive(Debug, Default)]
+struct Held {
+    deliveries: VecDeque<Delivery>,
+    /// The memory each delivery is counted as, for a no-ack consumer (empty otherwise).
+    footprints: VecDeque<usize>,
+}
+
+#[derive(Debug, Default)]
 pub(crate) struct Inbox {
-    deliveries: Mutex<VecDeque<Delivery>>,
+    held: Mutex<Held>,
     ready: Notify,
     closed: AtomicBool,
+    /// For a no-ack consumer, whose deliveries the engine no longer holds: where the memory
+    /// of the deliveries that leave the inbox goes, to be taken off the broker's count.
+    released: Option<Arc<AtomicUsize>>,
 }
 
 impl Inbox {
-    fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<Delivery>> {
-        self.deliveries.lock().unwrap_or_else(|p| p.into_inner())
+    /// The inbox of a consumer that acknowledges: its deliveries are counted by the engine's
+    /// records until they are settled.
+    pub(crate) fn new() -> Self {
+        Self::default()
     }
 
-    /// Adds deliveries under one lock; true when the inbox was empty, so its handle may be
-    /// waiting and must be woken ([`Inbox::wake`]). The engine wakes handles after it has
-    /// released its own lock: a wake-up can cost a system call, which would hold up
-    /// every other operation on the broker.
+    /// The inbox of a no-ack consumer: its deliveries count against the memory watermark
+    /// until the handle takes them (or the inbox is emptied), and then go to `released`.
+    pub(crate) fn counted(released: Arc<AtomicUsize>) -> Self {
+        Inbox {
+            released: Some(released),
+            ..Self::default()
+        }
+    }
+
+    /// Whether deliveries leaving this inbox release memory (a no-ack consumer's).
+    pub(crate) fn is_counted(&self) -> bool {
+        self.released.is_some()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Held> {
+        self.held.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Hands the memory of the first `n` deliveries' footprints to the broker.
+    fn release(&self, held: &mut Held, n: usize) {
+        if let Some(released) = &self.released {
+            let n = n.min(held.footprints.len());
+            let bytes: usize = held.footprints.drain(..n).sum();
+            released.fetch_add(bytes, Ordering::AcqRel);
+        }
+    }
+
+    /// Adds deliveries under one lock (with their footprints, for a no-ack consumer); true
+    /// when the inbox was empty, so its handle may be waiting and must be woken
+    /// ([`Inbox::wake`]). The engine wakes handles after it has released its own lock: a
+    /// wake-up can cost a system call, which would hold up every other operation on the
+    /// broker.
     #[must_use = "a handle waiting on an empty inbox must be woken"]
-    pub(crate) fn push_many(&self, deliveries: Vec<Delivery>) -> bool {
+    pub(crate) fn push_many(&self, deliveries: Vec<Delivery>, footprints: Vec<usize>) -> bool {
         if deliveries.is_empty() {
             return false;
         }
-        let mut d = self.lock();
-        let was_empty = d.is_empty();
-        d.extend(deliveries);
+        let mut held = self.lock();
+        let was_empty = held.deliveries.is_empty();
+        held.deliveries.extend(deliveries);
+        if self.released.is_some() {
+            held.footprints.extend(footprints);
+        }
         was_empty
     }
 
@@ -49,7 +92,10 @@ impl Inbox {
     pub(crate) fn close(&self, give_back: bool) -> Vec<Delivery> {
         self.closed.store(true, Ordering::Release);
         let left: Vec<Delivery> = if give_back {
-            self.lock().drain(..).collect()
+            let mut held = self.lock();
+            let n = held.deliveries.len();
+            self.release(&mut held, n);
+            held.deliveries.drain(..).collect()
         } else {
             Vec::new()
         };
@@ -57,14 +103,26 @@ impl Inbox {
         left
     }
 
+    /// Drops what the handle never took (its handle is gone); returns whether that released
+    /// counted memory.
+    pub(crate) fn discard(&self) -> bool {
+        let mut held = self.lock();
+        let n = held.deliveries.len();
+        let counted = self.released.is_some() && n > 0;
+        self.release(&mut held, n);
+        held.deliveries.clear();
+        counted
+    }
+
     /// Takes up to `limit` deliveries now; `None` when closed and empty.
     pub(crate) fn take(&self, out: &mut Vec<Delivery>, limit: usize) -> Option<usize> {
-        let mut d = self.lock();
-        let n = limit.min(d.len());
+        let mut held = self.lock();
+        let n = limit.min(held.deliveries.len());
         if n == 0 && self.closed.load(Ordering::Acquire) {
             return None;
         }
-        out.extend(d.drain(..n));
+        self.release(&mut held, n);
+        out.extend(held.deliveries.drain(..n));
         Some(n)
     }
 

@@ -18,6 +18,7 @@ mod dead_letter;
 mod error;
 mod exchange;
 mod inbox;
+mod memory;
 mod queue;
 mod state;
 mod storage;

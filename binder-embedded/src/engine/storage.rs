@@ -14,8 +14,13 @@ use super::types::Published;
 pub struct QueuedMessage {
     /// Position in the queue's arrival order; requeued messages go back by it.
     pub seq: u64,
-    /// Payload bytes, kept here so limits and accounting do not touch the shared message.
+    /// Payload bytes, kept here so length limits (`x-max-length-bytes`) do not touch the
+    /// shared message.
     pub size: usize,
+    /// The memory this copy of the message is counted as against the memory high watermark
+    /// (payload, headers, properties and the engine's bookkeeping; see
+    /// [`BrokerConfig::memory_high_watermark`](super::BrokerConfig::memory_high_watermark)).
+    pub footprint: usize,
     /// The message (shared with other queues it was routed to).
     pub body: Arc<Published>,
     /// It was delivered before.
@@ -29,9 +34,14 @@ pub struct QueuedMessage {
 }
 
 impl QueuedMessage {
-    /// Payload bytes, as counted against length and memory limits.
+    /// Payload bytes, as counted against length limits.
     pub fn size(&self) -> usize {
         self.size
+    }
+
+    /// Bytes counted against the memory high watermark.
+    pub fn footprint(&self) -> usize {
+        self.footprint
     }
 }
 
@@ -163,6 +173,7 @@ mod tests {
         QueuedMessage {
             seq,
             size: 10,
+            footprint: 100,
             body: Arc::new(Published {
                 exchange: Arc::from(""),
                 routing_key: Arc::from(""),

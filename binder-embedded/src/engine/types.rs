@@ -150,10 +150,19 @@ pub enum ChannelEvent {
 /// Broker-wide settings.
 #[derive(Debug, Clone, PartialEq)]
 pub struct BrokerConfig {
-    /// Bytes of queued message payloads above which publishers are blocked; `None` disables
-    /// the check. Default: 400 MiB.
+    /// Bytes of memory held by messages above which publishers are blocked; `None`
+    /// disables the check. Default: 400 MiB.
+    ///
+    /// Each message in a queue, or delivered and awaiting its acknowledgement, counts at its
+    /// estimated footprint: its payload, headers and property strings and the engine's shared
+    /// record of it, as `malloc` rounds each block, plus the queue's entry for it and, while
+    /// it is unacknowledged, the record of the delivery. A 20-byte message without headers
+    /// counts 472 bytes (its measured cost is about 440): the overhead counts whatever the
+    /// payload size. A message routed to several queues counts once per queue. A delivery
+    /// to a `no_ack` consumer counts until the consumer's handle takes it from its inbox.
     pub memory_high_watermark: Option<usize>,
-    /// Publishers resume below this fraction of the watermark. Default 0.9.
+    /// Publishers resume at or below this fraction of the watermark (the low watermark).
+    /// Default 0.9.
     pub memory_resume_ratio: f64,
     /// The virtual host name used in error texts.
     pub vhost: String,

@@ -52,7 +52,11 @@ impl State {
             })?,
         };
         let id = self.id();
-        let inbox = Arc::new(Inbox::default());
+        let inbox = Arc::new(if options.no_ack {
+            Inbox::counted(self.released.clone())
+        } else {
+            Inbox::new()
+        });
         let tag: Arc<str> = match options.consumer_tag.filter(|t| !t.is_empty()) {
             Some(t) => Arc::from(t.as_str()),
             None => Arc::from(random_name("amq.ctag-").as_str()),
@@ -138,12 +142,13 @@ impl State {
                     ch.channel_unacked -= 1;
                 }
             }
+            let mut m = u.message;
+            undelivered(&mut self.memory, &mut m);
             if let Some(q) = self.queues.get_mut(&u.queue) {
-                let mut m = u.message;
                 m.deliveries -= 1;
                 q.storage.requeue(m);
             } else {
-                self.memory -= u.message.size();
+                self.memory -= m.footprint();
             }
         }
         if detach_unacked {
@@ -202,8 +207,9 @@ impl State {
             body: message.body.clone(),
         };
         if no_ack {
-            self.memory -= message.size();
+            self.memory -= message.footprint();
         } else {
+            delivered(&mut self.memory, &mut message);
             ch.unacked.insert(
                 ch.next_tag,
                 Unacked {
@@ -289,6 +295,8 @@ impl State {
             };
             let mut now: Option<Instant> = None;
             let mut deliveries = Vec::with_capacity(burst);
+            // A no-ack consumer's deliveries stay counted until its handle takes them.
+            let mut footprints = Vec::new();
             for _ in 0..burst {
                 let Some(mut message) = q.storage.pop() else {
                     break;
@@ -309,10 +317,11 @@ impl State {
                     body: message.body.clone(),
                 });
                 if consumer.no_ack {
-                    self.memory -= message.size();
+                    footprints.push(message.footprint());
                 } else {
                     consumer.unacked += 1;
                     ch.channel_unacked += 1;
+                    delivered(&mut self.memory, &mut message);
                     ch.unacked.insert(
                         ch.next_tag,
                         Unacked {
@@ -324,7 +333,7 @@ impl State {
                     );
                 }
             }
-            if consumer.inbox.push_many(deliveries) {
+            if consumer.inbox.push_many(deliveries, footprints) {
                 self.wakes.push(consumer.inbox.clone());
             }
             if consumer.parked {

@@ -292,8 +292,7 @@ impl State {
         self.queue_for(channel, queue)?;
         let q = self.queues.get_mut(queue).expect("checked above");
         let purged = q.storage.drain();
-        let bytes: usize = purged.iter().map(QueuedMessage::size).sum();
-        self.memory -= bytes;
+        self.memory -= purged.iter().map(QueuedMessage::footprint).sum::<usize>();
         Ok(purged.len() as u32)
     }
 
@@ -331,7 +330,7 @@ impl State {
             return 0;
         };
         let dropped = q.storage.drain();
-        self.memory -= dropped.iter().map(QueuedMessage::size).sum::<usize>();
+        self.memory -= dropped.iter().map(QueuedMessage::footprint).sum::<usize>();
         for c in &q.consumers {
             if let Some(consumer) = self.consumers.remove(&c.id) {
                 // Deliveries the handle never took stay unacked on the channel, like any

@@ -60,7 +60,7 @@ impl State {
     pub(crate) fn settle(&mut self) {
         loop {
             if let Some((message, queue, reason)) = self.dying.pop() {
-                self.memory -= message.size();
+                self.memory -= message.footprint();
                 self.dead_letter(message, &queue, reason);
                 continue;
             }

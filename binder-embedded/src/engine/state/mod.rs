@@ -5,7 +5,9 @@
 use rustc_hash::FxHashMap as HashMap;
 
 use super::inbox::Inbox;
+use super::memory;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 mod consume;
 mod declare;
@@ -83,6 +85,26 @@ struct Unacked {
     counted: bool,
 }
 
+/// What a delivery awaiting its acknowledgement costs beyond its queue entry: the channel's
+/// record of it and the delivery handed to the consumer's inbox. (The queue entry stays
+/// counted: a queue's ring buffer keeps its capacity when messages leave it.) Counted
+/// against the memory high watermark from delivery to settlement.
+pub(crate) const DELIVERED: usize =
+    std::mem::size_of::<Option<Unacked>>() + std::mem::size_of::<Delivery>();
+
+/// A message goes out to a consumer that must acknowledge it: it now costs [`DELIVERED`] more.
+fn delivered(memory: &mut usize, message: &mut QueuedMessage) {
+    message.footprint += DELIVERED;
+    *memory += DELIVERED;
+}
+
+/// A delivery's record is gone (settled, requeued, its channel closed): back to the cost of a
+/// queue entry.
+fn undelivered(memory: &mut usize, message: &mut QueuedMessage) {
+    message.footprint -= DELIVERED;
+    *memory -= DELIVERED;
+}
+
 #[derive(Debug)]
 enum TxOp {
     Publish {
@@ -137,8 +159,13 @@ pub(crate) struct State {
     channels: HashMap<u64, ChannelState>,
     connections: HashMap<u64, ConnectionState>,
     next_id: u64,
-    /// Payload bytes held in queues and unacknowledged deliveries.
+    /// Memory held by messages (see [`memory`]): in queues, unacknowledged, or in no-ack
+    /// consumers' inboxes.
     pub memory: usize,
+    /// Memory of deliveries that left no-ack consumers' inboxes since the last operation
+    /// (their handles take them without the engine's lock); taken off `memory` by
+    /// [`State::fold_released`].
+    pub released: Arc<AtomicUsize>,
     pub blocked: bool,
     /// Queues with work to do (dispatch, overflow), handled by `settle`.
     dirty: Vec<Arc<str>>,
@@ -198,6 +225,7 @@ impl State {
             connections: HashMap::default(),
             next_id: 1,
             memory: 0,
+            released: Arc::new(AtomicUsize::new(0)),
             blocked: false,
             dirty: Vec::new(),
             dying: Vec::new(),
@@ -206,6 +234,13 @@ impl State {
             wakes: Vec::new(),
             default_exchange: Arc::from(""),
             route_scratch: Vec::new(),
+        }
+    }
+
+    /// Takes the memory released by no-ack consumers' handles off the count.
+    pub(crate) fn fold_released(&mut self) {
+        if self.released.load(Ordering::Acquire) != 0 {
+            self.memory -= self.released.swap(0, Ordering::AcqRel);
         }
     }
 
@@ -284,8 +319,10 @@ impl State {
         }
         let mut ch = ch;
         for unacked in ch.unacked.take_all() {
-            self.memory -= unacked.message.size();
-            self.requeue(unacked.queue, unacked.message);
+            let mut message = unacked.message;
+            undelivered(&mut self.memory, &mut message);
+            self.memory -= message.footprint();
+            self.requeue(unacked.queue, message);
         }
         if let Some(error) = error {
             let _ = ch.events.send(ChannelEvent::Closed { error });
@@ -359,6 +396,39 @@ impl State {
 
     pub(crate) fn exchange_exists(&self, name: &str) -> bool {
         self.exchanges.contains_key(name)
+    }
+
+    /// Durable queues an exchange can route to, directly, through exchange-to-exchange
+    /// bindings or through its alternate exchange; sorted, each once.
+    pub(crate) fn durable_queues_reached(&self, exchange: &str) -> Vec<String> {
+        let mut seen: Vec<&str> = Vec::new();
+        let mut todo: Vec<&str> = vec![exchange];
+        let mut found = Vec::new();
+        while let Some(name) = todo.pop() {
+            let Some(x) = self.exchanges.get(name) else {
+                continue;
+            };
+            if seen.contains(&name) {
+                continue;
+            }
+            seen.push(name);
+            for b in &x.bindings {
+                match &b.target {
+                    Target::Queue(q) => {
+                        if self.queues.get(q).is_some_and(|q| q.durable) {
+                            found.push(q.to_string());
+                        }
+                    }
+                    Target::Exchange(e) => todo.push(e),
+                }
+            }
+            if let Some(alt) = &x.alternate {
+                todo.push(alt);
+            }
+        }
+        found.sort();
+        found.dedup();
+        found
     }
 
     pub(crate) fn notify_all(&self, event: &ChannelEvent) {

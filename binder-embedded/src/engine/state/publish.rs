@@ -199,6 +199,7 @@ impl State {
             return true;
         };
         let size = body.message.payload.len();
+        let footprint = memory::footprint(&body);
         let ttl = match (
             q.args.message_ttl,
             body.message.properties.expiration_duration(),
@@ -214,6 +215,7 @@ impl State {
         let message = QueuedMessage {
             seq: q.next_seq,
             size,
+            footprint,
             body,
             redelivered: false,
             expires_at: ttl.map(|t| Instant::now() + t),
@@ -230,7 +232,7 @@ impl State {
                 Overflow::RejectPublishDlx => {
                     if !redead {
                         let name = q.name.clone();
-                        self.memory += size;
+                        self.memory += footprint;
                         self.dying.push((message, name, DeathReason::MaxLen));
                     }
                     return false;
@@ -238,7 +240,7 @@ impl State {
             }
         }
         q.storage.push(message);
-        self.memory += size;
+        self.memory += footprint;
         while q.over_limits() {
             let Some(head) = q.storage.pop() else { break };
             self.dying.push((head, q.name.clone(), DeathReason::MaxLen));

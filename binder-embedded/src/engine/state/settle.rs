@@ -56,7 +56,8 @@ impl State {
             // One allocation for the batch rather than one per doubling.
             self.garbage.reserve(settled.len());
         }
-        for u in settled {
+        for mut u in settled {
+            undelivered(&mut self.memory, &mut u.message);
             if let Some(id) = u.consumer {
                 match credit.iter_mut().find(|(c, _)| *c == id) {
                     Some((_, n)) => *n += 1,
@@ -64,7 +65,7 @@ impl State {
                 }
             }
             counted += u32::from(u.counted);
-            self.memory -= u.message.size();
+            self.memory -= u.message.footprint();
             match outcome {
                 Settle::Ack => {
                     mark_dirty(&mut self.dirty, u.queue);
@@ -72,7 +73,7 @@ impl State {
                 }
                 Settle::Requeue => self.requeue(u.queue, u.message),
                 Settle::Discard => {
-                    self.memory += u.message.size();
+                    self.memory += u.message.footprint();
                     self.dying
                         .push((u.message, u.queue.clone(), DeathReason::Rejected));
                     mark_dirty(&mut self.dirty, u.queue);
@@ -97,7 +98,7 @@ impl State {
             return;
         };
         message.redelivered = true;
-        self.memory += message.size();
+        self.memory += message.footprint();
         if q.args
             .delivery_limit
             .is_some_and(|limit| message.deliveries > limit)

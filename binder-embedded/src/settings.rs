@@ -1,0 +1,359 @@
+//! The embedded binder's settings: `spring.embedded.*` in the environment a binder
+//! configuration sees (the whole configuration, or a binder's `environment` over it).
+
+use std::fmt;
+
+use binder_core::binder::{BinderError, BinderResult};
+use config::{Value, ValueKind};
+
+/// The prefix of every setting the embedded binder reads.
+pub const PREFIX: &str = "spring.embedded";
+
+const WATERMARK_KEY: &str = "memory-high-watermark";
+
+/// The embedded binder's settings, as written.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct EmbeddedSettings {
+    /// `spring.embedded.memory-high-watermark`, if set.
+    pub memory_high_watermark: Option<MemoryWatermark>,
+}
+
+/// The memory high watermark of the engine, in the spirit of RabbitMQ's
+/// `vm_memory_high_watermark`: above it, publishers are blocked.
+///
+/// Written as a fraction of the machine's memory (`0.4`, or `{relative: 0.4}`), or as a size
+/// (`{absolute: 64MiB}`, `{absolute: 67108864}`). Sizes take RabbitMQ's units: `k`/`KiB`,
+/// `M`/`MiB`, `G`/`GiB`, `T`/`TiB` are powers of 1024; `kB`, `MB`, `GB`, `TB` powers of 1000;
+/// no unit is bytes.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum MemoryWatermark {
+    /// A fraction of the memory available to the process (more than 0, at most 1): the
+    /// machine's, or the cgroup's limit when that is lower.
+    Relative(f64),
+    /// Bytes.
+    Absolute(u64),
+}
+
+impl fmt::Display for MemoryWatermark {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            MemoryWatermark::Relative(r) => write!(f, "{{relative: {r}}}"),
+            MemoryWatermark::Absolute(b) => write!(f, "{{absolute: {b}}}"),
+        }
+    }
+}
+
+impl MemoryWatermark {
+    /// The watermark in bytes; a relative one reads the memory available to the process.
+    pub fn bytes(&self) -> BinderResult<usize> {
+        match *self {
+            MemoryWatermark::Absolute(b) => Ok(usize::try_from(b).unwrap_or(usize::MAX)),
+            MemoryWatermark::Relative(r) => {
+                let total = available_memory().ok_or_else(|| {
+                    BinderError::Config(format!(
+                        "`{PREFIX}.{WATERMARK_KEY}` is {self}, but the memory available to \
+                         this process cannot be read here (/proc/meminfo); give a size \
+                         instead, e.g. `{{absolute: 64MiB}}`"
+                    ))
+                })?;
+                Ok((total as f64 * r) as usize)
+            }
+        }
+    }
+}
+
+/// Memory available to the process: the machine's (`MemTotal`), or its cgroup's limit when
+/// lower (as RabbitMQ reads it in a container).
+fn available_memory() -> Option<u64> {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let total_kib: u64 = meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    let total = total_kib * 1024;
+    Some(cgroup_limit().map_or(total, |limit| limit.min(total)))
+}
+
+/// The memory limit of this process's cgroup (v2 `memory.max`, else v1
+/// `memory.limit_in_bytes`), if it has one.
+fn cgroup_limit() -> Option<u64> {
+    let read =
+        |path: &str| -> Option<u64> { std::fs::read_to_string(path).ok()?.trim().parse().ok() };
+    let own = std::fs::read_to_string("/proc/self/cgroup")
+        .ok()
+        .and_then(|c| {
+            c.lines()
+                .find_map(|l| l.strip_prefix("0::"))
+                .map(|p| format!("/sys/fs/cgroup{}/memory.max", p.trim_end_matches('/')))
+        });
+    own.as_deref()
+        .and_then(read)
+        .or_else(|| read("/sys/fs/cgroup/memory.max"))
+        .or_else(|| read("/sys/fs/cgroup/memory/memory.limit_in_bytes"))
+}
+
+/// Spellings agree when case, `-` and `_` are ignored (Spring's relaxed binding).
+fn relaxed(key: &str) -> String {
+    key.chars()
+        .filter(|c| *c != '-' && *c != '_')
+        .flat_map(char::to_lowercase)
+        .collect()
+}
+
+fn child<'a>(tree: &'a Value, key: &str) -> Option<&'a Value> {
+    let ValueKind::Table(t) = &tree.kind else {
+        return None;
+    };
+    let want = relaxed(key);
+    t.iter().find(|(k, _)| relaxed(k) == want).map(|(_, v)| v)
+}
+
+fn config_error(key: &str, message: impl fmt::Display) -> BinderError {
+    BinderError::Config(format!("`{PREFIX}.{key}` {message}"))
+}
+
+/// A size with RabbitMQ's units (`64MiB`, `2GB`, `1024`).
+fn parse_size(text: &str) -> Option<u64> {
+    let text = text.trim();
+    let digits = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let n: u64 = text[..digits].parse().ok()?;
+    let unit = text[digits..].trim();
+    let scale: u64 = match unit {
+        "" => 1,
+        "k" | "K" | "KiB" | "kiB" => 1 << 10,
+        "M" | "MiB" => 1 << 20,
+        "G" | "GiB" => 1 << 30,
+        "T" | "TiB" => 1 << 40,
+        "kB" | "KB" => 1_000,
+        "MB" => 1_000_000,
+        "GB" => 1_000_000_000,
+        "TB" => 1_000_000_000_000,
+        _ => return None,
+    };
+    n.checked_mul(scale)
+}
+
+fn relative(key: &str, value: &Value) -> BinderResult<MemoryWatermark> {
+    let fraction = match &value.kind {
+        ValueKind::Float(f) => Some(*f),
+        ValueKind::I64(i) => Some(*i as f64),
+        ValueKind::U64(u) => Some(*u as f64),
+        ValueKind::String(s) => s.trim().parse::<f64>().ok(),
+        _ => None,
+    };
+    match fraction {
+        Some(f) if f > 0.0 && f <= 1.0 => Ok(MemoryWatermark::Relative(f)),
+        Some(f) if f > 1.0 => Err(config_error(
+            key,
+            format_args!(
+                "is `{value}`, a fraction of memory above 1; for a size in bytes write \
+                 `{{absolute: {f}}}`"
+            ),
+        )),
+        _ => Err(config_error(
+            key,
+            format_args!(
+                "is `{value}`, which is not a fraction of memory (more than 0, at most 1, \
+                 e.g. `0.4`)"
+            ),
+        )),
+    }
+}
+
+fn absolute(key: &str, value: &Value) -> BinderResult<MemoryWatermark> {
+    let bytes = match &value.kind {
+        ValueKind::I64(i) if *i > 0 => Some(*i as u64),
+        ValueKind::U64(u) if *u > 0 => Some(*u),
+        ValueKind::String(s) => parse_size(s).filter(|b| *b > 0),
+        _ => None,
+    };
+    bytes.map(MemoryWatermark::Absolute).ok_or_else(|| {
+        config_error(
+            key,
+            format_args!(
+                "is `{value}`, which is not a size above zero (bytes, or with a unit: \
+                 `64MiB`, `2GB`, `512k`)"
+            ),
+        )
+    })
+}
+
+fn watermark(value: &Value) -> BinderResult<MemoryWatermark> {
+    let ValueKind::Table(table) = &value.kind else {
+        return relative(WATERMARK_KEY, value);
+    };
+    let mut found = None;
+    for (k, v) in table {
+        let parsed = match relaxed(k).as_str() {
+            "relative" => relative(&format!("{WATERMARK_KEY}.{k}"), v)?,
+            "absolute" => absolute(&format!("{WATERMARK_KEY}.{k}"), v)?,
+            _ => {
+                return Err(config_error(
+                    &format!("{WATERMARK_KEY}.{k}"),
+                    "is not a setting: the watermark is `relative` (a fraction of memory) \
+                     or `absolute` (a size)",
+                ));
+            }
+        };
+        if found.replace(parsed).is_some() {
+            return Err(config_error(
+                WATERMARK_KEY,
+                "gives both `relative` and `absolute`; give one",
+            ));
+        }
+    }
+    found.ok_or_else(|| {
+        config_error(
+            WATERMARK_KEY,
+            "is empty; give `relative` (e.g. `{relative: 0.4}`) or `absolute` (e.g. \
+             `{absolute: 64MiB}`)",
+        )
+    })
+}
+
+impl EmbeddedSettings {
+    /// Reads `spring.embedded.*` from a binder's environment. A key the binder does not know,
+    /// or a value it cannot use, is an error naming the key.
+    pub fn from_config(tree: &Value) -> BinderResult<Self> {
+        let mut settings = EmbeddedSettings::default();
+        let Some(section) = child(tree, "spring").and_then(|s| child(s, "embedded")) else {
+            return Ok(settings);
+        };
+        let ValueKind::Table(table) = &section.kind else {
+            return Err(BinderError::Config(format!(
+                "`{PREFIX}` is `{section}`; it holds settings (`{WATERMARK_KEY}`)"
+            )));
+        };
+        for (k, v) in table {
+            match relaxed(k).as_str() {
+                "memoryhighwatermark" => settings.memory_high_watermark = Some(watermark(v)?),
+                _ => {
+                    return Err(config_error(
+                        k,
+                        format_args!(
+                            "is not a setting of the embedded binder (it has \
+                             `{WATERMARK_KEY}`)"
+                        ),
+                    ));
+                }
+            }
+        }
+        Ok(settings)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tree(yaml: &str) -> Value {
+        config::Config::builder()
+            .add_source(config::File::from_str(yaml, config::FileFormat::Yaml))
+            .build()
+            .unwrap()
+            .cache
+    }
+
+    fn read(yaml: &str) -> BinderResult<Option<MemoryWatermark>> {
+        EmbeddedSettings::from_config(&tree(yaml)).map(|s| s.memory_high_watermark)
+    }
+
+    fn refused(yaml: &str) -> String {
+        match read(yaml) {
+            Err(BinderError::Config(text)) => text,
+            other => panic!("{yaml}: expected a configuration error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_watermark_reads_as_a_fraction_or_a_size() {
+        use MemoryWatermark::*;
+        assert_eq!(read("other: 1").unwrap(), None);
+        let cases = [
+            ("spring.embedded.memory-high-watermark: 0.4", Relative(0.4)),
+            ("spring.embedded.memory-high-watermark: 1", Relative(1.0)),
+            (
+                "spring.embedded.memoryHighWatermark: '0.25'",
+                Relative(0.25),
+            ),
+            (
+                "spring.embedded.memory-high-watermark: {relative: 0.6}",
+                Relative(0.6),
+            ),
+            (
+                "spring.embedded.memory-high-watermark: {absolute: 64MiB}",
+                Absolute(64 << 20),
+            ),
+            (
+                "spring.embedded.memory-high-watermark: {absolute: 1024}",
+                Absolute(1024),
+            ),
+            (
+                "spring.embedded.memory-high-watermark: {absolute: 2GB}",
+                Absolute(2_000_000_000),
+            ),
+            (
+                "spring.embedded.memory-high-watermark: {absolute: 512k}",
+                Absolute(512 << 10),
+            ),
+            (
+                "spring:\n  embedded:\n    memory_high_watermark:\n      ABSOLUTE: 3G",
+                Absolute(3 << 30),
+            ),
+        ];
+        for (yaml, want) in cases {
+            assert_eq!(read(yaml).unwrap(), Some(want), "{yaml}");
+        }
+    }
+
+    #[test]
+    fn unusable_values_and_unknown_keys_are_refused_by_name() {
+        let key = "`spring.embedded.memory-high-watermark`";
+        for yaml in [
+            "spring.embedded.memory-high-watermark: lots",
+            "spring.embedded.memory-high-watermark: 0",
+            "spring.embedded.memory-high-watermark: -0.5",
+            "spring.embedded.memory-high-watermark: 64MiB",
+            "spring.embedded.memory-high-watermark: {}",
+            "spring.embedded.memory-high-watermark: {relative: 0.4, absolute: 1024}",
+        ] {
+            assert!(refused(yaml).starts_with(key), "{yaml}: {}", refused(yaml));
+        }
+        let above_one = refused("spring.embedded.memory-high-watermark: 67108864");
+        assert!(above_one.contains("{absolute: 67108864}"), "{above_one}");
+        assert!(
+            refused("spring.embedded.memory-high-watermark: {absolute: 64 parsecs}")
+                .starts_with("`spring.embedded.memory-high-watermark.absolute`")
+        );
+        assert!(
+            refused("spring.embedded.memory-high-watermark: {relative: 1.5}")
+                .starts_with("`spring.embedded.memory-high-watermark.relative`")
+        );
+        assert!(
+            refused("spring.embedded.memory-high-watermark: {percent: 40}")
+                .starts_with("`spring.embedded.memory-high-watermark.percent` is not a setting")
+        );
+        assert!(
+            refused("spring.embedded.memory-high-watermrk: 0.4")
+                .starts_with("`spring.embedded.memory-high-watermrk` is not a setting")
+        );
+        assert!(refused("spring.embedded: 3").starts_with("`spring.embedded`"));
+    }
+
+    #[test]
+    fn a_relative_watermark_is_a_share_of_available_memory() {
+        let total = available_memory().expect("this test runs on Linux");
+        let half = MemoryWatermark::Relative(0.5).bytes().unwrap() as u64;
+        assert!(
+            half.abs_diff(total / 2) <= 1,
+            "{half} is not half of {total}"
+        );
+        assert_eq!(MemoryWatermark::Absolute(4096).bytes().unwrap(), 4096);
+    }
+}
