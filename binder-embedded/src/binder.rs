@@ -44,7 +44,7 @@ fn share_watermark(watermark: MemoryWatermark) -> BinderResult<()> {
         }
         Some((earlier, _)) if earlier == bytes => Ok(()),
         Some((earlier, written)) => Err(BinderError::Config(format!(
-            "`{PREFIX}.memory-high-watermark` is {watermark} ({bytes} bytes) here, but another              embedded binder configuration of this process set {written} ({earlier} bytes);              every `embedded` binder in a process shares one broker, so their watermarks              must agree (or be set in one of them only)"
+            "`{PREFIX}.memory-high-watermark` is {watermark} ({bytes} bytes) here, but another embedded binder configuration of this process set {written} ({earlier} bytes); every `embedded` binder in a process shares one broker, so their watermarks must agree (or be set in one of them only)"
         ))),
     }
 }
@@ -166,6 +166,17 @@ impl Binder for EmbeddedBinder {
         IN_PROCESS.to_owned()
     }
 
+    /// An instance given in code applies `spring.embedded.*` to its own broker (the shared
+    /// broker's agreement rule is for binders created from configuration).
+    fn configure(&self, environment: &config::Value) -> BinderResult<()> {
+        let settings = EmbeddedSettings::from_config(environment)?;
+        if let Some(watermark) = settings.memory_high_watermark {
+            self.broker
+                .set_memory_high_watermark(Some(watermark.bytes()?));
+        }
+        Ok(())
+    }
+
     async fn provision(&self, plan: &TopologyPlan) -> BinderResult<()> {
         let declare = |what: String| {
             move |e: AmqpError| BinderError::Declare {
@@ -282,7 +293,7 @@ impl Binder for EmbeddedBinder {
     }
 
     /// Warns, once per binding, when the binding asks for durable storage (see
-    /// [`EmbeddedBinder::durability_asked`]): the engine keeps messages in memory only.
+    /// `durability_asked`): the engine keeps messages in memory only.
     fn bound(&self, binding: &BindingConfig, role: BindingRole) {
         let Some(asked) = self.durability_asked(binding, role) else {
             return;

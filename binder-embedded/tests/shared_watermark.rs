@@ -82,3 +82,62 @@ spring.cloud.stream:
     assert_eq!(shared.memory_high_watermark(), Some(64 << 20), "unchanged");
     first.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_binder_given_in_code_applies_the_configured_watermark_to_its_own_broker() {
+    let broker = binder_embedded::engine::Broker::new();
+    let binder = std::sync::Arc::new(EmbeddedBinder::new(broker.clone()));
+    let app = App::builder(config(
+        "spring.embedded.memory-high-watermark: {absolute: 32MiB}\n\
+         spring.cloud.stream.bindings.out.destination: wm-in-code\n",
+    ))
+    .binder("embedded", binder.clone())
+    .output("out")
+    .start()
+    .await
+    .unwrap();
+    assert_eq!(broker.memory_high_watermark(), Some(32 << 20));
+    app.shutdown().await;
+
+    // A value it cannot use stops startup, naming the key: it is not ignored.
+    let problems = App::builder(config(
+        "spring.embedded.memory-high-watermark: {absolute: lots}\n\
+         spring.cloud.stream.bindings.out.destination: wm-in-code\n",
+    ))
+    .binder("embedded", binder)
+    .output("out")
+    .start()
+    .await
+    .unwrap_err()
+    .problems;
+    assert!(
+        problems
+            .iter()
+            .any(|p| p.contains("given in code") && p.contains("memory-high-watermark")),
+        "{problems:?}"
+    );
+}
+
+#[tokio::test]
+async fn the_watermark_can_come_from_an_environment_variable() {
+    let broker = binder_embedded::engine::Broker::new();
+    let config = binder_core::config::ConfigLoader::new()
+        .env(vec![(
+            "SPRING_EMBEDDED_MEMORYHIGHWATERMARK_ABSOLUTE".to_owned(),
+            "16MiB".to_owned(),
+        )])
+        .yaml_str("spring.cloud.stream.bindings.out.destination: wm-env\n")
+        .load()
+        .unwrap();
+    let app = App::builder(config)
+        .binder(
+            "embedded",
+            std::sync::Arc::new(EmbeddedBinder::new(broker.clone())),
+        )
+        .output("out")
+        .start()
+        .await
+        .unwrap();
+    assert_eq!(broker.memory_high_watermark(), Some(16 << 20));
+    app.shutdown().await;
+}

@@ -174,3 +174,30 @@ async fn a_service_with_refused_credentials_stops_starting_with_the_reason() {
         "{error}"
     );
 }
+
+#[tokio::test]
+async fn a_binder_given_in_code_refuses_spring_rabbitmq_settings_it_would_ignore() {
+    let config = binder_core::config::ConfigLoader::new()
+        .env(Vec::<(String, String)>::new())
+        .yaml_str(
+            "spring.rabbitmq.host: elsewhere\nspring.cloud.stream:\n  defaultBinder: rabbit\n  bindings.in-code-out.destination: in-code\n",
+        )
+        .load()
+        .unwrap();
+    // Refused before anything connects: the settings point nowhere.
+    let binder = std::sync::Arc::new(RabbitBinder::new(RabbitSettings::from_uri(
+        "amqp://guest:guest@127.0.0.1:1/%2f",
+    )));
+    let error = binder_core::runtime::App::builder(config)
+        .binder("rabbit", binder)
+        .output("in-code-out")
+        .start()
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("binder `rabbit` given in code")
+            && error.contains("`spring.rabbitmq.*` is set"),
+        "{error}"
+    );
+}

@@ -336,6 +336,15 @@ pub trait Binder: fmt::Debug + Send + Sync {
     fn bound(&self, binding: &crate::config::BindingConfig, role: crate::topology::BindingRole) {
         let _ = (binding, role);
     }
+    /// Takes the configuration's environment for this binder when the binder was given in code
+    /// (`AppBuilder::binder`) rather than created from the configuration: it applies the
+    /// settings it can to itself and refuses, naming the key, those it cannot, so none is
+    /// silently ignored. The default accepts anything, for binders with no settings of their
+    /// own.
+    fn configure(&self, environment: &config::Value) -> BinderResult<()> {
+        let _ = environment;
+        Ok(())
+    }
 }
 
 /// What [`Binder::inspect`] reports.

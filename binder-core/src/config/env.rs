@@ -2,8 +2,8 @@
 //!
 //! * `SPRING_APPLICATION_JSON` holds a JSON tree merged over the files, with names exactly as
 //!   written (the way to override a binding whose name has upper-case letters or `_`).
-//! * `SPRING_CLOUD_STREAM_…`, `SPRING_RABBITMQ_…` and `SPRING_PROFILES_…` map to key paths by
-//!   Spring's relaxed rule: `_` separates keys, case does not matter, and a property's words
+//! * `SPRING_CLOUD_STREAM_…`, `SPRING_RABBITMQ_…`, `SPRING_EMBEDDED_…` and `SPRING_PROFILES_…`
+//!   map to key paths by Spring's relaxed rule: `_` separates keys, case does not matter, and a property's words
 //!   are run together (`…_CONSUMER_MAXATTEMPTS`). A segment matches an existing key when their
 //!   spellings agree ignoring case, `-` and `_`, so `…_BINDINGS_ORDERSIN0_…` reaches binding
 //!   `orders-in-0` and `…_BINDINGS_INPUTPRODUCTADD_…` reaches `inputProductAdd`.
@@ -17,6 +17,7 @@ use super::node::{Table, canonical};
 pub const ENV_PREFIXES: &[&str] = &[
     "SPRING_CLOUD_STREAM_",
     "SPRING_RABBITMQ_",
+    "SPRING_EMBEDDED_",
     "SPRING_PROFILES_",
 ];
 

@@ -84,6 +84,8 @@ impl Binders {
             .get(&name)
             .or_else(|| self.explicit.get(&binder_type))
         {
+            b.configure(&config.binder_environment(&name))
+                .map_err(|e| format!("binding `{binding}`: binder `{name}` given in code: {e}"))?;
             return Ok(b.clone());
         }
         let mut created = self.created.lock().unwrap_or_else(|p| p.into_inner());
@@ -93,6 +95,8 @@ impl Binders {
         let Some(registration) = registered().find(|r| r.binder_type == binder_type) else {
             let mut available: Vec<&str> = registered().map(|r| r.binder_type).collect();
             available.extend(self.explicit.keys().map(String::as_str));
+            available.sort_unstable();
+            available.dedup();
             return Err(format!(
                 "binding `{binding}` uses binder `{name}` (type `{binder_type}`), which is not available in this program (available: {}); add the binder crate as a dependency or give an instance with AppBuilder::binder",
                 if available.is_empty() {
