@@ -13,7 +13,7 @@ use binder_core::binder::{
     SubscriptionSpec,
 };
 use binder_core::config::ConfigLoader;
-use binder_core::runtime::{App, BindingState, HealthStatus, handler};
+use binder_core::runtime::{App, BindingState, HealthStatus, RunningApp, handler};
 use binder_core::topology::TopologyPlan;
 use binder_embedded::EmbeddedBinder;
 use binder_embedded::engine::Broker;
@@ -86,29 +86,45 @@ async fn next(
     (gap, ok)
 }
 
-#[tokio::test(start_paused = true)]
-async fn subscribing_again_is_immediate_after_a_loss_then_backs_off_up_to_recovery_interval() {
-    let broker = Broker::new();
-    let (tx, mut rx) = mpsc::unbounded_channel();
+/// An application on a [`Flaky`] binder over `broker` whose first `failures` subscribes fail,
+/// with a listener on each of `inputs`; and the binder's report of each subscribe.
+async fn start(
+    broker: &Broker,
+    failures: u32,
+    unreachable: bool,
+    yaml: &str,
+    inputs: &[&str],
+) -> (RunningApp, mpsc::UnboundedReceiver<(Instant, bool)>) {
+    let (tx, rx) = mpsc::unbounded_channel();
     let binder = Arc::new(Flaky {
         inner: EmbeddedBinder::new(broker.clone()),
-        failures: AtomicU32::new(6),
-        unreachable: false,
+        failures: AtomicU32::new(failures),
+        unreachable,
         attempts: tx,
     });
     let config = ConfigLoader::new()
         .env(Vec::<(String, String)>::new())
-        .yaml_str(
-            "spring.cloud.stream:\n  bindings.jobs-in: {destination: recovery-jobs, group: w}\n  rabbit.bindings.jobs-in.consumer.recoveryInterval: 1000\n",
-        )
+        .yaml_str(yaml)
         .load()
         .unwrap();
-    let app = App::builder(config)
-        .binder("embedded", binder.clone())
-        .listener("jobs-in", handler::payload(|_: String| async {}))
-        .start()
-        .await
-        .unwrap();
+    let mut builder = App::builder(config).binder("embedded", binder);
+    for input in inputs {
+        builder = builder.listener(*input, handler::payload(|_: String| async {}));
+    }
+    (builder.start().await.unwrap(), rx)
+}
+
+#[tokio::test(start_paused = true)]
+async fn subscribing_again_is_immediate_after_a_loss_then_backs_off_up_to_recovery_interval() {
+    let broker = Broker::new();
+    let (app, mut rx) = start(
+        &broker,
+        6,
+        false,
+        "spring.cloud.stream:\n  bindings.jobs-in: {destination: recovery-jobs, group: w}\n  rabbit.bindings.jobs-in.consumer.recoveryInterval: 1000\n",
+        &["jobs-in"],
+    )
+    .await;
 
     // Refused from the start: 100, 200, 400, 800 ms, then recoveryInterval (1 s) each time.
     let (_, first) = rx.recv().await.unwrap();
@@ -144,27 +160,8 @@ async fn subscribing_again_is_immediate_after_a_loss_then_backs_off_up_to_recove
 #[tokio::test(start_paused = true)]
 async fn health_and_state_follow_a_binding_that_is_not_consuming() {
     let broker = Broker::new();
-    let (tx, mut rx) = mpsc::unbounded_channel();
-    let binder = Arc::new(Flaky {
-        inner: EmbeddedBinder::new(broker.clone()),
-        failures: AtomicU32::new(0),
-        unreachable: false,
-        attempts: tx,
-    });
-    let config = ConfigLoader::new()
-        .env(Vec::<(String, String)>::new())
-        .yaml_str(
-            "spring.cloud.stream.bindings:\n  jobs-in: {destination: health-jobs, group: w}\n  other-in: {destination: health-other, group: w}\n",
-        )
-        .load()
-        .unwrap();
-    let app = App::builder(config)
-        .binder("embedded", binder.clone())
-        .listener("jobs-in", handler::payload(|_: String| async {}))
-        .listener("other-in", handler::payload(|_: String| async {}))
-        .start()
-        .await
-        .unwrap();
+    let yaml = "spring.cloud.stream.bindings:\n  jobs-in: {destination: health-jobs, group: w}\n  other-in: {destination: health-other, group: w}\n";
+    let (app, mut rx) = start(&broker, 0, false, yaml, &["jobs-in", "other-in"]).await;
     let health = app.health();
     app.resume("jobs-in").await.unwrap();
     app.resume("other-in").await.unwrap();
@@ -215,26 +212,8 @@ async fn health_and_state_follow_a_binding_that_is_not_consuming() {
 
 #[tokio::test(start_paused = true)]
 async fn an_unreachable_broker_is_tried_at_least_every_500_ms() {
-    let (tx, mut rx) = mpsc::unbounded_channel();
-    let binder = Arc::new(Flaky {
-        inner: EmbeddedBinder::new(Broker::new()),
-        failures: AtomicU32::new(6),
-        unreachable: true,
-        attempts: tx,
-    });
-    let config = ConfigLoader::new()
-        .env(Vec::<(String, String)>::new())
-        .yaml_str(
-            "spring.cloud.stream.bindings.jobs-in: {destination: unreachable-jobs, group: w}\n",
-        )
-        .load()
-        .unwrap();
-    let app = App::builder(config)
-        .binder("embedded", binder)
-        .listener("jobs-in", handler::payload(|_: String| async {}))
-        .start()
-        .await
-        .unwrap();
+    let yaml = "spring.cloud.stream.bindings.jobs-in: {destination: unreachable-jobs, group: w}\n";
+    let (app, mut rx) = start(&Broker::new(), 6, true, yaml, &["jobs-in"]).await;
     let (_, first) = rx.recv().await.unwrap();
     assert!(!first);
     let mut since = Instant::now();
