@@ -81,7 +81,10 @@ async fn every_binding_gets_one_startup_line() {
     app.shutdown().await;
 
     let text = captured.text();
-    let lines: Vec<&str> = text.lines().filter(|l| l.contains(" binding `")).collect();
+    let lines: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("binder_core::runtime::app:") && l.contains(" binding `"))
+        .collect();
     assert_eq!(lines.len(), 3, "{text}");
     let in_process = "binder `embedded` on in-process broker: messages stay inside this process and are lost when it exits";
     let words = lines.iter().find(|l| l.contains("`words-in`")).unwrap();
@@ -150,4 +153,38 @@ async fn a_lost_subscription_and_the_resubscription_are_logged_at_warn() {
     assert!(again.contains(" WARN "), "{again}");
     assert!(again.contains("binding=jobs-in"), "{again}");
     app.shutdown().await;
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn an_unreachable_broker_is_logged_at_warn_while_startup_waits() {
+    let captured = Captured::default();
+    let _guard = captured.install();
+    let config = ConfigLoader::new()
+        .env(Vec::<(String, String)>::new())
+        .yaml_str(
+            "spring.cloud.stream:\n  defaultBinder: rabbit\n  bindings.down-out.destination: startup-log-down\n",
+        )
+        .load()
+        .unwrap();
+    // Nothing listens on port 1 of loopback: every connection attempt is refused.
+    let binder = Arc::new(binder_rabbit::RabbitBinder::new(
+        binder_rabbit::RabbitSettings::from_uri("amqp://guest:guest@127.0.0.1:1/%2f"),
+    ));
+    let starting = App::builder(config)
+        .binder("rabbit", binder)
+        .output("down-out")
+        .start();
+    tokio::select! {
+        _ = starting => panic!("startup cannot finish without a broker"),
+        line = captured.line_with("broker unreachable; waiting for it") => {
+            assert!(line.contains(" WARN "), "{line}");
+            assert!(line.contains("binding `down-out`"), "{line}");
+            assert!(line.contains("127.0.0.1:1"), "{line}");
+        }
+    }
+    let refused = captured.line_with("cannot connect to RabbitMQ").await;
+    assert!(
+        refused.contains(" WARN ") && refused.contains("Connection refused"),
+        "{refused}"
+    );
 }
