@@ -220,7 +220,9 @@ impl InputRuntime {
     fn pending(&self, inbound: Inbound, queue: Arc<str>) -> Pending {
         // The attempt number is not a span field: a subscriber that formats spans appends
         // every recorded value (`attempt=1 attempt=2 ...`); events that need it carry it.
-        let span = tracing::info_span!(
+        // At debug level: with the default `info` logging a disabled span costs nothing per
+        // delivery, and the runtime's own warnings name their binding and queue themselves.
+        let span = tracing::debug_span!(
             "delivery",
             binding = %self.name,
             destination = %self.config.destination,
