@@ -188,3 +188,39 @@ async fn an_unreachable_broker_is_logged_at_warn_while_startup_waits() {
         "{refused}"
     );
 }
+
+#[tokio::test(flavor = "current_thread")]
+async fn startup_gives_up_on_an_unreachable_broker_after_startup_timeout() {
+    let config = ConfigLoader::new()
+        .env(Vec::<(String, String)>::new())
+        .yaml_str(
+            "spring.cloud.stream:\n  defaultBinder: rabbit\n  startupTimeout: 300\n  bindings.down-out.destination: startup-timeout-down\n",
+        )
+        .load()
+        .unwrap();
+    assert_eq!(
+        config.startup_timeout,
+        Some(std::time::Duration::from_millis(300))
+    );
+    let binder = Arc::new(binder_rabbit::RabbitBinder::new(
+        binder_rabbit::RabbitSettings::from_uri("amqp://guest:guest@127.0.0.1:1/%2f"),
+    ));
+    let started = std::time::Instant::now();
+    let error = tokio::time::timeout(
+        std::time::Duration::from_secs(20),
+        App::builder(config)
+            .binder("rabbit", binder)
+            .output("down-out")
+            .start(),
+    )
+    .await
+    .expect("startup gives up by itself")
+    .unwrap_err()
+    .to_string();
+    assert!(started.elapsed() >= std::time::Duration::from_millis(300));
+    assert!(
+        error.contains("binding `down-out`")
+            && error.contains("gave up after spring.cloud.stream.startupTimeout (300ms)"),
+        "{error}"
+    );
+}

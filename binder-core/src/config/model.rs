@@ -154,6 +154,9 @@ pub struct StreamConfig {
     pub instance_index: u32,
     /// Destinations a dynamic publisher may create (empty: any).
     pub dynamic_destinations: Vec<String>,
+    /// `spring.cloud.stream.startupTimeout` (milliseconds; unset or 0: wait for ever): how
+    /// long startup may wait for brokers that cannot be reached.
+    pub startup_timeout: Option<std::time::Duration>,
     /// Profiles that were active when loading.
     pub active_profiles: Vec<String>,
     /// Files read, lowest precedence first.
@@ -238,6 +241,7 @@ const STREAM_KEYS: &[&str] = &[
     "instanceCount",
     "instanceIndex",
     "dynamicDestinations",
+    "startupTimeout",
 ];
 
 /// Finds a key in a table by its canonical spelling.
@@ -277,6 +281,7 @@ pub(crate) fn read(
         instance_count: 1,
         instance_index: 0,
         dynamic_destinations: Vec::new(),
+        startup_timeout: None,
         active_profiles,
         sources,
         template: Default::default(),
@@ -315,6 +320,11 @@ pub(crate) fn read(
             }
             "instanceindex" => {
                 cfg.instance_index = u32::parse(value, &path, &mut problems).unwrap_or(0)
+            }
+            "startuptimeout" => {
+                cfg.startup_timeout = u64::parse(value, &path, &mut problems)
+                    .filter(|ms| *ms > 0)
+                    .map(std::time::Duration::from_millis)
             }
             "dynamicdestinations" => {
                 cfg.dynamic_destinations =

@@ -20,12 +20,21 @@ use crate::codec::{Codec, Codecs};
 use crate::config::{AcknowledgeMode, StreamConfig};
 use crate::topology::{anonymous_suffix, plan_consumer};
 
+/// How long, and with what report, startup waits for an unreachable broker.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Patience {
+    /// Where to report what startup waits for.
+    pub health: Option<super::health::Health>,
+    /// When to give up (`spring.cloud.stream.startupTimeout`), and that limit.
+    pub deadline: Option<(tokio::time::Instant, Duration)>,
+}
+
 /// Runs a binder operation, waiting (with back-off, up to 10 s between tries) while the
 /// broker cannot be reached: a service started before its broker comes up when the broker
-/// does. Other errors return at once.
+/// does, unless `patience` has a deadline and it passes. Other errors return at once.
 pub(crate) async fn when_reachable<T, F, Fut>(
     what: &str,
-    health: Option<&super::health::Health>,
+    patience: &Patience,
     op: F,
 ) -> crate::binder::BinderResult<T>
 where
@@ -33,9 +42,19 @@ where
     Fut: std::future::Future<Output = crate::binder::BinderResult<T>>,
 {
     let mut wait = Duration::from_millis(250);
+    let health = patience.health.as_ref();
     loop {
         match op().await {
             Err(crate::binder::BinderError::Unreachable(e)) => {
+                if let Some((deadline, limit)) = patience.deadline {
+                    let now = tokio::time::Instant::now();
+                    if now >= deadline {
+                        return Err(crate::binder::BinderError::Unreachable(format!(
+                            "{e}; gave up after spring.cloud.stream.startupTimeout ({limit:?})"
+                        )));
+                    }
+                    wait = wait.min(deadline - now);
+                }
                 tracing::warn!(%what, error = %e, ?wait, "broker unreachable; waiting for it");
                 if let Some(h) = health {
                     h.set(super::health::HealthStatus::Starting {
@@ -171,6 +190,7 @@ pub struct AppBuilder {
     codecs: Codecs,
     hook: Option<ErrorHook>,
     shutdown_timeout: Duration,
+    startup_timeout: Option<Duration>,
     state: HashMap<std::any::TypeId, Arc<dyn std::any::Any + Send + Sync>>,
     health: super::health::Health,
 }
@@ -202,6 +222,7 @@ impl App {
             codecs: Codecs::default(),
             hook: None,
             shutdown_timeout: Duration::from_secs(30),
+            startup_timeout: None,
             state: HashMap::new(),
             health: super::health::Health::default(),
         }
@@ -339,6 +360,14 @@ impl AppBuilder {
         self
     }
 
+    /// How long startup may wait for brokers that cannot be reached before it fails (default:
+    /// `spring.cloud.stream.startupTimeout`, else for ever). A broker that answers and refuses
+    /// fails startup at once whatever this says.
+    pub fn startup_timeout(mut self, timeout: Duration) -> Self {
+        self.startup_timeout = Some(timeout);
+        self
+    }
+
     /// How long shutdown waits for handlers in progress (default 30 s).
     pub fn shutdown_timeout(mut self, timeout: Duration) -> Self {
         self.shutdown_timeout = timeout;
@@ -434,6 +463,11 @@ impl AppBuilder {
         tracker: super::health::HealthTracker,
     ) -> Result<RunningApp, StartupError> {
         let health = self.health.clone();
+        let limit = self.startup_timeout.or(self.config.startup_timeout);
+        let patience = Patience {
+            health: Some(health.clone()),
+            deadline: limit.map(|l| (tokio::time::Instant::now() + l, l)),
+        };
         let mut problems = self.check();
         let binders = Arc::new(Binders {
             explicit: self.binders,
@@ -464,8 +498,7 @@ impl AppBuilder {
         let mut outputs: HashMap<String, Arc<OutputInner>> = HashMap::new();
         for name in &self.outputs {
             let binding = config.binding(name);
-            match OutputInner::open(&binding, &resolved[name], codecs.clone(), Some(&health)).await
-            {
+            match OutputInner::open(&binding, &resolved[name], codecs.clone(), &patience).await {
                 Ok(o) => {
                     ready.push(format!(
                         "output binding `{name}`: {}, destination `{}`",
@@ -502,7 +535,7 @@ impl AppBuilder {
             let topology = plan_consumer(&binding, &anonymous_suffix());
             let what = format!("binding `{input}`");
             if let Err(e) =
-                when_reachable(&what, Some(&health), || binder.provision(&topology.plan)).await
+                when_reachable(&what, &patience, || binder.provision(&topology.plan)).await
             {
                 problems.push(format!("binding `{input}`: {e}"));
                 continue;
@@ -516,9 +549,7 @@ impl AppBuilder {
                         exchange: exchange.clone(),
                         delivery_mode: rabbit.republish_delivery_mode,
                     };
-                    match when_reachable(&what, Some(&health), || binder.producer(spec.clone()))
-                        .await
-                    {
+                    match when_reachable(&what, &patience, || binder.producer(spec.clone())).await {
                         Ok(producer) => Some(DeadLetterTarget {
                             producer,
                             exchange: exchange.clone(),

@@ -53,22 +53,23 @@ impl OutputInner {
         binding: &BindingConfig,
         binder: &Arc<dyn Binder>,
         codecs: Arc<Codecs>,
-        health: Option<&super::health::Health>,
+        patience: &super::app::Patience,
     ) -> Result<Self, String> {
         let routing = Self::routing(binding)?;
         let partitioning = Self::partitioning(binding)?;
         let topology = plan_producer(binding);
         let what = format!("binding `{}`", binding.name);
-        super::app::when_reachable(&what, health, || binder.provision(&topology.plan))
+        super::app::when_reachable(&what, patience, || binder.provision(&topology.plan))
             .await
             .map_err(|e| format!("{what}: {e}"))?;
         let spec = ProducerSpec {
             exchange: topology.exchange.clone(),
             delivery_mode: binding.rabbit_producer.delivery_mode,
         };
-        let producer = super::app::when_reachable(&what, health, || binder.producer(spec.clone()))
-            .await
-            .map_err(|e| format!("{what}: {e}"))?;
+        let producer =
+            super::app::when_reachable(&what, patience, || binder.producer(spec.clone()))
+                .await
+                .map_err(|e| format!("{what}: {e}"))?;
         Ok(OutputInner {
             binding: binding.name.clone(),
             destination: binding.destination.clone(),
@@ -261,7 +262,7 @@ impl Publisher {
             .binders
             .for_binding(&self.config, target)
             .map_err(SendError::Destination)?;
-        let output = OutputInner::open(&binding, &binder, self.codecs.clone(), None)
+        let output = OutputInner::open(&binding, &binder, self.codecs.clone(), &Default::default())
             .await
             .map_err(SendError::Destination)?;
         binder.bound(&binding, crate::topology::BindingRole::Producer);
