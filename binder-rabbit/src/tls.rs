@@ -283,16 +283,18 @@ pub(crate) async fn connect(
     }
     let connector = connector(tls).map_err(Failure::Tls)?;
     let verify_hostname = tls.verify_hostname;
+    let client_certificate = tls.key_store.is_some();
     let runtime =
         lapin::runtime::default_runtime().map_err(|e| Failure::Unreachable(e.to_string()))?;
-    // The handshake runs on lapin's I/O thread; a refusal is noted here so it is told
-    // apart from a broker that cannot be reached.
-    let refused = Arc::new(Mutex::new(None::<String>));
-    let noted = refused.clone();
+    // The handshake runs on lapin's I/O thread; how it went is noted here, so a refusal is
+    // told apart from a broker that cannot be reached.
+    let outcome = Arc::new(Mutex::new(None::<Handshake>));
+    let noted = outcome.clone();
     let connected = Connection::connector(
         uri,
         runtime,
         async move |uri: AMQPUri, runtime| {
+            let note = |h: Handshake| *noted.lock().unwrap_or_else(|p| p.into_inner()) = Some(h);
             let host = uri.authority.host.clone();
             let addresses: Vec<SocketAddr> = (host.as_str(), uri.authority.port)
                 .to_socket_addrs()?
@@ -309,7 +311,12 @@ pub(crate) async fn connect(
             let mut stream =
                 async_openssl::SslStream::new(ssl, plain).map_err(std::io::Error::other)?;
             match Pin::new(&mut stream).connect().await {
-                Ok(()) => Ok(AsyncTcpStream::Openssl(stream)),
+                Ok(()) => {
+                    note(Handshake::Done {
+                        tls13: stream.ssl().version2() == Some(SslVersion::TLS1_3),
+                    });
+                    Ok(AsyncTcpStream::Openssl(stream))
+                }
                 Err(e) => {
                     let verified = stream.ssl().verify_result();
                     let reason = if verified.as_raw() != 0 {
@@ -317,11 +324,13 @@ pub(crate) async fn connect(
                             "the server's certificate is refused: {}",
                             verified.error_string()
                         )
+                    } else if e.to_string().contains("wrong version number") {
+                        format!("{e} (the port does not seem to speak TLS)")
                     } else {
                         e.to_string()
                     };
                     if verified.as_raw() != 0 || e.code() == ErrorCode::SSL {
-                        *noted.lock().unwrap_or_else(|p| p.into_inner()) = Some(reason.clone());
+                        note(Handshake::Refused(reason.clone()));
                     }
                     Err(std::io::Error::other(reason).into())
                 }
@@ -331,16 +340,42 @@ pub(crate) async fn connect(
     )
     .await;
     connected.map_err(|e| {
-        if let Some(reason) = refused.lock().unwrap_or_else(|p| p.into_inner()).take() {
-            return Failure::Tls(format!("TLS handshake failed: {reason}"));
-        }
-        match refused_after_handshake(&e) {
-            // With TLS 1.3 the broker checks the client's certificate after the client's
-            // side of the handshake is done, and says no on the first read.
-            Some(reason) => Failure::Tls(format!("the broker refused the TLS session: {reason}")),
-            None => Failure::Unreachable(e.to_string()),
+        let outcome = outcome.lock().unwrap_or_else(|p| p.into_inner()).take();
+        match (outcome, refused_after_handshake(&e)) {
+            (Some(Handshake::Refused(reason)), _) => {
+                Failure::Tls(format!("TLS handshake failed: {reason}"))
+            }
+            // With TLS 1.3 the broker checks the client's certificate once the client's side
+            // of the handshake is done, and says no with an alert on the first read; or, if
+            // the client was writing its first bytes just then, the alert is lost with the
+            // connection (a broken pipe or a reset).
+            (Some(Handshake::Done { .. }), Some(alert)) => {
+                Failure::Tls(format!("the broker refused the TLS session: {alert}"))
+            }
+            (Some(Handshake::Done { tls13: true }), None) if e.is_io_error() => {
+                Failure::Tls(format!(
+                    "the broker closed the connection as soon as the TLS handshake was done \
+                     ({e}): {}",
+                    if client_certificate {
+                        "it refused the client certificate"
+                    } else {
+                        "it wants a client certificate (ssl.key-store, or ssl.certificate and \
+                         ssl.private-key)"
+                    }
+                ))
+            }
+            _ => Failure::Unreachable(e.to_string()),
         }
     })
+}
+
+/// How a TLS handshake went.
+#[derive(Debug)]
+enum Handshake {
+    /// Done, in TLS 1.3 or not.
+    Done { tls13: bool },
+    /// Refused by either side, for this reason.
+    Refused(String),
 }
 
 /// An OpenSSL protocol error (an alert from the broker) behind a failed connection.

@@ -1,6 +1,8 @@
 //! Shared by the tests against the real broker.
 #![allow(dead_code)]
 
+pub mod node;
+
 use binder_core::binder::{Binder, BinderError};
 use binder_rabbit::{RabbitBinder, RabbitSettings};
 
