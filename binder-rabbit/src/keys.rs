@@ -293,6 +293,13 @@ fn walk(here: &Value, written: &mut Vec<String>, known: &[Vec<&str>], out: &mut 
                         "expected a single value, found a group of properties",
                     ));
                 }
+                (ValueKind::Array(_), _) if KEYS[*index].0 != "addresses" => {
+                    out.push(problem(
+                        Some(value),
+                        &path,
+                        "expected a single value, found a list",
+                    ));
+                }
                 (_, Read) => {}
                 (_, Only(wanted, reason)) => {
                     let given = value.to_string();

@@ -814,6 +814,11 @@ mod tests {
                 ),
             "{err}"
         );
+        let err = refusal("spring.rabbitmq.host: [a, b]");
+        assert!(
+            err.contains("spring.rabbitmq.host: expected a single value, found a list"),
+            "{err}"
+        );
         let err = refusal("spring.rabbitmq.host: {name: mq}");
         assert!(
             err.contains("spring.rabbitmq.host: expected a single value, found a group"),

@@ -223,6 +223,17 @@ async fn tls_with_a_node_of_its_own() {
         "{err}"
     );
 
+    // Refused credentials are not taken for a TLS refusal.
+    let binder = RabbitBinder::new(settings(&format!(
+        "{}  password: wrong\n",
+        at("localhost", &(trusted.clone() + &pem_client))
+    )));
+    let err = connect(&binder).await.unwrap_err().to_string();
+    assert!(
+        !err.contains("TLS") && !err.contains("certificate"),
+        "refused credentials: {err}"
+    );
+
     // A server certificate from a CA not trusted.
     let binder = RabbitBinder::new(settings(&at(
         "localhost",
