@@ -2,7 +2,7 @@
 //! listener that asks for client certificates (`fail_if_no_peer_cert`), and a CA and
 //! certificates made by the test with the `openssl` command: messages cross over TLS with a
 //! client certificate from PEM files or PKCS#12; a server certificate that does not verify
-//! (another CA, another name), a missing client certificate and a port that does not speak
+//! (another CA, another name, expired), a missing client certificate and a port that does not speak
 //! TLS stop the binder with the address and the reason, as a broker error and not as an
 //! unreachable broker that startup would wait for. Without RabbitMQ installed the test says
 //! so and passes, unless `REQUIRE_RABBIT=1`.
@@ -311,6 +311,38 @@ async fn tls_with_a_node_of_its_own() {
         .await
         .expect("connected without validating the server's certificate");
     binder.close().await;
+
+    // An expired server certificate: the node takes the new file once its PEM cache is
+    // cleared.
+    openssl(
+        node.dir(),
+        &[
+            "x509",
+            "-req",
+            "-days",
+            "-1",
+            "-in",
+            "server.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-extfile",
+            "server.ext",
+            "-out",
+            "server.pem",
+        ],
+    );
+    let cleared = node.ctl(&["eval", "ssl:clear_pem_cache()."]).unwrap();
+    assert!(cleared.status.success(), "{cleared:?}");
+    let binder = RabbitBinder::new(settings(&at("localhost", &(trusted.clone() + &pem_client))));
+    let err = refusal(&binder).await;
+    assert!(err.contains(&format!("localhost:{port}")), "{err}");
+    assert!(
+        err.contains("the server's certificate is refused: certificate has expired"),
+        "{err}"
+    );
 
     // A port that does not speak TLS.
     let plain = node.amqp_port;
