@@ -286,8 +286,9 @@ fn render(problems: &[Problem]) -> String {
         problems.len(),
         if problems.len() == 1 { "" } else { "s" }
     );
+    // Indented one level more than the runtime's own list, in which this one appears.
     for p in problems {
-        out.push_str("\n  - ");
+        out.push_str("\n    - ");
         out.push_str(&p.to_string());
     }
     out
@@ -800,9 +801,10 @@ mod tests {
             "spring.rabbitmq.stream.host: not supported: RabbitMQ's stream protocol",
         ] {
             assert!(
-                lines
-                    .iter()
-                    .any(|l| l.trim_start_matches("  - ").starts_with(expected)),
+                lines.iter().any(|l| l
+                    .trim_start()
+                    .trim_start_matches("- ")
+                    .starts_with(expected)),
                 "missing `{expected}` in:\n{err}"
             );
         }
