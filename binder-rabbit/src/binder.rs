@@ -192,7 +192,7 @@ impl Link {
                             *guard = Some(c.clone());
                             return Ok(c);
                         }
-                        Some(Err(tls::Failure::Unreachable(e))) => e,
+                        Some(Err(tls::Failure::Connect(e))) => e.to_string(),
                         Some(Err(tls::Failure::Tls(e))) => {
                             refused.push(format!("{}: {e}", redact(uri)));
                             e

@@ -261,8 +261,9 @@ fn connector(tls: &TlsSettings) -> Result<SslConnector, String> {
 /// Why a connection could not be opened.
 #[derive(Debug)]
 pub(crate) enum Failure {
-    /// The broker could not be reached, or went away: trying again may work.
-    Unreachable(String),
+    /// lapin's error, TLS aside: the broker could not be reached, went away, or refused the
+    /// AMQP handshake.
+    Connect(lapin::Error),
     /// TLS was refused by either side (an untrusted or expired certificate, a name
     /// mismatch, a client certificate the broker wants or refuses, a port that does not
     /// speak TLS): trying again will not help.
@@ -279,13 +280,12 @@ pub(crate) async fn connect(
     if uri.scheme == AMQPScheme::AMQP {
         return Connection::connect_uri(uri, properties)
             .await
-            .map_err(|e| Failure::Unreachable(e.to_string()));
+            .map_err(Failure::Connect);
     }
     let connector = connector(tls).map_err(Failure::Tls)?;
     let verify_hostname = tls.verify_hostname;
     let client_certificate = tls.key_store.is_some();
-    let runtime =
-        lapin::runtime::default_runtime().map_err(|e| Failure::Unreachable(e.to_string()))?;
+    let runtime = lapin::runtime::default_runtime().map_err(Failure::Connect)?;
     // The handshake runs on lapin's I/O thread; how it went is noted here, so a refusal is
     // told apart from a broker that cannot be reached.
     let outcome = Arc::new(Mutex::new(None::<Handshake>));
@@ -364,7 +364,7 @@ pub(crate) async fn connect(
                     }
                 ))
             }
-            _ => Failure::Unreachable(e.to_string()),
+            _ => Failure::Connect(e),
         }
     })
 }
