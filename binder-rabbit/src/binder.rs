@@ -25,6 +25,7 @@ use tokio::sync::Mutex;
 
 use crate::convert;
 use crate::settings::{RabbitSettings, redact};
+use crate::tls;
 
 fn create(tree: &config::Value) -> BinderResult<Arc<dyn Binder>> {
     Ok(Arc::new(RabbitBinder::new(RabbitSettings::from_config(
@@ -172,6 +173,8 @@ impl Link {
             }
         }
         let mut last = String::from("no address configured");
+        // Addresses whose TLS session was refused: trying again will not help.
+        let mut refused = Vec::new();
         for uri in &self.settings.uris {
             let props = ConnectionProperties::default().with_connection_name(LongString::from(
                 self.settings.connection_name.as_bytes().to_vec(),
@@ -181,27 +184,40 @@ impl Link {
             let timeout = self.settings.connection_timeout;
             let failure = match self.settings.amqp_uri(uri) {
                 Err(e) => format!("not an AMQP URI: {e}"),
-                Ok(amqp) => match within(timeout, Connection::connect_uri(amqp, props)).await {
-                    Some(Ok(c)) => {
-                        let c = Arc::new(LinkConnection(Arc::new(c)));
-                        *guard = Some(c.clone());
-                        return Ok(c);
-                    }
-                    Some(Err(e)) => match refusal(&e) {
-                        // Credentials and virtual hosts are the same on every node of a
-                        // cluster: the next address would refuse too.
-                        Some(reason) => {
-                            let why = format!("{}: {reason}", redact(uri));
-                            tracing::error!(uri = %redact(uri), %reason, "RabbitMQ refused the connection");
-                            return Err(BinderError::Refused(why));
+                Ok(amqp) => {
+                    let connect = tls::connect(amqp, props, &self.settings.tls);
+                    match within(timeout, connect).await {
+                        Some(Ok(c)) => {
+                            let c = Arc::new(LinkConnection(Arc::new(c)));
+                            *guard = Some(c.clone());
+                            return Ok(c);
                         }
-                        None => e.to_string(),
-                    },
-                    None => format!("no AMQP handshake within {timeout:?}"),
-                },
+                        Some(Err(tls::Failure::Connect(e))) => match refusal(&e) {
+                            // Credentials and virtual hosts are the same on every node of a
+                            // cluster: the next address would refuse too.
+                            Some(reason) => {
+                                let why = format!("{}: {reason}", redact(uri));
+                                tracing::error!(uri = %redact(uri), %reason, "RabbitMQ refused the connection");
+                                return Err(BinderError::Refused(why));
+                            }
+                            None => e.to_string(),
+                        },
+                        Some(Err(tls::Failure::Tls(e))) => {
+                            refused.push(format!("{}: {e}", redact(uri)));
+                            e
+                        }
+                        None => format!("no AMQP handshake within {timeout:?}"),
+                    }
+                }
             };
             tracing::warn!(uri = %redact(uri), error = %failure, "cannot connect to RabbitMQ");
             last = format!("{}: {failure}", redact(uri));
+        }
+        if !refused.is_empty() {
+            return Err(BinderError::Broker(format!(
+                "cannot connect to RabbitMQ over TLS ({})",
+                refused.join("; ")
+            )));
         }
         Err(BinderError::Unreachable(format!(
             "cannot connect to RabbitMQ ({last})"

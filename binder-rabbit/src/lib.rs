@@ -5,10 +5,13 @@
 
 mod binder;
 mod convert;
+mod keys;
 mod settings;
+mod tls;
 
 pub use binder::{RabbitBinder, link};
 pub use settings::RabbitSettings;
+pub use tls::{KeyStore, TlsSettings, TlsVersion, TrustStore};
 
 /// The README's examples, compiled as doctests so they cannot go stale.
 #[cfg(doctest)]

@@ -125,9 +125,18 @@ fn distance(a: &str, b: &str) -> usize {
     rows[a.len()][b.len()]
 }
 
-/// The candidate nearest to `given` (compared case- and separator-insensitively), if it is
-/// near enough to be a likely typo.
-pub(crate) fn did_you_mean<'a>(
+/// The candidate nearest to `given`, if it is near enough to be a likely typo: what the
+/// configuration's "did you mean" suggestions use. Keys are compared ignoring case, `-` and
+/// `_` (so `max-atempts` finds `maxAttempts`), and a candidate is near enough within one edit
+/// per three characters of `given` (at least one, at most three).
+///
+/// ```
+/// use binder_core::config::did_you_mean;
+///
+/// assert_eq!(did_you_mean("hots", ["host", "port"]), Some("host"));
+/// assert_eq!(did_you_mean("colour", ["host", "port"]), None);
+/// ```
+pub fn did_you_mean<'a>(
     given: &str,
     candidates: impl IntoIterator<Item = &'a str>,
 ) -> Option<&'a str> {
