@@ -221,9 +221,11 @@ impl Codecs {
     /// Decodes a message's payload, choosing the codec by the message's content type or, if it
     /// has none, by `fallback` (the binding's `contentType`).
     ///
-    /// A payload with a `content-encoding` other than `identity` (or none, or empty), such as
-    /// `gzip`, is a [`DecodeError`] naming the encoding: codecs read the bytes as they are,
-    /// and no encoding is undone.
+    /// A payload's `content-encoding` must say the bytes are as they are: none, empty,
+    /// `identity`, or a UTF-8-compatible charset name (`UTF-8`, `utf8`, `US-ASCII`), which
+    /// Spring AMQP's converters, pika and kombu write there. Anything else, such as `gzip`, is a
+    /// [`DecodeError`] naming the encoding: no coding is undone, and payloads are read as
+    /// UTF-8.
     pub fn decode<T: DeserializeOwned>(
         &self,
         message: &Message,
@@ -232,12 +234,15 @@ impl Codecs {
         let content_type = message.content_type().unwrap_or(fallback);
         if let Some(encoding) = message.properties.content_encoding.as_deref() {
             let trimmed = encoding.trim();
-            if !trimmed.is_empty() && !trimmed.eq_ignore_ascii_case("identity") {
+            let as_is = ["", "identity", "utf-8", "utf8", "us-ascii", "ascii"]
+                .iter()
+                .any(|ok| trimmed.eq_ignore_ascii_case(ok));
+            if !as_is {
                 return Err(DecodeError {
                     expected: std::any::type_name::<T>().to_owned(),
                     content_type: content_type.to_owned(),
                     reason: format!(
-                        "the payload has content-encoding `{encoding}`, which is not undone (only `identity` payloads are decoded)"
+                        "the payload has content-encoding `{encoding}`, which is not undone (payloads are decoded as they are, as UTF-8: only `identity` or a UTF-8 charset name is accepted)"
                     ),
                     len: message.payload.len(),
                     preview: preview(&message.payload),
@@ -469,18 +474,19 @@ mod tests {
     }
 
     #[test]
-    fn only_identity_content_encoding_decodes() {
+    fn only_payloads_as_they_are_decode() {
         let codecs = Codecs::default();
         let with = |encoding: &str| {
             let mut m = Message::new(&b"[1]"[..]).with_content_type("application/json");
             m.properties.content_encoding = Some(encoding.to_owned());
             m
         };
-        for ok in ["", "identity", " Identity "] {
+        // Spring AMQP's converters and pika write the charset there.
+        for ok in ["", "identity", " Identity ", "UTF-8", "utf8", "US-ASCII"] {
             let v: Vec<u8> = codecs.decode(&with(ok), DEFAULT_CONTENT_TYPE).unwrap();
             assert_eq!(v, vec![1], "content-encoding `{ok}`");
         }
-        for refused in ["gzip", "deflate", "br", "gzip, identity"] {
+        for refused in ["gzip", "deflate", "br", "gzip, identity", "ISO-8859-1"] {
             let err = codecs
                 .decode::<Vec<u8>>(&with(refused), DEFAULT_CONTENT_TYPE)
                 .unwrap_err();

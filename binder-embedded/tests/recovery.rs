@@ -143,8 +143,10 @@ async fn subscribing_again_is_immediate_after_a_loss_then_backs_off_up_to_recove
         [ms(100), ms(200), ms(400), ms(800), ms(1000), ms(1000)]
     );
 
-    // The broker ends the subscription (its queue is deleted): the next try is at once; it
-    // fails (no queue) and the waits start again from 100 ms.
+    // The broker ends a subscription that has lasted (its queue is deleted): the next try is
+    // at once; it fails (no queue) and the waits start again from 100 ms.
+    tokio::time::sleep(ms(1500)).await;
+    since = Instant::now();
     let conn = broker.connect();
     let ch = conn.open_channel().unwrap();
     ch.queue_delete("recovery-jobs.w", false, false).unwrap();
@@ -154,6 +156,13 @@ async fn subscribing_again_is_immediate_after_a_loss_then_backs_off_up_to_recove
     ch.queue_declare("recovery-jobs.w", Default::default(), Default::default())
         .unwrap();
     assert_eq!(next(&mut rx, &mut since).await, (ms(200), true));
+
+    // One that ends at once counts as a failed try: the waits go on doubling, no busy loop.
+    ch.queue_delete("recovery-jobs.w", false, false).unwrap();
+    assert_eq!(next(&mut rx, &mut since).await, (ms(400), false));
+    ch.queue_declare("recovery-jobs.w", Default::default(), Default::default())
+        .unwrap();
+    assert_eq!(next(&mut rx, &mut since).await, (ms(800), true));
     app.shutdown().await;
 }
 
@@ -170,20 +179,20 @@ async fn health_and_state_follow_a_binding_that_is_not_consuming() {
     let conn = broker.connect();
     let ch = conn.open_channel().unwrap();
     ch.queue_delete("health-jobs.w", false, false).unwrap();
+    // Down, with the latest reason: the loss, then the refused subscribes after it.
+    let prefix = "binding `jobs-in` (queue `health-jobs.w`) is not consuming: ";
     let down = tokio::time::timeout(
         Duration::from_secs(60),
-        health.wait_for(|s| *s != HealthStatus::Up),
+        health.wait_for(|s| {
+            matches!(s, HealthStatus::Down { reason } if reason.starts_with(prefix) && !reason.contains("ended the subscription"))
+        }),
     )
     .await
-    .expect("health goes down");
-    match down {
-        HealthStatus::Down { reason } => assert!(
-            reason.starts_with("binding `jobs-in` (queue `health-jobs.w`) is not consuming: ")
-                && reason.contains("health-jobs.w"),
-            "{reason}"
-        ),
-        other => panic!("expected down, got {other}"),
-    }
+    .expect("health goes down with the subscribe's own reason");
+    let HealthStatus::Down { reason } = down else {
+        unreachable!()
+    };
+    assert!(reason[prefix.len()..].contains("health-jobs.w"), "{reason}");
     assert_eq!(app.state("jobs-in"), Some(BindingState::Recovering));
     assert_eq!(app.state("other-in"), Some(BindingState::Running));
     // A binding that is recovering still counts as running for the controls.

@@ -263,11 +263,14 @@ impl Link {
 
 /// The broker's reason when it refused the connection itself (wrong credentials: 403
 /// `ACCESS_REFUSED`; an unknown virtual host or no access to it: 530 `NOT_ALLOWED`), as
-/// opposed to not being reachable.
+/// opposed to not being reachable. RabbitMQ also answers 530 when a virtual host's or a
+/// user's connection limit is reached, which passes once other connections close: that one
+/// is waited for like an outage.
 fn refusal(e: &lapin::Error) -> Option<String> {
     match e.kind() {
         lapin::ErrorKind::ProtocolError(amqp) if matches!(amqp.get_id(), 403 | 530) => {
-            Some(amqp.get_message().to_string())
+            let reason = amqp.get_message().to_string();
+            (!reason.contains("connection limit")).then_some(reason)
         }
         _ => None,
     }

@@ -44,7 +44,20 @@ where
     let mut wait = Duration::from_millis(250);
     let health = patience.health.as_ref();
     loop {
-        match op().await {
+        // A try that outlives the deadline (a connect waiting for `connection-timeout`) is
+        // given up with it.
+        let attempt = match patience.deadline {
+            Some((deadline, limit)) => match tokio::time::timeout_at(deadline, op()).await {
+                Ok(result) => result,
+                Err(_) => {
+                    return Err(crate::binder::BinderError::Unreachable(format!(
+                        "no answer; gave up after spring.cloud.stream.startupTimeout ({limit:?})"
+                    )));
+                }
+            },
+            None => op().await,
+        };
+        match attempt {
             Err(crate::binder::BinderError::Unreachable(e)) => {
                 if let Some((deadline, limit)) = patience.deadline {
                     let now = tokio::time::Instant::now();
@@ -79,6 +92,8 @@ where
 pub(crate) struct Binders {
     explicit: HashMap<String, Arc<dyn Binder>>,
     created: StdMutex<HashMap<String, Arc<dyn Binder>>>,
+    /// Binder configurations whose environment an instance given in code has taken.
+    configured: StdMutex<std::collections::HashSet<String>>,
 }
 
 impl std::fmt::Debug for Binders {
@@ -103,8 +118,19 @@ impl Binders {
             .get(&name)
             .or_else(|| self.explicit.get(&binder_type))
         {
-            b.configure(&config.binder_environment(&name))
-                .map_err(|e| format!("binding `{binding}`: binder `{name}` given in code: {e}"))?;
+            // Once per binder configuration and application, not per binding or destination.
+            let first = self
+                .configured
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(name.clone());
+            if first {
+                if let Err(e) = b.configure(&config.binder_environment(&name)) {
+                    return Err(format!(
+                        "binding `{binding}`: binder `{name}` given in code: {e}"
+                    ));
+                }
+            }
             return Ok(b.clone());
         }
         let mut created = self.created.lock().unwrap_or_else(|p| p.into_inner());
@@ -361,8 +387,8 @@ impl AppBuilder {
     }
 
     /// How long startup may wait for brokers that cannot be reached before it fails (default:
-    /// `spring.cloud.stream.startupTimeout`, else for ever). A broker that answers and refuses
-    /// fails startup at once whatever this says.
+    /// `spring.cloud.stream.startupTimeout`, else for ever; zero is for ever too). A broker
+    /// that answers and refuses fails startup at once whatever this says.
     pub fn startup_timeout(mut self, timeout: Duration) -> Self {
         self.startup_timeout = Some(timeout);
         self
@@ -463,7 +489,11 @@ impl AppBuilder {
         tracker: super::health::HealthTracker,
     ) -> Result<RunningApp, StartupError> {
         let health = self.health.clone();
-        let limit = self.startup_timeout.or(self.config.startup_timeout);
+        // Zero means no limit, in code as in `spring.cloud.stream.startupTimeout: 0`.
+        let limit = self
+            .startup_timeout
+            .or(self.config.startup_timeout)
+            .filter(|l| !l.is_zero());
         let patience = Patience {
             health: Some(health.clone()),
             deadline: limit.map(|l| (tokio::time::Instant::now() + l, l)),
@@ -472,6 +502,7 @@ impl AppBuilder {
         let binders = Arc::new(Binders {
             explicit: self.binders,
             created: StdMutex::new(HashMap::new()),
+            configured: StdMutex::new(Default::default()),
         });
         let config = Arc::new(self.config);
         let codecs = Arc::new(self.codecs);

@@ -4,6 +4,7 @@ use std::fmt;
 
 /// The state of a binding.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum BindingState {
     /// Consuming (or, for outputs, sending).
     Running,

@@ -41,13 +41,14 @@ pub const DEFAULT_LEVEL: LevelFilter = LevelFilter::INFO;
 /// assert_eq!(filter.to_string(), "binder_core=debug,warn");
 /// ```
 pub fn init_logging(config: &StreamConfig) -> Result<bool, ConfigError> {
+    // A program with a subscriber of its own keeps it, and reads RUST_LOG as it likes.
+    if tracing::dispatcher::has_been_set() {
+        return Ok(false);
+    }
     let rust_log = std::env::var("RUST_LOG")
         .ok()
         .filter(|v| !v.trim().is_empty());
     let filter = log_filter(config, rust_log.as_deref())?;
-    if tracing::dispatcher::has_been_set() {
-        return Ok(false);
-    }
     let installed = tracing_subscriber::registry()
         .with(
             tracing_subscriber::fmt::layer()

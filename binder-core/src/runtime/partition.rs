@@ -9,8 +9,8 @@
 //! | text: a literal, a string header or field, several terms joined with `+` | `String` | `String.hashCode` |
 //! | a JSON integer in `i32` range; an `i8`, `i16`, `i32`, `u8`, `u16` header, or a `u32` one in range | `Integer` (`Byte`, `Short`) | the value |
 //! | a JSON integer beyond `i32` but in `i64`; an `i64` header (whatever its value), a `u32` one beyond `i32` | `Long` | `(int) (v ^ (v >>> 32))` |
-//! | a JSON integer beyond `i64` | `BigInteger` | `BigInteger.hashCode` |
-//! | a JSON number with a fraction or exponent; an `f64` header | `Double` | `Long.hashCode(doubleToLongBits(v))` |
+//! | a JSON integer beyond `i64`, up to `u64::MAX` | `BigInteger` | `BigInteger.hashCode` |
+//! | a JSON number with a fraction or exponent, or an integer beyond `u64` (JSON reads it as a float); an `f64` header | `Double` | `Long.hashCode(doubleToLongBits(v))` |
 //! | an `f32` header | `Float` | `floatToIntBits(v)` |
 //! | `true` / `false` | `Boolean` | 1231 / 1237 |
 //! | a decimal header | `BigDecimal` | `BigDecimal.hashCode` (unscaled value and scale) |

@@ -16,6 +16,9 @@ use crate::binder::{Binder, Inbound, Settlement, Subscription, SubscriptionSpec}
 /// The first wait after a subscribe fails; each failure doubles it, up to `recoveryInterval`.
 const FIRST_RETRY: Duration = Duration::from_millis(100);
 
+/// How long a subscription must have lasted for its loss to be retried at once.
+const STABLE: Duration = Duration::from_secs(1);
+
 /// The longest wait while the broker cannot be reached at all: trying costs a refused TCP
 /// connection, and a consumer is back within about this long of the broker's return.
 const UNREACHABLE_RETRY: Duration = Duration::from_millis(500);
@@ -44,6 +47,7 @@ pub(crate) async fn run_queue(
         stash: VecDeque::new(),
         recovery,
         retry: Duration::ZERO,
+        subscribed_at: None,
         lost: None,
     };
     queue.run().await;
@@ -73,6 +77,8 @@ struct QueueLoop {
     /// The wait before the next subscribe: none after a lost subscription (the broker is
     /// often back at once), then doubling from [`FIRST_RETRY`] up to `recovery`.
     retry: Duration,
+    /// When the current subscription was made.
+    subscribed_at: Option<tokio::time::Instant>,
     /// Why the last subscription was lost or refused, until a new one is made.
     lost: Option<String>,
 }
@@ -112,14 +118,38 @@ impl QueueLoop {
     fn report(&mut self, state: BindingState) {
         if self.reported != state {
             self.reported = state;
-            self.actual.send_replace(state);
-            let who = format!("binding `{}` (queue `{}`)", self.rt.name, self.spec.queue);
-            match (state, &self.lost) {
-                (BindingState::Recovering, Some(why)) => self.rt.health.recovering(&who, why),
-                (BindingState::Recovering, None) => self.rt.health.recovering(&who, "unknown"),
-                _ => self.rt.health.settled(&who),
+            // Health first: whoever sees the new state sees the health that goes with it.
+            if state == BindingState::Recovering {
+                self.report_why();
+            } else {
+                self.rt.health.settled(&self.who());
             }
+            self.actual.send_replace(state);
         }
+    }
+
+    /// How health names this loop.
+    fn who(&self) -> String {
+        format!("binding `{}` (queue `{}`)", self.rt.name, self.spec.queue)
+    }
+
+    /// Tells health why this loop is not consuming (the latest reason, on every failure).
+    fn report_why(&self) {
+        let why = self.lost.as_deref().unwrap_or("unknown");
+        self.rt.health.recovering(&self.who(), why);
+    }
+
+    /// The wait before the next subscribe after a failure (`unreachable`: the broker could not
+    /// be reached at all), and the schedule after it.
+    fn next_wait(&mut self, unreachable: bool) -> Duration {
+        let cap = if unreachable {
+            self.recovery.min(UNREACHABLE_RETRY)
+        } else {
+            self.recovery
+        };
+        let wait = self.retry.max(FIRST_RETRY).min(cap);
+        self.retry = (wait * 2).min(cap);
+        wait
     }
 
     /// Stops taking deliveries for a while. A subscription whose deliveries await acks stays
@@ -203,23 +233,21 @@ impl QueueLoop {
                         if let Some(reason) = self.lost.take() {
                             tracing::warn!(binding = %self.rt.name, queue = %self.spec.queue, after = %reason, "consuming again");
                         }
-                        self.retry = Duration::ZERO;
+                        self.subscribed_at = Some(tokio::time::Instant::now());
                         self.subscription = Some(s);
                         self.report(BindingState::Running);
                         return Step::Continue;
                     }
                     Err(e) => {
-                        let cap = match e {
-                            crate::binder::BinderError::Unreachable(_) => {
-                                self.recovery.min(UNREACHABLE_RETRY)
-                            }
-                            _ => self.recovery,
-                        };
-                        let wait = self.retry.max(FIRST_RETRY).min(cap);
-                        self.retry = (wait * 2).min(cap);
+                        let wait =
+                            self.next_wait(matches!(e, crate::binder::BinderError::Unreachable(_)));
                         tracing::warn!(binding = %self.rt.name, queue = %self.spec.queue, error = %e, retry_in = ?wait, "cannot consume; retrying (waits double up to recoveryInterval)");
                         self.lost = Some(e.to_string());
-                        self.report(BindingState::Recovering);
+                        if self.reported == BindingState::Recovering {
+                            self.report_why();
+                        } else {
+                            self.report(BindingState::Recovering);
+                        }
                         return self.back_off(wait).await;
                     }
                 }
@@ -253,13 +281,20 @@ impl QueueLoop {
             };
             let Some(inbound) = inbound else {
                 // The broker cancelled the consumer (queue deleted, connection lost): subscribe
-                // again at once, then back off while that fails.
+                // again at once, then back off while that fails. A subscription that ended
+                // within STABLE of being made counts as a failed try, so one that keeps
+                // ending at once is not retried in a busy loop.
                 tracing::warn!(binding = %self.rt.name, queue = %self.spec.queue, "the broker ended the subscription (consumer cancelled, queue deleted or connection lost); subscribing again");
                 self.lost = Some("the broker ended the subscription".to_owned());
                 self.subscription = None;
-                self.retry = Duration::ZERO;
+                let lived = self.subscribed_at.take().map(|t| t.elapsed());
                 self.report(BindingState::Recovering);
-                return Step::Continue;
+                if lived.is_some_and(|l| l >= STABLE) {
+                    self.retry = Duration::ZERO;
+                    return Step::Continue;
+                }
+                let wait = self.next_wait(false);
+                return self.back_off(wait).await;
             };
             inbound
         };

@@ -116,7 +116,8 @@ impl std::fmt::Debug for ServiceError {
 /// and runs until Ctrl-C or SIGTERM.
 ///
 /// It can be `main`'s whole body: the [`ServiceExit`] it returns prints what went wrong and
-/// exits with status 2 for a configuration problem, 1 for any other failure.
+/// exits with status 2 for a configuration the loader refuses, 1 for any other failure
+/// (problems found as the application starts included).
 ///
 /// ```no_run
 /// #[tokio::main]
