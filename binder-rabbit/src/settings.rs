@@ -279,19 +279,10 @@ enum StoreKind {
     Pem,
 }
 
-/// The problems as one message, one a line, each with its origin and full key.
+/// The problems as one message, one a line, each with its origin and full key, indented one
+/// level more than the runtime's own list, in which this one appears.
 fn render(problems: &[Problem]) -> String {
-    let mut out = format!(
-        "{} problem{} under spring.rabbitmq:",
-        problems.len(),
-        if problems.len() == 1 { "" } else { "s" }
-    );
-    // Indented one level more than the runtime's own list, in which this one appears.
-    for p in problems {
-        out.push_str("\n    - ");
-        out.push_str(&p.to_string());
-    }
-    out
+    binder_core::config::render_problems("spring.rabbitmq", problems, 4)
 }
 
 impl RabbitSettings {
@@ -783,7 +774,7 @@ mod tests {
         );
         let lines: Vec<&str> = err.lines().skip(1).collect();
         assert!(
-            err.starts_with("invalid configuration: 9 problems under spring.rabbitmq:"),
+            err.starts_with("invalid configuration: spring.rabbitmq (9 problems):"),
             "{err}"
         );
         for expected in [

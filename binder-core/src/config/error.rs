@@ -59,13 +59,28 @@ impl ConfigError {
 }
 
 fn render(problems: &[Problem]) -> String {
+    render_problems("invalid configuration", problems, 2)
+}
+
+/// Problems as one message: `<heading> (<n> problems):`, then one line each, indented by
+/// `indent` spaces (a binder nests its list one level under the runtime's).
+///
+/// ```
+/// use binder_core::config::{Problem, render_problems};
+///
+/// let p = Problem { origin: None, path: "spring.rabbitmq.hots".into(), message: "unknown".into() };
+/// assert_eq!(render_problems("bad", &[p], 2), "bad (1 problem):\n  - spring.rabbitmq.hots: unknown");
+/// ```
+pub fn render_problems(heading: &str, problems: &[Problem], indent: usize) -> String {
     let mut out = format!(
-        "invalid configuration ({} problem{}):",
+        "{heading} ({} problem{}):",
         problems.len(),
         if problems.len() == 1 { "" } else { "s" }
     );
     for p in problems {
-        out.push_str("\n  - ");
+        out.push('\n');
+        out.push_str(&" ".repeat(indent));
+        out.push_str("- ");
         out.push_str(&p.to_string());
     }
     out
