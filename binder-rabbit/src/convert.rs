@@ -164,10 +164,18 @@ pub(crate) fn message(payload: Vec<u8>, props: &BasicProperties) -> Message {
 mod tests {
     use super::*;
 
-    #[test]
-    fn every_header_type_round_trips() {
-        let nested: Headers = [("n", HeaderValue::I32(1))].into_iter().collect();
-        let headers: Headers = [
+    /// One header of every AMQP field type, nested tables and arrays included.
+    fn every_type() -> Headers {
+        let nested: Headers = [
+            ("n", HeaderValue::I32(1)),
+            (
+                "deep",
+                HeaderValue::Array(vec![HeaderValue::from("x"), HeaderValue::Void]),
+            ),
+        ]
+        .into_iter()
+        .collect();
+        [
             ("a", HeaderValue::Bool(true)),
             ("b", HeaderValue::I8(-1)),
             ("c", HeaderValue::U8(2)),
@@ -179,15 +187,23 @@ mod tests {
             ("i", HeaderValue::F32(0.5)),
             ("j", HeaderValue::F64(0.25)),
             ("k", HeaderValue::Decimal(Decimal { scale: 1, value: 5 })),
-            ("l", HeaderValue::from("text")),
+            ("l", HeaderValue::from("text with é")),
             ("m", HeaderValue::Bytes(Bytes::from_static(&[0, 255]))),
             ("n", HeaderValue::Timestamp(9)),
-            ("o", HeaderValue::Array(vec![HeaderValue::Void])),
+            (
+                "o",
+                HeaderValue::Array(vec![HeaderValue::Void, HeaderValue::I64(1)]),
+            ),
             ("p", HeaderValue::Table(nested)),
             ("q", HeaderValue::Void),
         ]
         .into_iter()
-        .collect();
+        .collect()
+    }
+
+    #[test]
+    fn every_header_type_round_trips() {
+        let headers = every_type();
         assert_eq!(from_table(&to_table(&headers)), headers);
     }
 
@@ -257,45 +273,13 @@ mod tests {
     #[test]
     fn the_dead_letter_frame_arithmetic_matches_the_wire() {
         use binder_core::binder::header_frame_size;
-        let nested: Headers = [
-            ("n", HeaderValue::I32(1)),
-            (
-                "deep",
-                HeaderValue::Array(vec![HeaderValue::from("x"), HeaderValue::Void]),
-            ),
-        ]
-        .into_iter()
-        .collect();
         let mut m = Message::new(vec![0u8; 300_000]);
         assert_eq!(header_frame_size(&m), wire_size(&m), "no properties");
-        m.headers = [
-            ("a", HeaderValue::Bool(true)),
-            ("b", HeaderValue::I8(-1)),
-            ("c", HeaderValue::U8(2)),
-            ("d", HeaderValue::I16(-3)),
-            ("e", HeaderValue::U16(4)),
-            ("f", HeaderValue::I32(-5)),
-            ("g", HeaderValue::U32(6)),
-            ("h", HeaderValue::I64(-7)),
-            ("i", HeaderValue::F32(0.5)),
-            ("j", HeaderValue::F64(0.25)),
-            ("k", HeaderValue::Decimal(Decimal { scale: 1, value: 5 })),
-            ("l", HeaderValue::from("text with é")),
-            ("m", HeaderValue::Bytes(Bytes::from_static(&[0, 255]))),
-            ("n", HeaderValue::Timestamp(9)),
-            (
-                "o",
-                HeaderValue::Array(vec![HeaderValue::Void, HeaderValue::I64(1)]),
-            ),
-            ("p", HeaderValue::Table(nested)),
-            ("q", HeaderValue::Void),
-            (
-                "a-longer-header-name",
-                HeaderValue::from("v".repeat(70_000)),
-            ),
-        ]
-        .into_iter()
-        .collect();
+        m.headers = every_type();
+        m.headers.insert(
+            "a-longer-header-name",
+            HeaderValue::from("v".repeat(70_000)),
+        );
         m.properties = Properties {
             content_type: Some("application/json".into()),
             content_encoding: Some("gzip".into()),
