@@ -93,6 +93,40 @@ fn free_port() -> u16 {
         .expect("a free loopback port")
 }
 
+/// Starts `rabbitmq-server` for a private node whose files `dir` holds (appending its output
+/// to `dir/server.out`), without waiting for it to boot.
+fn spawn_server(
+    name: &str,
+    port: u16,
+    dist_port: u16,
+    dir: &std::path::Path,
+) -> Result<std::process::Child, String> {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join("server.out"))
+        .map_err(|e| e.to_string())?;
+    std::process::Command::new("rabbitmq-server")
+        .env("RABBITMQ_NODENAME", name)
+        .env("RABBITMQ_NODE_IP_ADDRESS", "127.0.0.1")
+        .env("RABBITMQ_NODE_PORT", port.to_string())
+        .env("RABBITMQ_DIST_PORT", dist_port.to_string())
+        .env("RABBITMQ_CONF_ENV_FILE", dir.join("rabbitmq-env.conf"))
+        .env("RABBITMQ_CONFIG_FILE", dir.join("rabbitmq.conf"))
+        .env("RABBITMQ_ENABLED_PLUGINS_FILE", dir.join("enabled_plugins"))
+        .env("RABBITMQ_MNESIA_BASE", dir.join("mnesia"))
+        .env("RABBITMQ_LOG_BASE", dir.join("log"))
+        .env("RABBITMQ_PID_FILE", dir.join("node.pid"))
+        .env(
+            "RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS",
+            "-kernel inet_dist_use_interface {127,0,0,1}",
+        )
+        .stdout(log.try_clone().map_err(|e| e.to_string())?)
+        .stderr(log)
+        .spawn()
+        .map_err(|e| format!("rabbitmq-server: {e}"))
+}
+
 /// A RabbitMQ node of the test's own, started from the local installation with its own name,
 /// AMQP port, distribution port and data directory, on loopback. Tests that raise alarms,
 /// close every connection or stop the broker use one, so the shared broker (`AMQP_URL`) and
@@ -100,6 +134,7 @@ fn free_port() -> u16 {
 pub struct PrivateNode {
     name: String,
     port: u16,
+    dist_port: u16,
     dir: std::path::PathBuf,
     server: std::process::Child,
 }
@@ -121,7 +156,9 @@ impl PrivateNode {
         }
     }
 
-    fn try_start(tag: &str) -> Result<Self, String> {
+    /// Starts a node and waits until it has booted, or says why it cannot (for callers that
+    /// must fail rather than skip).
+    pub fn try_start(tag: &str) -> Result<Self, String> {
         use std::os::unix::fs::PermissionsExt;
         let (port, dist_port) = (free_port(), free_port());
         let name = format!("{}@localhost", unique(tag));
@@ -140,44 +177,32 @@ impl PrivateNode {
         write("enabled_plugins", "[].\n")?;
         // Read instead of /etc/rabbitmq/rabbitmq-env.conf, which names the shared node.
         write("rabbitmq-env.conf", "ERL_EPMD_ADDRESS=127.0.0.1\n")?;
-        let log = std::fs::File::create(dir.join("server.out")).map_err(|e| e.to_string())?;
-        let server = std::process::Command::new("rabbitmq-server")
-            .env("RABBITMQ_NODENAME", &name)
-            .env("RABBITMQ_NODE_IP_ADDRESS", "127.0.0.1")
-            .env("RABBITMQ_NODE_PORT", port.to_string())
-            .env("RABBITMQ_DIST_PORT", dist_port.to_string())
-            .env("RABBITMQ_CONF_ENV_FILE", dir.join("rabbitmq-env.conf"))
-            .env("RABBITMQ_CONFIG_FILE", dir.join("rabbitmq.conf"))
-            .env("RABBITMQ_ENABLED_PLUGINS_FILE", dir.join("enabled_plugins"))
-            .env("RABBITMQ_MNESIA_BASE", dir.join("mnesia"))
-            .env("RABBITMQ_LOG_BASE", dir.join("log"))
-            .env("RABBITMQ_PID_FILE", dir.join("node.pid"))
-            .env(
-                "RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS",
-                "-kernel inet_dist_use_interface {127,0,0,1}",
-            )
-            .stdout(log.try_clone().map_err(|e| e.to_string())?)
-            .stderr(log)
-            .spawn()
-            .map_err(|e| format!("rabbitmq-server: {e}"))?;
+        let server = spawn_server(&name, port, dist_port, &dir)?;
         let node = PrivateNode {
             name,
             port,
+            dist_port,
             dir,
             server,
         };
-        // rabbitmqctl's own wait: for the pid file, then for the boot to finish.
-        let pid_file = node.dir.join("node.pid");
-        let booted = node.ctl_output(&["wait", &pid_file.to_string_lossy(), "--timeout", "120"]);
+        node.wait_booted()?;
+        Ok(node)
+    }
+
+    /// Waits (rabbitmqctl's own wait: for the pid file, then for the boot to finish) until
+    /// the node has booted, within 120 s.
+    fn wait_booted(&self) -> Result<(), String> {
+        let pid_file = self.dir.join("node.pid");
+        let booted = self.ctl_output(&["wait", &pid_file.to_string_lossy(), "--timeout", "120"]);
         if !booted.status.success() {
             return Err(format!(
                 "{} did not boot: {}{}",
-                node.name,
+                self.name,
                 String::from_utf8_lossy(&booted.stderr),
-                std::fs::read_to_string(node.dir.join("server.out")).unwrap_or_default()
+                std::fs::read_to_string(self.dir.join("server.out")).unwrap_or_default()
             ));
         }
-        Ok(node)
+        Ok(())
     }
 
     /// `amqp://` URI of the node.
@@ -251,5 +276,147 @@ impl Drop for PrivateNode {
         let _ = self.ctl_output(&["stop"]);
         let _ = self.server.wait();
         let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+impl PrivateNode {
+    /// The node's Erlang name (`<unique>@localhost`), as `join_cluster` and `-n` take it.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Kills the node's Erlang VM with SIGKILL, as a crash or a lost machine would end it
+    /// (no shutdown: its connections are reset, its peers see it vanish), and waits until
+    /// the server process has exited.
+    pub fn kill(&mut self) -> Result<(), String> {
+        let pid_file = self.dir.join("node.pid");
+        let pid = std::fs::read_to_string(&pid_file)
+            .map_err(|e| format!("{}: {e}", pid_file.display()))?;
+        let pid = pid.trim();
+        let killed = std::process::Command::new("kill")
+            .args(["-9", pid])
+            .output()
+            .map_err(|e| format!("kill: {e}"))?;
+        if !killed.status.success() {
+            return Err(format!(
+                "kill -9 {pid}: {}",
+                String::from_utf8_lossy(&killed.stderr)
+            ));
+        }
+        self.server
+            .wait()
+            .map_err(|e| format!("rabbitmq-server: {e}"))?;
+        Ok(())
+    }
+
+    /// Starts the node again, with the same name, ports and data directory (after
+    /// [`kill`](Self::kill) or `rabbitmqctl stop`), and waits until it has booted: a
+    /// cluster member rejoins its cluster.
+    pub fn restart(&mut self) -> Result<(), String> {
+        // A killed node leaves its pid file, which `rabbitmqctl wait` would read.
+        let _ = std::fs::remove_file(self.dir.join("node.pid"));
+        self.server = spawn_server(&self.name, self.port, self.dist_port, &self.dir)?;
+        self.wait_booted()
+    }
+
+    /// Runs `rabbitmqctl -q -n <node> <args>`, or says why it failed.
+    fn try_ctl(&self, args: &[&str]) -> Result<String, String> {
+        let out = self.ctl_output(args);
+        if out.status.success() {
+            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        } else {
+            Err(format!(
+                "rabbitmqctl -n {} {args:?}: {}{}",
+                self.name,
+                String::from_utf8_lossy(&out.stderr),
+                String::from_utf8_lossy(&out.stdout)
+            ))
+        }
+    }
+}
+
+/// A RabbitMQ cluster of the test's own: private nodes (each with its own name, ports and
+/// data directory) joined with `join_cluster` to the first. The shared broker is never part
+/// of it. Every node is stopped, and its directory removed, when the cluster is dropped.
+pub struct Cluster {
+    /// The members, the first being the one the others joined.
+    pub nodes: Vec<PrivateNode>,
+}
+
+impl Cluster {
+    /// Starts `size` nodes (at the same time), joins them into one cluster and waits until
+    /// every member runs, or says why it cannot; nodes already started are stopped then.
+    pub fn start(tag: &str, size: usize) -> Result<Self, String> {
+        let started: Vec<Result<PrivateNode, String>> = std::thread::scope(|s| {
+            let starting: Vec<_> = (0..size)
+                .map(|i| s.spawn(move || PrivateNode::try_start(&format!("{tag}{i}"))))
+                .collect();
+            starting
+                .into_iter()
+                .map(|t| t.join().unwrap_or_else(|_| Err("start panicked".into())))
+                .collect()
+        });
+        let mut nodes = Vec::new();
+        let mut failures = Vec::new();
+        for node in started {
+            match node {
+                Ok(node) => nodes.push(node),
+                Err(e) => failures.push(e),
+            }
+        }
+        let cluster = Cluster { nodes };
+        if !failures.is_empty() {
+            return Err(failures.join("; "));
+        }
+        // All nodes run as the `rabbitmq` user and so share its Erlang cookie.
+        let first = cluster.nodes[0].name.clone();
+        for node in &cluster.nodes[1..] {
+            node.try_ctl(&["stop_app"])?;
+            node.try_ctl(&["join_cluster", &first])?;
+            node.try_ctl(&["start_app"])?;
+            node.try_ctl(&["await_startup", "--timeout", "60"])?;
+        }
+        let running = cluster.nodes[0].try_ctl(&["eval", "length(rabbit_nodes:all_running())."])?;
+        if running.trim() != size.to_string() {
+            return Err(format!("{size} nodes joined, but {running} run"));
+        }
+        Ok(cluster)
+    }
+
+    /// `spring.rabbitmq.addresses` for the cluster: `127.0.0.1:<port>` of every node.
+    pub fn addresses(&self) -> String {
+        self.nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// The index of the node named `name`.
+    pub fn index_of(&self, name: &str) -> Option<usize> {
+        self.nodes.iter().position(|n| n.name == name)
+    }
+
+    /// The name of the node leading quorum queue `queue`, asked of node `via`.
+    pub fn leader_of(&self, queue: &str, via: usize) -> Result<String, String> {
+        let listed = self.nodes[via].try_ctl(&["list_queues", "name", "leader"])?;
+        listed
+            .lines()
+            .filter_map(|l| l.split_once('\t'))
+            .find(|(name, _)| *name == queue)
+            .map(|(_, leader)| leader.trim().to_owned())
+            .ok_or_else(|| format!("queue `{queue}` is not listed by node {via}:\n{listed}"))
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        // Stopped at the same time: a member stopping waits on its peers, and one at a time
+        // the last ones wait longest.
+        std::thread::scope(|s| {
+            for node in self.nodes.drain(..) {
+                s.spawn(move || drop(node));
+            }
+        });
     }
 }
