@@ -166,18 +166,24 @@ impl PrivateNode {
         let write = |file: &str, text: &str| {
             std::fs::write(dir.join(file), text).map_err(|e| format!("{file}: {e}"))
         };
-        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-        // The server runs as the `rabbitmq` user, which writes its data and logs here.
-        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777))
-            .map_err(|e| format!("{}: {e}", dir.display()))?;
-        write(
-            "rabbitmq.conf",
-            &format!("listeners.tcp.1 = 127.0.0.1:{port}\n"),
-        )?;
-        write("enabled_plugins", "[].\n")?;
-        // Read instead of /etc/rabbitmq/rabbitmq-env.conf, which names the shared node.
-        write("rabbitmq-env.conf", "ERL_EPMD_ADDRESS=127.0.0.1\n")?;
-        let server = spawn_server(&name, port, dist_port, &dir)?;
+        let prepared = std::fs::create_dir_all(&dir)
+            // The server runs as the `rabbitmq` user, which writes its data and logs here.
+            .and_then(|()| std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)))
+            .map_err(|e| format!("{}: {e}", dir.display()))
+            .and_then(|()| {
+                write(
+                    "rabbitmq.conf",
+                    &format!("listeners.tcp.1 = 127.0.0.1:{port}\n"),
+                )?;
+                write("enabled_plugins", "[].\n")?;
+                // Read instead of /etc/rabbitmq/rabbitmq-env.conf, which names the shared node.
+                write("rabbitmq-env.conf", "ERL_EPMD_ADDRESS=127.0.0.1\n")
+            })
+            .and_then(|()| spawn_server(&name, port, dist_port, &dir));
+        // A node that never started leaves no directory behind.
+        let server = prepared.inspect_err(|_| {
+            let _ = std::fs::remove_dir_all(&dir);
+        })?;
         let node = PrivateNode {
             name,
             port,
