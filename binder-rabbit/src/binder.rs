@@ -525,6 +525,16 @@ impl RabbitProducer {
         Ok(ch)
     }
 
+    /// Stops handing out `ch` for new sends (unless another send already replaced it).
+    async fn retire(&self, ch: &LinkChannel) {
+        let mut guard = self.channel.lock().await;
+        if guard.as_ref().is_some_and(|c| {
+            c.channel.id() == ch.channel.id() && Arc::ptr_eq(&c.connection, &ch.connection)
+        }) {
+            *guard = None;
+        }
+    }
+
     async fn send(
         &self,
         exchange: &str,
@@ -564,7 +574,14 @@ impl RabbitProducer {
         .map_err(|e| fail(e.to_string()))?;
         match confirm {
             Confirmation::Ack(_) => Ok(()),
-            Confirmation::Nack(_) => Err(fail("the broker refused the message (nack)".into())),
+            Confirmation::Nack(_) => {
+                // Some nacks are the channel's, not the message's: RabbitMQ nacks every
+                // publish on a channel whose quorum-queue leader was lost before the channel
+                // first reached the new one, for as long as the old leader is down. The next
+                // send gets a fresh channel; this one closes when its sends in flight end.
+                self.retire(&ch).await;
+                Err(fail("the broker refused the message (nack)".into()))
+            }
             Confirmation::NotRequested => Err(fail("publisher confirms are not enabled".into())),
         }
     }
