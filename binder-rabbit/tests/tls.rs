@@ -8,8 +8,6 @@
 //! so and passes, unless `REQUIRE_RABBIT=1`.
 
 mod common;
-#[path = "common/node.rs"]
-mod node;
 
 use std::path::Path;
 use std::process::Command;
@@ -18,7 +16,7 @@ use std::time::Duration;
 use binder_core::binder::{Binder, BinderError, Settlement, SubscriptionSpec};
 use binder_core::message::{DeliveryMode, Message};
 use binder_rabbit::{RabbitBinder, RabbitSettings};
-use node::Node;
+use common::PrivateNode;
 
 /// `openssl <args>` in `dir`; a failure fails the test with openssl's message.
 fn openssl(dir: &Path, args: &[&str]) {
@@ -154,10 +152,7 @@ async fn refusal(binder: &RabbitBinder) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tls_with_a_node_of_its_own() {
-    if !node::available() {
-        return;
-    }
-    let node = Node::start("rust-stream-tls", |dir| {
+    let Some(node) = PrivateNode::start_tls("rust-stream-tls", |dir| {
         certificates(dir);
         let d = dir.display();
         format!(
@@ -167,9 +162,11 @@ async fn tls_with_a_node_of_its_own() {
              ssl_options.verify = verify_peer\n\
              ssl_options.fail_if_no_peer_cert = true\n"
         )
-    });
+    }) else {
+        return;
+    };
     let d = node.dir().display().to_string();
-    let port = node.tls_port;
+    let port = node.tls_port();
     let at = |host: &str, ssl: &str| {
         format!(
             "spring.rabbitmq:\n  host: {host}\n  port: {port}\n  ssl:\n    enabled: true\n{ssl}"
@@ -336,8 +333,7 @@ async fn tls_with_a_node_of_its_own() {
             "server.pem",
         ],
     );
-    let cleared = node.ctl(&["eval", "ssl:clear_pem_cache()."]).unwrap();
-    assert!(cleared.status.success(), "{cleared:?}");
+    node.ctl(&["eval", "ssl:clear_pem_cache()."]);
     let binder = RabbitBinder::new(settings(&at("localhost", &(trusted.clone() + &pem_client))));
     let err = refusal(&binder).await;
     assert!(err.contains(&format!("localhost:{port}")), "{err}");
@@ -347,7 +343,7 @@ async fn tls_with_a_node_of_its_own() {
     );
 
     // A port that does not speak TLS.
-    let plain = node.amqp_port;
+    let plain = node.port();
     let binder = RabbitBinder::new(settings(&format!(
         "spring.rabbitmq:\n  host: localhost\n  port: {plain}\n  ssl:\n    enabled: true\n{trusted}{pem_client}"
     )));

@@ -134,6 +134,8 @@ fn spawn_server(
 pub struct PrivateNode {
     name: String,
     port: u16,
+    /// The TLS listener's port, when the node has one ([`PrivateNode::start_tls`]).
+    tls_port: Option<u16>,
     dist_port: u16,
     dir: std::path::PathBuf,
     server: std::process::Child,
@@ -159,8 +161,34 @@ impl PrivateNode {
     /// Starts a node and waits until it has booted, or says why it cannot (for callers that
     /// must fail rather than skip).
     pub fn try_start(tag: &str) -> Result<Self, String> {
+        Self::try_start_with(tag, None)
+    }
+
+    /// Starts a node that also listens for TLS: `prepare` writes what the listener needs
+    /// (certificates, keys) into the node's directory and returns the `ssl_options.*` lines
+    /// of its `rabbitmq.conf`. `None` (said loudly) when no node starts, as [`Self::start`].
+    pub fn start_tls(tag: &str, prepare: impl FnOnce(&std::path::Path) -> String) -> Option<Self> {
+        match Self::try_start_with(tag, Some(Box::new(prepare))) {
+            Ok(node) => Some(node),
+            Err(reason) => {
+                assert!(
+                    !required(),
+                    "REQUIRE_RABBIT=1 but no private RabbitMQ node starts: {reason}"
+                );
+                eprintln!("SKIPPED: no private RabbitMQ node starts: {reason}");
+                None
+            }
+        }
+    }
+
+    #[allow(clippy::type_complexity)]
+    fn try_start_with(
+        tag: &str,
+        tls: Option<Box<dyn FnOnce(&std::path::Path) -> String + '_>>,
+    ) -> Result<Self, String> {
         use std::os::unix::fs::PermissionsExt;
         let (port, dist_port) = (free_port(), free_port());
+        let tls_port = tls.as_ref().map(|_| free_port());
         let name = format!("{}@localhost", unique(tag));
         let dir = std::env::temp_dir().join(name.replace('@', "-"));
         let write = |file: &str, text: &str| {
@@ -171,10 +199,19 @@ impl PrivateNode {
             .and_then(|()| std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)))
             .map_err(|e| format!("{}: {e}", dir.display()))
             .and_then(|()| {
-                write(
-                    "rabbitmq.conf",
-                    &format!("listeners.tcp.1 = 127.0.0.1:{port}\n"),
-                )?;
+                let mut conf = format!("listeners.tcp.1 = 127.0.0.1:{port}\n");
+                if let (Some(prepare), Some(tls_port)) = (tls, tls_port) {
+                    conf.push_str(&format!("listeners.ssl.1 = 127.0.0.1:{tls_port}\n"));
+                    conf.push_str(&prepare(&dir));
+                    conf.push('\n');
+                    // The server's user reads what `prepare` wrote.
+                    for entry in std::fs::read_dir(&dir).map_err(|e| e.to_string())? {
+                        let path = entry.map_err(|e| e.to_string())?.path();
+                        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644))
+                            .map_err(|e| format!("{}: {e}", path.display()))?;
+                    }
+                }
+                write("rabbitmq.conf", &conf)?;
                 write("enabled_plugins", "[].\n")?;
                 // Read instead of /etc/rabbitmq/rabbitmq-env.conf, which names the shared node.
                 write("rabbitmq-env.conf", "ERL_EPMD_ADDRESS=127.0.0.1\n")
@@ -187,6 +224,7 @@ impl PrivateNode {
         let node = PrivateNode {
             name,
             port,
+            tls_port,
             dist_port,
             dir,
             server,
@@ -236,6 +274,16 @@ impl PrivateNode {
     /// The node's AMQP port.
     pub fn port(&self) -> u16 {
         self.port
+    }
+
+    /// The node's TLS port (a node started with [`PrivateNode::start_tls`]).
+    pub fn tls_port(&self) -> u16 {
+        self.tls_port.expect("a node started with start_tls")
+    }
+
+    /// The node's directory: its configuration, data and logs, and what `prepare` wrote.
+    pub fn dir(&self) -> &std::path::Path {
+        &self.dir
     }
 
     fn ctl_output(&self, args: &[&str]) -> std::process::Output {
