@@ -164,6 +164,24 @@ pub(crate) fn message(payload: Vec<u8>, props: &BasicProperties) -> Message {
 mod tests {
     use super::*;
 
+    /// Every property set.
+    fn every_property() -> Properties {
+        Properties {
+            content_type: Some("application/json".into()),
+            content_encoding: Some("gzip".into()),
+            correlation_id: Some("c".into()),
+            message_id: Some("m".into()),
+            reply_to: Some("r".into()),
+            expiration: Some("100".into()),
+            timestamp: Some(5),
+            kind: Some("t".into()),
+            user_id: Some("guest".into()),
+            app_id: Some("a".into()),
+            delivery_mode: Some(DeliveryMode::NonPersistent),
+            priority: Some(4),
+        }
+    }
+
     /// One header of every AMQP field type, nested tables and arrays included.
     fn every_type() -> Headers {
         let nested: Headers = [
@@ -235,20 +253,7 @@ mod tests {
     #[test]
     fn properties_round_trip() {
         let mut m = Message::new("x").with_header("h", 1i32);
-        m.properties = Properties {
-            content_type: Some("application/json".into()),
-            content_encoding: Some("gzip".into()),
-            correlation_id: Some("c".into()),
-            message_id: Some("m".into()),
-            reply_to: Some("r".into()),
-            expiration: Some("100".into()),
-            timestamp: Some(5),
-            kind: Some("t".into()),
-            user_id: Some("guest".into()),
-            app_id: Some("a".into()),
-            delivery_mode: Some(DeliveryMode::NonPersistent),
-            priority: Some(4),
-        };
+        m.properties = every_property();
         let back = message(m.payload.to_vec(), &properties(&m));
         assert_eq!(back, m);
     }
@@ -280,20 +285,7 @@ mod tests {
             "a-longer-header-name",
             HeaderValue::from("v".repeat(70_000)),
         );
-        m.properties = Properties {
-            content_type: Some("application/json".into()),
-            content_encoding: Some("gzip".into()),
-            correlation_id: Some("c".into()),
-            message_id: Some("m".into()),
-            reply_to: Some("r".into()),
-            expiration: Some("100".into()),
-            timestamp: Some(5),
-            kind: Some("t".into()),
-            user_id: Some("guest".into()),
-            app_id: Some("a".into()),
-            delivery_mode: Some(DeliveryMode::NonPersistent),
-            priority: Some(4),
-        };
+        m.properties = every_property();
         assert_eq!(
             header_frame_size(&m),
             wire_size(&m),

@@ -145,7 +145,12 @@ impl PrivateNode {
     /// Starts a node and waits until it has booted, or says why it cannot (and returns
     /// `None`; with `REQUIRE_RABBIT=1` it fails the test instead).
     pub fn start(tag: &str) -> Option<Self> {
-        match Self::try_start(tag) {
+        Self::or_skip(Self::try_start(tag))
+    }
+
+    /// The node, or `None` said loudly (a failure with `REQUIRE_RABBIT=1`).
+    fn or_skip(started: Result<Self, String>) -> Option<Self> {
+        match started {
             Ok(node) => Some(node),
             Err(reason) => {
                 assert!(
@@ -168,17 +173,7 @@ impl PrivateNode {
     /// (certificates, keys) into the node's directory and returns the `ssl_options.*` lines
     /// of its `rabbitmq.conf`. `None` (said loudly) when no node starts, as [`Self::start`].
     pub fn start_tls(tag: &str, prepare: impl FnOnce(&std::path::Path) -> String) -> Option<Self> {
-        match Self::try_start_with(tag, Some(Box::new(prepare))) {
-            Ok(node) => Some(node),
-            Err(reason) => {
-                assert!(
-                    !required(),
-                    "REQUIRE_RABBIT=1 but no private RabbitMQ node starts: {reason}"
-                );
-                eprintln!("SKIPPED: no private RabbitMQ node starts: {reason}");
-                None
-            }
-        }
+        Self::or_skip(Self::try_start_with(tag, Some(Box::new(prepare))))
     }
 
     #[allow(clippy::type_complexity)]
