@@ -6,8 +6,8 @@ mod common;
 use std::time::Duration;
 
 use binder_core::binder::{Binder, Settlement, SubscriptionSpec};
-use lapin::options::{BasicPublishOptions, QueueDeclareOptions, QueueDeleteOptions};
-use lapin::{BasicProperties, Connection, ConnectionProperties};
+use lapin::BasicProperties;
+use lapin::options::{BasicPublishOptions, QueueDeleteOptions};
 
 /// Ready messages of `queue`, once they settle on `expected` (or whatever they are after 10 s).
 async fn ready_becomes(binder: &impl Binder, queue: &str, expected: u32) -> u32 {
@@ -27,17 +27,7 @@ async fn held_acks_are_sent_on_flush() {
         return;
     };
     let queue = common::unique("acks-flush");
-    let conn = Connection::connect(&common::amqp_url(), ConnectionProperties::default())
-        .await
-        .unwrap();
-    let ch = conn.create_channel().await.unwrap();
-    ch.queue_declare(
-        queue.as_str().into(),
-        QueueDeclareOptions::default(),
-        Default::default(),
-    )
-    .await
-    .unwrap();
+    let (_conn, ch) = common::raw_queue(&queue).await;
     for i in 0..4u8 {
         ch.basic_publish(
             "".into(),

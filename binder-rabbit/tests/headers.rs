@@ -4,11 +4,9 @@ mod common;
 
 use binder_core::binder::{Binder, Settlement, SubscriptionSpec};
 use binder_core::message::{Decimal, DeliveryMode, HeaderValue, Message};
-use lapin::options::{
-    BasicGetOptions, BasicPublishOptions, QueueDeclareOptions, QueueDeleteOptions,
-};
+use lapin::BasicProperties;
+use lapin::options::{BasicGetOptions, BasicPublishOptions, QueueDeleteOptions};
 use lapin::types::{AMQPValue, DecimalValue, FieldTable, ShortString};
-use lapin::{BasicProperties, Connection, ConnectionProperties};
 
 /// A decimal's unscaled value is a signed 32-bit int on the wire (the Java client writes
 /// `new BigDecimal("-0.5")` as scale 1, `0xFFFFFFFB`; pika reads it back as `-0.5`): one
@@ -20,17 +18,7 @@ async fn negative_decimals_cross_the_broker() {
         return;
     };
     let queue = common::unique("decimal-headers");
-    let conn = Connection::connect(&common::amqp_url(), ConnectionProperties::default())
-        .await
-        .unwrap();
-    let ch = conn.create_channel().await.unwrap();
-    ch.queue_declare(
-        queue.as_str().into(),
-        QueueDeclareOptions::default(),
-        FieldTable::default(),
-    )
-    .await
-    .unwrap();
+    let (_conn, ch) = common::raw_queue(&queue).await;
 
     // Raw publish, as another client would: -0.5.
     let mut table = FieldTable::default();

@@ -36,6 +36,23 @@ pub fn unique(prefix: &str) -> String {
     format!("{prefix}-{}", nanos % 1_000_000_000)
 }
 
+/// A raw lapin connection and channel on `AMQP_URL`, as another client would have, with
+/// `queue` declared (not durable); the connection must outlive the channel's use.
+pub async fn raw_queue(queue: &str) -> (lapin::Connection, lapin::Channel) {
+    let conn = lapin::Connection::connect(&amqp_url(), lapin::ConnectionProperties::default())
+        .await
+        .unwrap();
+    let ch = conn.create_channel().await.unwrap();
+    ch.queue_declare(
+        queue.into(),
+        lapin::options::QueueDeclareOptions::default(),
+        lapin::types::FieldTable::default(),
+    )
+    .await
+    .unwrap();
+    (conn, ch)
+}
+
 /// Runs `rabbitmqctl -q <args>` against the local broker and returns what it printed; a
 /// failure fails the test with rabbitmqctl's own message.
 pub fn rabbitmqctl(args: &[&str]) -> String {
