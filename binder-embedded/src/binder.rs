@@ -166,15 +166,20 @@ impl Binder for EmbeddedBinder {
         IN_PROCESS.to_owned()
     }
 
-    /// An instance given in code applies `spring.embedded.*` to its own broker (the shared
-    /// broker's agreement rule is for binders created from configuration).
+    /// An instance given in code applies `spring.embedded.*` to its own broker; one on the
+    /// shared broker (`EmbeddedBinder::shared_broker`) follows the shared broker's agreement
+    /// rule, as binders created from configuration do.
     fn configure(&self, environment: &config::Value) -> BinderResult<()> {
         let settings = EmbeddedSettings::from_config(environment)?;
-        if let Some(watermark) = settings.memory_high_watermark {
-            self.broker
-                .set_memory_high_watermark(Some(watermark.bytes()?));
+        match settings.memory_high_watermark {
+            Some(watermark) if self.broker.same_as(&SHARED) => share_watermark(watermark),
+            Some(watermark) => {
+                self.broker
+                    .set_memory_high_watermark(Some(watermark.bytes()?));
+                Ok(())
+            }
+            None => Ok(()),
         }
-        Ok(())
     }
 
     async fn provision(&self, plan: &TopologyPlan) -> BinderResult<()> {

@@ -80,6 +80,27 @@ spring.cloud.stream:
         "{p}"
     );
     assert_eq!(shared.memory_high_watermark(), Some(64 << 20), "unchanged");
+
+    // An instance given in code on the shared broker is held to the same agreement.
+    let in_code = std::sync::Arc::new(EmbeddedBinder::new(EmbeddedBinder::shared_broker()));
+    let problems = App::builder(config(
+        "spring.embedded.memory-high-watermark: 0.5\n\
+         spring.cloud.stream.bindings.out.destination: wm-in-code-shared
+",
+    ))
+    .binder("embedded", in_code)
+    .output("out")
+    .start()
+    .await
+    .unwrap_err()
+    .problems;
+    assert!(
+        problems
+            .iter()
+            .any(|p| p.contains("given in code") && p.contains("shares one broker")),
+        "{problems:?}"
+    );
+    assert_eq!(shared.memory_high_watermark(), Some(64 << 20), "unchanged");
     first.shutdown().await;
 }
 

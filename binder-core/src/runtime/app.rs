@@ -464,7 +464,7 @@ impl AppBuilder {
         }
         for output in &self.outputs {
             let b = self.config.binding(output);
-            if let Err(e) = OutputInner::routing(&b) {
+            if let Err(e) = OutputInner::check(&b) {
                 problems.push(e);
             }
         }

@@ -55,6 +55,7 @@ impl OutputInner {
         codecs: Arc<Codecs>,
         patience: &super::app::Patience,
     ) -> Result<Self, String> {
+        Self::refused(binding)?;
         let routing = Self::routing(binding)?;
         let partitioning = Self::partitioning(binding)?;
         let topology = plan_producer(binding);
@@ -82,15 +83,26 @@ impl OutputInner {
         })
     }
 
-    /// The routing of a binding, checked at startup, with the producer settings that are
-    /// refused rather than ignored.
-    pub(crate) fn routing(binding: &BindingConfig) -> Result<Routing, String> {
+    /// Whether a binding can be an output (checked at startup): its settings are not refused
+    /// and its routing parses.
+    pub(crate) fn check(binding: &BindingConfig) -> Result<(), String> {
+        Self::refused(binding)?;
+        Self::routing(binding).map(drop)
+    }
+
+    /// The producer settings that are refused rather than ignored.
+    fn refused(binding: &BindingConfig) -> Result<(), String> {
         if binding.producer.error_channel_enabled {
             return Err(format!(
                 "binding `{}`: producer.errorChannelEnabled is not supported: a failed send is returned to its caller as a `SendError`, and consumer failures reach the `on_error` hook (`AppBuilder::on_error`)",
                 binding.name
             ));
         }
+        Ok(())
+    }
+
+    /// The routing of a binding (its key, or the expression that computes it).
+    fn routing(binding: &BindingConfig) -> Result<Routing, String> {
         let p = &binding.rabbit_producer;
         Ok(match (&p.routing_key_expression, &p.routing_key) {
             (Some(expr), _) => {

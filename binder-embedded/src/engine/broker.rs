@@ -117,6 +117,13 @@ pub struct Broker {
     shared: Arc<Shared>,
 }
 
+impl Broker {
+    /// Whether `other` is a handle on this same broker.
+    pub fn same_as(&self, other: &Broker) -> bool {
+        Arc::ptr_eq(&self.shared, &other.shared)
+    }
+}
+
 impl Default for Broker {
     fn default() -> Self {
         Self::new()
