@@ -5,25 +5,11 @@
 //! It reads this process's resident set, so it is the only test in its file (each test file
 //! runs in a process of its own).
 
+mod common;
+
 use binder_core::{HeaderValue, Headers, Message};
 use binder_embedded::engine::*;
-
-/// This process's resident set in bytes (`VmRSS` of `/proc/self/status`).
-fn rss() -> usize {
-    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
-    let line = status
-        .lines()
-        .find(|l| l.starts_with("VmRSS:"))
-        .expect("a VmRSS line");
-    let kib: usize = line
-        .trim_start_matches("VmRSS:")
-        .trim()
-        .trim_end_matches("kB")
-        .trim()
-        .parse()
-        .expect("VmRSS in kB");
-    kib * 1024
-}
+use common::rss;
 
 fn publish_all(ch: &Channel, queue: &str, n: usize, make: impl Fn(usize) -> Message) {
     for i in 0..n {

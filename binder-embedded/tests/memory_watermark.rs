@@ -6,25 +6,13 @@
 //! It reads this process's resident set, so it is the only test in its file (each test file
 //! runs in a process of its own).
 
+mod common;
+
+use common::rss;
 use std::time::Duration;
 
 use binder_core::{Headers, Message};
 use binder_embedded::engine::*;
-
-/// This process's resident set in bytes (`VmRSS` of `/proc/self/status`).
-fn rss() -> usize {
-    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
-    let kib: usize = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .expect("a VmRSS line")
-        .trim()
-        .trim_end_matches("kB")
-        .trim()
-        .parse()
-        .expect("VmRSS in kB");
-    kib * 1024
-}
 
 const WATERMARK: usize = 64 << 20;
 const MESSAGES: usize = 10_000_000;

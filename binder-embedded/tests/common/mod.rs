@@ -114,3 +114,18 @@ pub fn watch_queue(broker: &Broker, queue: &str) -> Watch {
         consumer,
     }
 }
+
+/// This process's resident set in bytes (`VmRSS` of `/proc/self/status`).
+pub fn rss() -> usize {
+    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
+    let kib: usize = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .expect("a VmRSS line")
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .expect("VmRSS in kB");
+    kib * 1024
+}
