@@ -285,29 +285,7 @@ impl Binder for RabbitBinder {
     /// An instance given in code brings its own [`RabbitSettings`]: `spring.rabbitmq.*` in the
     /// configuration would be ignored, so it is refused instead.
     fn configure(&self, environment: &config::Value) -> BinderResult<()> {
-        let config::ValueKind::Table(root) = &environment.kind else {
-            return Ok(());
-        };
-        let rabbitmq = root
-            .get("spring")
-            .and_then(|s| match &s.kind {
-                config::ValueKind::Table(t) => t.get("rabbitmq"),
-                _ => None,
-            })
-            .map(|r| match &r.kind {
-                config::ValueKind::Table(t) => !t.is_empty(),
-                _ => true,
-            })
-            .unwrap_or(false);
-        if rabbitmq {
-            return Err(BinderError::Config(
-                "`spring.rabbitmq.*` is set, but this rabbit binder was given in code with its own \
-                 settings and would ignore it; remove those keys, or let the configuration \
-                 create the binder"
-                    .to_owned(),
-            ));
-        }
-        Ok(())
+        crate::settings::refuse_for_instance(environment)
     }
 
     fn describe(&self) -> String {

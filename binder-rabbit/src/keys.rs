@@ -241,6 +241,10 @@ pub(crate) fn check(rabbitmq: &Value, problems: &mut Vec<Problem>) {
 }
 
 fn walk(here: &Value, written: &mut Vec<String>, known: &[Vec<&str>], out: &mut Vec<Problem>) {
+    // An empty group (`spring.rabbitmq:` with nothing under it) sets nothing.
+    if matches!(here.kind, ValueKind::Nil) {
+        return;
+    }
     let ValueKind::Table(table) = &here.kind else {
         let path = written.join(".");
         let at = if path.is_empty() {

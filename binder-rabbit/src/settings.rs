@@ -285,6 +285,33 @@ fn render(problems: &[Problem]) -> String {
     binder_core::config::render_problems("spring.rabbitmq", problems, 4)
 }
 
+/// Refuses, key by key, the `spring.rabbitmq.*` settings in `tree` that a binder given in
+/// code (with its own [`RabbitSettings`]) would ignore.
+pub(crate) fn refuse_for_instance(tree: &Value) -> BinderResult<()> {
+    let Some(ValueKind::Table(rabbitmq)) = get(tree, &["spring", "rabbitmq"]).map(|v| &v.kind)
+    else {
+        return Ok(());
+    };
+    let problems: Vec<Problem> = rabbitmq
+        .iter()
+        .filter(|(_, v)| !matches!(v.kind, ValueKind::Nil))
+        .map(|(key, v)| {
+            keys::problem(
+                Some(v),
+                key,
+                "is set, but this rabbit binder was given in code (`AppBuilder::binder`) with \
+                 settings of its own and would ignore it; remove the key, or let the \
+                 configuration create the binder",
+            )
+        })
+        .collect();
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(BinderError::Config(render(&problems)))
+    }
+}
+
 impl RabbitSettings {
     /// Settings from one URI.
     pub fn from_uri(uri: &str) -> Self {
@@ -311,7 +338,7 @@ impl RabbitSettings {
         }
         let defaults = RabbitSettings::default();
         let ssl_enabled = r.boolean("ssl.enabled");
-        let uris = r.uris(ssl_enabled == Some(true));
+        let uris = r.uris(ssl_enabled);
         let tls_on = ssl_enabled == Some(true) || uris.iter().any(|u| u.starts_with("amqps://"));
         let tls = r.tls(tls_on);
         let connection_name = r
@@ -358,7 +385,9 @@ impl RabbitSettings {
 impl Reader<'_> {
     /// The URIs to try: `uri`, else `addresses`, else `host` and `port`. `amqps://` when
     /// `tls` (`ssl.enabled: true`), whose default port is then 5671, as in Spring Boot.
-    fn uris(&mut self, tls: bool) -> Vec<String> {
+    /// The addresses, with `ssl.enabled` as already read (`None`: unset or unusable).
+    fn uris(&mut self, ssl_enabled: Option<bool>) -> Vec<String> {
+        let tls = ssl_enabled == Some(true);
         let user = self.text("username").unwrap_or_else(|| "guest".into());
         let pass = self.text("password").unwrap_or_else(|| "guest".into());
         let vhost = self.text("virtual-host").unwrap_or_else(|| "/".into());
@@ -445,7 +474,7 @@ impl Reader<'_> {
                 Ok(_) => {}
             }
         }
-        if self.boolean("ssl.enabled") == Some(false) {
+        if ssl_enabled == Some(false) {
             if let Some(uri) = uris.iter().find(|u| u.starts_with("amqps://")) {
                 self.problem(
                     "ssl.enabled",
@@ -742,6 +771,13 @@ mod tests {
 
     #[test]
     fn unusable_values_name_their_key() {
+        let err = refusal("spring.rabbitmq.ssl.enabled: maybe");
+        assert_eq!(
+            err.matches("spring.rabbitmq.ssl.enabled: `maybe` is not `true` or `false`")
+                .count(),
+            1,
+            "said once: {err}"
+        );
         let err = refusal("spring.rabbitmq.connection-timeout: soon");
         assert!(
             err.contains("spring.rabbitmq.connection-timeout: `soon` is not a duration"),

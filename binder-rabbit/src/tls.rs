@@ -3,7 +3,6 @@
 //! certificate is checked.
 
 use std::fmt;
-use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
@@ -296,9 +295,8 @@ pub(crate) async fn connect(
         async move |uri: AMQPUri, runtime| {
             let note = |h: Handshake| *noted.lock().unwrap_or_else(|p| p.into_inner()) = Some(h);
             let host = uri.authority.host.clone();
-            let addresses: Vec<SocketAddr> = (host.as_str(), uri.authority.port)
-                .to_socket_addrs()?
-                .collect();
+            // Resolved off the worker thread, as lapin's own plain connect does.
+            let addresses = runtime.to_socket_addrs((host.clone(), uri.authority.port));
             let AsyncTcpStream::Plain(plain) = AsyncTcpStream::connect(&runtime, addresses).await?
             else {
                 return Err(std::io::Error::other("a new TCP stream is not plain").into());
