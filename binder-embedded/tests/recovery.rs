@@ -3,6 +3,8 @@
 //! to 500 ms while the broker cannot be reached at all). On tokio's paused clock, so the
 //! waits are exact.
 
+mod common;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
@@ -12,7 +14,6 @@ use binder_core::binder::{
     Binder, BinderError, BinderResult, Producer, ProducerSpec, QueueInfo, Subscription,
     SubscriptionSpec,
 };
-use binder_core::config::ConfigLoader;
 use binder_core::runtime::{App, BindingState, HealthStatus, RunningApp, handler};
 use binder_core::topology::TopologyPlan;
 use binder_embedded::EmbeddedBinder;
@@ -102,12 +103,7 @@ async fn start(
         unreachable,
         attempts: tx,
     });
-    let config = ConfigLoader::new()
-        .env(Vec::<(String, String)>::new())
-        .yaml_str(yaml)
-        .load()
-        .unwrap();
-    let mut builder = App::builder(config).binder("embedded", binder);
+    let mut builder = App::builder(common::config(yaml)).binder("embedded", binder);
     for input in inputs {
         builder = builder.listener(*input, handler::payload(|_: String| async {}));
     }

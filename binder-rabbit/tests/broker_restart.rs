@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use binder_core::binder::Binder;
 use binder_core::config::{ConfigLoader, StreamConfig};
-use binder_core::runtime::{App, AppBuilder, BindingState, Health, HealthStatus, handler};
+use binder_core::runtime::{App, AppBuilder, BindingState, HealthStatus, handler};
 use binder_core::topology::{plan_consumer, plan_producer};
 use binder_rabbit::{RabbitBinder, RabbitSettings};
 use tokio::sync::mpsc;
@@ -68,17 +68,6 @@ async fn consumed_all(rx: &mut mpsc::UnboundedReceiver<u32>, confirmed: &BTreeSe
     .await
     .is_ok()
         && confirmed.is_subset(&seen)
-}
-
-/// Waits (60 s at most) until the health status satisfies `f`.
-async fn health_until(
-    health: &Health,
-    what: &str,
-    f: impl Fn(&HealthStatus) -> bool,
-) -> HealthStatus {
-    tokio::time::timeout(Duration::from_secs(60), health.wait_for(f))
-        .await
-        .unwrap_or_else(|_| panic!("health never became {what}: {}", health.status()))
 }
 
 /// Sends `ids` through `out`, each until it is confirmed; returns the confirmed ones.
@@ -149,7 +138,8 @@ async fn the_broker_going_away_loses_nothing_and_services_wait_for_it() {
     // while the consumer is not consuming, and up again once it is.
     let mut confirmed = send_all(&out, 0..80).await;
     node.ctl(&["stop_app"]);
-    let down = health_until(&health, "down", |s| matches!(s, HealthStatus::Down { .. })).await;
+    let down =
+        common::health_until(&health, "down", |s| matches!(s, HealthStatus::Down { .. })).await;
     assert!(
         down.to_string().contains("binding `in`") && down.to_string().contains("not consuming"),
         "{down}"
@@ -167,7 +157,7 @@ async fn the_broker_going_away_loses_nothing_and_services_wait_for_it() {
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
     };
-    health_until(&health, "up", |s| *s == HealthStatus::Up).await;
+    common::health_until(&health, "up", |s| *s == HealthStatus::Up).await;
     eprintln!(
         "consuming again {} ms after the broker accepted connections (stop_app / start_app)",
         accepting.elapsed().as_millis()
@@ -180,8 +170,8 @@ async fn the_broker_going_away_loses_nothing_and_services_wait_for_it() {
         "a confirmed message was lost across the broker restart"
     );
 
-    // 3. Every connection closed by the broker: the consumer subscribes again at once, and
-    // nothing confirmed is lost.
+    // 3. Every connection closed by the broker: the consumer subscribes again (the sends
+    // after the close are consumed), nothing confirmed is lost, and health is up again.
     let mut confirmed = send_all(&out, 200..260).await;
     assert!(consumed_all(&mut rx, &confirmed).await);
     let closed = Instant::now();
@@ -195,7 +185,7 @@ async fn the_broker_going_away_loses_nothing_and_services_wait_for_it() {
         "all 40 sends after close_all_connections consumed {} ms after it",
         closed.elapsed().as_millis()
     );
-    health_until(&health, "up", |s| *s == HealthStatus::Up).await;
+    common::health_until(&health, "up", |s| *s == HealthStatus::Up).await;
     app.shutdown().await;
     binder
         .remove(&plan_consumer(&config.binding("in"), "x").plan)

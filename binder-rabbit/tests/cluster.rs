@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use binder_core::config::{ConfigLoader, StreamConfig};
-use binder_core::runtime::{App, HandlerError, Health, HealthStatus, Output, handler};
+use binder_core::runtime::{App, HandlerError, HealthStatus, Output, handler};
 use tokio::sync::{mpsc, watch};
 
 mod common;
@@ -144,13 +144,6 @@ async fn stream(out: Output, stop: watch::Receiver<bool>, sent: Arc<Mutex<Sent>>
     }
 }
 
-/// Waits (60 s at most) until the health status satisfies `f`.
-async fn health_until(health: &Health, what: &str, f: impl Fn(&HealthStatus) -> bool) {
-    tokio::time::timeout(Duration::from_secs(60), health.wait_for(f))
-        .await
-        .unwrap_or_else(|_| panic!("health never became {what}: {}", health.status()));
-}
-
 /// The nodes (by index) the service's connections are on, from their server ports.
 fn service_nodes(cluster: &common::Cluster, via: usize) -> BTreeSet<usize> {
     cluster.nodes[via]
@@ -217,7 +210,7 @@ async fn killing_the_queue_leader_loses_no_confirmed_message() {
         .await
         .expect("the service starts within 60 s")
         .unwrap_or_else(|e| panic!("{e}"));
-    health_until(&health, "up", |s| *s == HealthStatus::Up).await;
+    common::health_until(&health, "up", |s| *s == HealthStatus::Up).await;
 
     // The queue is a quorum queue on all three nodes; find its leader.
     let queue = format!("{dest}.g");
@@ -350,7 +343,7 @@ async fn killing_the_queue_leader_loses_no_confirmed_message() {
         after(killed, gap_end)
     );
     assert_eq!(lost, 0, "confirmed messages were lost");
-    health_until(&health, "up", |s| *s == HealthStatus::Up).await;
+    common::health_until(&health, "up", |s| *s == HealthStatus::Up).await;
 
     // x-delivery-limit: a message requeued more often than quorum.deliveryLimit is
     // dead-lettered by the broker to the DLQ.

@@ -486,3 +486,15 @@ impl Drop for Cluster {
         });
     }
 }
+
+/// Waits (60 s at most) until the application's health satisfies `f`, and returns it; fails
+/// the test naming `what` and the last status otherwise.
+pub async fn health_until(
+    health: &binder_core::runtime::Health,
+    what: &str,
+    f: impl Fn(&binder_core::runtime::HealthStatus) -> bool,
+) -> binder_core::runtime::HealthStatus {
+    tokio::time::timeout(std::time::Duration::from_secs(60), health.wait_for(f))
+        .await
+        .unwrap_or_else(|_| panic!("health never became {what}: {}", health.status()))
+}
