@@ -1,7 +1,5 @@
 //! The memory high watermark holds for small messages: ten million 20-byte messages against a
 //! 64 MiB watermark block the publisher, and the process stays within twice the watermark.
-//! Before messages counted at their real footprint, five million 23-byte payloads took 2 GiB
-//! without blocking.
 //!
 //! It reads this process's resident set, so it is the only test in its file (each test file
 //! runs in a process of its own).

@@ -217,7 +217,8 @@ spring.cloud.stream.bindings:
         .unwrap_err();
     assert!(err.to_string().contains("null"), "{err}");
 
-    // An `i64` header is a `Long`: -1 hashes to 0 (an `Integer` -1 would go to 1), 9 to 9.
+    // An `i64` header is a `Long`: -1 hashes to 0, partition 0 (an `Integer` -1 would hash to
+    // -1, partition 1); 9 hashes to 9, partition 4 of 5.
     let by_header = running.output("by-header").unwrap();
     let mut watches: Vec<_> = (0..5)
         .map(|n| watch_queue(&broker, &format!("hparts.g-{n}")))

@@ -3,8 +3,8 @@
 //! configuration that sets it decides, one that sets another value is refused at startup, and
 //! an unusable value stops startup naming the key.
 //!
-//! The shared broker lives as long as the process, so the steps run in order in one test, in
-//! a file of their own.
+//! The shared broker lives as long as the process, so the shared-broker steps run in order in
+//! one test, in a file of their own; the other tests use brokers of their own.
 
 mod common;
 
