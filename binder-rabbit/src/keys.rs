@@ -2,7 +2,7 @@
 //! and our own, each either read by the binder or refused by name with the reason. Anything
 //! else is refused as unknown, with the nearest key suggested. Nothing is silently ignored.
 
-use binder_core::config::{Problem, did_you_mean};
+use binder_core::config::{Problem, canonical, did_you_mean};
 use config::{Value, ValueKind};
 
 /// What the binder does with a key.
@@ -199,14 +199,6 @@ pub(crate) const KEYS: &[(&str, Rule)] = &[
     ("stream.password", Refused(STREAM)),
     ("stream.name", Refused(STREAM)),
 ];
-
-/// `key` without case, `-` and `_`: how keys are compared (Spring's relaxed binding).
-pub(crate) fn canonical(key: &str) -> String {
-    key.chars()
-        .filter(|c| *c != '-' && *c != '_')
-        .flat_map(char::to_lowercase)
-        .collect()
-}
 
 /// The first origin (file, environment variable) of `value` or of a value below it.
 pub(crate) fn origin_of(value: &Value) -> Option<String> {

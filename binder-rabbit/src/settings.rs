@@ -10,8 +10,9 @@ use binder_core::config::Problem;
 use config::{Value, ValueKind};
 use lapin::uri::{AMQPScheme, AMQPUri};
 
-use crate::keys::{self, canonical};
+use crate::keys;
 use crate::tls::{self, KeyStore, TlsSettings, TlsVersion, TrustStore};
+use binder_core::config::canonical;
 
 /// Where and how to connect.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -50,28 +51,7 @@ impl Default for RabbitSettings {
 }
 
 fn get<'a>(tree: &'a Value, path: &[&str]) -> Option<&'a Value> {
-    let mut here = tree;
-    for key in path {
-        let ValueKind::Table(t) = &here.kind else {
-            return None;
-        };
-        let want: String = key
-            .chars()
-            .filter(|c| *c != '-' && *c != '_')
-            .collect::<String>()
-            .to_lowercase();
-        here = t
-            .iter()
-            .find(|(k, _)| {
-                k.chars()
-                    .filter(|c| *c != '-' && *c != '_')
-                    .collect::<String>()
-                    .to_lowercase()
-                    == want
-            })?
-            .1;
-    }
-    Some(here)
+    binder_core::config::descend(tree, path)
 }
 
 /// A Spring Boot duration: a number with an optional unit (`ns`, `us`, `ms`, `s`, `m`, `h`,

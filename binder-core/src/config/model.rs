@@ -253,8 +253,11 @@ pub(crate) fn lookup<'a>(table: &'a Table, key: &str) -> Option<(&'a String, &'a
     table.iter().find(|(k, _)| canonical(k) == want)
 }
 
-/// Walks `a.b.c` from `root`, matching keys by canonical spelling.
-pub(crate) fn descend<'a>(root: &'a Value, path: &[&str]) -> Option<&'a Value> {
+/// Walks `a.b.c` from `root`, matching keys by their canonical spelling ([`canonical`]), as
+/// the loader does: binders read their own settings from their environment with it.
+///
+/// [`canonical`]: super::canonical
+pub fn descend<'a>(root: &'a Value, path: &[&str]) -> Option<&'a Value> {
     let mut here = root;
     for segment in path {
         let ValueKind::Table(t) = &here.kind else {

@@ -20,7 +20,7 @@ pub(crate) fn sorted(table: &Table) -> Vec<(&String, &Value)> {
 /// The spelling-insensitive form of a property name: lower case without `-` and `_`, so
 /// `maxAttempts`, `max-attempts`, `max_attempts` and `MAXATTEMPTS` are one property (Spring's
 /// relaxed binding).
-pub(crate) fn canonical(key: &str) -> String {
+pub fn canonical(key: &str) -> String {
     key.chars()
         .filter(|c| *c != '-' && *c != '_')
         .flat_map(char::to_lowercase)
