@@ -2,7 +2,7 @@
 //! and our own, each either read by the binder or refused by name with the reason. Anything
 //! else is refused as unknown, with the nearest key suggested. Nothing is silently ignored.
 
-use binder_core::config::{Problem, canonical, did_you_mean};
+use binder_core::config::{Problem, canonical, did_you_mean, unknown_key_message};
 use config::{Value, ValueKind};
 
 /// What the binder does with a key.
@@ -328,8 +328,8 @@ fn walk(here: &Value, written: &mut Vec<String>, known: &[Vec<&str>], out: &mut 
 /// `unknown property `key``, with the nearest key of this level, or the list of them.
 /// `parent` is the path written above `key`.
 fn unknown(parent: &[String], key: &str, value: &Value, next: &[&str]) -> String {
-    if let Some(near) = did_you_mean(key, next.iter().copied()) {
-        return format!("unknown property `{key}`; did you mean `{near}`?");
+    if did_you_mean(key, next.iter().copied()).is_some() {
+        return unknown_key_message("property", key, next);
     }
     if let Some(near) = split_words(key, value, next) {
         let mut variable = vec!["SPRING".to_owned(), "RABBITMQ".to_owned()];
@@ -341,10 +341,7 @@ fn unknown(parent: &[String], key: &str, value: &Value, next: &[&str]) -> String
             variable.join("_")
         );
     }
-    format!(
-        "unknown property `{key}`; expected one of: {}",
-        next.join(", ")
-    )
+    unknown_key_message("property", key, next)
 }
 
 /// A key of this level spelled by `key` and the keys below it run together: an

@@ -166,7 +166,18 @@ pub fn did_you_mean<'a>(
 }
 
 /// `unknown property `x``, with a suggestion or the list of valid keys.
-pub(crate) fn unknown_key_message(what: &str, key: &str, valid: &[&str]) -> String {
+/// What to say of an unknown key: the nearest valid one when it is near enough (a likely
+/// typo), else every valid one. `what` names the kind of key (`property`, `key`).
+///
+/// ```
+/// use binder_core::config::unknown_key_message;
+///
+/// assert_eq!(
+///     unknown_key_message("property", "hots", &["host", "port"]),
+///     "unknown property `hots`; did you mean `host`?"
+/// );
+/// ```
+pub fn unknown_key_message(what: &str, key: &str, valid: &[&str]) -> String {
     match did_you_mean(key, valid.iter().copied()) {
         Some(near) => format!("unknown {what} `{key}`; did you mean `{near}`?"),
         None => format!(
