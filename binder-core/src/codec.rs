@@ -48,10 +48,14 @@ pub struct EncodeError {
     pub reason: String,
 }
 
+/// Why a [`Codec`] could not encode or decode: any error type (serde's own, an I/O error), kept
+/// as the source of the [`EncodeError`] or [`DecodeError`] the caller sees.
+pub type CodecFailure = Box<dyn std::error::Error + Send + Sync>;
+
 /// A content-type codec usable for any serde type.
 ///
 /// ```
-/// use binder_core::{Codec, Codecs};
+/// use binder_core::{Codec, CodecFailure, Codecs};
 ///
 /// /// JSON in a custom media type, written compactly.
 /// #[derive(Debug)]
@@ -59,16 +63,16 @@ pub struct EncodeError {
 ///
 /// impl Codec for Vendor {
 ///     fn content_type(&self) -> &str { "application/vnd.acme" }
-///     fn encode(&self, value: &dyn erased_serde::Serialize) -> Result<Vec<u8>, String> {
-///         serde_json::to_vec(value).map_err(|e| e.to_string())
+///     fn encode(&self, value: &dyn erased_serde::Serialize) -> Result<Vec<u8>, CodecFailure> {
+///         Ok(serde_json::to_vec(value)?)
 ///     }
 ///     fn decode(
 ///         &self,
 ///         bytes: &[u8],
 ///         sink: &mut dyn FnMut(&mut dyn erased_serde::Deserializer<'_>) -> Result<(), erased_serde::Error>,
-///     ) -> Result<(), String> {
+///     ) -> Result<(), CodecFailure> {
 ///         let mut de = serde_json::Deserializer::from_slice(bytes);
-///         sink(&mut <dyn erased_serde::Deserializer>::erase(&mut de)).map_err(|e| e.to_string())
+///         Ok(sink(&mut <dyn erased_serde::Deserializer>::erase(&mut de))?)
 ///     }
 /// }
 ///
@@ -81,8 +85,8 @@ pub struct EncodeError {
 pub trait Codec: fmt::Debug + Send + Sync + 'static {
     /// The media type this codec handles, without parameters (e.g. `application/cbor`).
     fn content_type(&self) -> &str;
-    /// Encodes a value; the error string is the reason shown to the user.
-    fn encode(&self, value: &dyn erased_serde::Serialize) -> Result<Vec<u8>, String>;
+    /// Encodes a value; the error's text is the reason shown to the user.
+    fn encode(&self, value: &dyn erased_serde::Serialize) -> Result<Vec<u8>, CodecFailure>;
     /// Builds a deserializer over `bytes` and hands it to `sink`.
     fn decode(
         &self,
@@ -90,7 +94,7 @@ pub trait Codec: fmt::Debug + Send + Sync + 'static {
         sink: &mut dyn FnMut(
             &mut dyn erased_serde::Deserializer<'_>,
         ) -> Result<(), erased_serde::Error>,
-    ) -> Result<(), String>;
+    ) -> Result<(), CodecFailure>;
 }
 
 #[derive(Debug, Clone)]
@@ -287,7 +291,7 @@ impl Codecs {
                         out = Some(erased_serde::deserialize::<T>(de)?);
                         Ok(())
                     })
-                    .map_err(fail)?;
+                    .map_err(|e| fail(e.to_string()))?;
                 out.ok_or_else(|| fail("the codec produced no value".to_owned()))
             }
         }
@@ -320,7 +324,10 @@ impl Codecs {
                 ))),
             },
             Entry::Octet => octet_bytes(value).map_err(fail),
-            Entry::Custom(codec) => codec.encode(&value).map(Bytes::from).map_err(fail),
+            Entry::Custom(codec) => codec
+                .encode(&value)
+                .map(Bytes::from)
+                .map_err(|e| fail(e.to_string())),
         }
     }
 }
@@ -424,8 +431,8 @@ mod tests {
         fn content_type(&self) -> &str {
             "Application/JSON"
         }
-        fn encode(&self, value: &dyn erased_serde::Serialize) -> Result<Vec<u8>, String> {
-            serde_json::to_vec_pretty(value).map_err(|e| e.to_string())
+        fn encode(&self, value: &dyn erased_serde::Serialize) -> Result<Vec<u8>, CodecFailure> {
+            Ok(serde_json::to_vec_pretty(value)?)
         }
         fn decode(
             &self,
@@ -433,10 +440,11 @@ mod tests {
             sink: &mut dyn FnMut(
                 &mut dyn erased_serde::Deserializer<'_>,
             ) -> Result<(), erased_serde::Error>,
-        ) -> Result<(), String> {
+        ) -> Result<(), CodecFailure> {
             let mut de = serde_json::Deserializer::from_slice(bytes);
-            sink(&mut <dyn erased_serde::Deserializer<'_>>::erase(&mut de))
-                .map_err(|e| e.to_string())
+            Ok(sink(&mut <dyn erased_serde::Deserializer<'_>>::erase(
+                &mut de,
+            ))?)
         }
     }
 

@@ -8,7 +8,7 @@ pub mod message;
 pub mod runtime;
 pub mod topology;
 
-pub use codec::{Codec, Codecs, DEFAULT_CONTENT_TYPE, DecodeError, EncodeError};
+pub use codec::{Codec, CodecFailure, Codecs, DEFAULT_CONTENT_TYPE, DecodeError, EncodeError};
 pub use message::{Decimal, DeliveryMode, HeaderValue, Headers, Message, Properties};
 
 /// Items the macros' generated code names; not part of the API.

@@ -5,9 +5,9 @@ use std::sync::{Arc, LazyLock, Mutex};
 
 use async_trait::async_trait;
 use binder_core::binder::{
-    AckCoalescer, Binder, BinderError, BinderFuture, BinderRegistration, BinderResult, Inbound,
-    Producer, ProducerSpec, QueueInfo, SettleByTag, Settlement, Settler, Subscription,
-    SubscriptionSpec,
+    AckCoalescer, Binder, BinderError, BinderErrorKind, BinderFuture, BinderRegistration,
+    BinderResult, Inbound, Producer, ProducerSpec, QueueInfo, SettleByTag, Settlement, Settler,
+    Subscription, SubscriptionSpec,
 };
 use binder_core::config::BindingConfig;
 use binder_core::message::{DeliveryMode, Message};
@@ -17,7 +17,7 @@ use binder_core::topology::{
 
 use crate::engine::{
     AmqpError, AmqpResult, Broker, Channel, Connection, ConsumeOptions, Consumer, Delivery,
-    ExchangeOptions, PublishOptions, PublishOutcome, QueueOptions, TryPublish,
+    ExchangeOptions, PublishOptions, PublishOutcome, QueueOptions, ReplyCode, TryPublish,
 };
 use crate::settings::{EmbeddedSettings, MemoryWatermark, PREFIX};
 
@@ -43,7 +43,7 @@ fn share_watermark(watermark: MemoryWatermark) -> BinderResult<()> {
             Ok(())
         }
         Some((earlier, _)) if earlier == bytes => Ok(()),
-        Some((earlier, written)) => Err(BinderError::Config(format!(
+        Some((earlier, written)) => Err(BinderError::config(format!(
             "`{PREFIX}.memory-high-watermark` is {watermark} ({bytes} bytes) here, but another embedded binder configuration of this process set {written} ({earlier} bytes); every `embedded` binder in a process shares one broker, so their watermarks must agree (or be set in one of them only)"
         ))),
     }
@@ -64,8 +64,17 @@ inventory::submit! { BinderRegistration::new("embedded", create) }
 /// linker drops crates nothing refers to, and their registrations with them.
 pub fn link() {}
 
+/// The engine's error as the SPI's: a closed channel or connection is
+/// [`BinderErrorKind::Closed`], a missing entity [`BinderErrorKind::NotFound`], access refused
+/// [`BinderErrorKind::Refused`]; the engine's error stays the source.
 fn broker_error(e: AmqpError) -> BinderError {
-    BinderError::Broker(e.to_string())
+    let kind = match e.code {
+        ReplyCode::NotFound => BinderErrorKind::NotFound,
+        ReplyCode::AccessRefused => BinderErrorKind::Refused,
+        ReplyCode::ChannelError => BinderErrorKind::Closed,
+        _ => BinderErrorKind::Broker,
+    };
+    BinderError::new(kind, e.to_string()).with_source(e)
 }
 
 /// The `embedded` binder over one [`Broker`].
@@ -183,12 +192,8 @@ impl Binder for EmbeddedBinder {
     }
 
     async fn provision(&self, plan: &TopologyPlan) -> BinderResult<()> {
-        let declare = |what: String| {
-            move |e: AmqpError| BinderError::Declare {
-                what: what.clone(),
-                reason: e.to_string(),
-            }
-        };
+        let declare =
+            |what: String| move |e: AmqpError| BinderError::declare(&what, &e).with_source(e);
         let ch = self.channel()?;
         for x in &plan.exchanges {
             let options = ExchangeOptions {
@@ -256,8 +261,8 @@ impl Binder for EmbeddedBinder {
                 },
             )
             .map_err(|e| match e.code {
-                crate::engine::ReplyCode::NotFound => {
-                    BinderError::NotFound(format!("queue `{}`", spec.queue))
+                ReplyCode::NotFound => {
+                    BinderError::not_found(format!("queue `{}`", spec.queue)).with_source(e)
                 }
                 _ => broker_error(e),
             })?;
@@ -280,7 +285,7 @@ impl Binder for EmbeddedBinder {
                 messages,
                 consumers,
             })
-            .ok_or_else(|| BinderError::NotFound(format!("queue `{queue}`")))
+            .ok_or_else(|| BinderError::not_found(format!("queue `{queue}`")))
     }
 
     async fn remove(&self, plan: &TopologyPlan) -> BinderResult<()> {
@@ -340,11 +345,7 @@ fn confirmed(
     routing_key: &str,
     outcome: AmqpResult<PublishOutcome>,
 ) -> BinderResult<()> {
-    let refused = |reason: String| BinderError::NotConfirmed {
-        exchange: exchange.to_owned(),
-        routing_key: routing_key.to_owned(),
-        reason,
-    };
+    let refused = |reason: String| BinderError::not_confirmed(exchange, routing_key, reason);
     match outcome {
         Ok(outcome) if outcome.is_ack() => Ok(()),
         Ok(_) => Err(refused(

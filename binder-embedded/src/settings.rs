@@ -3,6 +3,8 @@
 
 use std::fmt;
 
+#[cfg(test)]
+use binder_core::binder::BinderErrorKind;
 use binder_core::binder::{BinderError, BinderResult};
 use config::{Value, ValueKind};
 
@@ -50,7 +52,7 @@ impl MemoryWatermark {
             MemoryWatermark::Absolute(b) => Ok(usize::try_from(b).unwrap_or(usize::MAX)),
             MemoryWatermark::Relative(r) => {
                 let total = available_memory().ok_or_else(|| {
-                    BinderError::Config(format!(
+                    BinderError::config(format!(
                         "`{PREFIX}.{WATERMARK_KEY}` is {self}, but the memory available to \
                          this process cannot be read here (/proc/meminfo); give a size \
                          instead, e.g. `{{absolute: 64MiB}}`"
@@ -113,7 +115,7 @@ fn child<'a>(tree: &'a Value, key: &str) -> Option<&'a Value> {
 }
 
 fn config_error(key: &str, message: impl fmt::Display) -> BinderError {
-    BinderError::Config(format!("`{PREFIX}.{key}` {message}"))
+    BinderError::config(format!("`{PREFIX}.{key}` {message}"))
 }
 
 /// A size with RabbitMQ's units (`64MiB`, `2GB`, `1024`).
@@ -226,7 +228,7 @@ impl EmbeddedSettings {
             return Ok(settings);
         };
         let ValueKind::Table(table) = &section.kind else {
-            return Err(BinderError::Config(format!(
+            return Err(BinderError::config(format!(
                 "`{PREFIX}` is `{section}`; it holds settings (`{WATERMARK_KEY}`)"
             )));
         };
@@ -266,7 +268,7 @@ mod tests {
 
     fn refused(yaml: &str) -> String {
         match read(yaml) {
-            Err(BinderError::Config(text)) => text,
+            Err(e) if e.kind() == BinderErrorKind::Config => e.to_string(),
             other => panic!("{yaml}: expected a configuration error, got {other:?}"),
         }
     }

@@ -49,9 +49,9 @@ impl Binder for Flaky {
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
             .is_ok();
         let result = if fail && self.unreachable {
-            Err(BinderError::Unreachable("the test says so".into()))
+            Err(BinderError::unreachable("the test says so"))
         } else if fail {
-            Err(BinderError::Broker("ACCESS_REFUSED, the test says".into()))
+            Err(BinderError::broker("ACCESS_REFUSED, the test says"))
         } else {
             self.inner.subscribe(spec).await
         };

@@ -4,9 +4,9 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use binder_core::binder::{
-    AckCoalescer, Binder, BinderError, BinderFuture, BinderRegistration, BinderResult, Inbound,
-    Producer, ProducerSpec, QueueInfo, SettleByTag, Settlement, Settler, Subscription,
-    SubscriptionSpec,
+    AckCoalescer, Binder, BinderError, BinderErrorKind, BinderFuture, BinderRegistration,
+    BinderResult, Inbound, Producer, ProducerSpec, QueueInfo, SettleByTag, Settlement, Settler,
+    Subscription, SubscriptionSpec,
 };
 use binder_core::config::ExchangeType;
 use binder_core::message::Message;
@@ -39,8 +39,28 @@ inventory::submit! { BinderRegistration::new("rabbit", create) }
 /// a program that names nothing else from this crate).
 pub fn link() {}
 
+/// lapin's error as the SPI's, its kind told from lapin's: a lost connection or channel is
+/// [`BinderErrorKind::Closed`] (retryable), the broker's 404 `NOT_FOUND`, 403
+/// `ACCESS_REFUSED` and 320 `CONNECTION_FORCED` are what they say; lapin's error stays the
+/// source.
 fn broker(e: lapin::Error) -> BinderError {
-    BinderError::Broker(e.to_string())
+    use lapin::ErrorKind as K;
+    let kind = match e.kind() {
+        K::IOError(_)
+        | K::RuntimeShutdownError(_)
+        | K::MissingHeartbeatError
+        | K::InvalidChannel(_)
+        | K::InvalidChannelState(..)
+        | K::InvalidConnectionState(_) => BinderErrorKind::Closed,
+        K::ProtocolError(amqp) => match amqp.get_id() {
+            404 => BinderErrorKind::NotFound,
+            403 => BinderErrorKind::Refused,
+            320 => BinderErrorKind::Closed,
+            _ => BinderErrorKind::Broker,
+        },
+        _ => BinderErrorKind::Broker,
+    };
+    BinderError::new(kind, e.to_string()).with_source(e)
 }
 
 /// `future`'s output, or `None` once `limit` has passed; a zero limit waits for ever (as
@@ -62,7 +82,7 @@ async fn within<F: std::future::Future>(
 fn queue_error(e: lapin::Error, queue: &str) -> BinderError {
     match e.kind() {
         lapin::ErrorKind::ProtocolError(p) if p.get_id() == 404 => {
-            BinderError::NotFound(format!("queue `{queue}`"))
+            BinderError::not_found(format!("queue `{queue}`")).with_source(e)
         }
         _ => broker(e),
     }
@@ -198,7 +218,7 @@ impl Link {
                             Some(reason) => {
                                 let why = format!("{}: {reason}", redact(uri));
                                 tracing::error!(uri = %redact(uri), %reason, "RabbitMQ refused the connection");
-                                return Err(BinderError::Refused(why));
+                                return Err(BinderError::refused(why).with_source(e));
                             }
                             None => e.to_string(),
                         },
@@ -214,12 +234,16 @@ impl Link {
             last = format!("{}: {failure}", redact(uri));
         }
         if !refused.is_empty() {
-            return Err(BinderError::Broker(format!(
-                "cannot connect to RabbitMQ over TLS ({})",
-                refused.join("; ")
-            )));
+            // Either side refused TLS: waiting does not help.
+            return Err(BinderError::new(
+                BinderErrorKind::Refused,
+                format!(
+                    "cannot connect to RabbitMQ over TLS ({})",
+                    refused.join("; ")
+                ),
+            ));
         }
-        Err(BinderError::Unreachable(format!(
+        Err(BinderError::unreachable(format!(
             "cannot connect to RabbitMQ ({last})"
         )))
     }
@@ -294,12 +318,8 @@ impl Binder for RabbitBinder {
     }
 
     async fn provision(&self, plan: &TopologyPlan) -> BinderResult<()> {
-        let declare = |what: String| {
-            move |e: lapin::Error| BinderError::Declare {
-                what: what.clone(),
-                reason: e.to_string(),
-            }
-        };
+        let declare =
+            |what: String| move |e: lapin::Error| BinderError::declare(&what, &e).with_source(e);
         // A refused declaration closes the channel (AMQP), so each entity gets a fresh one
         // only after a failure; the happy path uses one channel.
         let ch = self.channel().await?;
@@ -522,11 +542,7 @@ impl RabbitProducer {
         if message.properties.delivery_mode.is_none() {
             message.properties.delivery_mode = Some(self.spec.delivery_mode);
         }
-        let fail = |reason: String| BinderError::NotConfirmed {
-            exchange: exchange.to_owned(),
-            routing_key: routing_key.to_owned(),
-            reason,
-        };
+        let fail = |reason: String| BinderError::not_confirmed(exchange, routing_key, reason);
         let props = convert::properties(&message);
         let ch = self.channel().await?;
         // lapin numbers a publish for its confirm and then queues its frames, both in the

@@ -288,7 +288,7 @@ pub(crate) fn refuse_for_instance(tree: &Value) -> BinderResult<()> {
     if problems.is_empty() {
         Ok(())
     } else {
-        Err(BinderError::Config(render(&problems)))
+        Err(BinderError::config(render(&problems)))
     }
 }
 
@@ -335,7 +335,7 @@ impl RabbitSettings {
             .parse("requested-channel-max", "a channel count (0 to 65535)")
             .unwrap_or(defaults.requested_channel_max);
         if !r.problems.is_empty() {
-            return Err(BinderError::Config(render(&r.problems)));
+            return Err(BinderError::config(render(&r.problems)));
         }
         Ok(RabbitSettings {
             uris,

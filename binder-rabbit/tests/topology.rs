@@ -4,7 +4,7 @@
 
 use std::process::Command;
 
-use binder_core::binder::{Binder, BinderError};
+use binder_core::binder::{Binder, BinderErrorKind};
 use binder_core::config::ConfigLoader;
 use binder_core::topology::plan_consumer;
 use serde_json::Value;
@@ -216,7 +216,7 @@ async fn inspect_tells_a_missing_queue_from_a_refused_one() {
     let missing = common::unique("inspect-missing");
     assert!(matches!(
         binder.inspect(&missing).await,
-        Err(BinderError::NotFound(_))
+        Err(ref e) if e.kind() == BinderErrorKind::NotFound
     ));
     // An exclusive queue of another connection exists, but the broker refuses to show it.
     let conn = lapin::Connection::connect(&common::amqp_url(), Default::default())
@@ -235,8 +235,8 @@ async fn inspect_tells_a_missing_queue_from_a_refused_one() {
     .await
     .unwrap();
     match binder.inspect(&locked).await {
-        Err(BinderError::Broker(reason)) => {
-            assert!(reason.contains("RESOURCE_LOCKED"), "{reason}")
+        Err(e) if e.kind() == BinderErrorKind::Broker => {
+            assert!(e.to_string().contains("RESOURCE_LOCKED"), "{e}")
         }
         other => panic!("an exclusive queue of another connection: {other:?}"),
     }

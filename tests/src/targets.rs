@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use binder_core::binder::{Binder, BinderError};
+use binder_core::binder::{Binder, BinderErrorKind};
 use binder_embedded::EmbeddedBinder;
 use binder_embedded::engine::Broker;
 use binder_rabbit::{RabbitBinder, RabbitSettings};
@@ -49,7 +49,7 @@ impl Target for Rabbit {
         )
         .await
         {
-            Ok(Err(BinderError::Unreachable(e))) => {
+            Ok(Err(e)) if e.kind() == BinderErrorKind::Unreachable => {
                 Err(format!("no RabbitMQ answers at {url}: {e}"))
             }
             Err(_) => Err(format!("no RabbitMQ answers at {url} within 5 s")),

@@ -11,6 +11,7 @@
 
 mod acks;
 mod dead_letter;
+mod error;
 mod settler;
 
 pub use acks::{ACK_BATCH, AckCoalescer, ack_batch_for};
@@ -18,6 +19,7 @@ pub use dead_letter::{
     ATTEMPTS_HEADER, DEFAULT_FRAME_MAX, DeadLetter, Fitted, FrameBudget, HeadersTooLarge,
     header_frame_size, republish_headers, table_size, value_size,
 };
+pub use error::{BinderError, BinderErrorKind, BinderResult};
 pub use settler::{SettleByTag, Settler};
 
 use std::fmt;
@@ -29,54 +31,6 @@ use async_trait::async_trait;
 
 use crate::message::{DeliveryMode, Message};
 use crate::topology::TopologyPlan;
-
-/// Why a binder operation failed.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum BinderError {
-    /// A declaration was refused (e.g. a redeclaration with other arguments).
-    #[error("cannot declare {what}: {reason}")]
-    Declare {
-        /// The entity, e.g. "queue `orders.billing`".
-        what: String,
-        /// The broker's reason.
-        reason: String,
-    },
-    /// The broker refused a publish (negative confirm), or no confirm came.
-    #[error(
-        "publish to exchange `{exchange}` with key `{routing_key}` was not confirmed: {reason}"
-    )]
-    NotConfirmed {
-        /// Target exchange.
-        exchange: String,
-        /// Routing key.
-        routing_key: String,
-        /// Why.
-        reason: String,
-    },
-    /// The queue or exchange does not exist.
-    #[error("{0} does not exist")]
-    NotFound(String),
-    /// The broker cannot be reached (connection refused, broker stopped). Startup waits and
-    /// tries again; anything else fails at once.
-    #[error("the broker cannot be reached: {0}")]
-    Unreachable(String),
-    /// The broker answered and refused the connection: wrong credentials, an unknown
-    /// virtual host, no access to it. Waiting does not help, so startup stops at once.
-    #[error("the broker refused the connection: {0}")]
-    Refused(String),
-    /// The binder, producer or subscription is closed.
-    #[error("{0} is closed")]
-    Closed(String),
-    /// The binder's own configuration is invalid (the message names the key).
-    #[error("invalid configuration: {0}")]
-    Config(String),
-    /// Any other broker failure.
-    #[error("{0}")]
-    Broker(String),
-}
-
-/// Shorthand for binder results.
-pub type BinderResult<T> = Result<T, BinderError>;
 
 /// What a producer publishes to and how.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -363,7 +317,7 @@ pub struct QueueInfo {
 /// use binder_core::binder::{Binder, BinderError, BinderRegistration, BinderResult};
 ///
 /// fn create(_environment: &config::Value) -> BinderResult<Arc<dyn Binder>> {
-///     Err(BinderError::Broker("an example that builds no binder".into()))
+///     Err(BinderError::broker("an example that builds no binder"))
 /// }
 ///
 /// inventory::submit! { BinderRegistration::new("example", create) }

@@ -81,10 +81,7 @@ impl Settler {
             return BinderFuture::ready(Ok(()));
         };
         if self.settled.swap(true, Ordering::AcqRel) {
-            return BinderFuture::ready(Err(BinderError::Broker(format!(
-                "delivery {} is already settled",
-                self.tag
-            ))));
+            return BinderFuture::ready(Err(BinderError::already_settled(self.tag)));
         }
         target.settle_tag(self.tag, settlement)
     }

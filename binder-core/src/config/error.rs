@@ -165,6 +165,38 @@ pub fn did_you_mean<'a>(
         .map(|(_, c)| c)
 }
 
+/// A text that is none of a keyword's values (an exchange type, an acknowledge mode …), with
+/// the nearest valid one suggested.
+///
+/// ```
+/// use binder_core::config::ExchangeType;
+///
+/// let e = "topik".parse::<ExchangeType>().unwrap_err();
+/// assert_eq!(e.to_string(), "unknown value `topik`; did you mean `topic`?");
+/// assert_eq!(e.value(), "topik");
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct UnknownValue {
+    value: String,
+    message: String,
+}
+
+impl UnknownValue {
+    /// `value` is none of `valid`.
+    pub fn new(value: &str, valid: &[&str]) -> Self {
+        UnknownValue {
+            value: value.to_owned(),
+            message: unknown_key_message("value", value, valid),
+        }
+    }
+
+    /// The text that was given.
+    pub fn value(&self) -> &str {
+        &self.value
+    }
+}
+
 /// `unknown property `x``, with a suggestion or the list of valid keys.
 /// What to say of an unknown key: the nearest valid one when it is near enough (a likely
 /// typo), else every valid one. `what` names the kind of key (`property`, `key`).

@@ -39,7 +39,9 @@ mod properties;
 mod validate;
 
 pub use env::{ENV_PREFIXES, JSON_VAR};
-pub use error::{ConfigError, Problem, did_you_mean, render_problems, unknown_key_message};
+pub use error::{
+    ConfigError, Problem, UnknownValue, did_you_mean, render_problems, unknown_key_message,
+};
 pub use loader::{CONFIG_FILE_VAR, ConfigLoader, DEFAULT_STEM, PROFILES_VAR};
 pub use model::descend;
 pub use model::{

@@ -439,11 +439,11 @@ macro_rules! keyword_enum {
         }
 
         impl std::str::FromStr for $name {
-            type Err = String;
-            fn from_str(s: &str) -> Result<Self, String> {
+            type Err = $crate::config::UnknownValue;
+            fn from_str(s: &str) -> Result<Self, $crate::config::UnknownValue> {
                 let canon = $crate::config::node::canonical(s);
                 $( if canon == $crate::config::node::canonical($text) { return Ok($name::$variant); } )*
-                Err($crate::config::error::unknown_key_message("value", s, Self::ALL))
+                Err($crate::config::UnknownValue::new(s, Self::ALL))
             }
         }
 
@@ -465,8 +465,8 @@ macro_rules! keyword_enum {
                 match &value.kind {
                     config::ValueKind::String(s) => match s.parse() {
                         Ok(v) => Some(v),
-                        Err(msg) => {
-                            problems.push(value.origin(), path, msg);
+                        Err(unknown) => {
+                            problems.push(value.origin(), path, unknown.to_string());
                             None
                         }
                     },

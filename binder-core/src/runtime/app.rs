@@ -50,7 +50,7 @@ where
             Some((deadline, limit)) => match tokio::time::timeout_at(deadline, op()).await {
                 Ok(result) => result,
                 Err(_) => {
-                    return Err(crate::binder::BinderError::Unreachable(format!(
+                    return Err(crate::binder::BinderError::unreachable(format!(
                         "no answer; gave up after spring.cloud.stream.startupTimeout ({limit:?})"
                     )));
                 }
@@ -58,12 +58,12 @@ where
             None => op().await,
         };
         match attempt {
-            Err(crate::binder::BinderError::Unreachable(e)) => {
+            Err(e) if e.kind() == crate::binder::BinderErrorKind::Unreachable => {
                 if let Some((deadline, limit)) = patience.deadline {
                     let now = tokio::time::Instant::now();
                     if now >= deadline {
-                        return Err(crate::binder::BinderError::Unreachable(format!(
-                            "{e}; gave up after spring.cloud.stream.startupTimeout ({limit:?})"
+                        return Err(e.with_note(format!(
+                            "gave up after spring.cloud.stream.startupTimeout ({limit:?})"
                         )));
                     }
                     wait = wait.min(deadline - now);

@@ -222,7 +222,7 @@ impl fmt::Debug for StartupError {
 }
 
 /// Why a send failed.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum SendError {
     /// The payload could not be encoded.
     #[error(transparent)]

@@ -68,9 +68,7 @@ impl Incoming {
     pub async fn settle(&self, settlement: Settlement) -> BinderResult<()> {
         match &self.settler {
             Some(s) => s.settle(settlement).await,
-            None => Err(crate::binder::BinderError::Broker(
-                "this binding settles automatically (acknowledgeMode is not MANUAL)".to_owned(),
-            )),
+            None => Err(crate::binder::BinderError::not_manual()),
         }
     }
 }

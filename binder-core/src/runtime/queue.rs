@@ -240,7 +240,7 @@ impl QueueLoop {
                     }
                     Err(e) => {
                         let wait =
-                            self.next_wait(matches!(e, crate::binder::BinderError::Unreachable(_)));
+                            self.next_wait(e.kind() == crate::binder::BinderErrorKind::Unreachable);
                         tracing::warn!(binding = %self.rt.name, queue = %self.spec.queue, error = %e, retry_in = ?wait, "cannot consume; retrying (waits double up to recoveryInterval)");
                         self.lost = Some(e.to_string());
                         if self.reported == BindingState::Recovering {
