@@ -4,10 +4,10 @@ use std::collections::{HashSet, VecDeque};
 use std::sync::{Arc, LazyLock, Mutex};
 
 use async_trait::async_trait;
+use binder_amqp::{AckChannel, BufferedSubscription, DeliverySource, TagAcks};
 use binder_core::binder::{
-    AckCoalescer, Binder, BinderError, BinderErrorKind, BinderFuture, BinderRegistration,
-    BinderResult, Inbound, Producer, ProducerSpec, QueueInfo, SettleByTag, Settlement, Settler,
-    Subscription, SubscriptionSpec,
+    Binder, BinderError, BinderErrorKind, BinderFuture, BinderRegistration, BinderResult, Inbound,
+    Producer, ProducerSpec, QueueInfo, Settler, Subscription, SubscriptionSpec,
 };
 use binder_core::config::BindingConfig;
 use binder_core::message::{DeliveryMode, Message};
@@ -266,16 +266,16 @@ impl Binder for EmbeddedBinder {
                 }
                 _ => broker_error(e),
             })?;
-        Ok(Box::new(EmbeddedSubscription {
+        let source = EngineConsumer {
             consumer: Some(consumer),
-            ready: VecDeque::new(),
             batch: Vec::new(),
-            auto_ack: spec.auto_ack,
-            acks: Arc::new(EmbeddedAcks {
-                channel,
-                coalescer: std::sync::Mutex::new(AckCoalescer::for_prefetch(spec.prefetch)),
-            }),
-        }))
+        };
+        let acks = Arc::new(TagAcks::new(EngineAcks(channel), spec.prefetch));
+        Ok(Box::new(BufferedSubscription::new(
+            source,
+            acks,
+            spec.auto_ack,
+        )))
     }
 
     async fn inspect(&self, queue: &str) -> BinderResult<QueueInfo> {
@@ -397,152 +397,79 @@ impl Producer for EmbeddedProducer {
     }
 }
 
+/// The engine's channel as the shared AMQP settlement machinery sees it. The engine never
+/// makes a settlement wait.
 #[derive(Debug)]
-struct EmbeddedSubscription {
+struct EngineAcks(Channel);
+
+impl AckChannel for EngineAcks {
+    fn ack_up_to(&self, tag: u64) -> BinderResult<()> {
+        self.0.basic_ack(tag, true).map_err(broker_error)
+    }
+
+    fn requeue(&self, tag: u64) -> BinderResult<()> {
+        self.0.basic_nack(tag, false, true).map_err(broker_error)
+    }
+
+    fn reject(&self, tag: u64) -> BinderResult<()> {
+        self.0.basic_reject(tag, false).map_err(broker_error)
+    }
+}
+
+/// An engine consumer as a [`DeliverySource`]; `None` once cancelled.
+#[derive(Debug)]
+struct EngineConsumer {
     consumer: Option<Consumer>,
-    ready: VecDeque<Delivery>,
+    /// Where a batch lands before it joins the subscription's ready deliveries.
     batch: Vec<Delivery>,
-    auto_ack: bool,
-    acks: Arc<EmbeddedAcks>,
 }
 
-/// A subscription's settlements: its channel and the acks it holds back, shared with the
-/// settlers of its deliveries.
-#[derive(Debug)]
-struct EmbeddedAcks {
-    channel: Channel,
-    coalescer: std::sync::Mutex<AckCoalescer>,
-}
+impl DeliverySource for EngineConsumer {
+    type Delivery = Delivery;
+    type Channel = EngineAcks;
 
-impl EmbeddedAcks {
-    fn lock(&self) -> std::sync::MutexGuard<'_, AckCoalescer> {
-        self.coalescer.lock().unwrap_or_else(|p| p.into_inner())
+    fn tag(delivery: &Delivery) -> u64 {
+        delivery.delivery_tag
     }
 
-    /// Settles one delivery through the coalescer (see [`AckCoalescer::apply`] for the
-    /// order). The engine never makes a settlement wait.
-    fn apply(&self, tag: u64, settlement: Settlement) -> BinderResult<()> {
-        let channel = &self.channel;
-        self.lock()
-            .apply(
-                tag,
-                settlement,
-                |tag, settlement| match settlement {
-                    Settlement::Requeue => channel.basic_nack(tag, false, true),
-                    _ => channel.basic_reject(tag, false),
-                },
-                |upto| channel.basic_ack(upto, true),
-            )
-            .map_err(broker_error)
-    }
-
-    /// Sends the acks held back, and holds none back until the next batch: whoever calls
-    /// this (a wait for deliveries, a pause, a handler that waits, a cancel) will not come
-    /// back soon to flush.
-    fn flush(&self) -> BinderResult<()> {
-        match self.lock().flush() {
-            Some(upto) => self.channel.basic_ack(upto, true).map_err(broker_error),
-            None => Ok(()),
-        }
-    }
-}
-
-impl SettleByTag for EmbeddedAcks {
-    fn settle_tag(&self, tag: u64, settlement: Settlement) -> BinderFuture<'_, BinderResult<()>> {
-        BinderFuture::ready(self.apply(tag, settlement))
-    }
-
-    /// A delivery nobody can settle any more goes back to the queue at once, rather than
-    /// blocking the acks of the deliveries after it until the channel closes.
-    fn release_tag(&self, tag: u64) {
-        let _ = self.apply(tag, Settlement::Requeue);
-    }
-}
-
-impl EmbeddedSubscription {
-    /// The runtime's view of a delivery taken from the batch.
-    fn inbound(&self, d: Delivery) -> Inbound {
-        let settler = if self.auto_ack {
-            Settler::already_settled()
-        } else {
-            Settler::new(self.acks.clone(), d.delivery_tag)
-        };
+    fn inbound(delivery: Delivery, settler: Settler) -> Inbound {
         Inbound {
-            content: d.body,
-            redelivered: d.redelivered,
+            content: delivery.body,
+            redelivered: delivery.redelivered,
             settler,
         }
     }
 
-    /// Waits for the next batch of deliveries (after sending the acks held back for the
-    /// last one); false once the consumer is cancelled.
-    async fn refill(&mut self) -> bool {
-        if self.acks.flush().is_err() {
-            return false;
-        }
+    async fn receive(&mut self, into: &mut VecDeque<Delivery>, max: usize) -> bool {
         let Some(consumer) = self.consumer.as_mut() else {
             return false;
         };
         // Cancel-safe: a dropped receive leaves deliveries in the consumer's inbox.
-        if consumer.recv_many(&mut self.batch, 256).await == 0 {
+        if consumer.recv_many(&mut self.batch, max).await == 0 {
             return false;
         }
-        if !self.auto_ack {
-            // The whole batch counts as outstanding from now on, so the acks of its first
-            // deliveries wait for the rest (or for half the prefetch window of them) and go
-            // out as one `multiple` ack: the runtime comes back for each of them, and
-            // flushes before it stops doing so.
-            self.acks
-                .lock()
-                .batch_taken(self.batch.iter().map(|d| d.delivery_tag));
-        }
-        self.ready.extend(self.batch.drain(..));
+        into.extend(self.batch.drain(..));
         true
     }
-}
 
-#[async_trait]
-impl Subscription for EmbeddedSubscription {
-    fn next(&mut self) -> BinderFuture<'_, Option<Inbound>> {
-        if let Some(d) = self.ready.pop_front() {
-            return BinderFuture::ready(Some(self.inbound(d)));
-        }
-        BinderFuture::boxed(async move {
-            if !self.refill().await {
-                return None;
-            }
-            let d = self.ready.pop_front()?;
-            Some(self.inbound(d))
-        })
-    }
-
-    async fn flush(&mut self) -> BinderResult<()> {
-        self.acks.flush()
-    }
-
-    async fn cancel(&mut self) -> BinderResult<()> {
+    async fn cancel(
+        &mut self,
+        channel: &EngineAcks,
+        auto_ack: bool,
+        into: &mut VecDeque<Delivery>,
+    ) -> BinderResult<()> {
         let Some(mut consumer) = self.consumer.take() else {
-            return self.acks.flush();
+            return Ok(());
         };
-        if !self.auto_ack {
-            // Deliveries taken from the consumer but not yet handed out go back to the queue
-            // (last first, so they keep their order at its head).
-            for d in self.ready.drain(..).rev() {
-                let _ = self.acks.apply(d.delivery_tag, Settlement::Requeue);
-            }
-            self.acks.flush()?;
+        if !auto_ack {
+            // What the inbox still holds goes back to the queue with the consumer.
             return consumer.cancel().map_err(broker_error);
         }
-        // Auto-ack deliveries already sent cannot go back: they stay to be handed out, with
-        // those still in the consumer's inbox.
-        // Taken even when the cancel fails (a closed channel): they are no less received.
-        let cancelled = self
-            .acks
-            .channel
-            .basic_cancel(consumer.tag())
-            .map_err(broker_error);
+        // Auto-ack deliveries already sent cannot go back: they stay to be handed out, taken
+        // even when the cancel fails (a closed channel).
+        let cancelled = channel.0.basic_cancel(consumer.tag()).map_err(broker_error);
         while let Some(d) = consumer.try_recv() {
-            self.ready.push_back(d);
+            into.push_back(d);
         }
         cancelled
     }

@@ -268,7 +268,11 @@ mod tests {
 
     fn refused(yaml: &str) -> String {
         match read(yaml) {
-            Err(e) if e.kind() == BinderErrorKind::Config => e.to_string(),
+            Err(e) if e.kind() == BinderErrorKind::Config => e
+                .to_string()
+                .strip_prefix("invalid configuration: ")
+                .expect("a configuration error says so first")
+                .to_owned(),
             other => panic!("{yaml}: expected a configuration error, got {other:?}"),
         }
     }

@@ -1,12 +1,14 @@
 //! The `rabbit` binder: the binder SPI over lapin.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use binder_amqp::convert;
+use binder_amqp::{AckChannel, BufferedSubscription, DeliverySource, TagAcks};
 use binder_core::binder::{
-    AckCoalescer, Binder, BinderError, BinderErrorKind, BinderFuture, BinderRegistration,
-    BinderResult, Inbound, Producer, ProducerSpec, QueueInfo, SettleByTag, Settlement, Settler,
-    Subscription, SubscriptionSpec,
+    Binder, BinderError, BinderErrorKind, BinderFuture, BinderRegistration, BinderResult, Inbound,
+    Producer, ProducerSpec, QueueInfo, Settler, Subscription, SubscriptionSpec,
 };
 use binder_core::config::ExchangeType;
 use binder_core::message::Message;
@@ -23,7 +25,6 @@ use lapin::types::{FieldTable, LongString, ShortString};
 use lapin::{Channel, Connection, ConnectionProperties, ExchangeKind};
 use tokio::sync::Mutex;
 
-use crate::convert;
 use crate::settings::{RabbitSettings, redact};
 use crate::tls;
 
@@ -425,17 +426,17 @@ impl Binder for RabbitBinder {
             .await
             .map_err(|e| queue_error(e, &spec.queue))?;
         let channel = Arc::new(ChannelGuard(channel));
-        Ok(Box::new(RabbitSubscription {
-            acks: Arc::new(AckBatch {
-                channel: channel.clone(),
-                state: std::sync::Mutex::new(AckCoalescer::for_prefetch(spec.prefetch)),
-            }),
+        let acks = Arc::new(TagAcks::new(LapinAcks(channel.clone()), spec.prefetch));
+        let source = LapinConsumer {
             channel,
             consumer: Some(consumer),
-            auto_ack: spec.auto_ack,
-            ready: Default::default(),
             failed: false,
-        }))
+        };
+        Ok(Box::new(BufferedSubscription::new(
+            source,
+            acks,
+            spec.auto_ack,
+        )))
     }
 
     async fn inspect(&self, queue: &str) -> BinderResult<QueueInfo> {
@@ -620,68 +621,32 @@ impl Drop for ChannelGuard {
     }
 }
 
+/// A subscription's channel as the shared AMQP settlement machinery sees it: each frame is
+/// sent on the channel itself (a delivery's `Acker` goes through lapin's internal queue, so
+/// its frame could follow an ack sent after it), and nothing waits for a write.
 #[derive(Debug)]
-struct RabbitSubscription {
-    channel: Arc<ChannelGuard>,
-    consumer: Option<lapin::Consumer>,
-    auto_ack: bool,
-    acks: Arc<AckBatch>,
-    /// Deliveries taken from lapin's buffer together, not yet handed out.
-    ready: std::collections::VecDeque<lapin::message::Delivery>,
-    /// The consumer reported an error while a batch was taken: the next wait ends it.
-    failed: bool,
-}
+struct LapinAcks(Arc<ChannelGuard>);
 
-/// Sends coalesced acks on a subscription's channel (see [`AckCoalescer`]).
-#[derive(Debug)]
-struct AckBatch {
-    channel: Arc<ChannelGuard>,
-    state: std::sync::Mutex<AckCoalescer>,
-}
-
-impl AckBatch {
-    fn lock(&self) -> std::sync::MutexGuard<'_, AckCoalescer> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+impl AckChannel for LapinAcks {
+    fn ack_up_to(&self, tag: u64) -> BinderResult<()> {
+        queued(self.0.0.basic_ack(tag, BasicAckOptions { multiple: true }))
     }
 
-    /// Sends an ack covering every delivery up to `tag` (the frame goes out on the first
-    /// poll; `basic.ack` has no reply to wait for).
-    fn send(&self, tag: u64) -> Result<(), lapin::Error> {
-        queued(
-            self.channel
-                .0
-                .basic_ack(tag, BasicAckOptions { multiple: true }),
-        )
-    }
-
-    /// Acks whatever is ready, and holds no ack back until the next batch: whoever flushes
-    /// (a wait for deliveries, a pause, a handler that waits, a cancel) is not coming back
-    /// soon. Under the lock, as every ack, so that it cannot overtake a reject.
-    fn flush(&self) -> Result<(), lapin::Error> {
-        let mut state = self.lock();
-        state.flush().map_or(Ok(()), |t| self.send(t))
-    }
-
-    /// Settles one delivery through the coalescer (see [`AckCoalescer::apply`] for the
-    /// order), on the channel itself: a delivery's `Acker` goes through lapin's internal
-    /// queue, so its frame could follow an ack sent after it. Nothing waits for a write:
-    /// waiting for each ack cost half the consumer's throughput.
-    fn apply(&self, tag: u64, settlement: Settlement) -> Result<(), lapin::Error> {
-        let channel = &self.channel.0;
-        self.lock().apply(
+    fn requeue(&self, tag: u64) -> BinderResult<()> {
+        queued(self.0.0.basic_nack(
             tag,
-            settlement,
-            |tag, settlement| match settlement {
-                Settlement::Requeue => queued(channel.basic_nack(
-                    tag,
-                    BasicNackOptions {
-                        multiple: false,
-                        requeue: true,
-                    },
-                )),
-                _ => queued(channel.basic_reject(tag, BasicRejectOptions { requeue: false })),
+            BasicNackOptions {
+                multiple: false,
+                requeue: true,
             },
-            |upto| self.send(upto),
+        ))
+    }
+
+    fn reject(&self, tag: u64) -> BinderResult<()> {
+        queued(
+            self.0
+                .0
+                .basic_reject(tag, BasicRejectOptions { requeue: false }),
         )
     }
 }
@@ -691,35 +656,30 @@ impl AckBatch {
 /// redelivers.
 fn queued(
     frame: impl std::future::Future<Output = Result<impl Sized, lapin::Error>>,
-) -> Result<(), lapin::Error> {
-    frame.now_or_never().map_or(Ok(()), |r| r.map(drop))
+) -> BinderResult<()> {
+    frame
+        .now_or_never()
+        .map_or(Ok(()), |r| r.map(drop).map_err(broker))
 }
 
-impl SettleByTag for AckBatch {
-    /// Settles through the batch: a requeue or reject is queued before the ack it makes due
-    /// (a `multiple` ack sent first would cover, and so acknowledge, this very delivery), and
-    /// both are queued under the batch's lock, so that no other settlement's ack overtakes
-    /// them. Nothing waits for a write: waiting for each ack cost half the consumer's
-    /// throughput.
-    fn settle_tag(&self, tag: u64, settlement: Settlement) -> BinderFuture<'_, BinderResult<()>> {
-        BinderFuture::ready(self.apply(tag, settlement).map_err(broker))
-    }
-
-    /// A delivery nobody can settle any more goes back to the queue at once, rather than
-    /// blocking the acks of the deliveries after it until the channel closes.
-    fn release_tag(&self, tag: u64) {
-        let _ = self.apply(tag, Settlement::Requeue);
-    }
+/// A lapin consumer as a [`DeliverySource`]; `None` once cancelled.
+#[derive(Debug)]
+struct LapinConsumer {
+    channel: Arc<ChannelGuard>,
+    consumer: Option<lapin::Consumer>,
+    /// The consumer reported an error while a batch was taken: the next wait ends it.
+    failed: bool,
 }
 
-impl RabbitSubscription {
-    /// The runtime's view of a delivery.
-    fn inbound(&self, d: lapin::message::Delivery) -> Inbound {
-        let settler = if self.auto_ack {
-            Settler::already_settled()
-        } else {
-            Settler::new(self.acks.clone(), d.delivery_tag)
-        };
+impl DeliverySource for LapinConsumer {
+    type Delivery = lapin::message::Delivery;
+    type Channel = LapinAcks;
+
+    fn tag(delivery: &Self::Delivery) -> u64 {
+        delivery.delivery_tag
+    }
+
+    fn inbound(d: Self::Delivery, settler: Settler) -> Inbound {
         Inbound::owned(
             convert::message(d.data, &d.properties),
             d.exchange.as_str(),
@@ -729,23 +689,8 @@ impl RabbitSubscription {
         )
     }
 
-    /// Sends the held-back acks and requeues the deliveries taken from lapin but not yet
-    /// handed out (last first, so they keep their order at the queue's head).
-    fn give_back_ready(&mut self) -> Result<(), lapin::Error> {
-        if !self.auto_ack {
-            for d in self.ready.drain(..).rev() {
-                let _ = self.acks.apply(d.delivery_tag, Settlement::Requeue);
-            }
-        }
-        self.acks.flush()
-    }
-
-    /// Waits for a delivery, then takes along whatever lapin has already buffered (up to
-    /// 256), so that the acks of the batch go out together; false once the consumer ended.
-    async fn refill(&mut self) -> bool {
-        if let Err(e) = self.acks.flush() {
-            tracing::warn!(error = %e, "sending held-back acks failed; the broker will redeliver");
-        }
+    /// Waits for a delivery, then takes along whatever lapin has already buffered.
+    async fn receive(&mut self, into: &mut VecDeque<Self::Delivery>, max: usize) -> bool {
         if self.failed {
             return false;
         }
@@ -754,7 +699,7 @@ impl RabbitSubscription {
         };
         // Cancel-safe: lapin keeps deliveries in the consumer's buffer.
         match consumer.next().await {
-            Some(Ok(d)) => self.ready.push_back(d),
+            Some(Ok(d)) => into.push_back(d),
             Some(Err(e)) => {
                 // The channel or connection failed; the runtime subscribes again after its
                 // recovery interval.
@@ -763,9 +708,9 @@ impl RabbitSubscription {
             }
             None => return false,
         }
-        while self.ready.len() < 256 {
+        while into.len() < max {
             match consumer.next().now_or_never() {
-                Some(Some(Ok(d))) => self.ready.push_back(d),
+                Some(Some(Ok(d))) => into.push_back(d),
                 Some(Some(Err(e))) => {
                     tracing::warn!(error = %e, "consumer stopped");
                     self.failed = true;
@@ -778,26 +723,46 @@ impl RabbitSubscription {
                 None => break,
             }
         }
-        if !self.auto_ack {
-            self.acks
-                .lock()
-                .batch_taken(self.ready.iter().map(|d| d.delivery_tag));
-        }
         true
+    }
+
+    async fn cancel(
+        &mut self,
+        _channel: &LapinAcks,
+        auto_ack: bool,
+        into: &mut VecDeque<Self::Delivery>,
+    ) -> BinderResult<()> {
+        let Some(mut consumer) = self.consumer.take() else {
+            return Ok(());
+        };
+        let cancelled = self
+            .channel
+            .0
+            .basic_cancel(consumer.tag(), BasicCancelOptions::default())
+            .await
+            .map_err(broker);
+        // Auto-ack deliveries the broker sent before its cancel-ok cannot go back: they are
+        // in lapin's buffer now, and stay to be handed out, even when the cancel failed (a
+        // closed channel).
+        if auto_ack {
+            while let Some(Some(Ok(d))) = consumer.next().now_or_never() {
+                into.push_back(d);
+            }
+        }
+        cancelled
     }
 }
 
-/// A subscription dropped without `cancel` (its task was aborted, its owner panicked):
-/// acks and requeues go out as in `cancel`, then the consumer is cancelled *before* the
+/// A consumer dropped without `cancel` (its subscription's task was aborted, its owner
+/// panicked; the subscription has given back what it held by now) is cancelled *before* the
 /// channel closes. Left to lapin, a dropped consumer is cancelled on a task of its own that
 /// races the channel's close; when the close wins, lapin reports the failed cancel as a
 /// connection error, which fails every producer and subscription sharing the connection.
-impl Drop for RabbitSubscription {
+impl Drop for LapinConsumer {
     fn drop(&mut self) {
         let Some(consumer) = self.consumer.take() else {
             return;
         };
-        let _ = self.give_back_ready();
         let channel = self.channel.clone();
         in_background(async move {
             let _ = channel
@@ -809,49 +774,6 @@ impl Drop for RabbitSubscription {
             drop(consumer);
             drop(channel);
         });
-    }
-}
-
-#[async_trait]
-impl Subscription for RabbitSubscription {
-    fn next(&mut self) -> BinderFuture<'_, Option<Inbound>> {
-        if let Some(d) = self.ready.pop_front() {
-            return BinderFuture::ready(Some(self.inbound(d)));
-        }
-        BinderFuture::boxed(async move {
-            if !self.refill().await {
-                return None;
-            }
-            let d = self.ready.pop_front()?;
-            Some(self.inbound(d))
-        })
-    }
-
-    async fn flush(&mut self) -> BinderResult<()> {
-        self.acks.flush().map_err(broker)
-    }
-
-    async fn cancel(&mut self) -> BinderResult<()> {
-        self.give_back_ready().map_err(broker)?;
-        let Some(mut c) = self.consumer.take() else {
-            return Ok(());
-        };
-        let cancelled = self
-            .channel
-            .0
-            .basic_cancel(c.tag(), BasicCancelOptions::default())
-            .await
-            .map_err(broker);
-        // Auto-ack deliveries the broker sent before its cancel-ok cannot go back: they are
-        // in lapin's buffer now, and stay to be handed out, even when the cancel failed (a
-        // closed channel).
-        while self.auto_ack {
-            match c.next().now_or_never() {
-                Some(Some(Ok(d))) => self.ready.push_back(d),
-                _ => break,
-            }
-        }
-        cancelled
     }
 }
 

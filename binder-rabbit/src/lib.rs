@@ -4,7 +4,6 @@
 //! `spring.rabbitmq.*` ([`RabbitSettings`]).
 
 mod binder;
-mod convert;
 mod keys;
 mod settings;
 mod tls;

@@ -9,12 +9,10 @@
 //! built on these few operations, so a new binder only implements them; the conformance kit
 //! checks that it does so faithfully.
 
-mod acks;
 mod dead_letter;
 mod error;
 mod settler;
 
-pub use acks::{ACK_BATCH, AckCoalescer, ack_batch_for};
 pub use dead_letter::{
     ATTEMPTS_HEADER, DEFAULT_FRAME_MAX, DeadLetter, Fitted, FrameBudget, HeadersTooLarge,
     header_frame_size, republish_headers, table_size, value_size,

@@ -1,13 +1,16 @@
-//! Between the framework's message model and lapin's AMQP types, losing nothing.
+//! Between the framework's message model and AMQP 0-9-1's properties and field tables (the
+//! `amq-protocol` types lapin speaks), losing nothing: every field type round-trips, text
+//! stays text and bytes stay bytes, decimals keep their sign.
 
-use binder_core::message::{Decimal, DeliveryMode, HeaderValue, Headers, Message, Properties};
-use bytes::Bytes;
-use lapin::BasicProperties;
-use lapin::types::{
+use amq_protocol::protocol::BasicProperties;
+use amq_protocol::types::{
     AMQPValue, ByteArray, DecimalValue, FieldArray, FieldTable, LongString, ShortString,
 };
+use binder_core::message::{Decimal, DeliveryMode, HeaderValue, Headers, Message, Properties};
+use bytes::Bytes;
 
-pub(crate) fn to_amqp(value: &HeaderValue) -> AMQPValue {
+/// A header value as an AMQP field value.
+pub fn to_amqp(value: &HeaderValue) -> AMQPValue {
     match value {
         HeaderValue::Void => AMQPValue::Void,
         HeaderValue::Bool(v) => AMQPValue::Boolean(*v),
@@ -36,7 +39,8 @@ pub(crate) fn to_amqp(value: &HeaderValue) -> AMQPValue {
     }
 }
 
-pub(crate) fn from_amqp(value: &AMQPValue) -> HeaderValue {
+/// An AMQP field value as a header value (long strings that are UTF-8 become text).
+pub fn from_amqp(value: &AMQPValue) -> HeaderValue {
     match value {
         AMQPValue::Void => HeaderValue::Void,
         AMQPValue::Boolean(v) => HeaderValue::Bool(*v),
@@ -68,7 +72,8 @@ pub(crate) fn from_amqp(value: &AMQPValue) -> HeaderValue {
     }
 }
 
-pub(crate) fn to_table(headers: &Headers) -> FieldTable {
+/// Headers as an AMQP field table.
+pub fn to_table(headers: &Headers) -> FieldTable {
     let mut table = FieldTable::default();
     for (k, v) in headers {
         table.insert(ShortString::from(k.as_str()), to_amqp(v));
@@ -76,7 +81,8 @@ pub(crate) fn to_table(headers: &Headers) -> FieldTable {
     table
 }
 
-pub(crate) fn from_table(table: &FieldTable) -> Headers {
+/// An AMQP field table as headers.
+pub fn from_table(table: &FieldTable) -> Headers {
     table
         .inner()
         .iter()
@@ -89,7 +95,7 @@ fn short<S: std::ops::Deref<Target = str>>(s: &Option<S>) -> Option<ShortString>
 }
 
 /// The AMQP properties of a message (headers included).
-pub(crate) fn properties(message: &Message) -> BasicProperties {
+pub fn properties(message: &Message) -> BasicProperties {
     let p = &message.properties;
     let mut props = BasicProperties::default();
     if let Some(v) = short(&p.content_type) {
@@ -139,7 +145,7 @@ fn text(s: &Option<ShortString>) -> Option<String> {
 }
 
 /// A message from a delivery's payload and properties.
-pub(crate) fn message(payload: Vec<u8>, props: &BasicProperties) -> Message {
+pub fn message(payload: Vec<u8>, props: &BasicProperties) -> Message {
     Message {
         payload: Bytes::from(payload),
         headers: props.headers().as_ref().map(from_table).unwrap_or_default(),
@@ -230,7 +236,7 @@ mod tests {
         // `D`, scale 1, then the unscaled value as a big-endian signed int: -5, as the Java
         // client writes `new BigDecimal("-0.5")`.
         let wire: &[u8] = &[b'D', 1, 0xFF, 0xFF, 0xFF, 0xFB];
-        let (rest, value) = lapin::types::parsing::parse_value(wire).unwrap();
+        let (rest, value) = amq_protocol::types::parsing::parse_value(wire).unwrap();
         assert!(rest.is_empty());
         let minus_half = HeaderValue::Decimal(Decimal {
             scale: 1,
@@ -258,7 +264,8 @@ mod tests {
         assert_eq!(back, m);
     }
 
-    /// The encoded size of a message's content-header frame, as lapin writes it.
+    /// The encoded size of a message's content-header frame, as amq-protocol (and lapin)
+    /// writes it.
     fn wire_size(m: &Message) -> usize {
         use amq_protocol::frame::{AMQPContentHeader, AMQPFrame, WriteContext, gen_frame};
         let frame = AMQPFrame::Header(

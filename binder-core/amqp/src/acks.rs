@@ -2,7 +2,7 @@
 
 use std::collections::VecDeque;
 
-use super::Settlement;
+use binder_core::binder::Settlement;
 
 /// Acks at most this many deliveries with one `multiple` ack.
 pub const ACK_BATCH: usize = 100;
@@ -40,7 +40,7 @@ enum Slot {
 /// grown to the prefetch window.
 ///
 /// ```
-/// use binder_core::binder::AckCoalescer;
+/// use binder_amqp::AckCoalescer;
 ///
 /// let mut acks = AckCoalescer::default();
 /// for tag in 1..=3 {

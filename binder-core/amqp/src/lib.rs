@@ -1,0 +1,72 @@
+//! What the AMQP 0-9-1 binders (`embedded` over the in-process engine, `rabbit` over lapin)
+//! share, so each implements only what its client differs in:
+//!
+//! * [`AckCoalescer`] and [`TagAcks`]: settling deliveries by tag, many acks sent as one
+//!   `basic.ack multiple`, never covering a rejected or requeued delivery;
+//! * [`BufferedSubscription`]: a [`Subscription`](binder_core::binder::Subscription) over a
+//!   [`DeliverySource`] (one AMQP consumer), taking deliveries in batches and handing them out
+//!   without waiting;
+//! * [`convert`]: the framework's [`Message`](binder_core::Message) to and from AMQP
+//!   properties and field tables (`amq-protocol`'s types, which lapin speaks).
+//!
+//! A binder for an AMQP client implements [`AckChannel`] over its channel and
+//! [`DeliverySource`] over its consumer:
+//!
+//! ```
+//! use std::collections::VecDeque;
+//! use std::sync::Arc;
+//!
+//! use binder_amqp::{AckChannel, BufferedSubscription, DeliverySource, TagAcks};
+//! use binder_core::binder::{BinderResult, Inbound, Settler, Subscription};
+//! use binder_core::Message;
+//!
+//! /// A channel that sends nothing (a real one queues `basic.ack` and friends).
+//! #[derive(Debug)]
+//! struct Quiet;
+//!
+//! impl AckChannel for Quiet {
+//!     fn ack_up_to(&self, _tag: u64) -> BinderResult<()> { Ok(()) }
+//!     fn requeue(&self, _tag: u64) -> BinderResult<()> { Ok(()) }
+//!     fn reject(&self, _tag: u64) -> BinderResult<()> { Ok(()) }
+//! }
+//!
+//! /// A consumer with the deliveries it was given, tagged 1, 2, …
+//! #[derive(Debug)]
+//! struct Given(VecDeque<(u64, &'static str)>);
+//!
+//! impl DeliverySource for Given {
+//!     type Delivery = (u64, &'static str);
+//!     type Channel = Quiet;
+//!     fn tag(d: &Self::Delivery) -> u64 { d.0 }
+//!     fn inbound(d: Self::Delivery, settler: Settler) -> Inbound {
+//!         Inbound::owned(Message::new(d.1), "x", "k", false, settler)
+//!     }
+//!     async fn receive(&mut self, into: &mut VecDeque<Self::Delivery>, max: usize) -> bool {
+//!         let n = self.0.len().min(max);
+//!         into.extend(self.0.drain(..n));
+//!         n > 0
+//!     }
+//!     async fn cancel(
+//!         &mut self, _: &Quiet, _: bool, _: &mut VecDeque<Self::Delivery>,
+//!     ) -> BinderResult<()> {
+//!         Ok(())
+//!     }
+//! }
+//!
+//! # futures::executor::block_on(async {
+//! let source = Given(VecDeque::from([(1, "a"), (2, "b")]));
+//! let mut sub = BufferedSubscription::new(source, Arc::new(TagAcks::new(Quiet, 10)), false);
+//! let first = sub.next().await.unwrap();
+//! assert_eq!(&first.message().payload[..], b"a");
+//! assert_eq!(first.settler.tag(), 1);
+//! # });
+//! ```
+
+mod acks;
+pub mod convert;
+mod settle;
+mod subscription;
+
+pub use acks::{ACK_BATCH, AckCoalescer, ack_batch_for};
+pub use settle::{AckChannel, TagAcks};
+pub use subscription::{BATCH, BufferedSubscription, DeliverySource};

@@ -1,0 +1,303 @@
+//! A subscription over an AMQP consumer: deliveries taken from the broker in batches, handed
+//! out one by one without waiting, their acks coalesced per batch.
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use binder_core::binder::{BinderFuture, BinderResult, Inbound, Settlement, Settler, Subscription};
+
+use crate::settle::{AckChannel, TagAcks};
+
+/// Deliveries taken from the broker at once, at most: their acks go out together.
+pub const BATCH: usize = 256;
+
+/// The binder's side of a [`BufferedSubscription`]: one AMQP consumer (`basic.consume`) of
+/// lapin's, the engine's, or any other client's.
+pub trait DeliverySource: fmt::Debug + Send + 'static {
+    /// A delivery as the client hands it over.
+    type Delivery: fmt::Debug + Send;
+    /// The channel the consumer's deliveries are settled on.
+    type Channel: AckChannel;
+
+    /// The delivery's tag.
+    fn tag(delivery: &Self::Delivery) -> u64;
+
+    /// The runtime's view of a delivery, settled by `settler`.
+    fn inbound(delivery: Self::Delivery, settler: Settler) -> Inbound;
+
+    /// Waits for a delivery, then appends it and whatever else the client has already
+    /// buffered, `max` in all at most; false once the consumer has ended (cancelled by the
+    /// broker, its channel or connection lost). Cancel-safe: a dropped future loses no
+    /// delivery.
+    fn receive(
+        &mut self,
+        into: &mut VecDeque<Self::Delivery>,
+        max: usize,
+    ) -> impl Future<Output = bool> + Send;
+
+    /// Cancels the consumer (`basic.cancel`) and waits for the broker's answer. With
+    /// `auto_ack`, appends the deliveries the broker sent before the cancel took effect: it
+    /// counts them consumed, so they are handed out rather than lost.
+    fn cancel(
+        &mut self,
+        channel: &Self::Channel,
+        auto_ack: bool,
+        into: &mut VecDeque<Self::Delivery>,
+    ) -> impl Future<Output = BinderResult<()>> + Send;
+}
+
+/// A [`Subscription`] over a [`DeliverySource`]: a delivery already taken is handed out at
+/// once (no allocation, no wait); a batch's acks wait for the batch (or half the prefetch
+/// window) and go out as one `multiple` ack, and the held-back acks go out before every wait
+/// for the broker. Deliveries taken but not handed out go back to the queue (last first, so
+/// they keep their order) when the subscription is cancelled or dropped, except in auto-ack
+/// mode, where the broker already counts them consumed.
+#[derive(Debug)]
+pub struct BufferedSubscription<S: DeliverySource> {
+    /// `None` once cancelled.
+    source: Option<S>,
+    ready: VecDeque<S::Delivery>,
+    auto_ack: bool,
+    acks: Arc<TagAcks<S::Channel>>,
+}
+
+impl<S: DeliverySource> BufferedSubscription<S> {
+    /// A subscription over `source`, settling on `acks` (unless `auto_ack`).
+    pub fn new(source: S, acks: Arc<TagAcks<S::Channel>>, auto_ack: bool) -> Self {
+        BufferedSubscription {
+            source: Some(source),
+            ready: VecDeque::new(),
+            auto_ack,
+            acks,
+        }
+    }
+
+    /// The settlements of this subscription's deliveries.
+    pub fn acks(&self) -> &Arc<TagAcks<S::Channel>> {
+        &self.acks
+    }
+
+    fn inbound(&self, delivery: S::Delivery) -> Inbound {
+        let settler = if self.auto_ack {
+            Settler::already_settled()
+        } else {
+            Settler::new(self.acks.clone(), S::tag(&delivery))
+        };
+        S::inbound(delivery, settler)
+    }
+
+    /// Sends the held-back acks and, unless auto-ack, requeues the deliveries taken but not
+    /// handed out.
+    fn give_back_ready(&mut self) -> BinderResult<()> {
+        if !self.auto_ack {
+            for d in self.ready.drain(..).rev() {
+                let _ = self.acks.apply(S::tag(&d), Settlement::Requeue);
+            }
+        }
+        self.acks.flush()
+    }
+
+    /// Waits for the next batch (after sending the acks held back for the last one); false
+    /// once the consumer has ended.
+    async fn refill(&mut self) -> bool {
+        if let Err(e) = self.acks.flush() {
+            tracing::warn!(error = %e, "sending held-back acks failed; the broker will redeliver");
+        }
+        let Some(source) = self.source.as_mut() else {
+            return false;
+        };
+        if !source.receive(&mut self.ready, BATCH).await {
+            return false;
+        }
+        if !self.auto_ack {
+            // The whole batch counts as outstanding from now on, so the acks of its first
+            // deliveries wait for the rest (or for half the prefetch window of them): the
+            // runtime comes back for each of them, and flushes before it stops doing so.
+            self.acks.batch_taken(self.ready.iter().map(S::tag));
+        }
+        true
+    }
+}
+
+#[async_trait]
+impl<S: DeliverySource> Subscription for BufferedSubscription<S> {
+    fn next(&mut self) -> BinderFuture<'_, Option<Inbound>> {
+        if let Some(d) = self.ready.pop_front() {
+            return BinderFuture::ready(Some(self.inbound(d)));
+        }
+        BinderFuture::boxed(async move {
+            if !self.refill().await {
+                return None;
+            }
+            let d = self.ready.pop_front()?;
+            Some(self.inbound(d))
+        })
+    }
+
+    async fn flush(&mut self) -> BinderResult<()> {
+        self.acks.flush()
+    }
+
+    async fn cancel(&mut self) -> BinderResult<()> {
+        self.give_back_ready()?;
+        let Some(mut source) = self.source.take() else {
+            return Ok(());
+        };
+        // Taken even when the cancel fails (a closed channel): they are no less received.
+        source
+            .cancel(self.acks.channel(), self.auto_ack, &mut self.ready)
+            .await
+    }
+}
+
+/// Dropped without `cancel` (its task aborted, its owner panicked): the acks and requeues go
+/// out as in `cancel`, then the source is dropped (a binder's source cancels its consumer
+/// when dropped).
+impl<S: DeliverySource> Drop for BufferedSubscription<S> {
+    fn drop(&mut self) {
+        if self.source.is_some() {
+            let _ = self.give_back_ready();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use binder_core::Message;
+    use binder_core::binder::BinderError;
+
+    use super::*;
+
+    /// Records the frames sent, in order.
+    #[derive(Debug, Default, Clone)]
+    struct Frames(Arc<Mutex<Vec<String>>>);
+
+    impl Frames {
+        fn push(&self, frame: String) -> BinderResult<()> {
+            self.0.lock().unwrap().push(frame);
+            Ok(())
+        }
+        fn taken(&self) -> Vec<String> {
+            std::mem::take(&mut *self.0.lock().unwrap())
+        }
+    }
+
+    impl AckChannel for Frames {
+        fn ack_up_to(&self, tag: u64) -> BinderResult<()> {
+            self.push(format!("ack<={tag}"))
+        }
+        fn requeue(&self, tag: u64) -> BinderResult<()> {
+            self.push(format!("requeue {tag}"))
+        }
+        fn reject(&self, tag: u64) -> BinderResult<()> {
+            self.push(format!("reject {tag}"))
+        }
+    }
+
+    /// A consumer with five deliveries buffered (tags 1 to 5), and one more to come after a
+    /// cancel (an auto-ack delivery already on its way).
+    #[derive(Debug)]
+    struct Five {
+        buffered: VecDeque<u64>,
+        in_flight: Option<u64>,
+    }
+
+    impl DeliverySource for Five {
+        type Delivery = u64;
+        type Channel = Frames;
+        fn tag(d: &u64) -> u64 {
+            *d
+        }
+        fn inbound(d: u64, settler: Settler) -> Inbound {
+            Inbound::owned(Message::new(d.to_string()), "x", "k", false, settler)
+        }
+        async fn receive(&mut self, into: &mut VecDeque<u64>, max: usize) -> bool {
+            let n = self.buffered.len().min(max);
+            into.extend(self.buffered.drain(..n));
+            n > 0
+        }
+        async fn cancel(
+            &mut self,
+            channel: &Frames,
+            auto_ack: bool,
+            into: &mut VecDeque<u64>,
+        ) -> BinderResult<()> {
+            channel.push("cancel".into())?;
+            if auto_ack {
+                into.extend(self.in_flight.take());
+            }
+            Err(BinderError::closed("the test's channel"))
+        }
+    }
+
+    fn subscription(auto_ack: bool) -> (BufferedSubscription<Five>, Frames) {
+        let frames = Frames::default();
+        let source = Five {
+            buffered: (1..=5).collect(),
+            in_flight: Some(6),
+        };
+        let acks = Arc::new(TagAcks::new(frames.clone(), 100));
+        (BufferedSubscription::new(source, acks, auto_ack), frames)
+    }
+
+    #[tokio::test]
+    async fn a_cancel_requeues_what_was_not_handed_out_last_first_after_the_held_acks() {
+        let (mut sub, frames) = subscription(false);
+        let one = sub.next().await.unwrap();
+        let two = sub.next().await.unwrap();
+        one.settler.settle(Settlement::Ack).await.unwrap();
+        assert!(frames.taken().is_empty(), "the ack waits for the batch");
+        let e = sub.cancel().await.unwrap_err();
+        assert_eq!(e.kind(), binder_core::binder::BinderErrorKind::Closed);
+        assert_eq!(
+            frames.taken(),
+            ["requeue 5", "requeue 4", "requeue 3", "ack<=1", "cancel"]
+        );
+        assert!(sub.next().await.is_none(), "nothing after a cancel");
+        drop(two);
+        assert_eq!(
+            frames.taken(),
+            ["requeue 2"],
+            "a dropped delivery goes back"
+        );
+    }
+
+    #[tokio::test]
+    async fn auto_ack_deliveries_are_handed_out_even_after_a_cancel() {
+        let (mut sub, frames) = subscription(true);
+        assert_eq!(
+            sub.next().await.unwrap().settler.tag(),
+            0,
+            "already settled"
+        );
+        let _ = sub.cancel().await;
+        let mut rest = Vec::new();
+        while let Some(d) = sub.next().await {
+            rest.push(String::from_utf8(d.message().payload.to_vec()).unwrap());
+        }
+        assert_eq!(rest, ["2", "3", "4", "5", "6"]);
+        assert_eq!(
+            frames.taken(),
+            ["cancel"],
+            "no ack, no requeue in auto-ack mode"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_dropped_subscription_gives_back_what_it_held() {
+        let (mut sub, frames) = subscription(false);
+        let one = sub.next().await.unwrap();
+        drop(sub);
+        assert_eq!(
+            frames.taken(),
+            ["requeue 5", "requeue 4", "requeue 3", "requeue 2"]
+        );
+        drop(one);
+        assert_eq!(frames.taken(), ["requeue 1"]);
+    }
+}
