@@ -163,6 +163,12 @@ async fn the_broker_going_away_loses_nothing_and_services_wait_for_it() {
         accepting.elapsed().as_millis()
     );
     let _ = starting.join();
+    // RabbitMQ may still cancel the new consumer while its boot finishes (then the binding
+    // subscribes again): the binding must be running again soon, not at this very instant.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while app.state("in") != Some(BindingState::Running) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     assert_eq!(app.state("in"), Some(BindingState::Running));
     confirmed.extend(send_all(&out, 80..200).await);
     assert!(
