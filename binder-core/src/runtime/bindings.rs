@@ -8,8 +8,7 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
-use super::error::SendError;
-use super::output::Output;
+use super::output::{Output, SendError};
 use crate::message::Message;
 
 /// An input binding declared in code.

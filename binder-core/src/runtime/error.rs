@@ -1,4 +1,4 @@
-//! Errors of handlers, startup and sending.
+//! Errors of handlers and of startup.
 
 use std::backtrace::{Backtrace, BacktraceStatus};
 use std::fmt;
@@ -219,31 +219,6 @@ impl fmt::Debug for StartupError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         fmt::Display::fmt(self, f)
     }
-}
-
-/// Why a send failed.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum SendError {
-    /// The payload could not be encoded.
-    #[error(transparent)]
-    Encode(#[from] crate::codec::EncodeError),
-    /// The routing key expression could not be evaluated.
-    #[error("routing key of binding `{binding}`: {reason}")]
-    RoutingKey {
-        /// The output binding.
-        binding: String,
-        /// Why.
-        reason: String,
-    },
-    /// The destination is not allowed (`dynamicDestinations`) or the binding is unknown.
-    #[error("{0}")]
-    Destination(String),
-    /// The binding is stopped.
-    #[error("binding `{0}` is stopped")]
-    Stopped(String),
-    /// The binder failed or did not confirm.
-    #[error(transparent)]
-    Binder(#[from] crate::binder::BinderError),
 }
 
 #[cfg(test)]

@@ -9,9 +9,11 @@ use std::time::Duration;
 use futures::FutureExt;
 use tokio::sync::watch;
 
-use super::consumer::InputRuntime;
-use super::lifecycle::BindingState;
-use crate::binder::{Binder, Inbound, Settlement, Subscription, SubscriptionSpec};
+use super::super::lifecycle::BindingState;
+use super::super::observe::BindingStateChanged;
+use super::super::panics;
+use super::delivery::InputRuntime;
+use crate::binder::{Binder, BinderError, Inbound, Settlement, Subscription, SubscriptionSpec};
 
 /// The first wait after a subscribe fails; each failure doubles it, up to `recoveryInterval`.
 const FIRST_RETRY: Duration = Duration::from_millis(100);
@@ -34,7 +36,7 @@ pub(crate) async fn run_queue(
     let recovery = Duration::from_millis(rt.config.rabbit_consumer.recovery_interval);
     let reported = *actual.borrow();
     // Before any handler runs: panics are then reported with where they happened.
-    super::panics::install();
+    panics::install();
     let mut queue = QueueLoop {
         queue: Arc::from(spec.queue.as_str()),
         rt,
@@ -125,6 +127,13 @@ impl QueueLoop {
                 self.rt.health.settled(&self.who());
             }
             self.actual.send_replace(state);
+            self.rt.observers.emit(|o| {
+                o.binding_state(&BindingStateChanged {
+                    binding: &self.rt.name,
+                    queue: Some(&self.queue),
+                    state,
+                })
+            });
         }
     }
 
@@ -240,7 +249,7 @@ impl QueueLoop {
                     }
                     Err(e) => {
                         let wait =
-                            self.next_wait(matches!(e, crate::binder::BinderError::Unreachable(_)));
+                            self.next_wait(matches!(e, BinderError::Unreachable(_)));
                         tracing::warn!(binding = %self.rt.name, queue = %self.spec.queue, error = %e, retry_in = ?wait, "cannot consume; retrying (waits double up to recoveryInterval)");
                         self.lost = Some(e.to_string());
                         if self.reported == BindingState::Recovering {
