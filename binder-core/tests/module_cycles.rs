@@ -395,6 +395,11 @@ fn runtime_and_config_modules_have_no_cycle() {
             })
         })
         .collect();
+    // `MODULE_EDGES=1 cargo test -p binder-core --test module_cycles -- --nocapture` shows
+    // the graph.
+    if std::env::var_os("MODULE_EDGES").is_some() {
+        println!("{}", edges.join("\n"));
+    }
     assert!(
         found.is_empty(),
         "{}\n\nedges:\n{}",

@@ -7,8 +7,10 @@
 //! the runtime neither builds events nor reads the clock.
 //!
 //! Observers are called inline, on the task that handles the delivery or the send: they
-//! must be quick (count, record, hand off to a channel), never block.
+//! must be quick (count, record, hand off to a channel), never block. A panic in one is
+//! caught and that event skipped for it.
 
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -229,12 +231,13 @@ impl Observers {
         self.0.as_ref().map(|_| Instant::now())
     }
 
-    /// Tells every observer.
+    /// Tells every observer. An observer that panics is skipped for that event: observing
+    /// never stops a binding.
     #[inline]
     pub(crate) fn emit(&self, tell: impl Fn(&dyn Observer)) {
         if let Some(list) = &self.0 {
             for o in list.iter() {
-                tell(o.as_ref());
+                let _ = std::panic::catch_unwind(AssertUnwindSafe(|| tell(o.as_ref())));
             }
         }
     }
