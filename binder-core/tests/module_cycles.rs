@@ -16,6 +16,9 @@ use std::path::{Path, PathBuf};
 /// A module path from the crate root, e.g. `["runtime", "input", "delivery"]`.
 type ModPath = Vec<String>;
 
+/// The dependencies between the children of each module: parent → (child → children it uses).
+type Graphs = BTreeMap<ModPath, BTreeMap<String, BTreeSet<String>>>;
+
 /// One source file and the module it is.
 struct Source {
     module: ModPath,
@@ -334,7 +337,7 @@ fn find_cycle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>>
 
 /// Every problem in the modules under `src/<roots>`: cycles and references through
 /// ancestors. Also returns the edges, by parent module, for the failure message.
-fn problems(src: &Path, roots: &[&str]) -> (Vec<String>, BTreeMap<ModPath, BTreeMap<String, BTreeSet<String>>>) {
+fn problems(src: &Path, roots: &[&str]) -> (Vec<String>, Graphs) {
     let mut sources = Vec::new();
     for root in roots {
         collect(&src.join(root), &vec![(*root).to_owned()], &mut sources);
@@ -356,7 +359,7 @@ fn problems(src: &Path, roots: &[&str]) -> (Vec<String>, BTreeMap<ModPath, BTree
             modules.insert(vec![name]);
         }
     }
-    let mut graphs: BTreeMap<ModPath, BTreeMap<String, BTreeSet<String>>> = BTreeMap::new();
+    let mut graphs: Graphs = BTreeMap::new();
     let mut found = Vec::new();
     for s in &sources {
         for (inline, path) in paths(&code(&s.text)) {
@@ -364,7 +367,12 @@ fn problems(src: &Path, roots: &[&str]) -> (Vec<String>, BTreeMap<ModPath, BTree
             module.extend(inline);
             match resolve(&s.module, &module, &path, &modules) {
                 Reference::Edge { parent, from, to } => {
-                    graphs.entry(parent).or_default().entry(from).or_default().insert(to);
+                    graphs
+                        .entry(parent)
+                        .or_default()
+                        .entry(from)
+                        .or_default()
+                        .insert(to);
                 }
                 Reference::ThroughAncestor(why) => found.push(why),
                 Reference::None => {}
@@ -375,7 +383,11 @@ fn problems(src: &Path, roots: &[&str]) -> (Vec<String>, BTreeMap<ModPath, BTree
         if let Some(cycle) = find_cycle(graph) {
             found.push(format!(
                 "module cycle in `{}`: {}",
-                if parent.is_empty() { "crate".to_owned() } else { parent.join("::") },
+                if parent.is_empty() {
+                    "crate".to_owned()
+                } else {
+                    parent.join("::")
+                },
                 cycle.join(" → ")
             ));
         }
@@ -391,7 +403,8 @@ fn runtime_and_config_modules_have_no_cycle() {
         .iter()
         .flat_map(|(parent, g)| {
             g.iter().flat_map(move |(from, tos)| {
-                tos.iter().map(move |to| format!("{}: {from} → {to}", parent.join("::")))
+                tos.iter()
+                    .map(move |to| format!("{}: {from} → {to}", parent.join("::")))
             })
         })
         .collect();
@@ -417,9 +430,16 @@ fn the_check_finds_a_cycle_and_an_ancestor_path() {
     let dir = tempfile::tempdir().unwrap();
     let rt = dir.path().join("runtime");
     std::fs::create_dir_all(rt.join("inner")).unwrap();
-    std::fs::write(rt.join("mod.rs"), "mod a;\nmod b;\nmod inner;\npub use a::A;\n").unwrap();
-    std::fs::write(rt.join("a.rs"), "use super::b::B;\n// use super::c::C;\npub struct A;\n")
-        .unwrap();
+    std::fs::write(
+        rt.join("mod.rs"),
+        "mod a;\nmod b;\nmod inner;\npub use a::A;\n",
+    )
+    .unwrap();
+    std::fs::write(
+        rt.join("a.rs"),
+        "use super::b::B;\n// use super::c::C;\npub struct A;\n",
+    )
+    .unwrap();
     std::fs::write(
         rt.join("b.rs"),
         "use super::{inner::{x::X}, a};\npub struct B(a::A);\n#[cfg(test)]\nmod tests { use super::super::a::A; }\n",
@@ -439,13 +459,16 @@ fn the_check_finds_a_cycle_and_an_ancestor_path() {
         BTreeSet::from(["a".to_owned(), "inner".to_owned()])
     );
     assert!(
-        found.iter().any(|f| f.contains("module cycle in `runtime`: a → b → a")),
+        found
+            .iter()
+            .any(|f| f.contains("module cycle in `runtime`: a → b → a")),
         "{found:?}"
     );
     assert!(
         found
             .iter()
-            .any(|f| f.contains("`super::super::A` in `runtime::inner::x` names `A` through `runtime`")),
+            .any(|f| f
+                .contains("`super::super::A` in `runtime::inner::x` names `A` through `runtime`")),
         "{found:?}"
     );
     assert_eq!(found.len(), 2, "{found:?}");

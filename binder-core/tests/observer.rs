@@ -143,7 +143,10 @@ async fn a_success_and_a_send() {
         "spring.cloud.stream.bindings:\n  in: {destination: obs-ok, group: g}\n  out: {destination: obs-ok}\n",
     );
     let running = builder
-        .listener("in", handler::incoming(|_m| async { Ok::<(), HandlerError>(()) }))
+        .listener(
+            "in",
+            handler::incoming(|_m| async { Ok::<(), HandlerError>(()) }),
+        )
         .output("out")
         .start()
         .await
@@ -252,7 +255,10 @@ async fn pause_resume_and_output_stop_start() {
         "spring.cloud.stream.bindings:\n  in: {destination: obs-life, group: g}\n  out: {destination: obs-life-out}\n",
     );
     let running = builder
-        .listener("in", handler::incoming(|_m| async { Ok::<(), HandlerError>(()) }))
+        .listener(
+            "in",
+            handler::incoming(|_m| async { Ok::<(), HandlerError>(()) }),
+        )
         .output("out")
         .start()
         .await

@@ -8,8 +8,8 @@ use super::env;
 use super::error::{ConfigError, Problems};
 use super::key::descend;
 use super::model::{BUILTIN_BINDER_TYPES, StreamConfig};
-use super::read;
 use super::node::FieldValue;
+use super::read;
 
 /// Variable naming an explicit configuration file.
 pub const CONFIG_FILE_VAR: &str = "STREAM_CONFIG";

@@ -122,7 +122,11 @@ impl BindingConfig {
         )
     }
 
-    pub(crate) fn resolve(name: &str, common: BindingProperties, rabbit: RabbitBindingProperties) -> Self {
+    pub(crate) fn resolve(
+        name: &str,
+        common: BindingProperties,
+        rabbit: RabbitBindingProperties,
+    ) -> Self {
         BindingConfig {
             name: name.to_owned(),
             destination: common.destination.unwrap_or_else(|| name.to_owned()),

@@ -43,7 +43,12 @@ impl std::fmt::Debug for AppBuilder {
         f.debug_struct("AppBuilder")
             .field(
                 "listeners",
-                &self.parts.listeners.iter().map(|l| &l.input).collect::<Vec<_>>(),
+                &self
+                    .parts
+                    .listeners
+                    .iter()
+                    .map(|l| &l.input)
+                    .collect::<Vec<_>>(),
             )
             .field("outputs", &self.parts.outputs)
             .finish_non_exhaustive()

@@ -70,7 +70,6 @@ pub struct OutputRegistration(pub &'static str);
 inventory::collect!(ListenerRegistration);
 inventory::collect!(OutputRegistration);
 
-
 /// Every listener declared with the macros in this program, in a stable order (link order is
 /// not declaration order).
 pub(crate) fn listeners() -> Vec<&'static ListenerDef> {
@@ -84,5 +83,7 @@ pub(crate) fn listeners() -> Vec<&'static ListenerDef> {
 
 /// Every output binding declared with `#[output]` in this program.
 pub(crate) fn outputs() -> impl Iterator<Item = &'static str> {
-    inventory::iter::<OutputRegistration>.into_iter().map(|o| o.0)
+    inventory::iter::<OutputRegistration>
+        .into_iter()
+        .map(|o| o.0)
 }

@@ -125,7 +125,9 @@ impl RunningApp {
                 Err(ControlError::NotPausable(binding.to_owned()))
             }
             Some(o) => {
-                let was = o.stopped.swap(state == BindingState::Stopped, Ordering::AcqRel);
+                let was = o
+                    .stopped
+                    .swap(state == BindingState::Stopped, Ordering::AcqRel);
                 if was != (state == BindingState::Stopped) {
                     self.observers.emit(|ob| {
                         ob.binding_state(&BindingStateChanged {
@@ -208,9 +210,7 @@ impl RunningApp {
             self.inflight.abort_all().await;
         }
         for output in self.outputs.values() {
-            output
-                .stopped
-                .store(true, Ordering::Release);
+            output.stopped.store(true, Ordering::Release);
         }
         for binder in self.binders.owned() {
             binder.close().await;

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use tokio::sync::{Mutex, Semaphore, watch};
 
 use super::binders::Binders;
-use super::blueprint::{Blueprint, Listener};
 use super::bindings::Context;
+use super::blueprint::{Blueprint, Listener};
 use super::check;
 use super::error::StartupError;
 use super::health::HealthTracker;
@@ -92,8 +92,14 @@ async fn launch(app: Blueprint, tracker: HealthTracker) -> Result<RunningApp, St
     for name in &app.outputs {
         let binding = config.binding(name);
         let binder = &resolved[name];
-        match OutputInner::open(&binding, binder, codecs.clone(), &patience, observers.clone())
-            .await
+        match OutputInner::open(
+            &binding,
+            binder,
+            codecs.clone(),
+            &patience,
+            observers.clone(),
+        )
+        .await
         {
             Ok(o) => {
                 ready.push(format!(
@@ -166,7 +172,10 @@ async fn launch(app: Blueprint, tracker: HealthTracker) -> Result<RunningApp, St
             .map(|l| Route {
                 // Checked before anything connected: a condition that does not parse
                 // stopped the start.
-                condition: l.condition.as_deref().and_then(|c| Condition::parse(c).ok()),
+                condition: l
+                    .condition
+                    .as_deref()
+                    .and_then(|c| Condition::parse(c).ok()),
                 output: l.output.as_ref().and_then(|o| outputs.get(o).cloned()),
                 handler: l.handler,
                 name: l.name,

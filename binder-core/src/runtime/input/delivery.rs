@@ -238,7 +238,12 @@ impl InputRuntime {
 
     /// Tells observers how an attempt that started at `started` (when someone observes)
     /// ended.
-    fn observe_attempt(&self, started: Option<Instant>, attempt: u32, result: &Result<(), HandlerError>) {
+    fn observe_attempt(
+        &self,
+        started: Option<Instant>,
+        attempt: u32,
+        result: &Result<(), HandlerError>,
+    ) {
         let Some(started) = started else {
             return;
         };
@@ -320,7 +325,6 @@ impl InputRuntime {
             }
         }
     }
-
 }
 
 /// A delivery being handled: what its attempts and its settlement need.

@@ -9,8 +9,8 @@ use std::sync::Arc;
 use super::super::error::HandlerError;
 use super::super::observe::{DeadLetterRoute, DeadLettered, Observers, Settle, Settled};
 use crate::binder::{
-    BinderError, DeadLetter, Fitted, FrameBudget, HeadersTooLarge, Producer, Published,
-    Settlement, Settler, republish_headers,
+    BinderError, DeadLetter, Fitted, FrameBudget, HeadersTooLarge, Producer, Published, Settlement,
+    Settler, republish_headers,
 };
 use crate::config::{AcknowledgeMode, BindingConfig};
 use crate::message::Message;

@@ -248,8 +248,7 @@ impl QueueLoop {
                         return Step::Continue;
                     }
                     Err(e) => {
-                        let wait =
-                            self.next_wait(matches!(e, BinderError::Unreachable(_)));
+                        let wait = self.next_wait(matches!(e, BinderError::Unreachable(_)));
                         tracing::warn!(binding = %self.rt.name, queue = %self.spec.queue, error = %e, retry_in = ?wait, "cannot consume; retrying (waits double up to recoveryInterval)");
                         self.lost = Some(e.to_string());
                         if self.reported == BindingState::Recovering {

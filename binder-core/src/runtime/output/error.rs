@@ -46,7 +46,7 @@ pub enum OutputError {
     },
     /// No binder could be had for it (a dynamic destination).
     #[error(transparent)]
-    Lookup(#[from] BinderLookupError),
+    Lookup(Box<BinderLookupError>),
 }
 
 /// Why a send failed.
@@ -62,7 +62,7 @@ pub enum SendError {
         /// The output binding.
         binding: String,
         /// Why.
-        source: ExpressionError,
+        source: Box<ExpressionError>,
     },
     /// The partition key has no hash Spring would compute.
     #[error("routing key of binding `{binding}`: partitionKeyExpression `{expression}`: {source}")]
@@ -72,7 +72,7 @@ pub enum SendError {
         /// The partition key expression.
         expression: String,
         /// Why the key cannot be hashed.
-        source: UnhashableKey,
+        source: Box<UnhashableKey>,
     },
     /// The destination is not in `spring.cloud.stream.dynamicDestinations`.
     #[error(
@@ -87,11 +87,43 @@ pub enum SendError {
     },
     /// A dynamic destination could not be opened.
     #[error(transparent)]
-    Open(#[from] OutputError),
+    Open(Box<OutputError>),
     /// The binding is stopped.
     #[error("binding `{0}` is stopped")]
     Stopped(String),
     /// The binder failed or did not confirm.
     #[error(transparent)]
     Binder(#[from] BinderError),
+}
+
+impl From<BinderLookupError> for OutputError {
+    fn from(e: BinderLookupError) -> Self {
+        OutputError::Lookup(Box::new(e))
+    }
+}
+
+impl From<OutputError> for SendError {
+    fn from(e: OutputError) -> Self {
+        SendError::Open(Box::new(e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_send_result_stays_small() {
+        // Every send returns one, and the future of every delivery with a reply holds one:
+        // the variants of this crate's own causes are boxed, so it is no larger than the
+        // errors of the codec and the binder it carries inline, and a tag.
+        use std::mem::size_of;
+        assert!(
+            size_of::<SendError>() <= size_of::<EncodeError>().max(size_of::<BinderError>()) + 8,
+            "{} {} {}",
+            size_of::<SendError>(),
+            size_of::<EncodeError>(),
+            size_of::<BinderError>(),
+        );
+    }
 }

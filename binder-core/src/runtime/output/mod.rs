@@ -7,8 +7,8 @@ pub(crate) mod publisher;
 pub(crate) mod routing;
 
 pub use binding::Output;
-pub use publisher::Publisher;
 pub use error::{OutputError, SendError};
+pub use publisher::Publisher;
 
 pub(crate) use binding::OutputInner;
 pub(crate) use routing::check;

@@ -41,13 +41,15 @@ impl Routing {
     pub(crate) fn of(binding: &BindingConfig) -> Result<Routing, OutputError> {
         let p = &binding.rabbit_producer;
         Ok(match (&p.routing_key_expression, &p.routing_key) {
-            (Some(expr), _) => Routing::Expression(RoutingKeyExpression::parse(expr).map_err(
-                |source| OutputError::Expression {
-                    binding: binding.name.clone(),
-                    property: "routingKeyExpression",
-                    source,
-                },
-            )?),
+            (Some(expr), _) => {
+                Routing::Expression(RoutingKeyExpression::parse(expr).map_err(|source| {
+                    OutputError::Expression {
+                        binding: binding.name.clone(),
+                        property: "routingKeyExpression",
+                        source,
+                    }
+                })?)
+            }
             (None, Some(key)) => Routing::Fixed(key.clone()),
             (None, None) => Routing::Fixed(binding.destination.clone()),
         })
@@ -100,10 +102,13 @@ impl RoutingKeys {
         let base = match &self.routing {
             Routing::Fixed(k) => Cow::Borrowed(k.as_str()),
             Routing::Expression(e) => {
-                Cow::Owned(e.evaluate(message).map_err(|source| SendError::RoutingKey {
-                    binding: self.binding.clone(),
-                    source,
-                })?)
+                Cow::Owned(
+                    e.evaluate(message)
+                        .map_err(|source| SendError::RoutingKey {
+                            binding: self.binding.clone(),
+                            source: Box::new(source),
+                        })?,
+                )
             }
         };
         let Some(p) = &self.partitioning else {
@@ -114,12 +119,12 @@ impl RoutingKeys {
             .evaluate_key(message)
             .map_err(|source| SendError::RoutingKey {
                 binding: self.binding.clone(),
-                source,
+                source: Box::new(source),
             })?;
         let hash = partition::java_hash(&key).map_err(|source| SendError::PartitionKey {
             binding: self.binding.clone(),
             expression: p.key.to_string(),
-            source,
+            source: Box::new(source),
         })?;
         let partition = partition::partition_of(hash, p.count);
         // As SCSt: `<destination>-<n>` unless a routing key was configured.

@@ -64,7 +64,14 @@ impl fmt::Display for SyntaxError {
             Expected::PayloadField => "expected a field after `payload`",
             Expected::Name => "expected a name",
             Expected::Term => "expected a 'literal', headers['name'] or payload.field",
-            Expected::Token(t) => return write!(f, "{}expected `{t}` at position {}", self.prefix(), self.position),
+            Expected::Token(t) => {
+                return write!(
+                    f,
+                    "{}expected `{t}` at position {}",
+                    self.prefix(),
+                    self.position
+                );
+            }
             Expected::End => "unexpected text",
         };
         write!(f, "{}{what} at position {}", self.prefix(), self.position)

@@ -232,10 +232,7 @@ mod tests {
                 Kind::Ident("q".into()),
             ]
         );
-        assert_eq!(
-            Lexer::new("a = 'open").next_token().unwrap().position,
-            0
-        );
+        assert_eq!(Lexer::new("a = 'open").next_token().unwrap().position, 0);
         let mut l = Lexer::new("a = 'open");
         l.next_token().unwrap();
         assert_eq!(l.next_token().unwrap().kind, Kind::Other('='));

@@ -274,6 +274,9 @@ mod tests {
             e.to_string(),
             "invalid expression `'a' 'b'`: expected `+` at position 4"
         );
-        assert_eq!(expression("headers[").unwrap_err().expected, Expected::Quoted);
+        assert_eq!(
+            expression("headers[").unwrap_err().expected,
+            Expected::Quoted
+        );
     }
 }
