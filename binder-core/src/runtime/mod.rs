@@ -5,15 +5,16 @@
 //! can also be registered by hand.
 //!
 //! Its modules depend on each other in one direction (the test
-//! `binder-core/tests/module_cycles.rs` checks it):
+//! `binder-core/tests/module_cycles.rs` reads the sources and fails on a cycle):
 //!
 //! ```text
-//! service → builder → start → running → output → binders, patience
-//!              │         ├──→ input (queue_loop → delivery → route, failure) → output
-//!              │         └──→ check, blueprint, bindings (Context) → output
-//!              └──→ blueprint, declare
-//! below them all: handler, observe, spel (syntax → condition, expression), partition,
-//! error, health, lifecycle, inflight, retry, trace, panics, logging
+//! service → builder → start → running → output/ → binders, patience → health
+//!              │        │ ├─→ input/ (queue_loop → delivery → route, failure) → handler, output/
+//!              │        │ └─→ check → output/, spel/
+//!              └────────┴───→ blueprint → declare → handler → bindings → output/
+//! output/ (publisher → binding → routing → error) → partition → spel/
+//! spel/ (condition, expression → syntax/: parser → lexer, ast, error)
+//! leaves: observe → lifecycle, error; health, inflight, retry, trace, panics, logging
 //! ```
 
 mod binders;
