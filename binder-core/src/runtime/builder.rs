@@ -6,13 +6,13 @@ use std::time::Duration;
 
 use super::blueprint::{Blueprint, Listener};
 use super::declare::{self, ListenerDef};
-use super::error::StartupError;
 use super::handler::Handler;
 use super::health::Health;
 use super::input::Failure;
 use super::observe::Observer;
 use super::running::RunningApp;
 use super::start;
+use super::startup::StartupError;
 use crate::binder::Binder;
 use crate::codec::Codec;
 use crate::config::StreamConfig;

@@ -4,10 +4,12 @@
 use super::blueprint::Blueprint;
 use super::output;
 use super::spel::syntax::ast::Condition;
+use super::startup::StartupProblem;
 
 /// Problems found before anything connects, each naming its binding.
-pub(crate) fn problems(app: &Blueprint) -> Vec<String> {
-    let mut problems = Vec::new();
+pub(crate) fn problems(app: &Blueprint) -> Vec<StartupProblem> {
+    let mut problems: Vec<String> = Vec::new();
+    let mut typed: Vec<StartupProblem> = Vec::new();
     let mut inputs: Vec<&str> = Vec::new();
     for l in &app.listeners {
         if let Some(c) = &l.condition {
@@ -70,8 +72,12 @@ pub(crate) fn problems(app: &Blueprint) -> Vec<String> {
     for name in &app.outputs {
         let b = app.config.binding(name);
         if let Err(e) = output::check(&b) {
-            problems.push(e.to_string());
+            typed.push(e.into());
         }
     }
     problems
+        .into_iter()
+        .map(StartupProblem::Check)
+        .chain(typed)
+        .collect()
 }

@@ -1,4 +1,4 @@
-//! Errors of handlers and of startup.
+//! Errors of handlers.
 
 use std::backtrace::{Backtrace, BacktraceStatus};
 use std::fmt;
@@ -202,22 +202,6 @@ impl fmt::Debug for HandlerError {
 impl fmt::Display for HandlerError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.message)
-    }
-}
-
-/// Why an application did not start. Lists every problem found.
-#[derive(Clone, PartialEq, Eq, thiserror::Error)]
-#[error("the application cannot start:{}", self.problems.iter().map(|p| format!("\n  - {p}")).collect::<String>())]
-pub struct StartupError {
-    /// Each problem, naming the binding.
-    pub problems: Vec<String>,
-}
-
-/// Shows the same text as `Display`, so `?` in a `main` returning `Result<_, Box<dyn Error>>`
-/// prints the problems as a person reads them.
-impl fmt::Debug for StartupError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(self, f)
     }
 }
 

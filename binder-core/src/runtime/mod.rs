@@ -10,7 +10,8 @@
 //! ```text
 //! service → builder → start → running → output/ → binders, patience → health
 //!              │        │ ├─→ input/ (queue_loop → delivery → route, failure) → handler, output/
-//!              │        │ └─→ check → output/, spel/
+//!              │        │ ├─→ check → output/, spel/, startup
+//!              │        │ └─→ startup (StartupError) → binders, output/
 //!              └────────┴───→ blueprint → declare → handler → bindings → output/
 //! output/ (publisher → binding → routing → error) → partition → spel/
 //! spel/ (condition, expression → syntax/: parser → lexer, ast, error)
@@ -40,13 +41,14 @@ mod running;
 mod service;
 mod spel;
 mod start;
+mod startup;
 mod trace;
 
 pub use binders::BinderLookupError;
 pub use bindings::{Context, InputBinding, Out, OutputBinding, Sink, Source, State, processor};
 pub use builder::{App, AppBuilder};
 pub use declare::{ListenerDef, ListenerRegistration, OutputRegistration, StateType};
-pub use error::{HandlerError, StartupError};
+pub use error::HandlerError;
 pub use handler::{Call, Handler, Incoming, IntoOutcome, Outcome, Reply, ReplyBody};
 pub use health::{Health, HealthStatus};
 pub use input::{ErrorHook, Failure, FailureAction};
@@ -65,4 +67,5 @@ pub use spel::condition::ConditionError;
 pub use spel::expression::{ExpressionError, RoutingKeyExpression};
 pub use spel::syntax::ast::Condition;
 pub use spel::syntax::error::{Expected, Language, SyntaxError};
+pub use startup::{StartupError, StartupProblem};
 pub use trace::TRACEPARENT;

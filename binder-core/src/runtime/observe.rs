@@ -40,11 +40,14 @@ pub trait Observer: Send + Sync + 'static {
     fn dead_lettered(&self, event: &DeadLettered<'_>) {
         let _ = event;
     }
-    /// The runtime settled a delivery with the broker.
+    /// The runtime settled a delivery with the broker: after its handler, down the failure
+    /// path, or back to the queue when the binding paused or stopped before it started.
     fn settled(&self, event: &Settled<'_>) {
         let _ = event;
     }
-    /// A send through an output binding or the publisher completed.
+    /// A send through an output binding or the publisher reached the binder and completed
+    /// (confirmed, or failed there). A send refused before it reaches the binder (encoding,
+    /// routing key, stopped binding) is not reported: its caller has the error.
     fn sent(&self, event: &Sent<'_>) {
         let _ = event;
     }

@@ -2,9 +2,9 @@
 //! until a signal, and the exit status.
 
 use super::builder::{App, AppBuilder};
-use super::error::StartupError;
 use super::logging::init_logging;
 use super::running::ShutdownReport;
+use super::startup::StartupError;
 use crate::config::{ConfigError, ConfigLoader};
 
 /// Why a service stopped with an error.
@@ -198,6 +198,7 @@ impl std::process::Termination for ServiceExit {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::runtime::startup::StartupProblem;
 
     fn config_error() -> ConfigError {
         ConfigLoader::new()
@@ -234,9 +235,9 @@ mod tests {
 
     #[test]
     fn other_failures_exit_with_1_with_their_causes() {
-        let startup = StartupError {
-            problems: vec!["binding `x`: broker refused".into()],
-        };
+        let startup = StartupError::new(vec![StartupProblem::Check(
+            "binding `x`: broker refused".into(),
+        )]);
         let exit = ServiceExit::from(ServiceError::Startup(startup));
         assert_eq!(exit.code(), 1);
         assert_eq!(

@@ -11,7 +11,6 @@ use super::binders::Binders;
 use super::bindings::Context;
 use super::blueprint::{Blueprint, Listener};
 use super::check;
-use super::error::StartupError;
 use super::health::HealthTracker;
 use super::inflight::Inflight;
 use super::input::delivery::InputRuntime;
@@ -25,6 +24,7 @@ use super::patience::{Patience, when_reachable};
 use super::retry::BackOff;
 use super::running::{InputControl, RunningApp};
 use super::spel::syntax::ast::Condition;
+use super::startup::{StartupError, StartupProblem};
 use crate::binder::{Binder, ProducerSpec, SubscriptionSpec};
 use crate::config::{AcknowledgeMode, StreamConfig};
 use crate::topology::{BindingRole, anonymous_suffix, plan_consumer};
@@ -80,11 +80,11 @@ async fn launch(app: Blueprint, tracker: HealthTracker) -> Result<RunningApp, St
             Ok(b) => {
                 resolved.insert(name.clone(), b);
             }
-            Err(e) => problems.push(e.to_string()),
+            Err(e) => problems.push(e.into()),
         }
     }
     if !problems.is_empty() {
-        return Err(StartupError { problems });
+        return Err(StartupError::new(problems));
     }
 
     let mut ready: Vec<String> = Vec::new();
@@ -109,7 +109,7 @@ async fn launch(app: Blueprint, tracker: HealthTracker) -> Result<RunningApp, St
                 ));
                 outputs.insert(name.clone(), Arc::new(o));
             }
-            Err(e) => problems.push(e.to_string()),
+            Err(e) => problems.push(e.into()),
         }
     }
 
@@ -138,7 +138,10 @@ async fn launch(app: Blueprint, tracker: HealthTracker) -> Result<RunningApp, St
         let what = format!("binding `{input}`");
         if let Err(e) = when_reachable(&what, &patience, || binder.provision(&topology.plan)).await
         {
-            problems.push(format!("binding `{input}`: {e}"));
+            problems.push(StartupProblem::Input {
+                binding: input.clone(),
+                source: e,
+            });
             continue;
         }
         let rabbit = &binding.rabbit_consumer;
@@ -152,7 +155,10 @@ async fn launch(app: Blueprint, tracker: HealthTracker) -> Result<RunningApp, St
                 match when_reachable(&what, &patience, || binder.producer(spec.clone())).await {
                     Ok(producer) => Some(producer),
                     Err(e) => {
-                        problems.push(format!("binding `{input}`: {e}"));
+                        problems.push(StartupProblem::Input {
+                            binding: input.clone(),
+                            source: e,
+                        });
                         continue;
                     }
                 }
@@ -247,7 +253,7 @@ async fn launch(app: Blueprint, tracker: HealthTracker) -> Result<RunningApp, St
         for b in binders.owned() {
             b.close().await;
         }
-        return Err(StartupError { problems });
+        return Err(StartupError::new(problems));
     }
     for line in &ready {
         tracing::info!("{line}");

@@ -10,7 +10,7 @@ use futures::FutureExt;
 use tokio::sync::watch;
 
 use super::super::lifecycle::BindingState;
-use super::super::observe::BindingStateChanged;
+use super::super::observe::{BindingStateChanged, Settle, Settled};
 use super::super::panics;
 use super::delivery::InputRuntime;
 use crate::binder::{Binder, BinderError, Inbound, Settlement, Subscription, SubscriptionSpec};
@@ -331,7 +331,14 @@ impl QueueLoop {
             if self.spec.auto_ack {
                 self.stash.push_front(inbound);
             } else {
-                let _ = inbound.settler.settle(Settlement::Requeue).await;
+                let requeued = inbound.settler.settle(Settlement::Requeue).await;
+                self.rt.observers.emit(|o| {
+                    o.settled(&Settled {
+                        binding: &self.rt.name,
+                        how: Settle::Requeue,
+                        error: requeued.as_ref().err(),
+                    })
+                });
             }
             return Step::Continue;
         };
