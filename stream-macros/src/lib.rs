@@ -40,9 +40,9 @@ use syn::{
     parse_macro_input,
 };
 
-#[path = "../../binder-core/src/runtime/condition.rs"]
+#[path = "../../binder-core/src/runtime/spel/syntax/mod.rs"]
 #[allow(dead_code)]
-mod condition;
+mod spel;
 
 fn binding_name(attr: TokenStream, what: &str) -> Result<LitStr, syn::Error> {
     syn::parse::<LitStr>(attr).map_err(|e| {
@@ -233,7 +233,7 @@ fn listener(args: ListenerArgs, func: ItemFn) -> Result<TokenStream2, syn::Error
         ));
     };
     if let Some(cond) = &args.condition {
-        if let Err(e) = condition::Condition::parse(&cond.value()) {
+        if let Err(e) = spel::parser::condition(&cond.value()) {
             return Err(syn::Error::new(cond.span(), e.to_string()));
         }
     }

@@ -83,7 +83,7 @@ async fn every_binding_gets_one_startup_line() {
     let text = captured.text();
     let lines: Vec<&str> = text
         .lines()
-        .filter(|l| l.contains("binder_core::runtime::app:") && l.contains(" binding `"))
+        .filter(|l| l.contains("binder_core::runtime::start:") && l.contains(" binding `"))
         .collect();
     assert_eq!(lines.len(), 3, "{text}");
     let in_process = "binder `embedded` on in-process broker: messages stay inside this process and are lost when it exits";

@@ -11,7 +11,8 @@
 use config::{Value, ValueKind};
 
 use super::error::Problems;
-use super::node::{Table, canonical};
+use super::key::canonical;
+use super::node::Table;
 
 /// The relaxed prefixes that are read from the environment.
 pub const ENV_PREFIXES: &[&str] = &[
@@ -62,7 +63,7 @@ fn names_in_maps(root: &Value) -> Vec<String> {
     ];
     let mut names = Vec::new();
     for path in maps {
-        if let Some(ValueKind::Table(t)) = super::model::descend(root, path).map(|v| &v.kind) {
+        if let Some(ValueKind::Table(t)) = super::key::descend(root, path).map(|v| &v.kind) {
             names.extend(t.keys().cloned());
         }
     }

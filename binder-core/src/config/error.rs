@@ -155,11 +155,11 @@ pub fn did_you_mean<'a>(
     given: &str,
     candidates: impl IntoIterator<Item = &'a str>,
 ) -> Option<&'a str> {
-    let given = super::node::canonical(given);
+    let given = super::key::canonical(given);
     let limit = (given.chars().count() / 3).clamp(1, 3);
     candidates
         .into_iter()
-        .map(|c| (distance(&given, &super::node::canonical(c)), c))
+        .map(|c| (distance(&given, &super::key::canonical(c)), c))
         .filter(|(d, _)| *d <= limit)
         .min_by_key(|(d, _)| *d)
         .map(|(_, c)| c)

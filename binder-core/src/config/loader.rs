@@ -6,8 +6,10 @@ use config::{Config, File, FileFormat, Value, ValueKind};
 
 use super::env;
 use super::error::{ConfigError, Problems};
-use super::model::{self, BUILTIN_BINDER_TYPES, StreamConfig, descend};
+use super::key::descend;
+use super::model::{BUILTIN_BINDER_TYPES, StreamConfig};
 use super::node::FieldValue;
+use super::read;
 
 /// Variable naming an explicit configuration file.
 pub const CONFIG_FILE_VAR: &str = "STREAM_CONFIG";
@@ -203,7 +205,7 @@ impl ConfigLoader {
             .collect();
         binder_types.extend(self.binder_types.iter().cloned());
         let sources = files.iter().map(|(p, _)| p.display().to_string()).collect();
-        model::read(root, &binder_types, profiles, sources)
+        read::read(root, &binder_types, profiles, sources)
     }
 
     /// Reads each source on its own, expands its dotted keys, and merges them in order, so a

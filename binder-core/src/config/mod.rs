@@ -32,23 +32,24 @@
 
 mod env;
 pub(crate) mod error;
+pub(crate) mod key;
 mod loader;
 mod model;
 pub(crate) mod node;
 mod properties;
+mod read;
 mod validate;
 
 pub use env::{ENV_PREFIXES, JSON_VAR};
 pub use error::{
     ConfigError, Problem, UnknownValue, did_you_mean, render_problems, unknown_key_message,
 };
+pub use key::{canonical, descend};
 pub use loader::{CONFIG_FILE_VAR, ConfigLoader, DEFAULT_STEM, PROFILES_VAR};
-pub use model::descend;
 pub use model::{
     BUILTIN_BINDER_TYPES, BinderConfig, BindingConfig, BindingProperties, ConfiguredSections,
     DEFAULT_BINDER_TYPE, RabbitBindingProperties, STREAM_PREFIX, StreamConfig,
 };
-pub use node::canonical;
 pub use properties::{
     AcknowledgeMode, AlternateExchange, AlternateExchangeBinding, ConsumerProperties, ExchangeType,
     HeaderMode, OverflowBehavior, ProducerProperties, QuorumProperties, RabbitCommonProperties,

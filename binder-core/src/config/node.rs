@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use config::{Value, ValueKind};
 
 use super::error::{Problems, unknown_key_message};
+use super::key::canonical;
 
 /// A configuration table as the `config` crate stores it.
 pub(crate) type Table = config::Map<String, Value>;
@@ -15,16 +16,6 @@ pub(crate) fn sorted(table: &Table) -> Vec<(&String, &Value)> {
     let mut entries: Vec<_> = table.iter().collect();
     entries.sort_by(|a, b| a.0.cmp(b.0));
     entries
-}
-
-/// The spelling-insensitive form of a property name: lower case without `-` and `_`, so
-/// `maxAttempts`, `max-attempts`, `max_attempts` and `MAXATTEMPTS` are one property (Spring's
-/// relaxed binding).
-pub fn canonical(key: &str) -> String {
-    key.chars()
-        .filter(|c| *c != '-' && *c != '_')
-        .flat_map(char::to_lowercase)
-        .collect()
 }
 
 /// `parent.key`, or `key` at the root.
@@ -348,10 +339,10 @@ macro_rules! properties {
                 path: &str,
                 problems: &mut $crate::config::error::Problems,
             ) -> bool {
-                let canon = $crate::config::node::canonical(key);
+                let canon = $crate::config::key::canonical(key);
                 $(
-                    if canon == $crate::config::node::canonical($key)
-                        $(|| canon == $crate::config::node::canonical($alias))*
+                    if canon == $crate::config::key::canonical($key)
+                        $(|| canon == $crate::config::key::canonical($alias))*
                     {
                         let before = problems.0.len();
                         <$ty as $crate::config::node::FieldValue>::merge(
@@ -439,11 +430,11 @@ macro_rules! keyword_enum {
         }
 
         impl std::str::FromStr for $name {
-            type Err = $crate::config::UnknownValue;
-            fn from_str(s: &str) -> Result<Self, $crate::config::UnknownValue> {
-                let canon = $crate::config::node::canonical(s);
-                $( if canon == $crate::config::node::canonical($text) { return Ok($name::$variant); } )*
-                Err($crate::config::UnknownValue::new(s, Self::ALL))
+            type Err = $crate::config::error::UnknownValue;
+            fn from_str(s: &str) -> Result<Self, $crate::config::error::UnknownValue> {
+                let canon = $crate::config::key::canonical(s);
+                $( if canon == $crate::config::key::canonical($text) { return Ok($name::$variant); } )*
+                Err($crate::config::error::UnknownValue::new(s, Self::ALL))
             }
         }
 

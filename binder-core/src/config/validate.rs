@@ -3,7 +3,8 @@
 use config::Value;
 
 use super::error::{Problems, did_you_mean};
-use super::model::{BindingConfig, STREAM_PREFIX, StreamConfig, descend};
+use super::key::descend;
+use super::model::{BindingConfig, STREAM_PREFIX, StreamConfig};
 use super::properties::{ExchangeType, HeaderMode};
 
 /// AMQP names are short strings.

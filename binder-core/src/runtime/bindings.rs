@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
-use super::error::SendError;
-use super::output::Output;
+use super::error::HandlerError;
+use super::output::{Output, SendError};
 use crate::message::Message;
 
 /// An input binding declared in code.
@@ -114,12 +114,12 @@ pub struct Context {
 impl Context {
     /// The output binding `B`; a listener declaring `Out<B>` gets an error if the binding is
     /// not part of the application.
-    pub fn out<B: OutputBinding>(&self) -> Result<Out<B>, super::HandlerError> {
+    pub fn out<B: OutputBinding>(&self) -> Result<Out<B>, HandlerError> {
         self.outputs
             .get(B::NAME)
             .map(|o| Out::new(o.clone()))
             .ok_or_else(|| {
-                super::HandlerError::fatal(format!(
+                HandlerError::fatal(format!(
                     "output binding `{}` is not part of the application",
                     B::NAME
                 ))
@@ -127,13 +127,13 @@ impl Context {
     }
 
     /// Shared state of type `T`.
-    pub fn state<T: Send + Sync + 'static>(&self) -> Result<State<T>, super::HandlerError> {
+    pub fn state<T: Send + Sync + 'static>(&self) -> Result<State<T>, HandlerError> {
         self.state
             .get(&TypeId::of::<T>())
             .and_then(|s| s.clone().downcast::<T>().ok())
             .map(State)
             .ok_or_else(|| {
-                super::HandlerError::fatal(format!(
+                HandlerError::fatal(format!(
                     "no state of type `{}`: register it with AppBuilder::state",
                     std::any::type_name::<T>()
                 ))

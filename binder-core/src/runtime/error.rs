@@ -1,4 +1,4 @@
-//! Errors of handlers, startup and sending.
+//! Errors of handlers.
 
 use std::backtrace::{Backtrace, BacktraceStatus};
 use std::fmt;
@@ -203,47 +203,6 @@ impl fmt::Display for HandlerError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.message)
     }
-}
-
-/// Why an application did not start. Lists every problem found.
-#[derive(Clone, PartialEq, Eq, thiserror::Error)]
-#[error("the application cannot start:{}", self.problems.iter().map(|p| format!("\n  - {p}")).collect::<String>())]
-pub struct StartupError {
-    /// Each problem, naming the binding.
-    pub problems: Vec<String>,
-}
-
-/// Shows the same text as `Display`, so `?` in a `main` returning `Result<_, Box<dyn Error>>`
-/// prints the problems as a person reads them.
-impl fmt::Debug for StartupError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(self, f)
-    }
-}
-
-/// Why a send failed.
-#[derive(Debug, Clone, thiserror::Error)]
-pub enum SendError {
-    /// The payload could not be encoded.
-    #[error(transparent)]
-    Encode(#[from] crate::codec::EncodeError),
-    /// The routing key expression could not be evaluated.
-    #[error("routing key of binding `{binding}`: {reason}")]
-    RoutingKey {
-        /// The output binding.
-        binding: String,
-        /// Why.
-        reason: String,
-    },
-    /// The destination is not allowed (`dynamicDestinations`) or the binding is unknown.
-    #[error("{0}")]
-    Destination(String),
-    /// The binding is stopped.
-    #[error("binding `{0}` is stopped")]
-    Stopped(String),
-    /// The binder failed or did not confirm.
-    #[error(transparent)]
-    Binder(#[from] crate::binder::BinderError),
 }
 
 #[cfg(test)]

@@ -1,42 +1,71 @@
 //! The runtime: an application built from a configuration and handlers, consuming through
-//! binders, with retries, dead-lettering, lifecycle control and graceful shutdown.
+//! binders, with retries, dead-lettering, lifecycle control, observers and graceful shutdown.
 //!
 //! The macros of `stream-macros` only generate calls to this API; it is public so handlers
 //! can also be registered by hand.
+//!
+//! Its modules depend on each other in one direction (the test
+//! `binder-core/tests/module_cycles.rs` reads the sources and fails on a cycle):
+//!
+//! ```text
+//! service → builder → start → running → output/ → binders, patience → health
+//!              │        │ ├─→ input/ (queue_loop → delivery → route, failure) → handler, output/
+//!              │        │ ├─→ check → output/, spel/, startup
+//!              │        │ └─→ startup (StartupError) → binders, output/
+//!              └────────┴───→ blueprint → declare → handler → bindings → output/
+//! output/ (publisher → binding → routing → error) → partition → spel/
+//! spel/ (condition, expression → syntax/: parser → lexer, ast, error)
+//! leaves: observe → lifecycle, error; health, inflight, retry, trace, panics, logging
+//! ```
 
-mod app;
+mod binders;
 mod bindings;
-mod condition;
-mod consumer;
+mod blueprint;
+mod builder;
+mod check;
+mod declare;
 mod error;
-mod expression;
 pub mod handler;
 mod health;
 mod inflight;
+mod input;
 mod lifecycle;
 mod logging;
+mod observe;
 mod output;
 mod panics;
 mod partition;
-mod queue;
-mod registry;
+mod patience;
 mod retry;
+mod running;
+mod service;
+mod spel;
+mod start;
+mod startup;
 mod trace;
 
-pub use app::{App, AppBuilder, RunningApp, ShutdownReport};
+pub use binders::BinderLookupError;
 pub use bindings::{Context, InputBinding, Out, OutputBinding, Sink, Source, State, processor};
-pub use condition::{Condition, ConditionError};
-pub use consumer::{ErrorHook, Failure, FailureAction};
-pub use error::{HandlerError, SendError, StartupError};
-pub use expression::{ExpressionError, RoutingKeyExpression};
+pub use builder::{App, AppBuilder};
+pub use declare::{ListenerDef, ListenerRegistration, OutputRegistration, StateType};
+pub use error::HandlerError;
 pub use handler::{Call, Handler, Incoming, IntoOutcome, Outcome, Reply, ReplyBody};
 pub use health::{Health, HealthStatus};
+pub use input::{ErrorHook, Failure, FailureAction};
 pub use lifecycle::{BindingState, ControlError};
 pub use logging::{DEFAULT_LEVEL, init_logging, log_filter};
-pub use output::{Output, Publisher};
-pub use registry::{
-    ListenerDef, ListenerRegistration, OutputRegistration, ServiceError, ServiceExit, StateType,
-    run_service, run_service_with,
+pub use observe::{
+    BindingStateChanged, DeadLetterRoute, DeadLettered, Failed, Handled, Observer, Received,
+    Retried, Sent, Settle, Settled,
 };
+pub use output::{Output, OutputError, Publisher, SendError};
+pub use partition::UnhashableKey;
 pub use retry::BackOff;
+pub use running::{RunningApp, ShutdownReport};
+pub use service::{ServiceError, ServiceExit, run_service, run_service_with};
+pub use spel::condition::ConditionError;
+pub use spel::expression::{ExpressionError, RoutingKeyExpression};
+pub use spel::syntax::ast::Condition;
+pub use spel::syntax::error::{Expected, Language, SyntaxError};
+pub use startup::{StartupError, StartupProblem};
 pub use trace::TRACEPARENT;

@@ -19,8 +19,26 @@
 //! A null key (JSON `null`, a void header) is refused, as Spring refuses it. So are keys Java
 //! has no stable hash for (byte arrays hash by identity) and arrays and tables.
 
-use super::expression::PartitionKey;
+use super::spel::expression::PartitionKey;
 use crate::message::HeaderValue;
+
+/// A partition key Spring would refuse, or that Java has no stable hash for.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum UnhashableKey {
+    /// A JSON `null`.
+    #[error("the partition key is null")]
+    NullJson,
+    /// A void header.
+    #[error("the partition key is null (a void header)")]
+    VoidHeader,
+    /// A JSON array or object.
+    #[error("a JSON {0} is not supported as a partition key; use a field of it")]
+    JsonContainer(&'static str),
+    /// A header of this type (bytes, array, table).
+    #[error("a {0} header is not supported as a partition key (Java has no stable hash for it)")]
+    Header(&'static str),
+}
 
 /// Java's `String.hashCode`: over the UTF-16 code units.
 pub(crate) fn string_hash(s: &str) -> i32 {
@@ -84,7 +102,7 @@ fn big_decimal_hash(unscaled: i32, scale: u8) -> i32 {
     signed.wrapping_mul(31).wrapping_add(i32::from(scale))
 }
 
-fn json_hash(v: &serde_json::Value) -> Result<i32, String> {
+fn json_hash(v: &serde_json::Value) -> Result<i32, UnhashableKey> {
     use serde_json::Value;
     match v {
         Value::String(s) => Ok(string_hash(s)),
@@ -96,15 +114,16 @@ fn json_hash(v: &serde_json::Value) -> Result<i32, String> {
         } else {
             double_hash(n.as_f64().unwrap_or(f64::NAN))
         }),
-        Value::Null => Err("the partition key is null".to_owned()),
-        Value::Array(_) | Value::Object(_) => Err(format!(
-            "a JSON {} is not supported as a partition key; use a field of it",
-            if v.is_array() { "array" } else { "object" }
-        )),
+        Value::Null => Err(UnhashableKey::NullJson),
+        Value::Array(_) | Value::Object(_) => Err(UnhashableKey::JsonContainer(if v.is_array() {
+            "array"
+        } else {
+            "object"
+        })),
     }
 }
 
-fn header_hash(v: &HeaderValue) -> Result<i32, String> {
+fn header_hash(v: &HeaderValue) -> Result<i32, UnhashableKey> {
     Ok(match *v {
         HeaderValue::String(ref s) => string_hash(s),
         HeaderValue::Bool(b) => boolean_hash(b),
@@ -120,18 +139,15 @@ fn header_hash(v: &HeaderValue) -> Result<i32, String> {
         HeaderValue::Decimal(d) => big_decimal_hash(d.value, d.scale),
         // The Java client reads a timestamp as `new Date(seconds * 1000)`.
         HeaderValue::Timestamp(secs) => long_hash((secs as i64).wrapping_mul(1000)),
-        HeaderValue::Void => return Err("the partition key is null (a void header)".to_owned()),
+        HeaderValue::Void => return Err(UnhashableKey::VoidHeader),
         HeaderValue::Bytes(_) | HeaderValue::Array(_) | HeaderValue::Table(_) => {
-            return Err(format!(
-                "a {} header is not supported as a partition key (Java has no stable hash for it)",
-                v.type_name()
-            ));
+            return Err(UnhashableKey::Header(v.type_name()));
         }
     })
 }
 
 /// Java's `hashCode` of the key, as Spring would compute it.
-pub(crate) fn java_hash(key: &PartitionKey) -> Result<i32, String> {
+pub(crate) fn java_hash(key: &PartitionKey) -> Result<i32, UnhashableKey> {
     match key {
         PartitionKey::Text(s) => Ok(string_hash(s)),
         PartitionKey::Header(v) => header_hash(v),
@@ -306,7 +322,7 @@ mod tests {
             ),
             (header(HeaderValue::Array(vec![])), "array header"),
         ] {
-            let e = java_hash(&key).unwrap_err();
+            let e = java_hash(&key).unwrap_err().to_string();
             assert!(e.contains(what), "{key:?}: {e}");
         }
     }

@@ -8,7 +8,7 @@
 //!
 //! Literals (and names in brackets) are SpEL's, in either quote: `'text'` or `"text"`, with
 //! the quote that opened them doubled to stand for itself (`'it''s'`, `"say ""hi"""`). The
-//! same reader serves listener conditions. A header value renders as
+//! same lexer and parser ([`super::syntax`]) serve listener conditions. A header value renders as
 //! text; a payload field is read from the JSON payload (strings bare, numbers as written).
 //! A missing header or field is an error at send time, never a silent `null`.
 //!
@@ -22,16 +22,12 @@
 //! ```
 
 use std::fmt;
+use std::sync::Arc;
 
-use super::condition::{LiteralError, string_literal};
+use super::syntax::ast::Term;
+use super::syntax::error::SyntaxError;
+use super::syntax::parser;
 use crate::message::{HeaderValue, Message};
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Term {
-    Literal(String),
-    Header(String),
-    Payload(Vec<String>),
-}
 
 /// A term's value, borrowed from the expression or the message.
 enum Value<'a> {
@@ -59,127 +55,45 @@ pub struct RoutingKeyExpression {
     terms: Vec<Term>,
 }
 
-/// A syntax or evaluation error, with the position where it applies.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct ExpressionError(String);
-
-struct Parser<'a> {
-    src: &'a str,
-    pos: usize,
-}
-
-impl Parser<'_> {
-    fn rest(&self) -> &str {
-        &self.src[self.pos..]
-    }
-
-    fn skip_ws(&mut self) {
-        let trimmed = self.rest().trim_start();
-        self.pos = self.src.len() - trimmed.len();
-    }
-
-    fn fail<T>(&self, what: &str) -> Result<T, ExpressionError> {
-        Err(ExpressionError(format!(
-            "invalid expression `{}`: {what} at position {}",
-            self.src, self.pos
-        )))
-    }
-
-    fn eat(&mut self, token: &str) -> bool {
-        if self.rest().starts_with(token) {
-            self.pos += token.len();
-            true
-        } else {
-            false
-        }
-    }
-
-    fn quoted(&mut self) -> Result<String, ExpressionError> {
-        match string_literal(self.rest()) {
-            Ok((text, len)) => {
-                self.pos += len;
-                Ok(text)
-            }
-            Err(LiteralError::NotQuoted) => self.fail("expected a quoted name"),
-            Err(LiteralError::Unterminated) => self.fail("unterminated literal"),
-        }
-    }
-
-    fn ident(&mut self) -> Result<String, ExpressionError> {
-        let len = self
-            .rest()
-            .find(|c: char| !(c.is_alphanumeric() || c == '_' || c == '-'))
-            .unwrap_or(self.rest().len());
-        if len == 0 {
-            return self.fail("expected a name");
-        }
-        let id = self.rest()[..len].to_owned();
-        self.pos += len;
-        Ok(id)
-    }
-
-    /// `['name']` or `.name`.
-    fn accessor(&mut self) -> Result<Option<String>, ExpressionError> {
-        if self.eat("[") {
-            let name = self.quoted()?;
-            if !self.eat("]") {
-                return self.fail("expected `]`");
-            }
-            Ok(Some(name))
-        } else if self.eat(".") {
-            self.ident().map(Some)
-        } else {
-            Ok(None)
-        }
-    }
-
-    fn term(&mut self) -> Result<Term, ExpressionError> {
-        self.skip_ws();
-        if self.rest().starts_with(['\'', '"']) {
-            return self.quoted().map(Term::Literal);
-        }
-        if self.eat("headers") {
-            return match self.accessor()? {
-                Some(name) => Ok(Term::Header(name)),
-                None => self.fail("expected `['name']` after `headers`"),
-            };
-        }
-        if self.eat("payload") {
-            let mut path = Vec::new();
-            while let Some(field) = self.accessor()? {
-                path.push(field);
-            }
-            if path.is_empty() {
-                return self.fail("expected a field after `payload`");
-            }
-            return Ok(Term::Payload(path));
-        }
-        self.fail("expected a 'literal', headers['name'] or payload.field")
-    }
+/// Why an expression does not parse, or cannot be evaluated against a message.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum ExpressionError {
+    /// The text does not parse (with the position where it stopped).
+    #[error(transparent)]
+    Syntax(#[from] SyntaxError),
+    /// A header the expression reads is not on the message.
+    #[error("`{expression}`: header `{header}` is missing")]
+    MissingHeader {
+        /// The expression.
+        expression: String,
+        /// The header.
+        header: String,
+    },
+    /// A payload field the expression reads is not in the payload.
+    #[error("`{expression}`: the payload has no field `{path}`")]
+    MissingField {
+        /// The expression.
+        expression: String,
+        /// The field's path, dotted.
+        path: String,
+    },
+    /// The expression reads the payload, which is not JSON.
+    #[error("`{expression}`: the payload is not JSON ({source})")]
+    NotJson {
+        /// The expression.
+        expression: String,
+        /// The JSON parser's error.
+        source: Arc<serde_json::Error>,
+    },
 }
 
 impl RoutingKeyExpression {
     /// Parses an expression.
     pub fn parse(source: &str) -> Result<Self, ExpressionError> {
-        let mut p = Parser {
-            src: source,
-            pos: 0,
-        };
-        let mut terms = vec![p.term()?];
-        loop {
-            p.skip_ws();
-            if p.rest().is_empty() {
-                break;
-            }
-            if !p.eat("+") {
-                return p.fail("expected `+`");
-            }
-            terms.push(p.term()?);
-        }
         Ok(RoutingKeyExpression {
             source: source.to_owned(),
-            terms,
+            terms: parser::expression(source)?,
         })
     }
 
@@ -220,8 +134,9 @@ impl RoutingKeyExpression {
         }
         serde_json::from_slice(&message.payload)
             .map(Some)
-            .map_err(|e| {
-                ExpressionError(format!("`{}`: the payload is not JSON ({e})", self.source))
+            .map_err(|e| ExpressionError::NotJson {
+                expression: self.source.clone(),
+                source: Arc::new(e),
             })
     }
 
@@ -235,17 +150,17 @@ impl RoutingKeyExpression {
         match term {
             Term::Literal(s) => Ok(Value::Text(s)),
             Term::Header(name) => message.headers.get(name).map(Value::Header).ok_or_else(|| {
-                ExpressionError(format!("`{}`: header `{name}` is missing", self.source))
+                ExpressionError::MissingHeader {
+                    expression: self.source.clone(),
+                    header: name.clone(),
+                }
             }),
             Term::Payload(path) => {
                 let mut v = payload.expect("parsed when a term reads the payload");
                 for field in path {
-                    v = v.get(field).ok_or_else(|| {
-                        ExpressionError(format!(
-                            "`{}`: the payload has no field `{}`",
-                            self.source,
-                            path.join(".")
-                        ))
+                    v = v.get(field).ok_or_else(|| ExpressionError::MissingField {
+                        expression: self.source.clone(),
+                        path: path.join("."),
                     })?;
                 }
                 Ok(Value::Json(v))

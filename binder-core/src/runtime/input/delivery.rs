@@ -1,92 +1,45 @@
-//! Input bindings: handler attempts with back-off, and the failure pipeline. The loop that
-//! feeds them is in `queue`; what is in flight is counted in `inflight`.
+//! One delivery of an input binding: its attempts (the handler and its reply), retries with
+//! back-off that never hold up the deliveries behind them, and its settlement; a delivery
+//! that fails for good goes to the binding's [`FailurePolicy`]. The loop that feeds
+//! deliveries is in [`queue_loop`](super::queue_loop).
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
+use std::time::Instant;
 
 use futures::FutureExt;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tracing::Instrument;
 
-use super::bindings::Context;
-use super::condition::Condition;
-use super::error::HandlerError;
-use super::handler::{Call, Handler, Outcome, ReplyBody};
-use super::inflight::Inflight;
-use super::output::OutputInner;
-use super::panics;
-use super::retry::BackOff;
-use super::trace;
-use crate::binder::{
-    BinderFuture, DeadLetter, Fitted, FrameBudget, Inbound, Producer, Published, Settlement,
-    Settler, republish_headers,
-};
+use super::super::bindings::Context;
+use super::super::error::HandlerError;
+use super::super::handler::{Call, Outcome, ReplyBody};
+use super::super::health::HealthTracker;
+use super::super::inflight::Inflight;
+use super::super::observe::{Failed, Handled, Observers, Received, Retried, Settle, Settled};
+use super::super::panics;
+use super::super::retry::BackOff;
+use super::super::trace;
+use super::failure::{FailedDelivery, FailurePolicy};
+use super::route::Routes;
+use crate::binder::{BinderFuture, Inbound, Published, Settlement, Settler};
 use crate::codec::Codecs;
 use crate::config::{AcknowledgeMode, BindingConfig};
-use crate::message::Message;
-
-/// What happened to a message that failed for good.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FailureAction {
-    /// Republished to the dead-letter exchange with diagnostic headers, then acked.
-    Republished,
-    /// Rejected without requeue (the broker dead-letters it if the queue has a DLX).
-    Rejected,
-    /// Requeued (`requeueRejected`, or a republish that failed without a DLX to fall back on).
-    Requeued,
-    /// Nothing to settle (`acknowledgeMode: NONE`): the message is gone.
-    Dropped,
-}
-
-/// A failure, as the error hook sees it.
-#[derive(Debug, Clone)]
-pub struct Failure {
-    /// The input binding.
-    pub binding: String,
-    /// The last error.
-    pub error: HandlerError,
-    /// Attempts made.
-    pub attempts: u32,
-    /// What the runtime did with the message.
-    pub action: FailureAction,
-    /// The failed message.
-    pub message: Message,
-}
-
-/// Observes failures. It cannot change what happens to the message: the dead-letter path
-/// runs whatever the hook does.
-pub type ErrorHook = Arc<dyn Fn(&Failure) + Send + Sync>;
-
-/// Where exhausted messages are republished.
-#[derive(Debug)]
-pub(crate) struct DeadLetterTarget {
-    pub producer: Box<dyn Producer>,
-    pub exchange: String,
-    pub routing_key: String,
-}
-
-/// One listener of an input binding: its condition, handler and reply output.
-pub(crate) struct Route {
-    pub name: String,
-    pub condition: Option<Condition>,
-    pub handler: Arc<dyn Handler>,
-    pub output: Option<Arc<OutputInner>>,
-}
 
 /// Everything an input binding needs at run time.
 pub(crate) struct InputRuntime {
     pub name: Arc<str>,
     pub config: BindingConfig,
-    pub routes: Vec<Route>,
+    pub routes: Routes,
     pub context: Arc<Context>,
-    pub dead_letter: Option<DeadLetterTarget>,
+    pub failure: FailurePolicy,
     pub codecs: Arc<Codecs>,
-    pub hook: Option<ErrorHook>,
     pub backoff: BackOff,
     pub permits: Arc<Semaphore>,
     pub inflight: Arc<Inflight>,
-    pub health: super::health::HealthTracker,
+    pub health: HealthTracker,
     pub content_type: Arc<str>,
+    pub observers: Observers,
 }
 
 impl std::fmt::Debug for InputRuntime {
@@ -104,48 +57,6 @@ impl InputRuntime {
 
     fn auto_ack(&self) -> bool {
         self.config.rabbit_consumer.acknowledge_mode == AcknowledgeMode::None
-    }
-
-    /// The listener for a message: the one conditional listener whose condition matches,
-    /// else the unconditional one. None matching, or several, is a failure (never a silent
-    /// drop).
-    fn route(&self, message: &Message) -> Result<&Route, HandlerError> {
-        if self.routes.len() == 1 && self.routes[0].condition.is_none() {
-            return Ok(&self.routes[0]);
-        }
-        let header = |name: &str| message.headers.get(name).map(|v| v.to_string());
-        let matching: Vec<&Route> = self
-            .routes
-            .iter()
-            .filter(|r| r.condition.as_ref().is_some_and(|c| c.matches(&header)))
-            .collect();
-        match matching.as_slice() {
-            [one] => Ok(one),
-            [] => self
-                .routes
-                .iter()
-                .find(|r| r.condition.is_none())
-                .ok_or_else(|| {
-                    HandlerError::fatal(format!(
-                        "no listener of binding `{}` accepts this message (their conditions: {})",
-                        self.name,
-                        self.routes
-                            .iter()
-                            .map(|r| r.name.as_str())
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    ))
-                }),
-            several => Err(HandlerError::fatal(format!(
-                "the conditions of several listeners of binding `{}` match this message: {}",
-                self.name,
-                several
-                    .iter()
-                    .map(|r| r.name.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ))),
-        }
     }
 
     /// One attempt: the handler, then its reply, sent before the input is acknowledged; all
@@ -175,7 +86,7 @@ impl InputRuntime {
 
     async fn attempt_unguarded(&self, pending: &Pending, attempt: u32) -> Result<(), HandlerError> {
         let message = &pending.content.message;
-        let route = self.route(message)?;
+        let route = self.routes.choose(message)?;
         let call = Call {
             message,
             attempt,
@@ -271,8 +182,19 @@ impl InputRuntime {
     ) -> impl Future<Output = ()> + Send {
         let pending = self.pending(inbound, queue);
         async move {
+            if self.observers.any() {
+                self.observers.emit(|o| {
+                    o.received(&Received {
+                        binding: &self.name,
+                        queue: &pending.queue,
+                        redelivered: pending.redelivered,
+                    })
+                });
+            }
+            let started = self.observers.clock();
             let result = self.run_attempt(&pending, 1).await;
             drop(permit);
+            self.observe_attempt(started, 1, &result);
             match result {
                 Err(error) if self.retryable(&error, 1) => {
                     let me = self.clone();
@@ -295,14 +217,68 @@ impl InputRuntime {
                 break;
             };
             attempt += 1;
+            self.observers.emit(|o| {
+                o.retried(&Retried {
+                    binding: &self.name,
+                    attempt,
+                    delay: wait,
+                })
+            });
+            let started = self.observers.clock();
             let result = self.run_attempt(&pending, attempt).await;
             drop(permit);
+            self.observe_attempt(started, attempt, &result);
             match result {
                 Err(e) if self.retryable(&e, attempt) => error = e,
                 result => return self.conclude(&pending, result, attempt).await,
             }
         }
         self.conclude(&pending, Err(error), attempt).await;
+    }
+
+    /// Tells observers how an attempt that started at `started` (when someone observes)
+    /// ended.
+    fn observe_attempt(
+        &self,
+        started: Option<Instant>,
+        attempt: u32,
+        result: &Result<(), HandlerError>,
+    ) {
+        let Some(started) = started else {
+            return;
+        };
+        let duration = started.elapsed();
+        match result {
+            Ok(()) => self.observers.emit(|o| {
+                o.handled(&Handled {
+                    binding: &self.name,
+                    attempt,
+                    duration,
+                })
+            }),
+            Err(error) => {
+                let will_retry = self.retryable(error, attempt);
+                self.observers.emit(|o| {
+                    o.failed(&Failed {
+                        binding: &self.name,
+                        attempt,
+                        duration,
+                        error,
+                        will_retry,
+                    })
+                })
+            }
+        }
+    }
+
+    fn settled(&self, how: Settle, error: Option<&crate::binder::BinderError>) {
+        self.observers.emit(|o| {
+            o.settled(&Settled {
+                binding: &self.name,
+                how,
+                error,
+            })
+        });
     }
 
     /// Settles a delivery after its last attempt: acked after a success (unless the broker
@@ -316,13 +292,22 @@ impl InputRuntime {
         attempts: u32,
     ) -> BinderFuture<'a, ()> {
         match result {
-            Ok(()) if self.auto_ack() || self.manual() => BinderFuture::ready(()),
+            Ok(()) if self.manual() => BinderFuture::ready(()),
+            Ok(()) if self.auto_ack() => {
+                self.settled(Settle::AutoAcked, None);
+                BinderFuture::ready(())
+            }
             Ok(()) => match pending.settler.get().settle(Settlement::Ack) {
-                BinderFuture::Ready(Some(Ok(()))) => BinderFuture::ready(()),
+                BinderFuture::Ready(Some(Ok(()))) => {
+                    self.settled(Settle::Ack, None);
+                    BinderFuture::ready(())
+                }
                 acked => BinderFuture::boxed(async move {
-                    if let Err(e) = acked.await {
+                    let acked = acked.await;
+                    if let Err(e) = &acked {
                         tracing::warn!(parent: &pending.span, error = %e, "ack failed; the broker will redeliver");
                     }
+                    self.settled(Settle::Ack, acked.as_ref().err());
                 }),
             },
             Err(error) => {
@@ -333,131 +318,17 @@ impl InputRuntime {
                 };
                 // Boxed: the failure pipeline's future is large and rarely needed.
                 BinderFuture::boxed(
-                    self.fail(pending.settler.get(), failed, &pending.queue)
+                    self.failure
+                        .apply(pending.settler.get(), failed, &pending.queue)
                         .instrument(pending.span.clone()),
                 )
             }
         }
     }
-
-    /// The failure pipeline: republish to the DLX with diagnostics, or reject, or requeue;
-    /// whichever it is, one warning says so, with the binding, queue, attempts and error.
-    /// A republish that fails (or that the message's own headers leave no room for) never
-    /// loses the message: it is rejected into the queue's own dead-lettering instead (or
-    /// requeued when the queue has none).
-    async fn fail(&self, settler: &Settler, failed: FailedDelivery, queue: &str) {
-        let rabbit = &self.config.rabbit_consumer;
-        let (action, outcome) = if self.auto_ack() {
-            (
-                FailureAction::Dropped,
-                "message dropped: acknowledgeMode NONE leaves nothing to dead-letter".to_owned(),
-            )
-        } else if let (true, true, Some(target)) = (
-            rabbit.republish_to_dlq,
-            rabbit.common.auto_bind_dlq,
-            &self.dead_letter,
-        ) {
-            match self.republish(target, &failed).await {
-                Ok(fitted) => (
-                    self.settle(settler, Settlement::Ack).await,
-                    format!(
-                        "message dead-lettered: republished to exchange `{}` with key `{}`{}",
-                        target.exchange,
-                        target.routing_key,
-                        cut_note(&fitted)
-                    ),
-                ),
-                Err(reason) => (
-                    self.settle(settler, Settlement::Reject).await,
-                    format!(
-                        "message dead-lettered: republishing to the DLQ failed ({reason}), so it was rejected into the queue's dead-letter exchange"
-                    ),
-                ),
-            }
-        } else if rabbit.requeue_rejected {
-            (
-                self.settle(settler, Settlement::Requeue).await,
-                "message requeued (requeueRejected)".to_owned(),
-            )
-        } else {
-            (
-                self.settle(settler, Settlement::Reject).await,
-                "message rejected: the broker dead-letters it if the queue has a dead-letter exchange"
-                    .to_owned(),
-            )
-        };
-        tracing::warn!(
-            binding = %self.name,
-            queue,
-            attempts = failed.attempts,
-            error = %failed.error,
-            kind = failed.error.kind(),
-            ?action,
-            "{outcome}"
-        );
-        if let Some(hook) = &self.hook {
-            let report = Failure {
-                binding: self.name.to_string(),
-                error: failed.error,
-                attempts: failed.attempts,
-                action,
-                message: failed.content.message.clone(),
-            };
-            // The hook only observes; a panic in it must not stop the binding.
-            let _ = std::panic::catch_unwind(AssertUnwindSafe(|| hook(&report)));
-        }
-    }
-
-    /// Republishes a copy of the failed message to the DLX with the diagnostic headers,
-    /// sized to the producer's `frame_max`; says what was cut, or why it could not.
-    async fn republish(
-        &self,
-        target: &DeadLetterTarget,
-        failed: &FailedDelivery,
-    ) -> Result<Fitted, String> {
-        let rabbit = &self.config.rabbit_consumer;
-        let frame_max = target
-            .producer
-            .frame_max()
-            .await
-            .map_err(|e| e.to_string())?;
-        let mut copy = failed.content.message.clone();
-        // Set before the headers are sized: it is in the frame too.
-        copy.properties.delivery_mode = Some(rabbit.republish_delivery_mode);
-        let dead = DeadLetter {
-            reason: failed.error.message().to_owned(),
-            trace: failed.error.stack_trace(),
-            original_exchange: failed.content.exchange.to_string(),
-            original_routing_key: failed.content.routing_key.to_string(),
-            attempts: failed.attempts,
-        };
-        let budget = FrameBudget {
-            frame_max,
-            headroom: rabbit.frame_max_headroom,
-        };
-        let fitted = republish_headers(&mut copy, &dead, budget).map_err(|e| e.to_string())?;
-        target
-            .producer
-            .publish_to(&target.exchange, &target.routing_key, copy)
-            .await
-            .map_err(|e| e.to_string())?;
-        Ok(fitted)
-    }
-
-    async fn settle(&self, settler: &Settler, settlement: Settlement) -> FailureAction {
-        if let Err(e) = settler.settle(settlement).await {
-            tracing::warn!(error = %e, ?settlement, "settling failed; the broker will redeliver");
-        }
-        match settlement {
-            Settlement::Ack => FailureAction::Republished,
-            Settlement::Reject => FailureAction::Rejected,
-            Settlement::Requeue => FailureAction::Requeued,
-        }
-    }
 }
 
 /// A delivery being handled: what its attempts and its settlement need.
-struct Pending {
+pub(crate) struct Pending {
     /// The message, shared with the binder: a payload handler decodes from it in place
     /// (an `Incoming` handler gets its own copy).
     content: Arc<Published>,
@@ -490,21 +361,4 @@ impl HeldSettler {
             HeldSettler::Shared(s) => Some(s),
         }
     }
-}
-
-struct FailedDelivery {
-    content: Arc<Published>,
-    error: HandlerError,
-    attempts: u32,
-}
-
-/// What the log of a republish says of the headers cut to fit the frame.
-fn cut_note(fitted: &Fitted) -> String {
-    if !fitted.is_cut() {
-        return String::new();
-    }
-    format!(
-        " (to fit the connection's frame_max, less frameMaxHeadroom, {} bytes of x-exception-message and {} of the stack trace were cut)",
-        fitted.reason_cut, fitted.trace_cut
-    )
 }

@@ -1,94 +1,11 @@
-//! Listeners and bindings declared with the macros, collected with `inventory`, and the
-//! service entry point.
+//! The service entry point: configuration, logging, the declared listeners, start, run
+//! until a signal, and the exit status.
 
-use std::sync::Arc;
-
-use super::app::{App, AppBuilder, ShutdownReport};
-use super::handler::Handler;
-
-/// A listener as the macros declare it: a nameable value that can also be registered by hand
-/// with [`AppBuilder::register`].
-#[derive(Debug)]
-pub struct ListenerDef {
-    /// The handler function's name (for messages).
-    pub name: &'static str,
-    /// The input binding.
-    pub input: &'static str,
-    /// The output binding of the return value, if any.
-    pub output: Option<&'static str>,
-    /// The header condition, if any.
-    pub condition: Option<&'static str>,
-    /// Output bindings the listener sends to through `Out<...>` arguments.
-    pub uses: &'static [&'static str],
-    /// The state types of its `State<T>` arguments, checked at startup.
-    pub states: &'static [StateType],
-    /// Builds the handler.
-    pub handler: fn() -> Arc<dyn Handler>,
-}
-
-/// The type of a `State<T>` argument: a listener taking one cannot start unless a value of
-/// that type is registered with [`AppBuilder::state`].
-#[derive(Clone, Copy)]
-pub struct StateType {
-    id: fn() -> std::any::TypeId,
-    name: fn() -> &'static str,
-}
-
-impl StateType {
-    /// The state type `T`.
-    pub const fn of<T: Send + Sync + 'static>() -> Self {
-        StateType {
-            id: std::any::TypeId::of::<T>,
-            name: std::any::type_name::<T>,
-        }
-    }
-
-    /// Its `TypeId`.
-    pub fn id(&self) -> std::any::TypeId {
-        (self.id)()
-    }
-
-    /// Its type name, for messages.
-    pub fn name(&self) -> &'static str {
-        (self.name)()
-    }
-}
-
-impl std::fmt::Debug for StateType {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-/// A listener registered for automatic collection.
-#[derive(Debug)]
-pub struct ListenerRegistration(pub &'static ListenerDef);
-
-/// An output binding declared with `#[output]`, registered so the application opens it.
-#[derive(Debug)]
-pub struct OutputRegistration(pub &'static str);
-
-inventory::collect!(ListenerRegistration);
-inventory::collect!(OutputRegistration);
-
-impl AppBuilder {
-    /// Adds every listener and output binding declared with the macros in this program.
-    pub fn registered(mut self) -> Self {
-        let mut defs: Vec<&'static ListenerDef> = inventory::iter::<ListenerRegistration>
-            .into_iter()
-            .map(|r| r.0)
-            .collect();
-        // Link order is not declaration order; sort for a stable startup.
-        defs.sort_by_key(|d| (d.input, d.name));
-        for def in defs {
-            self = self.register(def);
-        }
-        for output in inventory::iter::<OutputRegistration> {
-            self = self.output(output.0);
-        }
-        self
-    }
-}
+use super::builder::{App, AppBuilder};
+use super::logging::init_logging;
+use super::running::ShutdownReport;
+use super::startup::StartupError;
+use crate::config::{ConfigError, ConfigLoader};
 
 /// Why a service stopped with an error.
 #[derive(thiserror::Error)]
@@ -96,10 +13,10 @@ impl AppBuilder {
 pub enum ServiceError {
     /// The configuration is invalid.
     #[error(transparent)]
-    Config(#[from] crate::config::ConfigError),
+    Config(#[from] ConfigError),
     /// The application could not start.
     #[error(transparent)]
-    Startup(#[from] super::error::StartupError),
+    Startup(#[from] StartupError),
 }
 
 /// Shows the same text as `Display`, so a `main` returning `Result<_, ServiceError>` prints
@@ -112,7 +29,7 @@ impl std::fmt::Debug for ServiceError {
 
 /// The entry point of a service: loads the configuration (files, profiles, environment),
 /// installs logging to stderr unless the program has a `tracing` subscriber already (see
-/// [`init_logging`](super::init_logging)), adds every declared listener and output, starts,
+/// [`init_logging`]), adds every declared listener and output, starts,
 /// and runs until Ctrl-C or SIGTERM.
 ///
 /// It can be `main`'s whole body: the [`ServiceExit`] it returns prints what went wrong and
@@ -146,11 +63,11 @@ pub async fn run_service() -> ServiceExit {
 /// }
 /// ```
 pub async fn run_service_with(prepare: impl FnOnce(AppBuilder) -> AppBuilder) -> ServiceExit {
-    let config = match crate::config::ConfigLoader::new().load() {
+    let config = match ConfigLoader::new().load() {
         Ok(config) => config,
         Err(e) => return ServiceExit::from(ServiceError::Config(e)),
     };
-    if let Err(e) = super::logging::init_logging(&config) {
+    if let Err(e) = init_logging(&config) {
         return ServiceExit::from(ServiceError::Config(e));
     }
     let builder = prepare(App::builder(config).registered());
@@ -162,7 +79,7 @@ pub async fn run_service_with(prepare: impl FnOnce(AppBuilder) -> AppBuilder) ->
 
 /// How a service ended, as `main` returns it: on failure it prints the error (and its
 /// causes) to stderr and exits with status 2 for a configuration problem
-/// ([`ConfigError`](crate::config::ConfigError)), 1 otherwise.
+/// ([`ConfigError`]), 1 otherwise.
 ///
 /// Any `Result` whose error converts into `Box<dyn Error>` converts into it, so a `main` that
 /// does more than [`run_service`] keeps `?` and readable errors:
@@ -227,7 +144,7 @@ impl ServiceExit {
 }
 
 fn is_config_error(error: &(dyn std::error::Error + 'static)) -> bool {
-    error.is::<crate::config::ConfigError>()
+    error.is::<ConfigError>()
         || matches!(
             error.downcast_ref::<ServiceError>(),
             Some(ServiceError::Config(_))
@@ -281,7 +198,7 @@ impl std::process::Termination for ServiceExit {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{ConfigError, ConfigLoader};
+    use crate::runtime::startup::StartupProblem;
 
     fn config_error() -> ConfigError {
         ConfigLoader::new()
@@ -318,9 +235,9 @@ mod tests {
 
     #[test]
     fn other_failures_exit_with_1_with_their_causes() {
-        let startup = super::super::error::StartupError {
-            problems: vec!["binding `x`: broker refused".into()],
-        };
+        let startup = StartupError::new(vec![StartupProblem::Check(
+            "binding `x`: broker refused".into(),
+        )]);
         let exit = ServiceExit::from(ServiceError::Startup(startup));
         assert_eq!(exit.code(), 1);
         assert_eq!(

@@ -9,9 +9,11 @@ use std::time::Duration;
 use futures::FutureExt;
 use tokio::sync::watch;
 
-use super::consumer::InputRuntime;
-use super::lifecycle::BindingState;
-use crate::binder::{Binder, Inbound, Settlement, Subscription, SubscriptionSpec};
+use super::super::lifecycle::BindingState;
+use super::super::observe::{BindingStateChanged, Settle, Settled};
+use super::super::panics;
+use super::delivery::InputRuntime;
+use crate::binder::{Binder, BinderErrorKind, Inbound, Settlement, Subscription, SubscriptionSpec};
 
 /// The first wait after a subscribe fails; each failure doubles it, up to `recoveryInterval`.
 const FIRST_RETRY: Duration = Duration::from_millis(100);
@@ -34,7 +36,7 @@ pub(crate) async fn run_queue(
     let recovery = Duration::from_millis(rt.config.rabbit_consumer.recovery_interval);
     let reported = *actual.borrow();
     // Before any handler runs: panics are then reported with where they happened.
-    super::panics::install();
+    panics::install();
     let mut queue = QueueLoop {
         queue: Arc::from(spec.queue.as_str()),
         rt,
@@ -125,6 +127,13 @@ impl QueueLoop {
                 self.rt.health.settled(&self.who());
             }
             self.actual.send_replace(state);
+            self.rt.observers.emit(|o| {
+                o.binding_state(&BindingStateChanged {
+                    binding: &self.rt.name,
+                    queue: Some(&self.queue),
+                    state,
+                })
+            });
         }
     }
 
@@ -239,8 +248,7 @@ impl QueueLoop {
                         return Step::Continue;
                     }
                     Err(e) => {
-                        let wait =
-                            self.next_wait(e.kind() == crate::binder::BinderErrorKind::Unreachable);
+                        let wait = self.next_wait(e.kind() == BinderErrorKind::Unreachable);
                         tracing::warn!(binding = %self.rt.name, queue = %self.spec.queue, error = %e, retry_in = ?wait, "cannot consume; retrying (waits double up to recoveryInterval)");
                         self.lost = Some(e.to_string());
                         if self.reported == BindingState::Recovering {
@@ -323,7 +331,14 @@ impl QueueLoop {
             if self.spec.auto_ack {
                 self.stash.push_front(inbound);
             } else {
-                let _ = inbound.settler.settle(Settlement::Requeue).await;
+                let requeued = inbound.settler.settle(Settlement::Requeue).await;
+                self.rt.observers.emit(|o| {
+                    o.settled(&Settled {
+                        binding: &self.rt.name,
+                        how: Settle::Requeue,
+                        error: requeued.as_ref().err(),
+                    })
+                });
             }
             return Step::Continue;
         };

@@ -1,0 +1,72 @@
+//! What an application is made of before it starts: the configuration, the binders given in
+//! code, the listeners and outputs, codecs, hooks, observers and limits. The builder fills it
+//! in; startup consumes it.
+
+use std::any::{Any, TypeId};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::declare::StateType;
+use super::handler::Handler;
+use super::health::Health;
+use super::input::ErrorHook;
+use super::observe::Observer;
+use crate::binder::Binder;
+use crate::codec::Codecs;
+use crate::config::StreamConfig;
+
+/// A listener as registered: its binding, optional reply output and condition, and handler.
+pub(crate) struct Listener {
+    /// How messages name it (the handler function's name, or how it was registered).
+    pub name: String,
+    pub input: String,
+    pub output: Option<String>,
+    pub condition: Option<String>,
+    /// The types of its `State<T>` arguments, checked at startup.
+    pub states: &'static [StateType],
+    pub handler: Arc<dyn Handler>,
+}
+
+/// The parts of an application to start.
+pub(crate) struct Blueprint {
+    pub config: StreamConfig,
+    /// Binder instances given in code, by configuration name or type.
+    pub binders: HashMap<String, Arc<dyn Binder>>,
+    pub listeners: Vec<Listener>,
+    /// Output bindings, in the order declared, each once.
+    pub outputs: Vec<String>,
+    pub codecs: Codecs,
+    pub hook: Option<ErrorHook>,
+    pub observers: Vec<Arc<dyn Observer>>,
+    pub shutdown_timeout: Duration,
+    pub startup_timeout: Option<Duration>,
+    pub state: HashMap<TypeId, Arc<dyn Any + Send + Sync>>,
+    pub health: Health,
+}
+
+impl Blueprint {
+    /// An application on this configuration with nothing in it yet.
+    pub(crate) fn new(config: StreamConfig) -> Self {
+        Blueprint {
+            config,
+            binders: HashMap::new(),
+            listeners: Vec::new(),
+            outputs: Vec::new(),
+            codecs: Codecs::default(),
+            hook: None,
+            observers: Vec::new(),
+            shutdown_timeout: Duration::from_secs(30),
+            startup_timeout: None,
+            state: HashMap::new(),
+            health: Health::default(),
+        }
+    }
+
+    /// Declares an output binding (once).
+    pub(crate) fn add_output(&mut self, binding: String) {
+        if !self.outputs.contains(&binding) {
+            self.outputs.push(binding);
+        }
+    }
+}

@@ -1,0 +1,136 @@
+//! One output binding, ready to send, and its public sender.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use serde::Serialize;
+
+use super::super::observe::{Observers, Sent};
+use super::super::patience::{Patience, when_reachable};
+use super::super::trace;
+use super::error::{OutputError, SendError};
+use super::routing::{self, Partitioning, Routing, RoutingKeys};
+use crate::binder::{Binder, Producer, ProducerSpec};
+use crate::codec::Codecs;
+use crate::config::BindingConfig;
+use crate::message::Message;
+use crate::topology::plan_producer;
+
+/// One output binding, ready to send.
+#[derive(Debug)]
+pub(crate) struct OutputInner {
+    pub binding: String,
+    producer: Box<dyn Producer>,
+    content_type: Arc<str>,
+    keys: RoutingKeys,
+    codecs: Arc<Codecs>,
+    observers: Observers,
+    pub stopped: AtomicBool,
+}
+
+impl OutputInner {
+    /// Builds an output from its binding: provisions its topology and opens a producer.
+    pub(crate) async fn open(
+        binding: &BindingConfig,
+        binder: &Arc<dyn Binder>,
+        codecs: Arc<Codecs>,
+        patience: &Patience,
+        observers: Observers,
+    ) -> Result<Self, OutputError> {
+        routing::refused(binding)?;
+        let routing = Routing::of(binding)?;
+        let partitioning = Partitioning::of(binding)?;
+        let topology = plan_producer(binding);
+        let what = format!("binding `{}`", binding.name);
+        let failed = |source| OutputError::Binder {
+            binding: binding.name.clone(),
+            source,
+        };
+        when_reachable(&what, patience, || binder.provision(&topology.plan))
+            .await
+            .map_err(failed)?;
+        let spec = ProducerSpec {
+            exchange: topology.exchange.clone(),
+            delivery_mode: binding.rabbit_producer.delivery_mode,
+        };
+        let producer = when_reachable(&what, patience, || binder.producer(spec.clone()))
+            .await
+            .map_err(failed)?;
+        Ok(OutputInner {
+            binding: binding.name.clone(),
+            producer,
+            content_type: Arc::from(binding.content_type.as_str()),
+            keys: RoutingKeys {
+                binding: binding.name.clone(),
+                destination: binding.destination.clone(),
+                routing,
+                partitioning,
+            },
+            codecs,
+            observers,
+            stopped: AtomicBool::new(!binding.producer.auto_startup),
+        })
+    }
+
+    pub(crate) async fn send_message(&self, mut message: Message) -> Result<(), SendError> {
+        if self.stopped.load(Ordering::Acquire) {
+            return Err(SendError::Stopped(self.binding.clone()));
+        }
+        if message.properties.content_type.is_none() {
+            message.properties.content_type = Some(self.content_type.clone());
+        }
+        trace::propagate(&mut message);
+        let key = self.keys.key(&message)?;
+        // A binder may confirm at once (the embedded one does): a sender looping on such
+        // sends would never yield, and the consumers it feeds on its worker would starve.
+        tokio::task::coop::consume_budget().await;
+        let started = self.observers.clock();
+        let published = self.producer.publish(&key, message).await;
+        if let Some(started) = started {
+            let latency = started.elapsed();
+            self.observers.emit(|o| {
+                o.sent(&Sent {
+                    binding: &self.binding,
+                    routing_key: &key,
+                    latency,
+                    error: published.as_ref().err(),
+                })
+            });
+        }
+        published?;
+        Ok(())
+    }
+
+    pub(crate) async fn send<T: Serialize + ?Sized>(&self, payload: &T) -> Result<(), SendError> {
+        let bytes = self.codecs.encode(&self.content_type, payload)?;
+        self.send_message(Message::new(bytes).with_content_type(self.content_type.clone()))
+            .await
+    }
+}
+
+/// An output binding's sender. Cheap to clone. Each send waits for the broker's confirm.
+#[derive(Debug, Clone)]
+pub struct Output {
+    pub(crate) inner: Arc<OutputInner>,
+}
+
+impl Output {
+    /// The binding name.
+    pub fn binding(&self) -> &str {
+        &self.inner.binding
+    }
+
+    /// Encodes `payload` with the binding's content type and sends it.
+    pub async fn send<T: Serialize + ?Sized>(&self, payload: &T) -> Result<(), SendError> {
+        self.inner.send(payload).await
+    }
+
+    /// Sends a ready message (its content type is set to the binding's if missing).
+    pub fn send_message(
+        &self,
+        message: Message,
+    ) -> impl Future<Output = Result<(), SendError>> + Send + '_ {
+        // Not an `async fn`: that would hold the message twice, beside the send it moves into.
+        self.inner.send_message(message)
+    }
+}

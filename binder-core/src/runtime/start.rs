@@ -1,0 +1,292 @@
+//! Starting an application: the checks, the binders, then each output's topology and
+//! producer, each input's topology, failure policy and queue loops; every problem found is
+//! reported at once.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use tokio::sync::{Mutex, Semaphore, watch};
+
+use super::binders::Binders;
+use super::bindings::Context;
+use super::blueprint::{Blueprint, Listener};
+use super::check;
+use super::health::HealthTracker;
+use super::inflight::Inflight;
+use super::input::delivery::InputRuntime;
+use super::input::failure::{Decision, FailurePolicy};
+use super::input::queue_loop::run_queue;
+use super::input::route::{Route, Routes};
+use super::lifecycle::BindingState;
+use super::observe::Observers;
+use super::output::{Output, OutputInner, Publisher};
+use super::patience::{Patience, when_reachable};
+use super::retry::BackOff;
+use super::running::{InputControl, RunningApp};
+use super::spel::syntax::ast::Condition;
+use super::startup::{StartupError, StartupProblem};
+use crate::binder::{Binder, ProducerSpec, SubscriptionSpec};
+use crate::config::{AcknowledgeMode, StreamConfig};
+use crate::topology::{BindingRole, anonymous_suffix, plan_consumer};
+
+/// Checks, provisions, opens and subscribes; the application's health follows.
+pub(crate) async fn start(app: Blueprint) -> Result<RunningApp, StartupError> {
+    let tracker = HealthTracker::new(app.health.clone());
+    let result = launch(app, tracker.clone()).await;
+    match &result {
+        // Up, unless a binding is already recovering (a missing queue, a lost connection).
+        Ok(_) => tracker.started(),
+        Err(e) => tracker.closed(e.to_string()),
+    }
+    result
+}
+
+/// How the startup log names a binding's binder: its configuration name, type and broker.
+fn binder_line(config: &StreamConfig, binding: &str, binder: &Arc<dyn Binder>) -> String {
+    let name = config.binder_for(binding);
+    let binder_type = binder.binder_type();
+    let name = if name == binder_type {
+        format!("binder `{name}`")
+    } else {
+        format!("binder `{name}` (type {binder_type})")
+    };
+    format!("{name} on {}", binder.describe())
+}
+
+async fn launch(app: Blueprint, tracker: HealthTracker) -> Result<RunningApp, StartupError> {
+    // Zero means no limit, in code as in `spring.cloud.stream.startupTimeout: 0`.
+    let limit = app
+        .startup_timeout
+        .or(app.config.startup_timeout)
+        .filter(|l| !l.is_zero());
+    let patience = Patience {
+        health: Some(app.health.clone()),
+        deadline: limit.map(|l| (tokio::time::Instant::now() + l, l)),
+    };
+    let mut problems = check::problems(&app);
+    let binders = Arc::new(Binders::new(app.binders));
+    let config = Arc::new(app.config);
+    let codecs = Arc::new(app.codecs);
+    let observers = Observers::new(app.observers);
+
+    let mut resolved: HashMap<String, Arc<dyn Binder>> = HashMap::new();
+    for name in app
+        .listeners
+        .iter()
+        .map(|l| &l.input)
+        .chain(app.outputs.iter())
+    {
+        match binders.for_binding(&config, name) {
+            Ok(b) => {
+                resolved.insert(name.clone(), b);
+            }
+            Err(e) => problems.push(e.into()),
+        }
+    }
+    if !problems.is_empty() {
+        return Err(StartupError::new(problems));
+    }
+
+    let mut ready: Vec<String> = Vec::new();
+    let mut outputs: HashMap<String, Arc<OutputInner>> = HashMap::new();
+    for name in &app.outputs {
+        let binding = config.binding(name);
+        let binder = &resolved[name];
+        match OutputInner::open(
+            &binding,
+            binder,
+            codecs.clone(),
+            &patience,
+            observers.clone(),
+        )
+        .await
+        {
+            Ok(o) => {
+                ready.push(format!(
+                    "output binding `{name}`: {}, destination `{}`",
+                    binder_line(&config, name, binder),
+                    binding.destination
+                ));
+                outputs.insert(name.clone(), Arc::new(o));
+            }
+            Err(e) => problems.push(e.into()),
+        }
+    }
+
+    let inflight = Arc::new(Inflight::default());
+    let context = Arc::new(Context {
+        outputs: outputs
+            .iter()
+            .map(|(k, v)| (k.clone(), Output { inner: v.clone() }))
+            .collect(),
+        state: app.state,
+    });
+    // One input runtime per binding, with a route per listener.
+    let mut by_input: Vec<(String, Vec<Listener>)> = Vec::new();
+    for l in app.listeners {
+        match by_input.iter_mut().find(|(i, _)| *i == l.input) {
+            Some((_, ls)) => ls.push(l),
+            None => by_input.push((l.input.clone(), vec![l])),
+        }
+    }
+    let mut inputs = HashMap::new();
+    let mut tasks = Vec::new();
+    for (input, listeners) in by_input {
+        let binding = config.binding(&input);
+        let binder = resolved[&input].clone();
+        let topology = plan_consumer(&binding, &anonymous_suffix());
+        let what = format!("binding `{input}`");
+        if let Err(e) = when_reachable(&what, &patience, || binder.provision(&topology.plan)).await
+        {
+            problems.push(StartupProblem::Input {
+                binding: input.clone(),
+                source: e,
+            });
+            continue;
+        }
+        let rabbit = &binding.rabbit_consumer;
+        let decision = Decision::of(&binding, topology.dead_letter.as_ref());
+        let dead_letter = match &decision {
+            Decision::Republish { exchange, .. } => {
+                let spec = ProducerSpec {
+                    exchange: exchange.clone(),
+                    delivery_mode: rabbit.republish_delivery_mode,
+                };
+                match when_reachable(&what, &patience, || binder.producer(spec.clone())).await {
+                    Ok(producer) => Some(producer),
+                    Err(e) => {
+                        problems.push(StartupProblem::Input {
+                            binding: input.clone(),
+                            source: e,
+                        });
+                        continue;
+                    }
+                }
+            }
+            _ => None,
+        };
+        let initial = if binding.consumer.auto_startup {
+            BindingState::Running
+        } else {
+            BindingState::Stopped
+        };
+        let (desired, _) = watch::channel(initial);
+        let mut actual = Vec::new();
+        let name: Arc<str> = Arc::from(input.as_str());
+        let routes = listeners
+            .into_iter()
+            .map(|l| Route {
+                // Checked before anything connected: a condition that does not parse
+                // stopped the start.
+                condition: l
+                    .condition
+                    .as_deref()
+                    .and_then(|c| Condition::parse(c).ok()),
+                output: l.output.as_ref().and_then(|o| outputs.get(o).cloned()),
+                handler: l.handler,
+                name: l.name,
+            })
+            .collect();
+        let runtime = Arc::new(InputRuntime {
+            name: name.clone(),
+            routes: Routes::new(name, routes),
+            context: context.clone(),
+            failure: FailurePolicy::new(
+                &binding,
+                decision,
+                dead_letter,
+                app.hook.clone(),
+                observers.clone(),
+            ),
+            codecs: codecs.clone(),
+            backoff: BackOff::of(&binding.consumer),
+            permits: Arc::new(Semaphore::new(binding.consumer.concurrency as usize)),
+            inflight: inflight.clone(),
+            health: tracker.clone(),
+            content_type: Arc::from(binding.content_type.as_str()),
+            observers: observers.clone(),
+            config: binding.clone(),
+        });
+        for (i, queue) in topology.queues.iter().enumerate() {
+            let spec = SubscriptionSpec {
+                queue: queue.clone(),
+                prefetch: rabbit.prefetch,
+                auto_ack: rabbit.acknowledge_mode == AcknowledgeMode::None,
+                exclusive: rabbit.exclusive,
+                consumer_tag: rabbit
+                    .consumer_tag_prefix
+                    .as_ref()
+                    .map(|p| format!("{p}#{i}")),
+            };
+            let (reported, seen) = watch::channel(BindingState::Stopped);
+            actual.push(seen);
+            tasks.push(tokio::spawn(run_queue(
+                runtime.clone(),
+                binder.clone(),
+                spec,
+                desired.subscribe(),
+                reported,
+            )));
+        }
+        ready.push(format!(
+            "input binding `{input}`: {}, destination `{}`, {}, queue{} {}",
+            binder_line(&config, &input, &binder),
+            binding.destination,
+            match &binding.group {
+                Some(g) => format!("group `{g}`"),
+                None => "no group (anonymous)".to_owned(),
+            },
+            if topology.queues.len() == 1 { "" } else { "s" },
+            topology
+                .queues
+                .iter()
+                .map(|q| format!("`{q}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+        inputs.insert(input.clone(), InputControl { desired, actual });
+    }
+    if !problems.is_empty() {
+        for t in &tasks {
+            t.abort();
+        }
+        for b in binders.owned() {
+            b.close().await;
+        }
+        return Err(StartupError::new(problems));
+    }
+    for line in &ready {
+        tracing::info!("{line}");
+    }
+    // Each binder hears of its bindings once everything is provisioned, so that what it
+    // says about one (the embedded binder's durability warnings) sees the whole topology.
+    let mut bound: Vec<(&String, BindingRole)> = outputs
+        .keys()
+        .map(|name| (name, BindingRole::Producer))
+        .chain(inputs.keys().map(|name| (name, BindingRole::Consumer)))
+        .collect();
+    bound.sort_by(|a, b| a.0.cmp(b.0));
+    for (name, role) in bound {
+        resolved[name].bound(&config.binding(name), role);
+    }
+    let outputs = Arc::new(outputs);
+    let publisher = Publisher {
+        outputs: outputs.clone(),
+        dynamic: Arc::new(Mutex::new(HashMap::new())),
+        config: config.clone(),
+        binders: binders.clone(),
+        codecs,
+        observers: observers.clone(),
+    };
+    Ok(RunningApp {
+        inputs,
+        outputs,
+        publisher,
+        binders,
+        tasks: Mutex::new(tasks),
+        inflight,
+        shutdown_timeout: app.shutdown_timeout,
+        health: tracker,
+        observers,
+    })
+}
