@@ -6,7 +6,6 @@ pub mod codec;
 pub mod config;
 pub mod message;
 pub mod runtime;
-pub mod topology;
 
 pub use codec::{Codec, CodecFailure, Codecs, DEFAULT_CONTENT_TYPE, DecodeError, EncodeError};
 pub use message::{Decimal, DeliveryMode, HeaderValue, Headers, Message, Properties};

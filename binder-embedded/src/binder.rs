@@ -1,19 +1,24 @@
-//! The `embedded` binder: the binder SPI on the in-process engine.
+//! The `embedded` binder: the broker-level AMQP operations on the in-process engine
+//! ([`AmqpBroker`]), and the binder SPI on them (`binder-amqp`'s
+//! [`bind_consumer`](binder_amqp::bind_consumer)).
 
 use std::collections::{HashSet, VecDeque};
 use std::sync::{Arc, LazyLock, Mutex};
 
 use async_trait::async_trait;
-use binder_amqp::{AckChannel, BufferedSubscription, DeliverySource, TagAcks};
+use binder_amqp::topology::{
+    DestinationType, TopologyPlan, anonymous_suffix, plan_consumer, plan_producer,
+};
+use binder_amqp::{
+    AckChannel, AmqpBroker, AmqpProducer, BufferedSubscription, DeliverySource, ProducerSpec,
+    QueueInfo, SubscriptionSpec, TagAcks,
+};
 use binder_core::binder::{
-    Binder, BinderError, BinderErrorKind, BinderFuture, BinderRegistration, BinderResult, Inbound,
-    Producer, ProducerSpec, QueueInfo, Settler, Subscription, SubscriptionSpec,
+    Binder, BinderError, BinderErrorKind, BinderFuture, BinderRegistration, BinderResult,
+    BindingRole, BoundConsumer, Inbound, Producer, Settler, Subscription,
 };
 use binder_core::config::BindingConfig;
 use binder_core::message::{DeliveryMode, Message};
-use binder_core::topology::{
-    BindingRole, DestinationType, TopologyPlan, anonymous_suffix, plan_consumer, plan_producer,
-};
 
 use crate::engine::{
     AmqpError, AmqpResult, Broker, Channel, Connection, ConsumeOptions, Consumer, Delivery,
@@ -77,13 +82,13 @@ fn broker_error(e: AmqpError) -> BinderError {
     BinderError::new(kind, e.to_string()).with_source(e)
 }
 
-/// The `embedded` binder over one [`Broker`].
-#[derive(Debug)]
+/// The `embedded` binder over one [`Broker`]. Clones share its connection.
+#[derive(Debug, Clone)]
 pub struct EmbeddedBinder {
     broker: Broker,
-    connection: std::sync::Mutex<Option<Connection>>,
+    connection: Arc<Mutex<Option<Connection>>>,
     /// Bindings already warned about (durability the engine cannot keep): once each.
-    warned: Mutex<HashSet<String>>,
+    warned: Arc<Mutex<HashSet<String>>>,
 }
 
 impl EmbeddedBinder {
@@ -91,8 +96,8 @@ impl EmbeddedBinder {
     pub fn new(broker: Broker) -> Self {
         EmbeddedBinder {
             broker,
-            connection: std::sync::Mutex::new(None),
-            warned: Mutex::new(HashSet::new()),
+            connection: Arc::new(Mutex::new(None)),
+            warned: Arc::new(Mutex::new(HashSet::new())),
         }
     }
 
@@ -191,6 +196,47 @@ impl Binder for EmbeddedBinder {
         }
     }
 
+    async fn bind_consumer(&self, binding: &BindingConfig) -> BinderResult<Box<dyn BoundConsumer>> {
+        binder_amqp::bind_consumer(Arc::new(self.clone()), binding).await
+    }
+
+    async fn bind_producer(&self, binding: &BindingConfig) -> BinderResult<Box<dyn Producer>> {
+        binder_amqp::bind_producer(self, binding).await
+    }
+
+    /// Warns, once per binding, when the binding asks for durable storage (see
+    /// `durability_asked`): the engine keeps messages in memory only.
+    fn bound(&self, binding: &BindingConfig, role: BindingRole) {
+        let Some(asked) = self.durability_asked(binding, role) else {
+            return;
+        };
+        let first = self
+            .warned
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(binding.name.clone());
+        if first {
+            tracing::warn!(
+                binding = %binding.name,
+                "binding `{}` {asked}, but the embedded binder keeps messages in memory only: \
+                 they are lost when the process exits",
+                binding.name
+            );
+        }
+    }
+
+    async fn close(&self) {
+        let conn = self
+            .connection
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        drop(conn);
+    }
+}
+
+#[async_trait]
+impl AmqpBroker for EmbeddedBinder {
     async fn provision(&self, plan: &TopologyPlan) -> BinderResult<()> {
         let declare =
             |what: String| move |e: AmqpError| BinderError::declare(&what, &e).with_source(e);
@@ -239,7 +285,7 @@ impl Binder for EmbeddedBinder {
         Ok(())
     }
 
-    async fn producer(&self, spec: ProducerSpec) -> BinderResult<Box<dyn Producer>> {
+    async fn producer(&self, spec: ProducerSpec) -> BinderResult<Box<dyn AmqpProducer>> {
         let channel = self.channel()?;
         channel.confirm_select().map_err(broker_error)?;
         Ok(Box::new(EmbeddedProducer { channel, spec }))
@@ -301,36 +347,6 @@ impl Binder for EmbeddedBinder {
         }
         Ok(())
     }
-
-    /// Warns, once per binding, when the binding asks for durable storage (see
-    /// `durability_asked`): the engine keeps messages in memory only.
-    fn bound(&self, binding: &BindingConfig, role: BindingRole) {
-        let Some(asked) = self.durability_asked(binding, role) else {
-            return;
-        };
-        let first = self
-            .warned
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(binding.name.clone());
-        if first {
-            tracing::warn!(
-                binding = %binding.name,
-                "binding `{}` {asked}, but the embedded binder keeps messages in memory only: \
-                 they are lost when the process exits",
-                binding.name
-            );
-        }
-    }
-
-    async fn close(&self) {
-        let conn = self
-            .connection
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take();
-        drop(conn);
-    }
 }
 
 #[derive(Debug)]
@@ -355,7 +371,7 @@ fn confirmed(
     }
 }
 
-impl Producer for EmbeddedProducer {
+impl AmqpProducer for EmbeddedProducer {
     fn exchange(&self) -> &str {
         &self.spec.exchange
     }
@@ -363,7 +379,7 @@ impl Producer for EmbeddedProducer {
     /// The engine has no frame limit; this reports RabbitMQ's default, so that what the
     /// embedded binder dead-letters would fit a default RabbitMQ connection too.
     fn frame_max(&self) -> BinderFuture<'_, BinderResult<Option<u32>>> {
-        BinderFuture::ready(Ok(Some(binder_core::binder::DEFAULT_FRAME_MAX)))
+        BinderFuture::ready(Ok(Some(binder_amqp::DEFAULT_FRAME_MAX)))
     }
 
     /// Done at once (no allocation) unless the memory alarm blocks publishers; then it

@@ -7,8 +7,10 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
+use binder_amqp::AmqpBroker;
+use binder_amqp::SubscriptionSpec;
 use binder_core::HeaderValue;
-use binder_core::binder::{Binder, Inbound, Settlement, Subscription, SubscriptionSpec};
+use binder_core::binder::{Inbound, Settlement, Subscription};
 use binder_embedded::EmbeddedBinder;
 use common::{args, declare, declare_with, msg, open};
 

@@ -8,11 +8,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use binder_amqp::topology::TopologyPlan;
+use binder_amqp::{AmqpBroker, AmqpProducer, ProducerSpec, QueueInfo, SubscriptionSpec};
 use binder_core::Headers;
-use binder_core::binder::{
-    Binder, BinderResult, Producer, ProducerSpec, QueueInfo, Subscription, SubscriptionSpec,
-};
-use binder_core::topology::TopologyPlan;
+use binder_core::binder::{Binder, BinderResult, BoundConsumer, Producer, Subscription};
+use binder_core::config::BindingConfig;
 use binder_embedded::EmbeddedBinder;
 use binder_embedded::engine::{Broker, QueueOptions};
 use common::{config, drain};
@@ -45,10 +45,24 @@ impl Binder for Gate {
     fn binder_type(&self) -> &str {
         self.inner.binder_type()
     }
+    async fn bind_consumer(&self, binding: &BindingConfig) -> BinderResult<Box<dyn BoundConsumer>> {
+        self.inner.bind_consumer(binding).await
+    }
+    /// Through the gated `producer` below.
+    async fn bind_producer(&self, binding: &BindingConfig) -> BinderResult<Box<dyn Producer>> {
+        binder_amqp::bind_producer(self, binding).await
+    }
+    async fn close(&self) {
+        Binder::close(&self.inner).await
+    }
+}
+
+#[async_trait]
+impl AmqpBroker for Gate {
     async fn provision(&self, plan: &TopologyPlan) -> BinderResult<()> {
         self.inner.provision(plan).await
     }
-    async fn producer(&self, spec: ProducerSpec) -> BinderResult<Box<dyn Producer>> {
+    async fn producer(&self, spec: ProducerSpec) -> BinderResult<Box<dyn AmqpProducer>> {
         if spec.exchange == self.stuck {
             self.entered.notify_one();
             let mut released = self.released.clone();
@@ -70,9 +84,6 @@ impl Binder for Gate {
     }
     async fn remove(&self, plan: &TopologyPlan) -> BinderResult<()> {
         self.inner.remove(plan).await
-    }
-    async fn close(&self) {
-        self.inner.close().await
     }
 }
 

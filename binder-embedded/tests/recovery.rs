@@ -10,12 +10,13 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use binder_amqp::topology::TopologyPlan;
+use binder_amqp::{AmqpBroker, AmqpProducer, ProducerSpec, QueueInfo, SubscriptionSpec};
 use binder_core::binder::{
-    Binder, BinderError, BinderResult, Producer, ProducerSpec, QueueInfo, Subscription,
-    SubscriptionSpec,
+    Binder, BinderError, BinderResult, BoundConsumer, Producer, Subscription,
 };
+use binder_core::config::BindingConfig;
 use binder_core::runtime::{App, BindingState, HealthStatus, RunningApp, handler};
-use binder_core::topology::TopologyPlan;
 use binder_embedded::EmbeddedBinder;
 use binder_embedded::engine::Broker;
 use tokio::sync::mpsc;
@@ -23,10 +24,10 @@ use tokio::time::Instant;
 
 /// The embedded binder, except that the first `failures` subscribes fail as if the broker
 /// were down; every subscribe reports when it happened and whether it worked.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Flaky {
     inner: EmbeddedBinder,
-    failures: AtomicU32,
+    failures: Arc<AtomicU32>,
     /// Whether the failures say the broker cannot be reached (else: it refused).
     unreachable: bool,
     attempts: mpsc::UnboundedSender<(Instant, bool)>,
@@ -37,10 +38,23 @@ impl Binder for Flaky {
     fn binder_type(&self) -> &str {
         self.inner.binder_type()
     }
+    async fn bind_consumer(&self, binding: &BindingConfig) -> BinderResult<Box<dyn BoundConsumer>> {
+        binder_amqp::bind_consumer(Arc::new(self.clone()), binding).await
+    }
+    async fn bind_producer(&self, binding: &BindingConfig) -> BinderResult<Box<dyn Producer>> {
+        binder_amqp::bind_producer(self, binding).await
+    }
+    async fn close(&self) {
+        Binder::close(&self.inner).await
+    }
+}
+
+#[async_trait]
+impl AmqpBroker for Flaky {
     async fn provision(&self, plan: &TopologyPlan) -> BinderResult<()> {
         self.inner.provision(plan).await
     }
-    async fn producer(&self, spec: ProducerSpec) -> BinderResult<Box<dyn Producer>> {
+    async fn producer(&self, spec: ProducerSpec) -> BinderResult<Box<dyn AmqpProducer>> {
         self.inner.producer(spec).await
     }
     async fn subscribe(&self, spec: SubscriptionSpec) -> BinderResult<Box<dyn Subscription>> {
@@ -63,9 +77,6 @@ impl Binder for Flaky {
     }
     async fn remove(&self, plan: &TopologyPlan) -> BinderResult<()> {
         self.inner.remove(plan).await
-    }
-    async fn close(&self) {
-        self.inner.close().await
     }
 }
 
@@ -99,7 +110,7 @@ async fn start(
     let (tx, rx) = mpsc::unbounded_channel();
     let binder = Arc::new(Flaky {
         inner: EmbeddedBinder::new(broker.clone()),
-        failures: AtomicU32::new(failures),
+        failures: Arc::new(AtomicU32::new(failures)),
         unreachable,
         attempts: tx,
     });

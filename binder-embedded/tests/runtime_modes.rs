@@ -7,6 +7,7 @@ use common::{app, config, recv};
 use std::sync::Arc;
 use std::time::Duration;
 
+use binder_amqp::AmqpBroker;
 use binder_core::binder::Settlement;
 use binder_core::runtime::{App, handler};
 use binder_embedded::EmbeddedBinder;
@@ -310,7 +311,7 @@ async fn health_is_starting_then_up_then_down() {
 
 #[tokio::test]
 async fn the_binder_holds_acks_for_its_batch_and_sends_them_on_flush_wait_and_cancel() {
-    use binder_core::binder::{Binder, SubscriptionSpec};
+    use binder_amqp::SubscriptionSpec;
     let broker = Broker::new();
     let binder = EmbeddedBinder::new(broker.clone());
     let conn = broker.connect();
@@ -370,7 +371,8 @@ async fn the_binder_holds_acks_for_its_batch_and_sends_them_on_flush_wait_and_ca
 #[tokio::test(start_paused = true)]
 async fn a_producer_waits_while_the_memory_alarm_blocks_publishers_then_is_confirmed() {
     use binder_core::Message;
-    use binder_core::binder::{Binder, ProducerSpec};
+
+    use binder_amqp::ProducerSpec;
     use binder_embedded::engine::BrokerConfig;
     let broker = Broker::with_config(BrokerConfig {
         // A 600-byte message counts about 1 060 bytes (payload, record, queue entry).

@@ -65,7 +65,9 @@
 use std::future::Future;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use binder_core::binder::{Binder, BinderError, ProducerSpec, Settlement, SubscriptionSpec};
+use binder_amqp::AmqpBroker;
+use binder_amqp::{ProducerSpec, SubscriptionSpec};
+use binder_core::binder::{Binder, BinderError, Settlement};
 use binder_core::{DeliveryMode, Message};
 use binder_rabbit::{RabbitBinder, RabbitSettings};
 use futures::{FutureExt, StreamExt};

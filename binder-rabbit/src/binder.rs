@@ -1,18 +1,22 @@
-//! The `rabbit` binder: the binder SPI over lapin.
+//! The `rabbit` binder: the broker-level AMQP operations over lapin ([`AmqpBroker`]), and the
+//! binder SPI on them (`binder-amqp`'s [`bind_consumer`](binder_amqp::bind_consumer)).
 
 use std::collections::VecDeque;
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use binder_amqp::convert;
-use binder_amqp::{AckChannel, BufferedSubscription, DeliverySource, TagAcks};
-use binder_core::binder::{
-    Binder, BinderError, BinderErrorKind, BinderFuture, BinderRegistration, BinderResult, Inbound,
-    Producer, ProducerSpec, QueueInfo, Settler, Subscription, SubscriptionSpec,
+use binder_amqp::topology::{DestinationType, TopologyPlan};
+use binder_amqp::{
+    AckChannel, AmqpBroker, AmqpProducer, BufferedSubscription, DeliverySource, ProducerSpec,
+    QueueInfo, SubscriptionSpec, TagAcks,
 };
-use binder_core::config::ExchangeType;
+use binder_core::binder::{
+    Binder, BinderError, BinderErrorKind, BinderFuture, BinderRegistration, BinderResult,
+    BoundConsumer, Inbound, Producer, Settler, Subscription,
+};
+use binder_core::config::{BindingConfig, ExchangeType};
 use binder_core::message::Message;
-use binder_core::topology::{DestinationType, TopologyPlan};
 use futures::{FutureExt, StreamExt};
 use lapin::Confirmation;
 use lapin::options::{
@@ -106,7 +110,7 @@ fn kind(t: ExchangeType) -> ExchangeKind {
 /// resource alarm lasts RabbitMQ blocks the connections that publish, and lapin then writes
 /// nothing at all on a blocked connection, acks included. On a shared connection the
 /// consumers could not ack, so queues would not drain and the alarm might never clear.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct RabbitBinder {
     link: Arc<Link>,
     publisher_link: Arc<Link>,
@@ -318,6 +322,27 @@ impl Binder for RabbitBinder {
         format!("RabbitMQ at {}", uris.join(", "))
     }
 
+    async fn bind_consumer(&self, binding: &BindingConfig) -> BinderResult<Box<dyn BoundConsumer>> {
+        binder_amqp::bind_consumer(Arc::new(self.clone()), binding).await
+    }
+
+    async fn bind_producer(&self, binding: &BindingConfig) -> BinderResult<Box<dyn Producer>> {
+        binder_amqp::bind_producer(self, binding).await
+    }
+
+    async fn close(&self) {
+        for link in [&self.publisher_link, &self.link] {
+            if let Some(c) = link.connection.lock().await.take() {
+                // A broker that stopped answering must not hold the shutdown forever.
+                let close = c.0.close(200, ShortString::from("OK"));
+                let _ = within(link.settings.connection_timeout, close).await;
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl AmqpBroker for RabbitBinder {
     async fn provision(&self, plan: &TopologyPlan) -> BinderResult<()> {
         let declare =
             |what: String| move |e: lapin::Error| BinderError::declare(&what, &e).with_source(e);
@@ -394,7 +419,7 @@ impl Binder for RabbitBinder {
         Ok(())
     }
 
-    async fn producer(&self, spec: ProducerSpec) -> BinderResult<Box<dyn Producer>> {
+    async fn producer(&self, spec: ProducerSpec) -> BinderResult<Box<dyn AmqpProducer>> {
         Ok(Box::new(RabbitProducer {
             link: self.publisher_link.clone(),
             channel: Mutex::new(None),
@@ -484,16 +509,6 @@ impl Binder for RabbitBinder {
         let _ = ch.close(200, ShortString::from("OK")).await;
         Ok(())
     }
-
-    async fn close(&self) {
-        for link in [&self.publisher_link, &self.link] {
-            if let Some(c) = link.connection.lock().await.take() {
-                // A broker that stopped answering must not hold the shutdown forever.
-                let close = c.0.close(200, ShortString::from("OK"));
-                let _ = within(link.settings.connection_timeout, close).await;
-            }
-        }
-    }
 }
 
 /// A producer: a confirm channel on the binder's publisher connection, reopened after a
@@ -582,7 +597,7 @@ impl RabbitProducer {
     }
 }
 
-impl Producer for RabbitProducer {
+impl AmqpProducer for RabbitProducer {
     fn exchange(&self) -> &str {
         &self.spec.exchange
     }

@@ -5,12 +5,14 @@ mod common;
 
 use std::time::Duration;
 
-use binder_core::binder::{Binder, Settlement, SubscriptionSpec};
+use binder_amqp::AmqpBroker;
+use binder_amqp::SubscriptionSpec;
+use binder_core::binder::{Binder, Settlement};
 use lapin::BasicProperties;
 use lapin::options::{BasicPublishOptions, QueueDeleteOptions};
 
 /// Ready messages of `queue`, once they settle on `expected` (or whatever they are after 10 s).
-async fn ready_becomes(binder: &impl Binder, queue: &str, expected: u32) -> u32 {
+async fn ready_becomes(binder: &impl AmqpBroker, queue: &str, expected: u32) -> u32 {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     loop {
         let ready = binder.inspect(queue).await.unwrap().messages;

@@ -9,10 +9,11 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use binder_amqp::AmqpBroker;
+use binder_amqp::topology::{plan_consumer, plan_producer};
 use binder_core::binder::Binder;
 use binder_core::config::{ConfigLoader, StreamConfig};
 use binder_core::runtime::{App, AppBuilder, BindingState, HealthStatus, handler};
-use binder_core::topology::{plan_consumer, plan_producer};
 use binder_rabbit::{RabbitBinder, RabbitSettings};
 use tokio::sync::mpsc;
 

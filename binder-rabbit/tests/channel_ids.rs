@@ -9,7 +9,9 @@ mod common;
 
 use std::time::Duration;
 
-use binder_core::binder::{Binder, BinderErrorKind, Settlement, SubscriptionSpec};
+use binder_amqp::AmqpBroker;
+use binder_amqp::SubscriptionSpec;
+use binder_core::binder::{BinderErrorKind, Settlement};
 use binder_core::message::{DeliveryMode, Message};
 use binder_rabbit::{RabbitBinder, RabbitSettings};
 

@@ -7,7 +7,8 @@ mod common;
 
 use std::sync::Arc;
 
-use binder_core::binder::{Binder, ProducerSpec};
+use binder_amqp::AmqpBroker;
+use binder_amqp::ProducerSpec;
 use binder_core::message::{DeliveryMode, Message};
 use lapin::options::{BasicGetOptions, QueueDeclareOptions, QueueDeleteOptions, QueuePurgeOptions};
 use lapin::types::{AMQPValue, FieldTable, ShortString};
@@ -36,7 +37,7 @@ async fn concurrent_sends_get_their_own_confirms() {
     ch.queue_declare(queue.as_str().into(), QueueDeclareOptions::default(), args)
         .await
         .unwrap();
-    let producer: Arc<dyn binder_core::binder::Producer> = Arc::from(
+    let producer: Arc<dyn binder_amqp::AmqpProducer> = Arc::from(
         binder
             .producer(ProducerSpec {
                 exchange: String::new(),

@@ -7,6 +7,7 @@ mod common;
 use std::net::TcpListener;
 use std::time::{Duration, Instant};
 
+use binder_amqp::AmqpBroker;
 use binder_core::binder::{Binder, BinderErrorKind};
 use binder_rabbit::{RabbitBinder, RabbitSettings};
 

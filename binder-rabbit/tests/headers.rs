@@ -2,7 +2,9 @@
 
 mod common;
 
-use binder_core::binder::{Binder, Settlement, SubscriptionSpec};
+use binder_amqp::AmqpBroker;
+use binder_amqp::SubscriptionSpec;
+use binder_core::binder::Settlement;
 use binder_core::message::{Decimal, DeliveryMode, HeaderValue, Message};
 use lapin::BasicProperties;
 use lapin::options::{BasicGetOptions, BasicPublishOptions, QueueDeleteOptions};

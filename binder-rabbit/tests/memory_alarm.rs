@@ -10,7 +10,9 @@
 
 use std::time::Duration;
 
-use binder_core::binder::{Binder, ProducerSpec, Settlement, SubscriptionSpec};
+use binder_amqp::AmqpBroker;
+use binder_amqp::{ProducerSpec, SubscriptionSpec};
+use binder_core::binder::{Binder, Settlement};
 use binder_core::message::{DeliveryMode, Message};
 
 mod common;

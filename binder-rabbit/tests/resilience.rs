@@ -7,10 +7,11 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
+use binder_amqp::AmqpBroker;
+use binder_amqp::topology::{plan_consumer, plan_producer};
 use binder_core::binder::Binder;
 use binder_core::config::ConfigLoader;
 use binder_core::runtime::{App, handler};
-use binder_core::topology::{plan_consumer, plan_producer};
 use tokio::sync::mpsc;
 
 mod common;

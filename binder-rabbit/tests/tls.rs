@@ -13,7 +13,9 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use binder_core::binder::{Binder, BinderError, BinderErrorKind, Settlement, SubscriptionSpec};
+use binder_amqp::AmqpBroker;
+use binder_amqp::SubscriptionSpec;
+use binder_core::binder::{Binder, BinderError, BinderErrorKind, Settlement};
 use binder_core::message::{DeliveryMode, Message};
 use binder_rabbit::{RabbitBinder, RabbitSettings};
 use common::PrivateNode;

@@ -4,9 +4,10 @@
 
 use std::process::Command;
 
+use binder_amqp::AmqpBroker;
+use binder_amqp::topology::plan_consumer;
 use binder_core::binder::{Binder, BinderErrorKind};
 use binder_core::config::ConfigLoader;
-use binder_core::topology::plan_consumer;
 use serde_json::Value;
 
 mod common;

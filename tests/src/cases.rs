@@ -7,10 +7,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use binder_core::binder::{DEFAULT_FRAME_MAX, Settlement, header_frame_size};
+use binder_amqp::topology::{plan_consumer, plan_producer};
+use binder_amqp::{DEFAULT_FRAME_MAX, header_frame_size};
+use binder_core::binder::Settlement;
 use binder_core::message::{Decimal, DeliveryMode, HeaderValue, Headers, Message, Properties};
 use binder_core::runtime::{HandlerError, Reply, handler};
-use binder_core::topology::{plan_consumer, plan_producer};
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
@@ -707,8 +708,8 @@ pub async fn crashed_consumers_leave_the_binder_working(env: &Env) {
         .await;
     // The default exchange routes by queue name on both binders.
     let producer = env
-        .binder
-        .producer(binder_core::binder::ProducerSpec {
+        .amqp()
+        .producer(binder_amqp::ProducerSpec {
             exchange: String::new(),
             delivery_mode: DeliveryMode::Persistent,
         })
@@ -766,10 +767,10 @@ pub async fn cancelled_auto_ack_subscriptions_hand_out_what_they_received(env: &
         )
         .await;
     let mut sub = env
-        .binder
-        .subscribe(binder_core::binder::SubscriptionSpec {
+        .amqp()
+        .subscribe(binder_amqp::SubscriptionSpec {
             auto_ack: true,
-            ..binder_core::binder::SubscriptionSpec::manual_ack(queue.as_str(), 0)
+            ..binder_amqp::SubscriptionSpec::manual_ack(queue.as_str(), 0)
         })
         .await
         .unwrap();
@@ -1066,13 +1067,13 @@ pub async fn graceful_shutdown_loses_nothing(env: &Env) {
 pub async fn topology_is_idempotent_and_conflicts_are_clear(env: &Env) {
     let base = env.config("spring.cloud.stream.bindings.in: {destination: '{p}topo', group: g}");
     let plan = plan_consumer(&base.binding("in"), "x").plan;
-    env.binder.provision(&plan).await.unwrap();
-    env.binder.provision(&plan).await.unwrap();
+    env.amqp().provision(&plan).await.unwrap();
+    env.amqp().provision(&plan).await.unwrap();
     let conflicting = env.config(
         "spring.cloud.stream:\n  bindings.in: {destination: '{p}topo', group: g}\n  rabbit.bindings.in.consumer.ttl: 1000\n",
     );
     let err = env
-        .binder
+        .amqp()
         .provision(&plan_consumer(&conflicting.binding("in"), "x").plan)
         .await
         .unwrap_err()
@@ -1080,7 +1081,7 @@ pub async fn topology_is_idempotent_and_conflicts_are_clear(env: &Env) {
     assert!(err.contains(&format!("{}topo.g", env.p)), "{err}");
     assert!(err.contains("x-message-ttl"), "{err}");
     let producer = plan_producer(&base.binding("in"));
-    env.binder.provision(&producer.plan).await.unwrap();
+    env.amqp().provision(&producer.plan).await.unwrap();
 }
 
 /// The same YAML runs unchanged on every binder: a processor chain.

@@ -8,16 +8,47 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use binder_core::binder::{Binder, Inbound, QueueInfo, Subscription, SubscriptionSpec};
+use binder_amqp::topology;
+use binder_amqp::{AmqpBroker, QueueInfo, SubscriptionSpec};
+use binder_core::binder::{Binder, Inbound, Subscription};
 use binder_core::config::{ConfigLoader, StreamConfig};
 use binder_core::runtime::{App, AppBuilder, RunningApp};
-use binder_core::topology;
 
 /// What a binder may legitimately not promise: cases it skips, each with the reason.
 #[derive(Debug, Clone, Default)]
 pub struct Capabilities {
     /// `(case name, reason)` of each case that does not apply to this binder.
     pub skips: Vec<(&'static str, &'static str)>,
+}
+
+/// A binder under test, and its broker-level AMQP side if it has one (the cases that declare
+/// topology, consume queues directly or count a queue's messages need it; a target without
+/// one skips them in its [`Capabilities`]).
+#[derive(Debug)]
+pub struct KitBinder {
+    /// The binder, as the runtime uses it.
+    pub binder: Arc<dyn Binder>,
+    /// The same binder as an AMQP broker, if it is one.
+    pub amqp: Option<Arc<dyn AmqpBroker>>,
+}
+
+impl KitBinder {
+    /// An AMQP binder: both sides are the same value.
+    pub fn amqp<B: Binder + AmqpBroker + 'static>(binder: B) -> Self {
+        let binder = Arc::new(binder);
+        KitBinder {
+            binder: binder.clone(),
+            amqp: Some(binder),
+        }
+    }
+
+    /// A binder with no AMQP side.
+    pub fn plain(binder: impl Binder + 'static) -> Self {
+        KitBinder {
+            binder: Arc::new(binder),
+            amqp: None,
+        }
+    }
 }
 
 /// A binder under test.
@@ -29,7 +60,7 @@ pub trait Target: Send + Sync {
     fn capabilities(&self) -> Capabilities;
     /// A fresh binder for one case, or why none can run here (then every case is skipped
     /// with that reason, or fails when the target is required, e.g. `REQUIRE_RABBIT=1`).
-    async fn binder(&self) -> Result<Arc<dyn Binder>, String>;
+    async fn binder(&self) -> Result<KitBinder, String>;
     /// Whether an unavailable binder fails the run instead of skipping it.
     fn required(&self) -> bool {
         false
@@ -43,6 +74,7 @@ pub const WAIT: Duration = Duration::from_secs(15);
 pub struct Env {
     /// The binder under test.
     pub binder: Arc<dyn Binder>,
+    amqp: Option<Arc<dyn AmqpBroker>>,
     /// Prefix making this case's destinations unique (`{p}` in YAML templates).
     pub p: String,
     binder_type: &'static str,
@@ -69,6 +101,17 @@ fn unique() -> String {
 }
 
 impl Env {
+    /// The binder as an AMQP broker; a case that needs one fails on a target without one
+    /// (which must skip it in its [`Capabilities`]).
+    pub fn amqp(&self) -> &dyn AmqpBroker {
+        self.amqp.as_deref().unwrap_or_else(|| {
+            panic!(
+                "this case needs an AMQP broker, which the `{}` target does not have: skip it in its Capabilities",
+                self.binder_type
+            )
+        })
+    }
+
     /// A configuration from a YAML template (`{p}` is the case's prefix), on this binder.
     pub fn config(&self, template: &str) -> StreamConfig {
         let yaml = template.replace("{p}", &self.p);
@@ -105,7 +148,7 @@ impl Env {
 
     /// Subscribes to a queue directly through the SPI.
     pub async fn subscribe(&self, queue: &str, prefetch: u16) -> Box<dyn Subscription> {
-        self.binder
+        self.amqp()
             .subscribe(SubscriptionSpec::manual_ack(queue, prefetch))
             .await
             .unwrap_or_else(|e| panic!("subscribe {queue}: {e}"))
@@ -116,10 +159,10 @@ impl Env {
     pub async fn seeded_queue(&self, template: &str, payloads: &[&str]) -> String {
         let config = self.config(template);
         let consumer = topology::plan_consumer(&config.binding("in"), "x");
-        self.binder.provision(&consumer.plan).await.unwrap();
+        self.amqp().provision(&consumer.plan).await.unwrap();
         let producer = self
-            .binder
-            .producer(binder_core::binder::ProducerSpec {
+            .amqp()
+            .producer(binder_amqp::ProducerSpec {
                 exchange: consumer.exchange.clone(),
                 delivery_mode: binder_core::message::DeliveryMode::Persistent,
             })
@@ -136,7 +179,7 @@ impl Env {
 
     /// Ready messages and consumers of a queue.
     pub async fn inspect(&self, queue: &str) -> QueueInfo {
-        self.binder
+        self.amqp()
             .inspect(queue)
             .await
             .unwrap_or_else(|e| panic!("inspect {queue}: {e}"))
@@ -145,6 +188,10 @@ impl Env {
     /// Removes what the case's configurations declared.
     async fn cleanup(&self) {
         let configs = std::mem::take(&mut *self.configs.lock().unwrap_or_else(|p| p.into_inner()));
+        let Some(amqp) = &self.amqp else {
+            self.binder.close().await;
+            return;
+        };
         for config in configs {
             let mut plans: Vec<topology::TopologyPlan> =
                 topology::plan(&config).into_iter().collect();
@@ -160,7 +207,7 @@ impl Env {
                 // cases running at the same time on the same broker use them.
                 plan.exchanges.retain(|x| x.name.starts_with(&self.p));
                 plan.queues.retain(|q| q.name.starts_with(&self.p));
-                let _ = self.binder.remove(&plan).await;
+                let _ = amqp.remove(&plan).await;
             }
         }
         self.binder.close().await;
@@ -221,7 +268,8 @@ pub async fn run(target: &dyn Target, name: &str, case: Case) {
             }
         };
         envs.push(Env {
-            binder,
+            binder: binder.binder,
+            amqp: binder.amqp,
             p: format!("{}-", unique()),
             binder_type: target.binder_type(),
             configs: std::sync::Mutex::new(Vec::new()),

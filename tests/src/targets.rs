@@ -1,14 +1,13 @@
 //! The binders the kit runs against.
 
-use std::sync::Arc;
-
 use async_trait::async_trait;
-use binder_core::binder::{Binder, BinderErrorKind};
+use binder_amqp::AmqpBroker;
+use binder_core::binder::BinderErrorKind;
 use binder_embedded::EmbeddedBinder;
 use binder_embedded::engine::Broker;
 use binder_rabbit::{RabbitBinder, RabbitSettings};
 
-use crate::kit::{Capabilities, Target};
+use crate::kit::{Capabilities, KitBinder, Target};
 
 /// The `embedded` binder, a fresh broker per case.
 #[derive(Debug, Clone, Copy)]
@@ -22,8 +21,8 @@ impl Target for Embedded {
     fn capabilities(&self) -> Capabilities {
         Capabilities::default()
     }
-    async fn binder(&self) -> Result<Arc<dyn Binder>, String> {
-        Ok(Arc::new(EmbeddedBinder::new(Broker::new())))
+    async fn binder(&self) -> Result<KitBinder, String> {
+        Ok(KitBinder::amqp(EmbeddedBinder::new(Broker::new())))
     }
 }
 
@@ -39,7 +38,7 @@ impl Target for Rabbit {
     fn capabilities(&self) -> Capabilities {
         Capabilities::default()
     }
-    async fn binder(&self) -> Result<Arc<dyn Binder>, String> {
+    async fn binder(&self) -> Result<KitBinder, String> {
         let url = amqp_url();
         let binder = RabbitBinder::new(RabbitSettings::from_uri(&url));
         // A cheap round trip tells whether a broker answers.
@@ -53,7 +52,7 @@ impl Target for Rabbit {
                 Err(format!("no RabbitMQ answers at {url}: {e}"))
             }
             Err(_) => Err(format!("no RabbitMQ answers at {url} within 5 s")),
-            Ok(_) => Ok(Arc::new(binder)),
+            Ok(_) => Ok(KitBinder::amqp(binder)),
         }
     }
 

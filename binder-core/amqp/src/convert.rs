@@ -284,7 +284,7 @@ mod tests {
 
     #[test]
     fn the_dead_letter_frame_arithmetic_matches_the_wire() {
-        use binder_core::binder::header_frame_size;
+        use crate::header_frame_size;
         let mut m = Message::new(vec![0u8; 300_000]);
         assert_eq!(header_frame_size(&m), wire_size(&m), "no properties");
         m.headers = every_type();

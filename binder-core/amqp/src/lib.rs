@@ -1,6 +1,14 @@
 //! What the AMQP 0-9-1 binders (`embedded` over the in-process engine, `rabbit` over lapin)
 //! share, so each implements only what its client differs in:
 //!
+//! * [`AmqpBroker`]: the broker-level operations a binder implements (apply a
+//!   [`TopologyPlan`](topology::TopologyPlan), open producers on exchanges and subscriptions
+//!   on queues), and [`bind_consumer`] / [`bind_producer`], the framework's binder SPI built
+//!   on them;
+//! * [`topology`]: Spring Cloud Stream's RabbitMQ topology for a binding (exchanges, queues,
+//!   dead-letter queues, bindings), as data that `streamctl plan` prints;
+//! * [`dead_letter`](republish_headers): the `x-exception-*` headers of a republished failure,
+//!   sized to the connection's `frame_max`;
 //! * [`AckCoalescer`] and [`TagAcks`]: settling deliveries by tag, many acks sent as one
 //!   `basic.ack multiple`, never covering a rejected or requeued delivery;
 //! * [`BufferedSubscription`]: a [`Subscription`](binder_core::binder::Subscription) over a
@@ -63,10 +71,20 @@
 //! ```
 
 mod acks;
+mod bind;
+mod broker;
 pub mod convert;
+mod dead_letter;
 mod settle;
 mod subscription;
+pub mod topology;
 
 pub use acks::{ACK_BATCH, AckCoalescer, ack_batch_for};
+pub use bind::{bind_consumer, bind_producer};
+pub use broker::{AmqpBroker, AmqpProducer, ProducerSpec, QueueInfo, SubscriptionSpec};
+pub use dead_letter::{
+    ATTEMPTS_HEADER, DEFAULT_FRAME_MAX, DeadLetter, Fitted, FrameBudget, HeadersTooLarge,
+    header_frame_size, republish_headers, table_size, value_size,
+};
 pub use settle::{AckChannel, TagAcks};
 pub use subscription::{BATCH, BufferedSubscription, DeliverySource};

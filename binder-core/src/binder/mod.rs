@@ -1,22 +1,24 @@
 //! The binder SPI: what a middleware must offer so the runtime can carry messages over it.
 //!
-//! A binder applies a [`TopologyPlan`], opens [`Producer`]s that publish with confirms, and
-//! opens [`Subscription`]s whose deliveries are settled explicitly. A delivery
-//! ([`Inbound`]) shares its message with the binder ([`Published`]: no copy per delivery)
-//! and carries a [`Settler`], which settles it once through the subscription's
-//! [`SettleByTag`] (no allocation per delivery) and puts it back in its queue if it is
-//! dropped unsettled. Everything the runtime does (retries, dead-lettering, lifecycle) is
-//! built on these few operations, so a new binder only implements them; the conformance kit
-//! checks that it does so faithfully.
+//! The runtime asks a [`Binder`] to bind each binding: [`Binder::bind_producer`] gives a
+//! [`Producer`] that publishes with confirms, [`Binder::bind_consumer`] a [`BoundConsumer`]
+//! that opens [`Subscription`]s (again after a loss) and settles, the middleware's way, what
+//! the application gives up on. What the middleware needs for a binding (exchanges and
+//! queues, streams and consumer groups, subjects) is the binder's business, as are its own
+//! extension properties: nothing here is AMQP-specific (`binder-amqp` holds what the AMQP
+//! binders share).
+//!
+//! A delivery ([`Inbound`]) shares its message with the binder ([`Published`]: no copy per
+//! delivery) and carries a [`Settler`], which settles it once through the subscription's
+//! [`SettleByTag`] (no allocation per delivery) and puts it back if it is dropped unsettled.
+//! Everything the runtime does (retries, failure policy, lifecycle) is built on these few
+//! operations; the conformance kit checks that a binder does them faithfully.
 
-mod dead_letter;
+mod consumer;
 mod error;
 mod settler;
 
-pub use dead_letter::{
-    ATTEMPTS_HEADER, DEFAULT_FRAME_MAX, DeadLetter, Fitted, FrameBudget, HeadersTooLarge,
-    header_frame_size, republish_headers, table_size, value_size,
-};
+pub use consumer::{BoundConsumer, DeadLetterRoute, FailedDelivery, FailureAction, GaveUp};
 pub use error::{BinderError, BinderErrorKind, BinderResult};
 pub use settler::{SettleByTag, Settler};
 
@@ -27,46 +29,8 @@ use std::task::{Context, Poll};
 
 use async_trait::async_trait;
 
-use crate::message::{DeliveryMode, Message};
-use crate::topology::TopologyPlan;
-
-/// What a producer publishes to and how.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ProducerSpec {
-    /// The exchange (destination with prefix).
-    pub exchange: String,
-    /// Default delivery mode of messages without one.
-    pub delivery_mode: DeliveryMode,
-}
-
-/// What a subscription consumes and how.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SubscriptionSpec {
-    /// The queue.
-    pub queue: String,
-    /// Unsettled deliveries at most (`basic.qos`); 0 is unlimited.
-    pub prefetch: u16,
-    /// The broker forgets a message once delivered (`acknowledgeMode: NONE`).
-    pub auto_ack: bool,
-    /// The only consumer of the queue.
-    pub exclusive: bool,
-    /// Consumer tag, or `None` for a broker-generated one.
-    pub consumer_tag: Option<String>,
-}
-
-impl SubscriptionSpec {
-    /// Manual acknowledgement of `queue` with `prefetch` deliveries at most unsettled, not
-    /// exclusive, with a broker-generated consumer tag.
-    pub fn manual_ack(queue: impl Into<String>, prefetch: u16) -> Self {
-        SubscriptionSpec {
-            queue: queue.into(),
-            prefetch,
-            auto_ack: false,
-            exclusive: false,
-            consumer_tag: None,
-        }
-    }
-}
+use crate::config::BindingConfig;
+use crate::message::Message;
 
 /// How a delivery is settled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -223,9 +187,9 @@ pub trait Subscription: fmt::Debug + Send {
     async fn cancel(&mut self) -> BinderResult<()>;
 }
 
-/// Publishes messages with confirms.
+/// Publishes a binding's messages with confirms.
 ///
-/// The methods return a [`BinderFuture`], so a binder whose confirm is decided at once (the
+/// The method returns a [`BinderFuture`], so a binder whose confirm is decided at once (the
 /// embedded engine) costs no allocation per message; one that waits for a broker boxes its
 /// future. Either way the caller awaits the confirm. A binder may publish when the method is
 /// called rather than when the future is first polled (the embedded one does, unless the
@@ -233,33 +197,27 @@ pub trait Subscription: fmt::Debug + Send {
 /// only gives up on its confirm. The runtime's outputs are lazy either way (nothing is sent
 /// until `Output::send` is awaited).
 pub trait Producer: fmt::Debug + Send + Sync {
-    /// The exchange of [`Producer::publish`].
-    fn exchange(&self) -> &str;
-    /// Publishes to `exchange` (dead-letter republishing uses this) and waits for the
-    /// broker's confirm.
-    fn publish_to<'a>(
-        &'a self,
-        exchange: &'a str,
-        routing_key: &'a str,
-        message: Message,
-    ) -> BinderFuture<'a, BinderResult<()>>;
-    /// The largest frame the producer's connection takes: the `frame_max` negotiated with
-    /// the broker, or `None` when it has no limit. A message's properties and headers travel
-    /// in one frame (its payload in frames of its own), so dead-letter republishing sizes its
-    /// headers by this: a frame over the limit costs the whole connection. A binder that
-    /// connects lazily may connect here.
-    fn frame_max(&self) -> BinderFuture<'_, BinderResult<Option<u32>>>;
-    /// Publishes to the producer's exchange and waits for the broker's confirm.
+    /// Where the messages go, in the middleware's terms (an exchange, a topic, a subject).
+    fn destination(&self) -> &str;
+    /// Publishes with `routing_key` (the binding's routing or partition key, which the
+    /// middleware routes by) and waits for the broker's confirm.
     fn publish<'a>(
         &'a self,
         routing_key: &'a str,
         message: Message,
-    ) -> BinderFuture<'a, BinderResult<()>> {
-        self.publish_to(self.exchange(), routing_key, message)
-    }
+    ) -> BinderFuture<'a, BinderResult<()>>;
 }
 
-/// A middleware connection: applies plans, opens producers and subscriptions.
+/// Whether a binding consumes (input) or publishes (output).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BindingRole {
+    /// An input.
+    Consumer,
+    /// An output.
+    Producer,
+}
+
+/// A middleware connection: binds consumers and producers for bindings.
 #[async_trait]
 pub trait Binder: fmt::Debug + Send + Sync {
     /// The binder type (`embedded`, `rabbit`).
@@ -269,23 +227,19 @@ pub trait Binder: fmt::Debug + Send + Sync {
     fn describe(&self) -> String {
         self.binder_type().to_owned()
     }
-    /// Declares every exchange, queue and binding of the plan (idempotently).
-    async fn provision(&self, plan: &TopologyPlan) -> BinderResult<()>;
-    /// Opens a producer.
-    async fn producer(&self, spec: ProducerSpec) -> BinderResult<Box<dyn Producer>>;
-    /// Starts consuming a queue.
-    async fn subscribe(&self, spec: SubscriptionSpec) -> BinderResult<Box<dyn Subscription>>;
-    /// Ready messages and consumers of a queue (a passive declare on AMQP brokers).
-    async fn inspect(&self, queue: &str) -> BinderResult<QueueInfo>;
-    /// Deletes the queues and exchanges of a plan (tests, `streamctl`); missing ones are fine.
-    async fn remove(&self, plan: &TopologyPlan) -> BinderResult<()>;
-    /// Closes connections; unsettled deliveries go back to their queues.
+    /// Prepares what a consumer of `binding` needs in the middleware (idempotently: an AMQP
+    /// binder declares its exchange, queues and dead-letter queue) and returns the consumer,
+    /// which subscribes when the runtime asks it to.
+    async fn bind_consumer(&self, binding: &BindingConfig) -> BinderResult<Box<dyn BoundConsumer>>;
+    /// Prepares what a producer of `binding` needs (idempotently) and opens its producer.
+    async fn bind_producer(&self, binding: &BindingConfig) -> BinderResult<Box<dyn Producer>>;
+    /// Closes connections; unsettled deliveries go back to where they came from.
     async fn close(&self);
-    /// Hears of a binding this binder serves, once the application's startup has provisioned
-    /// all of its bindings (or, for a dynamic destination, once it is opened), so that it can
-    /// say what of the binding's configuration it cannot keep (the embedded binder warns that
+    /// Hears of a binding this binder serves, once the application's startup has bound all
+    /// of its bindings (or, for a dynamic destination, once it is opened), so that it can say
+    /// what of the binding's configuration it cannot keep (the embedded binder warns that
     /// durable queues are kept in memory only). The default says nothing.
-    fn bound(&self, binding: &crate::config::BindingConfig, role: crate::topology::BindingRole) {
+    fn bound(&self, binding: &BindingConfig, role: BindingRole) {
         let _ = (binding, role);
     }
     /// Takes the configuration's environment for this binder when the binder was given in code
@@ -297,15 +251,6 @@ pub trait Binder: fmt::Debug + Send + Sync {
         let _ = environment;
         Ok(())
     }
-}
-
-/// What [`Binder::inspect`] reports.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct QueueInfo {
-    /// Ready messages (not counting unacknowledged deliveries).
-    pub messages: u32,
-    /// Consumers.
-    pub consumers: u32,
 }
 
 /// A binder type that can be created from configuration, registered with `inventory`:

@@ -14,7 +14,7 @@ use super::check;
 use super::health::HealthTracker;
 use super::inflight::Inflight;
 use super::input::delivery::InputRuntime;
-use super::input::failure::{Decision, FailurePolicy};
+use super::input::failure::FailurePolicy;
 use super::input::queue_loop::run_queue;
 use super::input::route::{Route, Routes};
 use super::lifecycle::BindingState;
@@ -25,9 +25,8 @@ use super::retry::BackOff;
 use super::running::{InputControl, RunningApp};
 use super::spel::syntax::ast::Condition;
 use super::startup::{StartupError, StartupProblem};
-use crate::binder::{Binder, ProducerSpec, SubscriptionSpec};
-use crate::config::{AcknowledgeMode, StreamConfig};
-use crate::topology::{BindingRole, anonymous_suffix, plan_consumer};
+use crate::binder::{Binder, BindingRole, BoundConsumer};
+use crate::config::StreamConfig;
 
 /// Checks, provisions, opens and subscribes; the application's health follows.
 pub(crate) async fn start(app: Blueprint) -> Result<RunningApp, StartupError> {
@@ -134,37 +133,18 @@ async fn launch(app: Blueprint, tracker: HealthTracker) -> Result<RunningApp, St
     for (input, listeners) in by_input {
         let binding = config.binding(&input);
         let binder = resolved[&input].clone();
-        let topology = plan_consumer(&binding, &anonymous_suffix());
         let what = format!("binding `{input}`");
-        if let Err(e) = when_reachable(&what, &patience, || binder.provision(&topology.plan)).await
-        {
-            problems.push(StartupProblem::Input {
-                binding: input.clone(),
-                source: e,
-            });
-            continue;
-        }
-        let rabbit = &binding.rabbit_consumer;
-        let decision = Decision::of(&binding, topology.dead_letter.as_ref());
-        let dead_letter = match &decision {
-            Decision::Republish { exchange, .. } => {
-                let spec = ProducerSpec {
-                    exchange: exchange.clone(),
-                    delivery_mode: rabbit.republish_delivery_mode,
-                };
-                match when_reachable(&what, &patience, || binder.producer(spec.clone())).await {
-                    Ok(producer) => Some(producer),
-                    Err(e) => {
-                        problems.push(StartupProblem::Input {
-                            binding: input.clone(),
-                            source: e,
-                        });
-                        continue;
-                    }
+        let consumer: Arc<dyn BoundConsumer> =
+            match when_reachable(&what, &patience, || binder.bind_consumer(&binding)).await {
+                Ok(consumer) => Arc::from(consumer),
+                Err(e) => {
+                    problems.push(StartupProblem::Input {
+                        binding: input.clone(),
+                        source: e,
+                    });
+                    continue;
                 }
-            }
-            _ => None,
-        };
+            };
         let initial = if binding.consumer.auto_startup {
             BindingState::Running
         } else {
@@ -193,8 +173,7 @@ async fn launch(app: Blueprint, tracker: HealthTracker) -> Result<RunningApp, St
             context: context.clone(),
             failure: FailurePolicy::new(
                 &binding,
-                decision,
-                dead_letter,
+                consumer.clone(),
                 app.hook.clone(),
                 observers.clone(),
             ),
@@ -205,25 +184,16 @@ async fn launch(app: Blueprint, tracker: HealthTracker) -> Result<RunningApp, St
             health: tracker.clone(),
             content_type: Arc::from(binding.content_type.as_str()),
             observers: observers.clone(),
+            acknowledge_mode: consumer.acknowledge_mode(),
             config: binding.clone(),
         });
-        for (i, queue) in topology.queues.iter().enumerate() {
-            let spec = SubscriptionSpec {
-                queue: queue.clone(),
-                prefetch: rabbit.prefetch,
-                auto_ack: rabbit.acknowledge_mode == AcknowledgeMode::None,
-                exclusive: rabbit.exclusive,
-                consumer_tag: rabbit
-                    .consumer_tag_prefix
-                    .as_ref()
-                    .map(|p| format!("{p}#{i}")),
-            };
+        for index in 0..consumer.sources().len() {
             let (reported, seen) = watch::channel(BindingState::Stopped);
             actual.push(seen);
             tasks.push(tokio::spawn(run_queue(
                 runtime.clone(),
-                binder.clone(),
-                spec,
+                consumer.clone(),
+                index,
                 desired.subscribe(),
                 reported,
             )));
@@ -236,9 +206,13 @@ async fn launch(app: Blueprint, tracker: HealthTracker) -> Result<RunningApp, St
                 Some(g) => format!("group `{g}`"),
                 None => "no group (anonymous)".to_owned(),
             },
-            if topology.queues.len() == 1 { "" } else { "s" },
-            topology
-                .queues
+            if consumer.sources().len() == 1 {
+                ""
+            } else {
+                "s"
+            },
+            consumer
+                .sources()
                 .iter()
                 .map(|q| format!("`{q}`"))
                 .collect::<Vec<_>>()

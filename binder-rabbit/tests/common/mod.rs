@@ -1,7 +1,8 @@
 //! Shared by the tests against the real broker.
 #![allow(dead_code)]
 
-use binder_core::binder::{Binder, BinderErrorKind};
+use binder_amqp::AmqpBroker;
+use binder_core::binder::BinderErrorKind;
 use binder_rabbit::{RabbitBinder, RabbitSettings};
 
 /// The broker the tests use: `AMQP_URL`, by default the local RabbitMQ.
@@ -70,9 +71,9 @@ pub fn rabbitmqctl(args: &[&str]) -> String {
 }
 
 /// A plan declaring one plain queue (not exclusive, not auto-deleted, no arguments).
-pub fn queue_plan(name: &str, durable: bool) -> binder_core::topology::TopologyPlan {
-    binder_core::topology::TopologyPlan {
-        queues: vec![binder_core::topology::QueueDecl {
+pub fn queue_plan(name: &str, durable: bool) -> binder_amqp::topology::TopologyPlan {
+    binder_amqp::topology::TopologyPlan {
+        queues: vec![binder_amqp::topology::QueueDecl {
             name: name.to_owned(),
             durable,
             exclusive: false,
@@ -85,11 +86,11 @@ pub fn queue_plan(name: &str, durable: bool) -> binder_core::topology::TopologyP
 
 /// A producer on the default exchange, which routes by queue name.
 pub async fn direct_producer(
-    binder: &impl Binder,
+    binder: &impl AmqpBroker,
     delivery_mode: binder_core::message::DeliveryMode,
-) -> Box<dyn binder_core::binder::Producer> {
+) -> Box<dyn binder_amqp::AmqpProducer> {
     binder
-        .producer(binder_core::binder::ProducerSpec {
+        .producer(binder_amqp::ProducerSpec {
             exchange: String::new(),
             delivery_mode,
         })

@@ -12,8 +12,10 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use binder_amqp::{AmqpBroker, topology};
+use binder_core::binder::Binder;
 use binder_core::config::ConfigLoader;
-use binder_core::topology;
+use binder_rabbit::{RabbitBinder, RabbitSettings};
 use clap::{Parser, Subcommand, ValueEnum};
 
 #[derive(Debug, Parser)]
@@ -96,12 +98,12 @@ async fn provision(config: binder_core::config::StreamConfig) -> ExitCode {
             );
             continue;
         }
-        let Some(registration) =
-            binder_core::binder::registered().find(|r| r.binder_type == binder_type)
-        else {
-            eprintln!("streamctl: binder type `{binder_type}` is not available in streamctl");
+        if binder_type != "rabbit" {
+            eprintln!(
+                "streamctl: binder `{name}` is of type `{binder_type}`; streamctl provisions AMQP brokers (`rabbit`) only"
+            );
             return ExitCode::from(2);
-        };
+        }
         let plan = match topology::plan(&config.select(&bindings)) {
             Ok(plan) => plan,
             Err(e) => {
@@ -109,8 +111,8 @@ async fn provision(config: binder_core::config::StreamConfig) -> ExitCode {
                 return ExitCode::from(2);
             }
         };
-        let binder = match (registration.create)(&config.binder_environment(&name)) {
-            Ok(b) => b,
+        let binder = match RabbitSettings::from_config(&config.binder_environment(&name)) {
+            Ok(settings) => RabbitBinder::new(settings),
             Err(e) => {
                 eprintln!("streamctl: binder `{name}`: {e}");
                 return ExitCode::FAILURE;
@@ -128,7 +130,7 @@ async fn provision(config: binder_core::config::StreamConfig) -> ExitCode {
                 status = ExitCode::FAILURE;
             }
         }
-        binder.close().await;
+        Binder::close(&binder).await;
     }
     status
 }

@@ -30,6 +30,8 @@ use crate::config::{AcknowledgeMode, BindingConfig};
 pub(crate) struct InputRuntime {
     pub name: Arc<str>,
     pub config: BindingConfig,
+    /// Who settles deliveries, as the binder's consumer says.
+    pub acknowledge_mode: AcknowledgeMode,
     pub routes: Routes,
     pub context: Arc<Context>,
     pub failure: FailurePolicy,
@@ -52,11 +54,11 @@ impl std::fmt::Debug for InputRuntime {
 
 impl InputRuntime {
     fn manual(&self) -> bool {
-        self.config.rabbit_consumer.acknowledge_mode == AcknowledgeMode::Manual
+        self.acknowledge_mode == AcknowledgeMode::Manual
     }
 
     fn auto_ack(&self) -> bool {
-        self.config.rabbit_consumer.acknowledge_mode == AcknowledgeMode::None
+        self.acknowledge_mode == AcknowledgeMode::None
     }
 
     /// One attempt: the handler, then its reply, sent before the input is acknowledged; all

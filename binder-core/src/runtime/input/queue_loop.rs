@@ -13,7 +13,8 @@ use super::super::lifecycle::BindingState;
 use super::super::observe::{BindingStateChanged, Settle, Settled};
 use super::super::panics;
 use super::delivery::InputRuntime;
-use crate::binder::{Binder, BinderErrorKind, Inbound, Settlement, Subscription, SubscriptionSpec};
+use crate::binder::{BinderErrorKind, BoundConsumer, Inbound, Settlement, Subscription};
+use crate::config::AcknowledgeMode;
 
 /// The first wait after a subscribe fails; each failure doubles it, up to `recoveryInterval`.
 const FIRST_RETRY: Duration = Duration::from_millis(100);
@@ -28,20 +29,21 @@ const UNREACHABLE_RETRY: Duration = Duration::from_millis(500);
 /// Consumes one queue of an input binding, following its desired state.
 pub(crate) async fn run_queue(
     rt: Arc<InputRuntime>,
-    binder: Arc<dyn Binder>,
-    spec: SubscriptionSpec,
+    consumer: Arc<dyn BoundConsumer>,
+    source: usize,
     desired: watch::Receiver<BindingState>,
     actual: watch::Sender<BindingState>,
 ) {
-    let recovery = Duration::from_millis(rt.config.rabbit_consumer.recovery_interval);
+    let recovery = consumer.recovery_interval();
     let reported = *actual.borrow();
     // Before any handler runs: panics are then reported with where they happened.
     panics::install();
     let mut queue = QueueLoop {
-        queue: Arc::from(spec.queue.as_str()),
+        queue: Arc::from(consumer.sources()[source].as_str()),
+        auto_ack: rt.acknowledge_mode == AcknowledgeMode::None,
         rt,
-        binder,
-        spec,
+        consumer,
+        source,
         desired,
         reported,
         actual,
@@ -61,11 +63,14 @@ pub(crate) async fn run_queue(
 /// The loop of one queue: subscribes, takes deliveries and hands them to the handlers, and
 /// follows the binding's desired state.
 struct QueueLoop {
-    /// `spec.queue`, shared with each delivery (a failure's log names it).
+    /// The source (queue) consumed, shared with each delivery (a failure's log names it).
     queue: Arc<str>,
+    /// The broker forgets each delivery as it sends it (`acknowledgeMode: NONE`).
+    auto_ack: bool,
     rt: Arc<InputRuntime>,
-    binder: Arc<dyn Binder>,
-    spec: SubscriptionSpec,
+    consumer: Arc<dyn BoundConsumer>,
+    /// Which of the consumer's sources.
+    source: usize,
     desired: watch::Receiver<BindingState>,
     actual: watch::Sender<BindingState>,
     /// What `actual` holds (checked on every delivery without taking its lock).
@@ -139,7 +144,7 @@ impl QueueLoop {
 
     /// How health names this loop.
     fn who(&self) -> String {
-        format!("binding `{}` (queue `{}`)", self.rt.name, self.spec.queue)
+        format!("binding `{}` (queue `{}`)", self.rt.name, self.queue)
     }
 
     /// Tells health why this loop is not consuming (the latest reason, on every failure).
@@ -166,7 +171,7 @@ impl QueueLoop {
     /// An auto-ack one is given up: the broker ignores prefetch without acks, and would
     /// stream the whole queue into the paused subscription.
     async fn pause(&mut self) {
-        if self.spec.auto_ack {
+        if self.auto_ack {
             self.give_up_subscription().await;
         } else {
             self.flush().await;
@@ -179,7 +184,7 @@ impl QueueLoop {
             return;
         };
         let _ = sub.cancel().await;
-        if self.spec.auto_ack {
+        if self.auto_ack {
             // After `cancel`, `next` hands them out without waiting, then ends.
             while let Some(Some(inbound)) = sub.next().now_or_never() {
                 self.stash.push_back(inbound);
@@ -237,10 +242,10 @@ impl QueueLoop {
             stashed
         } else {
             if self.subscription.is_none() {
-                match self.binder.subscribe(self.spec.clone()).await {
+                match self.consumer.subscribe(self.source).await {
                     Ok(s) => {
                         if let Some(reason) = self.lost.take() {
-                            tracing::warn!(binding = %self.rt.name, queue = %self.spec.queue, after = %reason, "consuming again");
+                            tracing::warn!(binding = %self.rt.name, queue = %self.queue, after = %reason, "consuming again");
                         }
                         self.subscribed_at = Some(tokio::time::Instant::now());
                         self.subscription = Some(s);
@@ -249,7 +254,7 @@ impl QueueLoop {
                     }
                     Err(e) => {
                         let wait = self.next_wait(e.kind() == BinderErrorKind::Unreachable);
-                        tracing::warn!(binding = %self.rt.name, queue = %self.spec.queue, error = %e, retry_in = ?wait, "cannot consume; retrying (waits double up to recoveryInterval)");
+                        tracing::warn!(binding = %self.rt.name, queue = %self.queue, error = %e, retry_in = ?wait, "cannot consume; retrying (waits double up to recoveryInterval)");
                         self.lost = Some(e.to_string());
                         if self.reported == BindingState::Recovering {
                             self.report_why();
@@ -292,7 +297,7 @@ impl QueueLoop {
                 // again at once, then back off while that fails. A subscription that ended
                 // within STABLE of being made counts as a failed try, so one that keeps
                 // ending at once is not retried in a busy loop.
-                tracing::warn!(binding = %self.rt.name, queue = %self.spec.queue, "the broker ended the subscription (consumer cancelled, queue deleted or connection lost); subscribing again");
+                tracing::warn!(binding = %self.rt.name, queue = %self.queue, "the broker ended the subscription (consumer cancelled, queue deleted or connection lost); subscribing again");
                 self.lost = Some("the broker ended the subscription".to_owned());
                 self.subscription = None;
                 let lived = self.subscribed_at.take().map(|t| t.elapsed());
@@ -328,7 +333,7 @@ impl QueueLoop {
         let Some(permit) = permit else {
             // Paused, stopped or shutting down before it started: the delivery goes back to
             // the queue untouched; an auto-ack one cannot, and waits in the stash.
-            if self.spec.auto_ack {
+            if self.auto_ack {
                 self.stash.push_front(inbound);
             } else {
                 let requeued = inbound.settler.settle(Settlement::Requeue).await;
@@ -383,7 +388,7 @@ impl QueueLoop {
         let want = *self.desired.borrow_and_update();
         match want {
             BindingState::Paused => {
-                if self.spec.auto_ack {
+                if self.auto_ack {
                     self.give_up_subscription().await;
                 }
                 self.report(BindingState::Paused);

@@ -10,11 +10,10 @@ use super::super::patience::{Patience, when_reachable};
 use super::super::trace;
 use super::error::{OutputError, SendError};
 use super::routing::{self, Partitioning, Routing, RoutingKeys};
-use crate::binder::{Binder, Producer, ProducerSpec};
+use crate::binder::{Binder, Producer};
 use crate::codec::Codecs;
 use crate::config::BindingConfig;
 use crate::message::Message;
-use crate::topology::plan_producer;
 
 /// One output binding, ready to send.
 #[derive(Debug)]
@@ -29,7 +28,8 @@ pub(crate) struct OutputInner {
 }
 
 impl OutputInner {
-    /// Builds an output from its binding: provisions its topology and opens a producer.
+    /// Builds an output from its binding: the binder prepares its destination and opens a
+    /// producer.
     pub(crate) async fn open(
         binding: &BindingConfig,
         binder: &Arc<dyn Binder>,
@@ -40,22 +40,13 @@ impl OutputInner {
         routing::refused(binding)?;
         let routing = Routing::of(binding)?;
         let partitioning = Partitioning::of(binding)?;
-        let topology = plan_producer(binding);
         let what = format!("binding `{}`", binding.name);
-        let failed = |source| OutputError::Binder {
-            binding: binding.name.clone(),
-            source,
-        };
-        when_reachable(&what, patience, || binder.provision(&topology.plan))
+        let producer = when_reachable(&what, patience, || binder.bind_producer(binding))
             .await
-            .map_err(failed)?;
-        let spec = ProducerSpec {
-            exchange: topology.exchange.clone(),
-            delivery_mode: binding.rabbit_producer.delivery_mode,
-        };
-        let producer = when_reachable(&what, patience, || binder.producer(spec.clone()))
-            .await
-            .map_err(failed)?;
+            .map_err(|source| OutputError::Binder {
+                binding: binding.name.clone(),
+                source,
+            })?;
         Ok(OutputInner {
             binding: binding.name.clone(),
             producer,

@@ -11,10 +11,10 @@ use super::super::binders::Binders;
 use super::super::observe::Observers;
 use super::binding::OutputInner;
 use super::error::{OutputError, SendError};
+use crate::binder::BindingRole;
 use crate::codec::Codecs;
 use crate::config::StreamConfig;
 use crate::message::Message;
-use crate::topology::BindingRole;
 
 /// A dynamic destination's output, opened by the first send to it.
 pub(crate) type DynamicOutput = Arc<OnceCell<Arc<OutputInner>>>;

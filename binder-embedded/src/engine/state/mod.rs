@@ -203,7 +203,7 @@ fn mark_dirty(dirty: &mut Vec<Arc<str>>, queue: Arc<str>) {
 }
 
 fn random_name(prefix: &str) -> String {
-    format!("{prefix}{}", binder_core::topology::anonymous_suffix())
+    format!("{prefix}{}", binder_amqp::topology::anonymous_suffix())
 }
 
 impl State {

@@ -2,19 +2,12 @@
 
 use super::naming::dlx_name;
 use super::{BindingDecl, DestinationType, ExchangeDecl, QueueDecl, TopologyPlan};
-use crate::config::{
+use binder_core::config::{
     BindingConfig, ExchangeType, QuorumProperties, RabbitCommonProperties, StreamConfig,
 };
-use crate::message::{HeaderValue, Headers};
+use binder_core::message::{HeaderValue, Headers};
 
-/// Whether a binding consumes (input) or publishes (output).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BindingRole {
-    /// An input: a queue is declared and consumed.
-    Consumer,
-    /// An output: the exchange (and `requiredGroups` queues) are declared.
-    Producer,
-}
+pub use binder_core::binder::BindingRole;
 
 /// Two declarations of one name that differ.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]

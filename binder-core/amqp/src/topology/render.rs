@@ -3,7 +3,7 @@
 use std::fmt::Write;
 
 use super::{DestinationType, TopologyPlan};
-use crate::message::Headers;
+use binder_core::message::Headers;
 
 fn args(arguments: &Headers) -> String {
     if arguments.is_empty() {

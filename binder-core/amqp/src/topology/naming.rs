@@ -1,6 +1,6 @@
 //! Spring Cloud Stream's naming conventions for exchanges, queues and routing keys.
 
-use crate::config::RabbitCommonProperties;
+use binder_core::config::RabbitCommonProperties;
 
 /// The dead-letter exchange: `deadLetterExchange`, else `<prefix>DLX`.
 pub fn dlx_name(common: &RabbitCommonProperties) -> String {

@@ -1,7 +1,7 @@
 //! Plan rules that golden files do not show: roles, conflicts, anonymous names.
 
+use binder_amqp::topology::{self, BindingRole, infer_role, plan_consumer, plan_producer};
 use binder_core::config::ConfigLoader;
-use binder_core::topology::{self, BindingRole, infer_role, plan_consumer, plan_producer};
 
 fn cfg(text: &str) -> binder_core::config::StreamConfig {
     ConfigLoader::new()

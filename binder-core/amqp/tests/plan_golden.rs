@@ -5,8 +5,8 @@
 use std::fs;
 use std::path::PathBuf;
 
+use binder_amqp::topology;
 use binder_core::config::ConfigLoader;
-use binder_core::topology;
 
 fn cases() -> Vec<PathBuf> {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/plans");

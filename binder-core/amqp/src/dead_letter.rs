@@ -9,7 +9,7 @@
 //! `frame_max`, less `frameMaxHeadroom`, less the encoded size of every other header and
 //! property; the payload does not count.
 
-use crate::message::{HeaderValue, Headers, Message};
+use binder_core::message::{HeaderValue, Headers, Message};
 
 /// Header carrying the number of attempts made before the message was dead-lettered.
 pub const ATTEMPTS_HEADER: &str = "x-attempts";
@@ -210,7 +210,7 @@ fn truncate(text: &str, max: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::message::{Decimal, DeliveryMode};
+    use binder_core::message::{Decimal, DeliveryMode};
 
     fn dead(trace: &str) -> DeadLetter {
         DeadLetter {

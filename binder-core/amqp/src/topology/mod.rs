@@ -16,8 +16,8 @@ pub use plan::{
 
 use serde::Serialize;
 
-use crate::config::ExchangeType;
-use crate::message::Headers;
+use binder_core::config::ExchangeType;
+use binder_core::message::Headers;
 
 /// One exchange declaration.
 #[derive(Debug, Clone, PartialEq, Serialize)]
