@@ -118,6 +118,7 @@ impl Env {
         let config = ConfigLoader::new()
             .env(Vec::<(String, String)>::new())
             .yaml_str(&yaml)
+            .binder_type(self.binder_type)
             .set("spring.cloud.stream.binders.kit.type", self.binder_type)
             .set("spring.cloud.stream.defaultBinder", "kit")
             .load()

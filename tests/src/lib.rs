@@ -7,5 +7,6 @@
 //! `tests/README.md` lists the cases.
 
 pub mod cases;
+pub mod channels;
 pub mod kit;
 pub mod targets;

@@ -65,3 +65,63 @@ impl Target for Rabbit {
 pub fn amqp_url() -> String {
     std::env::var("AMQP_URL").unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".to_owned())
 }
+
+/// The channel binder (no exchanges, no queues): every case that needs no AMQP broker.
+#[derive(Debug, Clone, Copy)]
+pub struct Channels;
+
+#[async_trait]
+impl Target for Channels {
+    fn binder_type(&self) -> &'static str {
+        "channels"
+    }
+    fn capabilities(&self) -> Capabilities {
+        /// Why most skipped cases do not apply.
+        const QUEUES: &str = "it declares, consumes or counts an AMQP queue directly (the AMQP broker level), which a binder without queues does not have";
+        Capabilities {
+            skips: vec![
+                ("ack_requeue_reject", QUEUES),
+                (
+                    "auto_ack_deliveries_received_are_handled_at_shutdown",
+                    QUEUES,
+                ),
+                (
+                    "cancelled_auto_ack_subscriptions_hand_out_what_they_received",
+                    QUEUES,
+                ),
+                ("confirmed_messages_survive_the_producer", QUEUES),
+                ("crashed_consumers_leave_the_binder_working", QUEUES),
+                ("dead_letters_fit_beside_large_foreign_headers", QUEUES),
+                ("graceful_shutdown_loses_nothing", QUEUES),
+                ("pause_resume_stop_start", QUEUES),
+                ("paused_auto_ack_bindings_leave_messages_queued", QUEUES),
+                ("poison_messages_go_to_the_dlq", QUEUES),
+                ("prefetch_bounds_unsettled_deliveries", QUEUES),
+                ("republish_adds_diagnostic_headers", QUEUES),
+                ("round_trip_durable_group", QUEUES),
+                ("settling_the_oldest_last_loses_nothing", QUEUES),
+                ("topology_is_idempotent_and_conflicts_are_clear", QUEUES),
+                (
+                    "unacked_messages_of_a_closed_consumer_are_redelivered",
+                    QUEUES,
+                ),
+                ("retries_are_counted_and_do_not_block", QUEUES),
+                (
+                    "binding_routing_keys_select",
+                    "AMQP routing: bindingRoutingKey patterns select messages, and this binder has no routing keys",
+                ),
+                (
+                    "routing_key_expressions_route",
+                    "AMQP routing: routing-key expressions select queues, and this binder has no routing keys",
+                ),
+                (
+                    "dead_letters_of_large_payloads_keep_the_whole_trace",
+                    "AMQP dead-lettering: the x-exception headers are sized to the connection's frame_max",
+                ),
+            ],
+        }
+    }
+    async fn binder(&self) -> Result<KitBinder, String> {
+        Ok(KitBinder::plain(crate::channels::ChannelBinder::new()))
+    }
+}
