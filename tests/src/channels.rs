@@ -75,21 +75,29 @@ impl GroupQueue {
     }
 }
 
-impl SettleByTag for GroupQueue {
-    fn settle_tag(&self, tag: u64, settlement: Settlement) -> BinderFuture<'_, BinderResult<()>> {
+impl GroupQueue {
+    /// Settles delivery `tag`: an ack forgets it, a requeue puts it back at the head, a
+    /// reject keeps it among the dead letters.
+    fn settle(&self, tag: u64, settlement: Settlement) {
         let Some(record) = lock(&self.state).unsettled.remove(&tag) else {
-            return BinderFuture::ready(Ok(()));
+            return;
         };
         match settlement {
             Settlement::Ack => {}
             Settlement::Requeue => self.push(record, true, true),
             Settlement::Reject => lock(&self.state).dead.push(record),
         }
+    }
+}
+
+impl SettleByTag for GroupQueue {
+    fn settle_tag(&self, tag: u64, settlement: Settlement) -> BinderFuture<'_, BinderResult<()>> {
+        self.settle(tag, settlement);
         BinderFuture::ready(Ok(()))
     }
 
     fn release_tag(&self, tag: u64) {
-        let _ = self.settle_tag(tag, Settlement::Requeue);
+        self.settle(tag, Settlement::Requeue);
     }
 }
 
