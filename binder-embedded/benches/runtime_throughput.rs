@@ -8,7 +8,7 @@
 //! 1. `mpsc bounded(200)` — **the baseline**: the payloads, pre-serialized to `Vec<u8>` before
 //!    the clock starts, go producer → bounded `tokio::sync::mpsc` channel of capacity 200 →
 //!    consumer, which takes batches with `recv_many` and decodes each payload.
-//! 2. `engine 1→1` — the engine scenario of `engine_throughput`: prebuilt [`Message`]s with the
+//! 2. `engine 1→1` — the engine scenario of `engine_throughput`: prebuilt engine [`Message`](engine::Message)s with the
 //!    same pre-serialized payloads are published to a direct exchange → one queue → one
 //!    consumer; manual ack, `basic.qos(200)`, batches taken with `recv_many` and acked once
 //!    each with `multiple = true`; the consumer decodes each payload.
@@ -57,13 +57,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use binder_core::Headers;
-use binder_core::Message;
 use binder_core::config::ConfigLoader;
 use binder_core::runtime::{App, Output, RunningApp, handler};
 use binder_embedded::EmbeddedBinder;
 use binder_embedded::engine::{
-    Broker, Channel, ConsumeOptions, Consumer, Delivery, ExchangeKind, ExchangeOptions,
+    self, Broker, FieldTable, Channel, ConsumeOptions, Consumer, Delivery, ExchangeKind, ExchangeOptions,
     PublishOptions, PublishStatus, QueueOptions,
 };
 use serde::{Deserialize, Serialize};
@@ -268,7 +266,7 @@ async fn run_mpsc(payloads: Vec<Vec<u8>>) -> RunResult {
 
 // ---- 2. engine alone --------------------------------------------------------------------
 
-async fn run_engine(msgs: Vec<Message>) -> RunResult {
+async fn run_engine(msgs: Vec<engine::Message>) -> RunResult {
     const EXCHANGE: &str = "bench.direct";
     const QUEUE: &str = "bench.direct.q";
     const KEY: &str = "bench.key";
@@ -281,14 +279,14 @@ async fn run_engine(msgs: Vec<Message>) -> RunResult {
             EXCHANGE,
             ExchangeKind::Direct,
             ExchangeOptions::default(),
-            Headers::new(),
+            FieldTable::new(),
         )
         .expect("exchange.declare");
     publisher
-        .queue_declare(QUEUE, QueueOptions::default(), Headers::new())
+        .queue_declare(QUEUE, QueueOptions::default(), FieldTable::new())
         .expect("queue.declare");
     publisher
-        .queue_bind(QUEUE, EXCHANGE, KEY, Headers::new())
+        .queue_bind(QUEUE, EXCHANGE, KEY, FieldTable::new())
         .expect("queue.bind");
     let channel = conn.open_channel().expect("channel.open");
     channel.basic_qos(WINDOW as u16, false).expect("basic.qos");
@@ -533,7 +531,7 @@ async fn run(scenario: Scenario, settings: Settings) -> RunResult {
         match scenario {
             Scenario::MpscBounded => run_mpsc(payloads(n)).await,
             Scenario::EngineDirect => {
-                run_engine(payloads(n).into_iter().map(Message::new).collect()).await
+                run_engine(payloads(n).into_iter().map(engine::Message::new).collect()).await
             }
             Scenario::AppOneSender => run_app(bench_msgs(n), 1).await,
             Scenario::AppManySenders => run_app(bench_msgs(n), settings.senders).await,

@@ -19,6 +19,7 @@ use crate::engine::{
     AmqpError, AmqpResult, Broker, Channel, Connection, ConsumeOptions, Consumer, Delivery,
     ExchangeOptions, PublishOptions, PublishOutcome, QueueOptions, TryPublish,
 };
+use crate::convert;
 use crate::settings::{EmbeddedSettings, MemoryWatermark, PREFIX};
 
 /// The broker every `embedded` binder created from configuration shares, so services in one
@@ -197,7 +198,12 @@ impl Binder for EmbeddedBinder {
                 auto_delete: x.auto_delete,
                 internal: x.internal,
             };
-            ch.exchange_declare(&x.name, x.kind, options, x.arguments.clone())
+            ch.exchange_declare(
+                &x.name,
+                convert::exchange_kind(x.kind),
+                options,
+                convert::table_to_engine(x.arguments.clone()),
+            )
                 .map_err(declare(format!("exchange `{}`", x.name)))?;
         }
         for q in &plan.queues {
@@ -207,7 +213,7 @@ impl Binder for EmbeddedBinder {
                 exclusive: q.exclusive,
                 auto_delete: q.auto_delete,
             };
-            ch.queue_declare(&q.name, options, q.arguments.clone())
+            ch.queue_declare(&q.name, options, convert::table_to_engine(q.arguments.clone()))
                 .map_err(declare(format!("queue `{}`", q.name)))?;
         }
         for b in &plan.bindings {
@@ -220,13 +226,13 @@ impl Binder for EmbeddedBinder {
                     &b.destination,
                     &b.source,
                     &b.routing_key,
-                    b.arguments.clone(),
+                    convert::table_to_engine(b.arguments.clone()),
                 ),
                 DestinationType::Exchange => ch.exchange_bind(
                     &b.destination,
                     &b.source,
                     &b.routing_key,
-                    b.arguments.clone(),
+                    convert::table_to_engine(b.arguments.clone()),
                 ),
             }
             .map_err(declare(what))?;
@@ -380,7 +386,12 @@ impl Producer for EmbeddedProducer {
         let options = PublishOptions::default();
         match self
             .channel
-            .try_basic_publish(exchange, routing_key, options.clone(), message)
+            .try_basic_publish(
+                exchange,
+                routing_key,
+                options.clone(),
+                convert::to_engine(message),
+            )
         {
             TryPublish::Done(outcome) => {
                 BinderFuture::ready(confirmed(exchange, routing_key, outcome))
@@ -467,7 +478,7 @@ impl EmbeddedSubscription {
             Settler::new(self.acks.clone(), d.delivery_tag)
         };
         Inbound {
-            content: d.body,
+            content: convert::to_framework(&d.body),
             redelivered: d.redelivered,
             settler,
         }

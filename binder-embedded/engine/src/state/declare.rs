@@ -35,7 +35,7 @@ impl State {
         name: &str,
         kind: ExchangeKind,
         options: ExchangeOptions,
-        args: Headers,
+        args: FieldTable,
     ) -> AmqpResult<()> {
         if let Some(existing) = self.exchanges.get(name) {
             if options.passive {
@@ -159,7 +159,7 @@ impl State {
         destination: &str,
         source: &str,
         key: &str,
-        args: Headers,
+        args: FieldTable,
     ) -> AmqpResult<()> {
         self.bindable_exchange(source)?;
         self.bindable_exchange(destination)?;
@@ -175,7 +175,7 @@ impl State {
         destination: &str,
         source: &str,
         key: &str,
-        args: &Headers,
+        args: &FieldTable,
     ) -> AmqpResult<()> {
         self.bindable_exchange(source)?;
         let target = Target::Exchange(Arc::from(destination));
@@ -210,7 +210,7 @@ impl State {
         channel: u64,
         name: &str,
         options: QueueOptions,
-        args: Headers,
+        args: FieldTable,
     ) -> AmqpResult<QueueDeclareOk> {
         let conn = self.connection_of(channel)?;
         let name = if name.is_empty() && !options.passive {
@@ -262,7 +262,7 @@ impl State {
         queue: &str,
         exchange: &str,
         key: &str,
-        args: Headers,
+        args: FieldTable,
     ) -> AmqpResult<()> {
         self.queue_for(channel, queue)?;
         self.bindable_exchange(exchange)?;
@@ -279,7 +279,7 @@ impl State {
         queue: &str,
         exchange: &str,
         key: &str,
-        args: &Headers,
+        args: &FieldTable,
     ) -> AmqpResult<()> {
         self.queue_for(channel, queue)?;
         self.bindable_exchange(exchange)?;

@@ -17,8 +17,11 @@ mod broker;
 mod dead_letter;
 mod error;
 mod exchange;
+mod field;
 mod inbox;
 mod memory;
+mod message;
+mod naming;
 mod queue;
 mod state;
 mod storage;
@@ -28,13 +31,15 @@ mod types;
 pub use broker::{Broker, Channel, ChannelEvents, Connection, Consumer, GetOk, TryPublish};
 pub use dead_letter::DeathReason;
 pub use error::{AmqpError, AmqpResult, ReplyCode};
+pub use field::{Decimal, FieldTable, FieldValue};
+pub use message::{Message, Properties, Published};
 pub use state::{PublishOutcome, PublishStatus};
 pub use storage::{FifoStorage, PriorityStorage, QueueStorage, QueuedMessage};
 /// Whether a topic-exchange binding pattern matches a routing key (`*` is one word, `#` is
 /// zero or more words).
 ///
 /// ```
-/// use binder_embedded::engine::topic_matches;
+/// use stream_engine::topic_matches;
 /// assert!(topic_matches("orders.#", "orders.eu.created"));
 /// assert!(!topic_matches("orders.*", "orders.eu.created"));
 /// ```
@@ -44,5 +49,5 @@ pub fn topic_matches(pattern: &str, routing_key: &str) -> bool {
 
 pub use types::{
     BrokerConfig, ChannelEvent, ConsumeOptions, Delivery, ExchangeKind, ExchangeOptions,
-    PublishOptions, Published, QueueDeclareOk, QueueOptions,
+    PublishOptions, QueueDeclareOk, QueueOptions,
 };

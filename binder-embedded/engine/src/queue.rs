@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use binder_core::{HeaderValue, Headers};
+use crate::field::{FieldValue, FieldTable};
 use tokio::time::Instant;
 
 use super::error::{AmqpError, AmqpResult};
@@ -53,7 +53,7 @@ fn invalid(queue: &str, arg: &str, why: &str) -> AmqpError {
     AmqpError::precondition(format!("invalid arg '{arg}' for queue '{queue}': {why}"))
 }
 
-fn non_negative(queue: &str, arg: &str, v: &HeaderValue) -> AmqpResult<u64> {
+fn non_negative(queue: &str, arg: &str, v: &FieldValue) -> AmqpResult<u64> {
     v.as_i64()
         .and_then(|n| u64::try_from(n).ok())
         .ok_or_else(|| {
@@ -65,7 +65,7 @@ fn non_negative(queue: &str, arg: &str, v: &HeaderValue) -> AmqpResult<u64> {
         })
 }
 
-fn text(queue: &str, arg: &str, v: &HeaderValue) -> AmqpResult<String> {
+fn text(queue: &str, arg: &str, v: &FieldValue) -> AmqpResult<String> {
     v.as_str().map(str::to_owned).ok_or_else(|| {
         invalid(
             queue,
@@ -76,7 +76,7 @@ fn text(queue: &str, arg: &str, v: &HeaderValue) -> AmqpResult<String> {
 }
 
 impl QueueArgs {
-    pub(crate) fn parse(queue: &str, args: &Headers) -> AmqpResult<Self> {
+    pub(crate) fn parse(queue: &str, args: &FieldTable) -> AmqpResult<Self> {
         let mut out = QueueArgs::default();
         for (name, v) in args {
             let arg = name.as_str();
@@ -123,7 +123,7 @@ impl QueueArgs {
                     out.max_priority = Some(p as u8);
                 }
                 "x-single-active-consumer" => match v {
-                    HeaderValue::Bool(b) => out.single_active_consumer = *b,
+                    FieldValue::Bool(b) => out.single_active_consumer = *b,
                     _ => return Err(invalid(queue, arg, "expected a boolean")),
                 },
                 "x-delivery-limit" => {
@@ -153,7 +153,7 @@ impl QueueArgs {
     }
 }
 
-fn same_value(a: &HeaderValue, b: &HeaderValue) -> bool {
+fn same_value(a: &FieldValue, b: &FieldValue) -> bool {
     match (a.as_i64(), b.as_i64()) {
         (Some(x), Some(y)) => x == y,
         _ => a == b,
@@ -175,7 +175,7 @@ pub(crate) struct Queue {
     pub auto_delete: bool,
     /// The owning connection of an exclusive queue.
     pub owner: Option<u64>,
-    pub raw_args: Headers,
+    pub raw_args: FieldTable,
     pub args: QueueArgs,
     pub storage: Box<dyn QueueStorage>,
     /// Consumers in registration order; dispatch rotates through them.
@@ -194,7 +194,7 @@ impl Queue {
         name: Arc<str>,
         options: QueueOptions,
         owner: Option<u64>,
-        raw_args: Headers,
+        raw_args: FieldTable,
         args: QueueArgs,
     ) -> Self {
         let storage: Box<dyn QueueStorage> = match args.max_priority {
@@ -224,7 +224,7 @@ impl Queue {
         &self,
         options: QueueOptions,
         exclusive_owner: Option<u64>,
-        args: &Headers,
+        args: &FieldTable,
         vhost: &str,
     ) -> AmqpResult<()> {
         let name = &self.name;
@@ -253,7 +253,7 @@ impl Queue {
                 _ => false,
             };
             if !ok {
-                let show = |v: Option<&HeaderValue>| match v {
+                let show = |v: Option<&FieldValue>| match v {
                     Some(v) => format!("the value '{v}' of type '{}'", v.type_name()),
                     None => "none".to_owned(),
                 };

@@ -5,8 +5,7 @@ mod common;
 
 use std::time::Duration;
 
-use binder_core::{HeaderValue, Headers};
-use binder_embedded::engine::*;
+use stream_engine::*;
 use common::*;
 
 #[tokio::test]
@@ -16,13 +15,13 @@ async fn redeclaration_must_match_flags_and_arguments() {
         durable: true,
         ..Default::default()
     };
-    let ttl = args(&[("x-message-ttl", HeaderValue::I32(1000))]);
+    let ttl = args(&[("x-message-ttl", FieldValue::I32(1000))]);
     ch.queue_declare("q", durable, ttl.clone()).unwrap();
     // Same value with another integer width is equivalent.
     ch.queue_declare(
         "q",
         durable,
-        args(&[("x-message-ttl", HeaderValue::I64(1000))]),
+        args(&[("x-message-ttl", FieldValue::I64(1000))]),
     )
     .unwrap();
     let err = ch
@@ -32,7 +31,7 @@ async fn redeclaration_must_match_flags_and_arguments() {
     assert!(err.text.contains("inequivalent arg 'durable'"), "{err}");
 
     let ch = conn.open_channel().unwrap();
-    let err = ch.queue_declare("q", durable, Headers::new()).unwrap_err();
+    let err = ch.queue_declare("q", durable, FieldTable::new()).unwrap_err();
     assert!(
         err.text.contains("inequivalent arg 'x-message-ttl' for queue 'q' in vhost '/': received none but current is the value '1000' of type 'i32'"),
         "{err}"
@@ -43,12 +42,12 @@ async fn redeclaration_must_match_flags_and_arguments() {
 async fn invalid_arguments_are_refused() {
     let (_b, conn, _ch) = open();
     let cases = [
-        ("x-message-ttl", HeaderValue::I32(-1)),
-        ("x-expires", HeaderValue::I32(0)),
-        ("x-max-priority", HeaderValue::I32(300)),
-        ("x-overflow", HeaderValue::from("explode")),
-        ("x-queue-type", HeaderValue::from("stream")),
-        ("x-single-active-consumer", HeaderValue::from("yes")),
+        ("x-message-ttl", FieldValue::I32(-1)),
+        ("x-expires", FieldValue::I32(0)),
+        ("x-max-priority", FieldValue::I32(300)),
+        ("x-overflow", FieldValue::from("explode")),
+        ("x-queue-type", FieldValue::from("stream")),
+        ("x-single-active-consumer", FieldValue::from("yes")),
     ];
     for (name, value) in cases {
         let ch = conn.open_channel().unwrap();
@@ -71,10 +70,10 @@ async fn passive_declare_reports_counts_or_404() {
         passive: true,
         ..Default::default()
     };
-    let ok = ch.queue_declare("q", passive, Headers::new()).unwrap();
+    let ok = ch.queue_declare("q", passive, FieldTable::new()).unwrap();
     assert_eq!((ok.message_count, ok.consumer_count), (2, 0));
     let err = ch
-        .queue_declare("missing", passive, Headers::new())
+        .queue_declare("missing", passive, FieldTable::new())
         .unwrap_err();
     assert_eq!(
         err.to_string(),
@@ -86,17 +85,17 @@ async fn passive_declare_reports_counts_or_404() {
 async fn server_named_queues() {
     let (_b, _c, ch) = open();
     let a = ch
-        .queue_declare("", QueueOptions::default(), Headers::new())
+        .queue_declare("", QueueOptions::default(), FieldTable::new())
         .unwrap();
     let b = ch
-        .queue_declare("", QueueOptions::default(), Headers::new())
+        .queue_declare("", QueueOptions::default(), FieldTable::new())
         .unwrap();
     assert!(a.name.starts_with("amq.gen-"), "{}", a.name);
     assert_ne!(a.name, b.name);
     publish(&ch, "", &a.name, "x").await;
     assert_eq!(drain(&ch, &a.name), ["x"]);
     let err = ch
-        .queue_declare("amq.mine", QueueOptions::default(), Headers::new())
+        .queue_declare("amq.mine", QueueOptions::default(), FieldTable::new())
         .unwrap_err();
     assert_eq!(err.code, ReplyCode::AccessRefused);
 }
@@ -111,7 +110,7 @@ async fn exclusive_queues_belong_to_one_connection() {
         exclusive: true,
         ..Default::default()
     };
-    ch.queue_declare("mine", exclusive, Headers::new()).unwrap();
+    ch.queue_declare("mine", exclusive, FieldTable::new()).unwrap();
     let och = other.open_channel().unwrap();
     let err = och
         .basic_consume("mine", ConsumeOptions::default())
@@ -134,7 +133,7 @@ async fn auto_delete_queues_go_with_their_last_consumer() {
         auto_delete: true,
         ..Default::default()
     };
-    ch.queue_declare("temp", auto, Headers::new()).unwrap();
+    ch.queue_declare("temp", auto, FieldTable::new()).unwrap();
     let c1 = consume(&ch, "temp");
     let c2 = consume(&ch, "temp");
     c1.cancel().unwrap();
@@ -146,8 +145,8 @@ async fn auto_delete_queues_go_with_their_last_consumer() {
 #[tokio::test(start_paused = true)]
 async fn unused_queues_expire_after_x_expires() {
     let (broker, _c, ch) = open();
-    declare_with(&ch, "idle", args(&[("x-expires", HeaderValue::I32(1000))]));
-    declare_with(&ch, "busy", args(&[("x-expires", HeaderValue::I32(1000))]));
+    declare_with(&ch, "idle", args(&[("x-expires", FieldValue::I32(1000))]));
+    declare_with(&ch, "busy", args(&[("x-expires", FieldValue::I32(1000))]));
     let _consumer = consume(&ch, "busy");
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert!(

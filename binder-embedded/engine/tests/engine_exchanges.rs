@@ -3,12 +3,11 @@
 
 mod common;
 
-use binder_core::{HeaderValue, Headers};
-use binder_embedded::engine::*;
+use stream_engine::*;
 use common::*;
 
 fn exchange(ch: &Channel, name: &str, kind: ExchangeKind) {
-    ch.exchange_declare(name, kind, ExchangeOptions::default(), Headers::new())
+    ch.exchange_declare(name, kind, ExchangeOptions::default(), FieldTable::new())
         .unwrap();
 }
 
@@ -25,7 +24,7 @@ async fn the_default_exchange_routes_by_queue_name() {
         PublishStatus::Unroutable
     );
     assert_eq!(drain(&ch, "q"), ["1"]);
-    let err = ch.queue_bind("q", "", "q", Headers::new()).unwrap_err();
+    let err = ch.queue_bind("q", "", "q", FieldTable::new()).unwrap_err();
     assert_eq!(err.code, ReplyCode::AccessRefused);
 }
 
@@ -38,12 +37,12 @@ async fn direct_fanout_topic_route_as_rabbitmq() {
     for q in ["q1", "q2"] {
         declare(&ch, q);
     }
-    ch.queue_bind("q1", "d", "red", Headers::new()).unwrap();
-    ch.queue_bind("q2", "d", "blue", Headers::new()).unwrap();
-    ch.queue_bind("q1", "f", "ignored", Headers::new()).unwrap();
-    ch.queue_bind("q2", "f", "", Headers::new()).unwrap();
-    ch.queue_bind("q1", "t", "order.*", Headers::new()).unwrap();
-    ch.queue_bind("q2", "t", "order.#", Headers::new()).unwrap();
+    ch.queue_bind("q1", "d", "red", FieldTable::new()).unwrap();
+    ch.queue_bind("q2", "d", "blue", FieldTable::new()).unwrap();
+    ch.queue_bind("q1", "f", "ignored", FieldTable::new()).unwrap();
+    ch.queue_bind("q2", "f", "", FieldTable::new()).unwrap();
+    ch.queue_bind("q1", "t", "order.*", FieldTable::new()).unwrap();
+    ch.queue_bind("q2", "t", "order.#", FieldTable::new()).unwrap();
 
     publish(&ch, "d", "red", "d-red").await;
     publish(&ch, "d", "green", "d-green").await;
@@ -59,8 +58,8 @@ async fn a_queue_bound_twice_gets_one_copy() {
     let (_b, _c, ch) = open();
     exchange(&ch, "t", ExchangeKind::Topic);
     declare(&ch, "q");
-    ch.queue_bind("q", "t", "a.*", Headers::new()).unwrap();
-    ch.queue_bind("q", "t", "#", Headers::new()).unwrap();
+    ch.queue_bind("q", "t", "a.*", FieldTable::new()).unwrap();
+    ch.queue_bind("q", "t", "#", FieldTable::new()).unwrap();
     assert_eq!(
         publish(&ch, "t", "a.b", "x").await.status,
         PublishStatus::Routed(1)
@@ -105,15 +104,15 @@ async fn exchange_to_exchange_bindings_route_onwards_without_loops() {
     exchange(&ch, "front", ExchangeKind::Topic);
     exchange(&ch, "back", ExchangeKind::Fanout);
     declare(&ch, "q");
-    ch.exchange_bind("back", "front", "eu.#", Headers::new())
+    ch.exchange_bind("back", "front", "eu.#", FieldTable::new())
         .unwrap();
-    ch.exchange_bind("front", "back", "", Headers::new())
+    ch.exchange_bind("front", "back", "", FieldTable::new())
         .unwrap();
-    ch.queue_bind("q", "back", "", Headers::new()).unwrap();
+    ch.queue_bind("q", "back", "", FieldTable::new()).unwrap();
     publish(&ch, "front", "eu.orders", "in").await;
     publish(&ch, "front", "us.orders", "out").await;
     assert_eq!(drain(&ch, "q"), ["in"]);
-    ch.exchange_unbind("back", "front", "eu.#", &Headers::new())
+    ch.exchange_unbind("back", "front", "eu.#", &FieldTable::new())
         .unwrap();
     publish(&ch, "front", "eu.orders", "gone").await;
     assert!(drain(&ch, "q").is_empty());
@@ -132,9 +131,9 @@ async fn unroutable_messages_go_to_the_alternate_exchange() {
     .unwrap();
     declare(&ch, "routed");
     declare(&ch, "unrouted");
-    ch.queue_bind("routed", "main", "k", Headers::new())
+    ch.queue_bind("routed", "main", "k", FieldTable::new())
         .unwrap();
-    ch.queue_bind("unrouted", "ae", "", Headers::new()).unwrap();
+    ch.queue_bind("unrouted", "ae", "", FieldTable::new()).unwrap();
     publish(&ch, "main", "k", "a").await;
     publish(&ch, "main", "nope", "b").await;
     assert_eq!(drain(&ch, "routed"), ["a"]);
@@ -148,13 +147,13 @@ async fn internal_exchanges_refuse_direct_publishes() {
         internal: true,
         ..Default::default()
     };
-    ch.exchange_declare("inner", ExchangeKind::Fanout, opts, Headers::new())
+    ch.exchange_declare("inner", ExchangeKind::Fanout, opts, FieldTable::new())
         .unwrap();
     exchange(&ch, "outer", ExchangeKind::Fanout);
     declare(&ch, "q");
-    ch.exchange_bind("inner", "outer", "", Headers::new())
+    ch.exchange_bind("inner", "outer", "", FieldTable::new())
         .unwrap();
-    ch.queue_bind("q", "inner", "", Headers::new()).unwrap();
+    ch.queue_bind("q", "inner", "", FieldTable::new()).unwrap();
     publish(&ch, "outer", "", "via-outer").await;
     assert_eq!(drain(&ch, "q"), ["via-outer"]);
     let err = ch
@@ -176,13 +175,13 @@ async fn auto_delete_exchanges_go_with_their_last_binding() {
         auto_delete: true,
         ..Default::default()
     };
-    ch.exchange_declare("temp", ExchangeKind::Fanout, opts, Headers::new())
+    ch.exchange_declare("temp", ExchangeKind::Fanout, opts, FieldTable::new())
         .unwrap();
     declare(&ch, "q1");
     declare(&ch, "q2");
-    ch.queue_bind("q1", "temp", "", Headers::new()).unwrap();
-    ch.queue_bind("q2", "temp", "", Headers::new()).unwrap();
-    ch.queue_unbind("q1", "temp", "", &Headers::new()).unwrap();
+    ch.queue_bind("q1", "temp", "", FieldTable::new()).unwrap();
+    ch.queue_bind("q2", "temp", "", FieldTable::new()).unwrap();
+    ch.queue_unbind("q1", "temp", "", &FieldTable::new()).unwrap();
     assert!(broker.exchange_exists("temp"));
     ch.queue_delete("q2", false, false).unwrap();
     assert!(
@@ -207,14 +206,14 @@ async fn predeclared_exchanges_exist_and_amq_names_are_reserved() {
         passive: true,
         ..Default::default()
     };
-    ch.exchange_declare("amq.topic", ExchangeKind::Topic, passive, Headers::new())
+    ch.exchange_declare("amq.topic", ExchangeKind::Topic, passive, FieldTable::new())
         .unwrap();
     let err = ch
         .exchange_declare(
             "amq.custom",
             ExchangeKind::Topic,
             ExchangeOptions::default(),
-            Headers::new(),
+            FieldTable::new(),
         )
         .unwrap_err();
     assert_eq!(err.code, ReplyCode::AccessRefused);
@@ -234,7 +233,7 @@ async fn redeclaring_differently_fails_406_and_passive_missing_fails_404() {
             "x",
             ExchangeKind::Fanout,
             ExchangeOptions::default(),
-            Headers::new(),
+            FieldTable::new(),
         )
         .unwrap_err();
     assert_eq!(err.code, ReplyCode::PreconditionFailed);
@@ -250,7 +249,7 @@ async fn redeclaring_differently_fails_406_and_passive_missing_fails_404() {
         ..Default::default()
     };
     let err = ch
-        .exchange_declare("missing", ExchangeKind::Topic, passive, Headers::new())
+        .exchange_declare("missing", ExchangeKind::Topic, passive, FieldTable::new())
         .unwrap_err();
     assert_eq!(err.code, ReplyCode::NotFound);
     assert_eq!(
@@ -270,7 +269,7 @@ async fn exchange_delete_if_unused() {
     let (broker, conn, ch) = open();
     exchange(&ch, "x", ExchangeKind::Direct);
     declare(&ch, "q");
-    ch.queue_bind("q", "x", "k", Headers::new()).unwrap();
+    ch.queue_bind("q", "x", "k", FieldTable::new()).unwrap();
     let err = ch.exchange_delete("x", true).unwrap_err();
     assert_eq!(err.code, ReplyCode::PreconditionFailed);
     let ch = conn.open_channel().unwrap();
@@ -294,5 +293,5 @@ fn reply_codes_map_onto_amqp() {
     }
     assert!(ReplyCode::NotAllowed.is_connection_error());
     assert!(!ReplyCode::NotFound.is_connection_error());
-    let _ = HeaderValue::Void;
+    let _ = FieldValue::Void;
 }

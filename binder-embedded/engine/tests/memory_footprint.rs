@@ -7,8 +7,7 @@
 
 mod common;
 
-use binder_core::{HeaderValue, Headers, Message};
-use binder_embedded::engine::*;
+use stream_engine::*;
 use common::rss;
 
 fn publish_all(ch: &Channel, queue: &str, n: usize, make: impl Fn(usize) -> Message) {
@@ -30,7 +29,7 @@ fn measure(
     n: usize,
     make: impl Fn(usize) -> Message,
 ) -> (f64, f64) {
-    ch.queue_declare(queue, QueueOptions::default(), Headers::new())
+    ch.queue_declare(queue, QueueOptions::default(), FieldTable::new())
         .unwrap();
     let (rss0, counted0) = (rss(), broker.memory_used());
     publish_all(ch, queue, n, make);
@@ -55,7 +54,7 @@ async fn the_counted_footprint_of_queued_messages_matches_their_resident_cost() 
     let rich = measure(&broker, &ch, "rich", N / 4, |i| {
         let mut m = Message::new(vec![7u8; 200])
             .with_header("kind", "order-created")
-            .with_header("attempt", HeaderValue::I32(1))
+            .with_header("attempt", FieldValue::I32(1))
             .with_header("source", format!("instance-{i}"));
         m.properties.message_id = Some(format!("message-{i:08}"));
         m.properties.correlation_id = Some(format!("correlation-{i:08}"));
@@ -65,7 +64,7 @@ async fn the_counted_footprint_of_queued_messages_matches_their_resident_cost() 
     // consumer took (as the binder keeps a batch until the runtime settles it).
     let holder = conn.open_channel().unwrap();
     let held = {
-        ch.queue_declare("held", QueueOptions::default(), Headers::new())
+        ch.queue_declare("held", QueueOptions::default(), FieldTable::new())
             .unwrap();
         let (rss0, counted0) = (rss(), broker.memory_used());
         publish_all(&ch, "held", N, |_| Message::new(vec![7u8; 20]));

@@ -16,7 +16,8 @@ mod publish;
 mod settle;
 mod unacked;
 
-use binder_core::Headers;
+use crate::field::FieldTable;
+use crate::message::Published;
 use tokio::sync::mpsc::UnboundedSender;
 use tokio::time::Instant;
 
@@ -26,7 +27,7 @@ use super::exchange::{Exchange, Target};
 use super::queue::{Overflow, Queue, QueueArgs, QueueConsumer};
 use super::storage::QueuedMessage;
 use super::types::{
-    BrokerConfig, ChannelEvent, ConsumeOptions, Delivery, ExchangeKind, ExchangeOptions, Published,
+    BrokerConfig, ChannelEvent, ConsumeOptions, Delivery, ExchangeKind, ExchangeOptions,
     QueueDeclareOk, QueueOptions,
 };
 
@@ -203,7 +204,7 @@ fn mark_dirty(dirty: &mut Vec<Arc<str>>, queue: Arc<str>) {
 }
 
 fn random_name(prefix: &str) -> String {
-    format!("{prefix}{}", binder_core::topology::anonymous_suffix())
+    crate::naming::server_name(prefix)
 }
 
 impl State {
@@ -213,7 +214,7 @@ impl State {
             let name: Arc<str> = Arc::from(*name);
             exchanges.insert(
                 name.clone(),
-                Exchange::new(name, *kind, true, false, false, Headers::new()),
+                Exchange::new(name, *kind, true, false, false, FieldTable::new()),
             );
         }
         State {

@@ -2,17 +2,42 @@
 
 use std::sync::Arc;
 
-use binder_core::{Headers, Message};
+use std::fmt;
 
-use super::error::AmqpError;
+use crate::error::AmqpError;
+use crate::field::FieldTable;
+use crate::message::{Message, Published};
 
 /// The AMQP exchange types.
-pub use binder_core::config::ExchangeType as ExchangeKind;
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ExchangeKind {
+    /// Routes on an exact routing-key match.
+    Direct,
+    /// Routes to every bound queue.
+    Fanout,
+    /// Routes on routing-key patterns (`*`, `#`).
+    Topic,
+    /// Routes on header values (`x-match`).
+    Headers,
+}
 
-/// A message as published: where it was sent and what it carries. Shared (`Arc`) between the
-/// queues it was routed to, and with the deliveries handed to the runtime (binder-core's
-/// record, so that a delivery needs no copy).
-pub use binder_core::binder::Published;
+impl ExchangeKind {
+    /// The AMQP name (`direct`, `fanout`, `topic`, `headers`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ExchangeKind::Direct => "direct",
+            ExchangeKind::Fanout => "fanout",
+            ExchangeKind::Topic => "topic",
+            ExchangeKind::Headers => "headers",
+        }
+    }
+}
+
+impl fmt::Display for ExchangeKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
 
 /// `exchange.declare` flags.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -50,7 +75,7 @@ pub struct ConsumeOptions {
     /// The only consumer of the queue.
     pub exclusive: bool,
     /// Consumer arguments (`x-priority`).
-    pub arguments: Headers,
+    pub arguments: FieldTable,
 }
 
 /// `queue.declare-ok`.

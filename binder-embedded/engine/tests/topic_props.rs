@@ -2,7 +2,7 @@
 //! reference matcher for RabbitMQ topic-exchange semantics (`*` is exactly one word, `#` is zero
 //! or more words, the empty string has zero words, `a..b` has an empty middle word).
 
-use binder_embedded::engine::topic_matches;
+use stream_engine::topic_matches;
 use proptest::prelude::*;
 
 /// Splits into words as RabbitMQ does: the empty string has no words, otherwise split on `.`.

@@ -4,21 +4,20 @@ mod common;
 
 use std::time::Duration;
 
-use binder_core::{HeaderValue, Headers, Message};
-use binder_embedded::engine::*;
+use stream_engine::*;
 use common::*;
 
 /// A DLX (fanout) with a DLQ, and a queue `q` dead-lettering to it with extra arguments.
-fn with_dlq(ch: &Channel, extra: &[(&str, HeaderValue)]) {
+fn with_dlq(ch: &Channel, extra: &[(&str, FieldValue)]) {
     ch.exchange_declare(
         "dlx",
         ExchangeKind::Fanout,
         ExchangeOptions::default(),
-        Headers::new(),
+        FieldTable::new(),
     )
     .unwrap();
     declare(ch, "dlq");
-    ch.queue_bind("dlq", "dlx", "", Headers::new()).unwrap();
+    ch.queue_bind("dlq", "dlx", "", FieldTable::new()).unwrap();
     let mut a = args(&[("x-dead-letter-exchange", "dlx".into())]);
     for (k, v) in extra {
         a.insert(*k, v.clone());
@@ -26,12 +25,12 @@ fn with_dlq(ch: &Channel, extra: &[(&str, HeaderValue)]) {
     declare_with(ch, "q", a);
 }
 
-fn deaths(m: &Message) -> Vec<Headers> {
+fn deaths(m: &Message) -> Vec<FieldTable> {
     match m.headers.get("x-death") {
-        Some(HeaderValue::Array(items)) => items
+        Some(FieldValue::Array(items)) => items
             .iter()
             .map(|i| match i {
-                HeaderValue::Table(t) => t.clone(),
+                FieldValue::Table(t) => t.clone(),
                 other => panic!("x-death entry is {other:?}"),
             })
             .collect(),
@@ -42,7 +41,7 @@ fn deaths(m: &Message) -> Vec<Headers> {
 #[tokio::test(start_paused = true)]
 async fn queue_ttl_expires_at_the_head_and_dead_letters() {
     let (_b, _c, ch) = open();
-    with_dlq(&ch, &[("x-message-ttl", HeaderValue::I32(1000))]);
+    with_dlq(&ch, &[("x-message-ttl", FieldValue::I32(1000))]);
     let mut dead = consume(&ch, "dlq");
     publish(&ch, "", "q", "old").await;
     tokio::time::sleep(Duration::from_millis(1001)).await;
@@ -55,9 +54,9 @@ async fn queue_ttl_expires_at_the_head_and_dead_letters() {
     assert_eq!(x[0].get_str("exchange"), Some(""));
     assert_eq!(
         x[0].get("routing-keys"),
-        Some(&HeaderValue::Array(vec!["q".into()]))
+        Some(&FieldValue::Array(vec!["q".into()]))
     );
-    assert_eq!(x[0].get("count"), Some(&HeaderValue::I64(1)));
+    assert_eq!(x[0].get("count"), Some(&FieldValue::I64(1)));
     assert_eq!(
         d.message().headers.get_str("x-first-death-reason"),
         Some("expired")
@@ -93,7 +92,7 @@ async fn the_shorter_of_queue_and_message_ttl_wins() {
     declare_with(
         &ch,
         "q",
-        args(&[("x-message-ttl", HeaderValue::I32(10_000))]),
+        args(&[("x-message-ttl", FieldValue::I32(10_000))]),
     );
     let mut m = msg("m");
     m.properties.expiration = Some("100".into());
@@ -107,7 +106,7 @@ async fn the_shorter_of_queue_and_message_ttl_wins() {
 #[tokio::test]
 async fn max_length_drop_head_dead_letters_the_oldest() {
     let (_b, _c, ch) = open();
-    with_dlq(&ch, &[("x-max-length", HeaderValue::I32(2))]);
+    with_dlq(&ch, &[("x-max-length", FieldValue::I32(2))]);
     for t in ["1", "2", "3"] {
         publish(&ch, "", "q", t).await;
     }
@@ -126,7 +125,7 @@ async fn max_length_bytes_counts_payload_bytes() {
     declare_with(
         &ch,
         "q",
-        args(&[("x-max-length-bytes", HeaderValue::I32(10))]),
+        args(&[("x-max-length-bytes", FieldValue::I32(10))]),
     );
     for t in ["aaaa", "bbbb", "cccc"] {
         publish(&ch, "", "q", t).await;
@@ -141,7 +140,7 @@ async fn reject_publish_refuses_and_nacks_the_publisher() {
         &ch,
         "q",
         args(&[
-            ("x-max-length", HeaderValue::I32(1)),
+            ("x-max-length", FieldValue::I32(1)),
             ("x-overflow", "reject-publish".into()),
         ]),
     );
@@ -162,7 +161,7 @@ async fn reject_publish_dlx_refuses_and_dead_letters() {
     with_dlq(
         &ch,
         &[
-            ("x-max-length", HeaderValue::I32(1)),
+            ("x-max-length", FieldValue::I32(1)),
             ("x-overflow", "reject-publish-dlx".into()),
         ],
     );
@@ -176,7 +175,7 @@ async fn reject_publish_dlx_refuses_and_dead_letters() {
 #[tokio::test]
 async fn priority_queues_deliver_higher_priorities_first() {
     let (_b, _c, ch) = open();
-    declare_with(&ch, "q", args(&[("x-max-priority", HeaderValue::I32(5))]));
+    declare_with(&ch, "q", args(&[("x-max-priority", FieldValue::I32(5))]));
     for (t, p) in [
         ("low", 1u8),
         ("none", 0),
@@ -202,11 +201,11 @@ async fn rejected_messages_are_dead_lettered_with_a_routing_key_override() {
         "dlx",
         ExchangeKind::Direct,
         ExchangeOptions::default(),
-        Headers::new(),
+        FieldTable::new(),
     )
     .unwrap();
     declare(&ch, "dlq");
-    ch.queue_bind("dlq", "dlx", "dead", Headers::new()).unwrap();
+    ch.queue_bind("dlq", "dlx", "dead", FieldTable::new()).unwrap();
     declare_with(
         &ch,
         "q",
@@ -225,7 +224,7 @@ async fn rejected_messages_are_dead_lettered_with_a_routing_key_override() {
     assert_eq!(x[0].get_str("reason"), Some("rejected"));
     assert_eq!(
         x[0].get("routing-keys"),
-        Some(&HeaderValue::Array(vec!["q".into()]))
+        Some(&FieldValue::Array(vec!["q".into()]))
     );
     // Without a DLX, rejection without requeue drops the message.
     declare(&ch, "plain");
@@ -244,14 +243,14 @@ async fn x_death_counts_repeated_deaths_in_the_same_queue() {
         "dlx",
         ExchangeKind::Fanout,
         ExchangeOptions::default(),
-        Headers::new(),
+        FieldTable::new(),
     )
     .unwrap();
     ch.exchange_declare(
         "back",
         ExchangeKind::Fanout,
         ExchangeOptions::default(),
-        Headers::new(),
+        FieldTable::new(),
     )
     .unwrap();
     declare_with(&ch, "q", args(&[("x-dead-letter-exchange", "dlx".into())]));
@@ -260,8 +259,8 @@ async fn x_death_counts_repeated_deaths_in_the_same_queue() {
         "dlq",
         args(&[("x-dead-letter-exchange", "back".into())]),
     );
-    ch.queue_bind("dlq", "dlx", "", Headers::new()).unwrap();
-    ch.queue_bind("q", "back", "", Headers::new()).unwrap();
+    ch.queue_bind("dlq", "dlx", "", FieldTable::new()).unwrap();
+    ch.queue_bind("q", "back", "", FieldTable::new()).unwrap();
     publish(&ch, "", "q", "m").await;
     for _ in 0..2 {
         let g = ch.basic_get("q", false).unwrap().unwrap();
@@ -273,9 +272,9 @@ async fn x_death_counts_repeated_deaths_in_the_same_queue() {
     let x = deaths(g.delivery.message());
     assert_eq!(x.len(), 2);
     assert_eq!(x[0].get_str("queue"), Some("dlq"), "most recent first");
-    assert_eq!(x[0].get("count"), Some(&HeaderValue::I64(2)));
+    assert_eq!(x[0].get("count"), Some(&FieldValue::I64(2)));
     assert_eq!(x[1].get_str("queue"), Some("q"));
-    assert_eq!(x[1].get("count"), Some(&HeaderValue::I64(2)));
+    assert_eq!(x[1].get("count"), Some(&FieldValue::I64(2)));
     assert_eq!(
         g.delivery.message().headers.get_str("x-first-death-queue"),
         Some("q")
@@ -290,7 +289,7 @@ async fn dead_letter_cycles_without_rejection_are_dropped() {
         &ch,
         "q",
         args(&[
-            ("x-message-ttl", HeaderValue::I32(100)),
+            ("x-message-ttl", FieldValue::I32(100)),
             ("x-dead-letter-exchange", "".into()),
         ]),
     );
@@ -305,7 +304,7 @@ async fn dead_letter_cycles_without_rejection_are_dropped() {
 #[tokio::test]
 async fn delivery_limit_dead_letters_after_too_many_redeliveries() {
     let (_b, _c, ch) = open();
-    with_dlq(&ch, &[("x-delivery-limit", HeaderValue::I32(1))]);
+    with_dlq(&ch, &[("x-delivery-limit", FieldValue::I32(1))]);
     publish(&ch, "", "q", "flaky").await;
     for _ in 0..2 {
         let g = ch.basic_get("q", false).unwrap().unwrap();

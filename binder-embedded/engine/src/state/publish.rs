@@ -129,7 +129,7 @@ impl State {
         &self,
         exchange: &str,
         routing_key: &str,
-        headers: &Headers,
+        headers: &FieldTable,
         queues: &mut Vec<Arc<str>>,
     ) -> Arc<str> {
         if exchange.is_empty() {
@@ -159,7 +159,7 @@ impl State {
         &self,
         exchange: &str,
         routing_key: &str,
-        headers: &Headers,
+        headers: &FieldTable,
         visited: &mut Vec<Arc<str>>,
         queues: &mut Vec<Arc<str>>,
     ) {

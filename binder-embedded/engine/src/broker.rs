@@ -6,7 +6,8 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
-use binder_core::{Headers, Message};
+use crate::field::FieldTable;
+use crate::message::{Message, Published};
 use tokio::sync::Notify;
 use tokio::sync::mpsc::{self, UnboundedReceiver};
 
@@ -15,7 +16,7 @@ use super::inbox::Inbox;
 use super::state::{PublishOutcome, Settle, State};
 use super::types::{
     BrokerConfig, ChannelEvent, ConsumeOptions, Delivery, ExchangeKind, ExchangeOptions,
-    PublishOptions, Published, QueueDeclareOk, QueueOptions,
+    PublishOptions, QueueDeclareOk, QueueOptions,
 };
 
 /// A shared empty name, so building a message before routing allocates nothing for it.
@@ -98,8 +99,7 @@ impl Shared {
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")] async fn main() {
-/// use binder_embedded::engine::*;
-/// use binder_core::Message;
+/// use stream_engine::*;
 ///
 /// let broker = Broker::new();
 /// let conn = broker.connect();
@@ -316,7 +316,7 @@ impl Channel {
         name: &str,
         kind: ExchangeKind,
         options: ExchangeOptions,
-        arguments: Headers,
+        arguments: FieldTable,
     ) -> AmqpResult<()> {
         self.shared.channel_op(self.id, |s| {
             s.exchange_declare(name, kind, options, arguments)
@@ -335,7 +335,7 @@ impl Channel {
         destination: &str,
         source: &str,
         key: &str,
-        arguments: Headers,
+        arguments: FieldTable,
     ) -> AmqpResult<()> {
         self.shared.channel_op(self.id, |s| {
             s.exchange_bind(destination, source, key, arguments)
@@ -348,7 +348,7 @@ impl Channel {
         destination: &str,
         source: &str,
         key: &str,
-        arguments: &Headers,
+        arguments: &FieldTable,
     ) -> AmqpResult<()> {
         self.shared.channel_op(self.id, |s| {
             s.exchange_unbind(destination, source, key, arguments)
@@ -360,7 +360,7 @@ impl Channel {
         &self,
         name: &str,
         options: QueueOptions,
-        arguments: Headers,
+        arguments: FieldTable,
     ) -> AmqpResult<QueueDeclareOk> {
         let id = self.id;
         self.shared
@@ -373,7 +373,7 @@ impl Channel {
         queue: &str,
         exchange: &str,
         key: &str,
-        arguments: Headers,
+        arguments: FieldTable,
     ) -> AmqpResult<()> {
         let id = self.id;
         self.shared
@@ -386,7 +386,7 @@ impl Channel {
         queue: &str,
         exchange: &str,
         key: &str,
-        arguments: &Headers,
+        arguments: &FieldTable,
     ) -> AmqpResult<()> {
         let id = self.id;
         self.shared

@@ -9,8 +9,7 @@ mod common;
 use common::rss;
 use std::time::Duration;
 
-use binder_core::{Headers, Message};
-use binder_embedded::engine::*;
+use stream_engine::*;
 
 const WATERMARK: usize = 64 << 20;
 const MESSAGES: usize = 10_000_000;
@@ -24,7 +23,7 @@ async fn ten_million_small_messages_block_the_publisher_within_twice_the_waterma
     let conn = broker.connect();
     let ch = conn.open_channel().unwrap();
     let mut events = ch.events().unwrap();
-    ch.queue_declare("small", QueueOptions::default(), Headers::new())
+    ch.queue_declare("small", QueueOptions::default(), FieldTable::new())
         .unwrap();
 
     let mut published = 0;

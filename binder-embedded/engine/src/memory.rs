@@ -24,10 +24,11 @@
 use std::mem::size_of;
 use std::sync::Arc;
 
-use binder_core::{HeaderValue, Headers, Message};
+use crate::field::{FieldTable, FieldValue};
+use crate::message::Message;
 
 use super::storage::QueuedMessage;
-use super::types::Published;
+use crate::message::Published;
 
 /// The heap a block of `n` bytes takes under glibc `malloc`: the request plus an 8-byte
 /// header, rounded up to 16, at least 32; nothing for an empty request (no allocation).
@@ -42,10 +43,10 @@ pub(crate) const fn block(n: usize) -> usize {
 /// Slots of a `BTreeMap` node (std's `CAPACITY`).
 const BTREE_CAPACITY: usize = 11;
 
-/// A `BTreeMap<String, HeaderValue>` leaf node: parent pointer, index and length, then the
+/// A `BTreeMap<String, FieldValue>` leaf node: parent pointer, index and length, then the
 /// keys and values.
 const BTREE_LEAF: usize =
-    8 + 2 + 2 + BTREE_CAPACITY * (size_of::<String>() + size_of::<HeaderValue>());
+    8 + 2 + 2 + BTREE_CAPACITY * (size_of::<String>() + size_of::<FieldValue>());
 
 /// An internal node: a leaf plus its twelve child pointers.
 const BTREE_INTERNAL: usize = BTREE_LEAF + (BTREE_CAPACITY + 1) * size_of::<usize>();
@@ -91,7 +92,7 @@ fn message(m: &Message) -> usize {
 }
 
 /// A header table's nodes and the blocks of its names and values.
-fn headers(h: &Headers) -> usize {
+fn headers(h: &FieldTable) -> usize {
     let n = h.len();
     let nodes = match n {
         0 => 0,
@@ -108,15 +109,15 @@ fn headers(h: &Headers) -> usize {
             .sum::<usize>()
 }
 
-fn header_value(v: &HeaderValue) -> usize {
+fn header_value(v: &FieldValue) -> usize {
     match v {
-        HeaderValue::String(s) => block(s.len()),
-        HeaderValue::Bytes(b) => block(b.len()),
-        HeaderValue::Array(items) => {
-            block(items.len() * size_of::<HeaderValue>())
+        FieldValue::String(s) => block(s.len()),
+        FieldValue::Bytes(b) => block(b.len()),
+        FieldValue::Array(items) => {
+            block(items.len() * size_of::<FieldValue>())
                 + items.iter().map(header_value).sum::<usize>()
         }
-        HeaderValue::Table(t) => headers(t),
+        FieldValue::Table(t) => headers(t),
         _ => 0,
     }
 }
@@ -162,8 +163,8 @@ mod tests {
         assert!(footprint(&published(many)) - plain > 8 * block(BTREE_LEAF));
         let nested = Message::new("x").with_header(
             "x-death",
-            HeaderValue::Array(vec![HeaderValue::Table(
-                Headers::new().tap_insert("reason", "rejected"),
+            FieldValue::Array(vec![FieldValue::Table(
+                FieldTable::new().tap_insert("reason", "rejected"),
             )]),
         );
         assert!(footprint(&published(nested)) - plain > 2 * block(BTREE_LEAF));
@@ -190,7 +191,7 @@ mod tests {
         fn tap_insert(self, k: &str, v: &str) -> Self;
     }
 
-    impl TapInsert for Headers {
+    impl TapInsert for FieldTable {
         fn tap_insert(mut self, k: &str, v: &str) -> Self {
             self.insert(k, v);
             self

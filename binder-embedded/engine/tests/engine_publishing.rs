@@ -4,8 +4,7 @@ mod common;
 
 use std::time::Duration;
 
-use binder_core::Headers;
-use binder_embedded::engine::*;
+use stream_engine::*;
 use common::*;
 
 #[tokio::test]
@@ -68,12 +67,12 @@ async fn a_fanout_publish_is_confirmed_once_enqueued_everywhere() {
         "f",
         ExchangeKind::Fanout,
         ExchangeOptions::default(),
-        Headers::new(),
+        FieldTable::new(),
     )
     .unwrap();
     for q in ["a", "b", "c"] {
         declare(&ch, q);
-        ch.queue_bind(q, "f", "", Headers::new()).unwrap();
+        ch.queue_bind(q, "f", "", FieldTable::new()).unwrap();
     }
     ch.confirm_select().unwrap();
     let out = publish(&ch, "f", "", "x").await;
@@ -102,7 +101,7 @@ async fn transactions_apply_publishes_and_acks_together() {
                 passive: true,
                 ..Default::default()
             },
-            Headers::new()
+            FieldTable::new()
         )
         .unwrap()
         .message_count,

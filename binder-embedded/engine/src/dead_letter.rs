@@ -2,7 +2,8 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use binder_core::{HeaderValue, Headers, Message};
+use crate::field::{FieldTable, FieldValue};
+use crate::message::Message;
 
 /// Why a message was dead-lettered, as RabbitMQ names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,42 +47,42 @@ pub(crate) fn record_death(
     exchange: &str,
     routing_keys: &[String],
 ) {
-    let mut deaths: Vec<HeaderValue> = match message.headers.remove("x-death") {
-        Some(HeaderValue::Array(items)) => items,
+    let mut deaths: Vec<FieldValue> = match message.headers.remove("x-death") {
+        Some(FieldValue::Array(items)) => items,
         _ => Vec::new(),
     };
-    let same = |entry: &HeaderValue| match entry {
-        HeaderValue::Table(t) => {
+    let same = |entry: &FieldValue| match entry {
+        FieldValue::Table(t) => {
             t.get_str("queue") == Some(queue) && t.get_str("reason") == Some(reason.as_str())
         }
         _ => false,
     };
     let previous = deaths.iter().position(same).map(|i| deaths.remove(i));
     let mut entry = match previous {
-        Some(HeaderValue::Table(t)) => t,
-        _ => Headers::new(),
+        Some(FieldValue::Table(t)) => t,
+        _ => FieldTable::new(),
     };
     let count = entry
         .get("count")
-        .and_then(HeaderValue::as_i64)
+        .and_then(FieldValue::as_i64)
         .unwrap_or(0)
         + 1;
-    entry.insert("count", HeaderValue::I64(count));
+    entry.insert("count", FieldValue::I64(count));
     entry.insert("reason", reason.as_str());
     entry.insert("queue", queue);
-    entry.insert("time", HeaderValue::Timestamp(now_seconds()));
+    entry.insert("time", FieldValue::Timestamp(now_seconds()));
     entry.insert("exchange", exchange);
     entry.insert(
         "routing-keys",
-        HeaderValue::Array(routing_keys.iter().map(|k| k.as_str().into()).collect()),
+        FieldValue::Array(routing_keys.iter().map(|k| k.as_str().into()).collect()),
     );
     if let Some(exp) = message.properties.expiration.take() {
         entry.insert("original-expiration", exp);
     }
-    deaths.insert(0, HeaderValue::Table(entry));
+    deaths.insert(0, FieldValue::Table(entry));
     message
         .headers
-        .insert("x-death", HeaderValue::Array(deaths));
+        .insert("x-death", FieldValue::Array(deaths));
     for (suffix, value) in [
         ("queue", queue),
         ("reason", reason.as_str()),
@@ -100,12 +101,12 @@ pub(crate) fn record_death(
 /// RabbitMQ's cycle rule: a dead-lettered message is not delivered to a queue it already died
 /// in unless some death in its history was a rejection (a client decision, not a loop).
 pub(crate) fn is_cycle(message: &Message, target_queue: &str) -> bool {
-    let Some(HeaderValue::Array(deaths)) = message.headers.get("x-death") else {
+    let Some(FieldValue::Array(deaths)) = message.headers.get("x-death") else {
         return false;
     };
     let tables = || {
         deaths.iter().filter_map(|d| match d {
-            HeaderValue::Table(t) => Some(t),
+            FieldValue::Table(t) => Some(t),
             _ => None,
         })
     };
@@ -118,12 +119,12 @@ pub(crate) fn is_cycle(message: &Message, target_queue: &str) -> bool {
 mod tests {
     use super::*;
 
-    fn deaths(m: &Message) -> Vec<Headers> {
+    fn deaths(m: &Message) -> Vec<FieldTable> {
         match m.headers.get("x-death") {
-            Some(HeaderValue::Array(items)) => items
+            Some(FieldValue::Array(items)) => items
                 .iter()
                 .map(|i| match i {
-                    HeaderValue::Table(t) => t.clone(),
+                    FieldValue::Table(t) => t.clone(),
                     _ => panic!("not a table"),
                 })
                 .collect(),
@@ -141,13 +142,13 @@ mod tests {
         let d = deaths(&m);
         assert_eq!(d.len(), 2);
         assert_eq!(d[0].get_str("queue"), Some("q1"));
-        assert_eq!(d[0].get("count"), Some(&HeaderValue::I64(2)));
+        assert_eq!(d[0].get("count"), Some(&FieldValue::I64(2)));
         assert_eq!(d[0].get_str("original-expiration"), Some("500"));
         assert_eq!(
             d[0].get("routing-keys"),
-            Some(&HeaderValue::Array(vec!["k".into()]))
+            Some(&FieldValue::Array(vec!["k".into()]))
         );
-        assert!(matches!(d[0].get("time"), Some(HeaderValue::Timestamp(_))));
+        assert!(matches!(d[0].get("time"), Some(FieldValue::Timestamp(_))));
         assert_eq!(d[1].get_str("reason"), Some("rejected"));
         assert_eq!(m.properties.expiration, None);
         assert_eq!(m.headers.get_str("x-first-death-queue"), Some("q1"));

@@ -3,8 +3,7 @@
 
 mod common;
 
-use binder_core::{HeaderValue, Headers};
-use binder_embedded::engine::*;
+use stream_engine::*;
 use common::*;
 
 #[tokio::test]
@@ -206,7 +205,7 @@ async fn higher_priority_consumers_are_served_first() {
     ch.basic_qos(1, false).unwrap();
     let mut low = consume(&ch, "q");
     let high_opts = ConsumeOptions {
-        arguments: args(&[("x-priority", HeaderValue::I32(10))]),
+        arguments: args(&[("x-priority", FieldValue::I32(10))]),
         ..Default::default()
     };
     let mut high = ch.basic_consume("q", high_opts).unwrap();
@@ -285,5 +284,5 @@ async fn consumer_tags_are_unique_per_channel() {
     declare(&generated, "q");
     let c = consume(&generated, "q");
     assert!(c.tag().starts_with("amq.ctag-"));
-    let _ = Headers::new();
+    let _ = FieldTable::new();
 }

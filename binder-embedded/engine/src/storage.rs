@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 
-use super::types::Published;
+use crate::message::Published;
 
 /// A message in a queue.
 #[derive(Debug, Clone)]
@@ -167,7 +167,7 @@ impl QueueStorage for PriorityStorage {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use binder_core::Message;
+    use crate::message::Message;
 
     fn msg(seq: u64, priority: u8) -> QueuedMessage {
         QueuedMessage {

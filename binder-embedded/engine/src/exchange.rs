@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use rustc_hash::FxHashMap as HashMap;
 
-use binder_core::{HeaderValue, Headers};
+use crate::field::{FieldValue, FieldTable};
 
 use super::topic::{TopicKey, TopicPattern};
 use super::types::ExchangeKind;
@@ -22,12 +22,12 @@ pub(crate) enum Target {
 pub(crate) struct Binding {
     pub target: Target,
     pub key: String,
-    pub args: Headers,
+    pub args: FieldTable,
     topic: Option<TopicPattern>,
 }
 
 impl Binding {
-    pub(crate) fn same(&self, target: &Target, key: &str, args: &Headers) -> bool {
+    pub(crate) fn same(&self, target: &Target, key: &str, args: &FieldTable) -> bool {
         self.target == *target && self.key == key && self.args == *args
     }
 }
@@ -55,7 +55,7 @@ impl Exchange {
         durable: bool,
         auto_delete: bool,
         internal: bool,
-        args: Headers,
+        args: FieldTable,
     ) -> Self {
         let alternate = args.get_str("alternate-exchange").map(str::to_owned);
         Exchange {
@@ -72,7 +72,7 @@ impl Exchange {
     }
 
     /// Adds a binding unless an identical one exists; returns whether it was added.
-    pub(crate) fn bind(&mut self, target: Target, key: &str, args: Headers) -> bool {
+    pub(crate) fn bind(&mut self, target: Target, key: &str, args: FieldTable) -> bool {
         if self.bindings.iter().any(|b| b.same(&target, key, &args)) {
             return false;
         }
@@ -88,7 +88,7 @@ impl Exchange {
     }
 
     /// Removes a binding; returns whether one was removed.
-    pub(crate) fn unbind(&mut self, target: &Target, key: &str, args: &Headers) -> bool {
+    pub(crate) fn unbind(&mut self, target: &Target, key: &str, args: &FieldTable) -> bool {
         let before = self.bindings.len();
         self.bindings.retain(|b| !b.same(target, key, args));
         let removed = self.bindings.len() != before;
@@ -132,7 +132,7 @@ impl Exchange {
     pub(crate) fn matching_queues(
         &self,
         routing_key: &str,
-        headers: &Headers,
+        headers: &FieldTable,
         out: &mut Vec<Arc<str>>,
     ) {
         let queue = |t: &Target| match t {
@@ -174,7 +174,7 @@ impl Exchange {
     }
 
     /// The binding targets a message matches.
-    pub(crate) fn matching(&self, routing_key: &str, headers: &Headers, out: &mut Vec<Target>) {
+    pub(crate) fn matching(&self, routing_key: &str, headers: &FieldTable, out: &mut Vec<Target>) {
         match self.kind {
             ExchangeKind::Direct => {
                 if let Some(idx) = self.direct_index.get(routing_key) {
@@ -195,17 +195,17 @@ impl Exchange {
     }
 }
 
-fn values_equal(a: &HeaderValue, b: &HeaderValue) -> bool {
+fn values_equal(a: &FieldValue, b: &FieldValue) -> bool {
     match (a.as_i64(), b.as_i64()) {
         (Some(x), Some(y)) => x == y,
         _ => a == b,
     }
 }
 
-/// Headers-exchange matching: `x-match` is `all` (default), `any`, `all-with-x` or
+/// FieldTable-exchange matching: `x-match` is `all` (default), `any`, `all-with-x` or
 /// `any-with-x`. Binding arguments starting with `x-` are ignored unless `-with-x`; a `void`
 /// argument matches on presence alone.
-pub(crate) fn headers_match(binding_args: &Headers, headers: &Headers) -> bool {
+pub(crate) fn headers_match(binding_args: &FieldTable, headers: &FieldTable) -> bool {
     let mode = binding_args.get_str("x-match").unwrap_or("all");
     let (all, with_x) = match mode {
         "any" => (false, false),
@@ -216,9 +216,9 @@ pub(crate) fn headers_match(binding_args: &Headers, headers: &Headers) -> bool {
     let mut considered = binding_args
         .iter()
         .filter(|(k, _)| k.as_str() != "x-match" && (with_x || !k.starts_with("x-")));
-    let matches = |(k, v): (&String, &HeaderValue)| match (v, headers.get(k)) {
+    let matches = |(k, v): (&String, &FieldValue)| match (v, headers.get(k)) {
         (_, None) => false,
-        (HeaderValue::Void, Some(_)) => true,
+        (FieldValue::Void, Some(_)) => true,
         (v, Some(h)) => values_equal(v, h),
     };
     if all {
@@ -232,7 +232,7 @@ pub(crate) fn headers_match(binding_args: &Headers, headers: &Headers) -> bool {
 mod tests {
     use super::*;
 
-    fn h(pairs: &[(&str, HeaderValue)]) -> Headers {
+    fn h(pairs: &[(&str, FieldValue)]) -> FieldTable {
         pairs.iter().cloned().collect()
     }
 
@@ -271,10 +271,10 @@ mod tests {
 
     #[test]
     fn void_matches_presence_and_integers_compare_by_value() {
-        let msg = h(&[("k", HeaderValue::I64(5))]);
-        assert!(headers_match(&h(&[("k", HeaderValue::Void)]), &msg));
-        assert!(headers_match(&h(&[("k", HeaderValue::I32(5))]), &msg));
-        assert!(!headers_match(&h(&[("k", HeaderValue::I32(6))]), &msg));
-        assert!(!headers_match(&h(&[("other", HeaderValue::Void)]), &msg));
+        let msg = h(&[("k", FieldValue::I64(5))]);
+        assert!(headers_match(&h(&[("k", FieldValue::Void)]), &msg));
+        assert!(headers_match(&h(&[("k", FieldValue::I32(5))]), &msg));
+        assert!(!headers_match(&h(&[("k", FieldValue::I32(6))]), &msg));
+        assert!(!headers_match(&h(&[("other", FieldValue::Void)]), &msg));
     }
 }
