@@ -44,7 +44,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use binder_embedded::engine::{
+use stream_engine::{
     Broker, FieldTable, Message, Channel, ConsumeOptions, Consumer, Delivery, ExchangeKind, ExchangeOptions,
     PublishOptions, PublishStatus, QueueOptions,
 };

@@ -8,7 +8,7 @@
 //! 1. `mpsc bounded(200)` — **the baseline**: the payloads, pre-serialized to `Vec<u8>` before
 //!    the clock starts, go producer → bounded `tokio::sync::mpsc` channel of capacity 200 →
 //!    consumer, which takes batches with `recv_many` and decodes each payload.
-//! 2. `engine 1→1` — the engine scenario of `engine_throughput`: prebuilt engine [`Message`](engine::Message)s with the
+//! 2. `engine 1→1` — the engine scenario of `engine_throughput`: prebuilt [`Message`]s with the
 //!    same pre-serialized payloads are published to a direct exchange → one queue → one
 //!    consumer; manual ack, `basic.qos(200)`, batches taken with `recv_many` and acked once
 //!    each with `multiple = true`; the consumer decodes each payload.
@@ -57,11 +57,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use binder_core::Message;
 use binder_core::config::ConfigLoader;
 use binder_core::runtime::{App, Output, RunningApp, handler};
 use binder_embedded::EmbeddedBinder;
 use binder_embedded::engine::{
-    self, Broker, FieldTable, Channel, ConsumeOptions, Consumer, Delivery, ExchangeKind, ExchangeOptions,
+    Broker, FieldTable, Channel, ConsumeOptions, Consumer, Delivery, ExchangeKind, ExchangeOptions,
     PublishOptions, PublishStatus, QueueOptions,
 };
 use serde::{Deserialize, Serialize};
@@ -266,7 +267,7 @@ async fn run_mpsc(payloads: Vec<Vec<u8>>) -> RunResult {
 
 // ---- 2. engine alone --------------------------------------------------------------------
 
-async fn run_engine(msgs: Vec<engine::Message>) -> RunResult {
+async fn run_engine(msgs: Vec<Message>) -> RunResult {
     const EXCHANGE: &str = "bench.direct";
     const QUEUE: &str = "bench.direct.q";
     const KEY: &str = "bench.key";
@@ -531,7 +532,7 @@ async fn run(scenario: Scenario, settings: Settings) -> RunResult {
         match scenario {
             Scenario::MpscBounded => run_mpsc(payloads(n)).await,
             Scenario::EngineDirect => {
-                run_engine(payloads(n).into_iter().map(engine::Message::new).collect()).await
+                run_engine(payloads(n).into_iter().map(Message::new).collect()).await
             }
             Scenario::AppOneSender => run_app(bench_msgs(n), 1).await,
             Scenario::AppManySenders => run_app(bench_msgs(n), settings.senders).await,

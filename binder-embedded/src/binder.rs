@@ -19,7 +19,7 @@ use crate::engine::{
     AmqpError, AmqpResult, Broker, Channel, Connection, ConsumeOptions, Consumer, Delivery,
     ExchangeOptions, PublishOptions, PublishOutcome, QueueOptions, TryPublish,
 };
-use crate::convert;
+use crate::envelope as convert;
 use crate::settings::{EmbeddedSettings, MemoryWatermark, PREFIX};
 
 /// The broker every `embedded` binder created from configuration shares, so services in one
@@ -390,7 +390,7 @@ impl Producer for EmbeddedProducer {
                 exchange,
                 routing_key,
                 options.clone(),
-                convert::to_engine(message),
+                message,
             )
         {
             TryPublish::Done(outcome) => {
@@ -478,7 +478,7 @@ impl EmbeddedSubscription {
             Settler::new(self.acks.clone(), d.delivery_tag)
         };
         Inbound {
-            content: convert::to_framework(&d.body),
+            content: d.body,
             redelivered: d.redelivered,
             settler,
         }

@@ -7,7 +7,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use binder_core::HeaderValue;
+use binder_embedded::engine::FieldValue;
 use binder_core::binder::{Binder, Inbound, Settlement, Subscription, SubscriptionSpec};
 use binder_embedded::EmbeddedBinder;
 use common::{args, declare, declare_with, msg, open};
@@ -27,8 +27,8 @@ async fn a_held_delivery_is_unchanged_by_its_redelivery_and_dead_lettering() {
         &ch,
         "held",
         args(&[
-            ("x-dead-letter-exchange", HeaderValue::from("")),
-            ("x-dead-letter-routing-key", HeaderValue::from("held.dlq")),
+            ("x-dead-letter-exchange", FieldValue::from("")),
+            ("x-dead-letter-routing-key", FieldValue::from("held.dlq")),
         ]),
     );
     let binder = EmbeddedBinder::new(broker.clone());

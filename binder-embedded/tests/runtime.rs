@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use binder_core::runtime::{BindingState, FailureAction, Reply, handler};
 use binder_core::{HeaderValue, Message};
-use binder_embedded::engine::{Broker, ConsumeOptions, FieldValue};
+use binder_embedded::engine::{Broker, ConsumeOptions};
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
@@ -229,7 +229,7 @@ spring.cloud.stream.bindings:
             .await
             .unwrap();
         let d = next(&mut watches[partition].consumer).await;
-        assert_eq!(d.message().headers.get("k"), Some(&FieldValue::I64(k)));
+        assert_eq!(d.message().headers.get("k"), Some(&HeaderValue::I64(k)));
     }
     let err = by_header
         .send_message(Message::new("h").with_header("k", HeaderValue::Void))
@@ -338,7 +338,7 @@ spring.cloud.stream:
     assert!(h.get_str("x-exception-stacktrace").is_some());
     assert_eq!(h.get_str("x-original-exchange"), Some("payments"));
     assert_eq!(h.get_str("x-original-routingKey"), Some("payments"));
-    assert_eq!(h.get("x-attempts"), Some(&FieldValue::I64(3)));
+    assert_eq!(h.get("x-attempts"), Some(&HeaderValue::I64(3)));
     assert_eq!(failures.recv().await, Some((3, FailureAction::Republished)));
     let report = running.shutdown().await;
     assert!(report.drained);
@@ -369,10 +369,10 @@ spring.cloud.stream:
         .unwrap();
     let dead = next(&mut dlq.consumer).await;
     let death = match dead.message().headers.get("x-death") {
-        Some(FieldValue::Array(items)) => items[0].clone(),
+        Some(HeaderValue::Array(items)) => items[0].clone(),
         other => panic!("no x-death: {other:?}"),
     };
-    let FieldValue::Table(t) = death else {
+    let HeaderValue::Table(t) = death else {
         panic!()
     };
     assert_eq!(t.get_str("reason"), Some("rejected"));
@@ -421,7 +421,7 @@ spring.cloud.stream:
     );
     assert_eq!(
         dead.message().headers.get("x-attempts"),
-        Some(&FieldValue::I64(1)),
+        Some(&HeaderValue::I64(1)),
         "decode errors are not retried"
     );
 
@@ -438,7 +438,7 @@ spring.cloud.stream:
     assert!(reason.contains("content-encoding `gzip`"), "{reason}");
     assert_eq!(
         dead.message().headers.get("x-attempts"),
-        Some(&FieldValue::I64(1))
+        Some(&HeaderValue::I64(1))
     );
 
     p.send(

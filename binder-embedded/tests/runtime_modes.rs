@@ -153,7 +153,7 @@ spring.cloud.stream:
         "db",
         "db",
         Default::default(),
-        binder_embedded::engine::Message::new("2"),
+        binder_core::Message::new("2"),
     )
     .await
     .unwrap();

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use crate::field::FieldTable;
-use crate::message::{Message, Published};
+use crate::envelope::{Envelope, Native};
 use tokio::sync::Notify;
 use tokio::sync::mpsc::{self, UnboundedReceiver};
 
@@ -26,8 +26,8 @@ fn unnamed() -> Arc<str> {
 }
 
 #[derive(Debug)]
-struct Shared {
-    state: Mutex<State>,
+struct Shared<E: Envelope> {
+    state: Mutex<State<E>>,
     /// Publishers are blocked by the memory alarm.
     blocked: AtomicBool,
     unblocked: Notify,
@@ -36,8 +36,8 @@ struct Shared {
     timer_started: AtomicBool,
 }
 
-impl Shared {
-    fn lock(&self) -> MutexGuard<'_, State> {
+impl<E: Envelope> Shared<E> {
+    fn lock(&self) -> MutexGuard<'_, State<E>> {
         // A panic while holding the lock leaves consistent state (every operation validates
         // before it mutates), so a poisoned lock is still usable.
         self.state.lock().unwrap_or_else(|p| p.into_inner())
@@ -45,7 +45,7 @@ impl Shared {
 
     /// Runs an operation and then the bookkeeping every operation needs: timer wake-ups and
     /// the memory alarm.
-    fn with<T>(&self, op: impl FnOnce(&mut State) -> T) -> T {
+    fn with<T>(&self, op: impl FnOnce(&mut State<E>) -> T) -> T {
         let mut state = self.lock();
         let out = op(&mut state);
         self.memory_alarm(&mut state);
@@ -65,7 +65,7 @@ impl Shared {
         out
     }
 
-    fn memory_alarm(&self, state: &mut State) {
+    fn memory_alarm(&self, state: &mut State<E>) {
         state.fold_released();
         // Without a watermark nothing holds publishers back (it may have just been lifted).
         let high = state.config.memory_high_watermark.unwrap_or(usize::MAX);
@@ -88,7 +88,7 @@ impl Shared {
     fn channel_op<T>(
         &self,
         channel: u64,
-        op: impl FnOnce(&mut State) -> AmqpResult<T>,
+        op: impl FnOnce(&mut State<E>) -> AmqpResult<T>,
     ) -> AmqpResult<T> {
         self.with(|state| state.on_channel(channel, op))
     }
@@ -101,7 +101,7 @@ impl Shared {
 /// # #[tokio::main(flavor = "current_thread")] async fn main() {
 /// use stream_engine::*;
 ///
-/// let broker = Broker::new();
+/// let broker: Broker = Broker::new();
 /// let conn = broker.connect();
 /// let ch = conn.open_channel().unwrap();
 /// ch.queue_declare("jobs", QueueOptions::default(), Default::default()).unwrap();
@@ -112,25 +112,33 @@ impl Shared {
 /// ch.basic_ack(delivery.delivery_tag, false).unwrap();
 /// # }
 /// ```
-#[derive(Debug, Clone)]
-pub struct Broker {
-    shared: Arc<Shared>,
+#[derive(Debug)]
+pub struct Broker<E: Envelope = Native> {
+    shared: Arc<Shared<E>>,
 }
 
-impl Broker {
+impl<E: Envelope> Clone for Broker<E> {
+    fn clone(&self) -> Self {
+        Broker {
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+impl<E: Envelope> Broker<E> {
     /// Whether `other` is a handle on this same broker.
-    pub fn same_as(&self, other: &Broker) -> bool {
+    pub fn same_as(&self, other: &Broker<E>) -> bool {
         Arc::ptr_eq(&self.shared, &other.shared)
     }
 }
 
-impl Default for Broker {
+impl<E: Envelope> Default for Broker<E> {
     fn default() -> Self {
         Self::new()
     }
 }
 
-impl Broker {
+impl<E: Envelope> Broker<E> {
     /// A broker with default settings.
     pub fn new() -> Self {
         Self::with_config(BrokerConfig::default())
@@ -151,7 +159,7 @@ impl Broker {
 
     /// Opens a connection. Must be called inside a tokio runtime (the broker's timer task,
     /// which expires messages and idle queues, starts with the first connection).
-    pub fn connect(&self) -> Connection {
+    pub fn connect(&self) -> Connection<E> {
         self.start_timer();
         let id = self.shared.with(State::open_connection);
         Connection {
@@ -213,7 +221,7 @@ impl Broker {
         if self.shared.timer_started.swap(true, Ordering::AcqRel) {
             return;
         }
-        let weak: Weak<Shared> = Arc::downgrade(&self.shared);
+        let weak: Weak<Shared<E>> = Arc::downgrade(&self.shared);
         let timer = self.shared.timer.clone();
         tokio::spawn(async move {
             loop {
@@ -243,14 +251,14 @@ impl Broker {
 /// A connection: owns channels and exclusive queues. Closing (or dropping) it closes its
 /// channels, requeues their unacknowledged deliveries and deletes its exclusive queues.
 #[derive(Debug)]
-pub struct Connection {
+pub struct Connection<E: Envelope = Native> {
     id: u64,
-    shared: Arc<Shared>,
+    shared: Arc<Shared<E>>,
 }
 
-impl Connection {
+impl<E: Envelope> Connection<E> {
     /// Opens a channel.
-    pub fn open_channel(&self) -> AmqpResult<Channel> {
+    pub fn open_channel(&self) -> AmqpResult<Channel<E>> {
         let (tx, rx) = mpsc::unbounded_channel();
         let id = self.shared.with(|s| s.open_channel(self.id, tx))?;
         Ok(Channel {
@@ -266,7 +274,7 @@ impl Connection {
     }
 }
 
-impl Drop for Connection {
+impl<E: Envelope> Drop for Connection<E> {
     fn drop(&mut self) {
         let id = self.id;
         self.shared.with(|s| s.close_connection(id));
@@ -274,23 +282,23 @@ impl Drop for Connection {
 }
 
 /// Notifications of a channel: returns, consumer cancellations, flow control, closure.
-pub type ChannelEvents = UnboundedReceiver<ChannelEvent>;
+pub type ChannelEvents<E = Native> = UnboundedReceiver<ChannelEvent<E>>;
 
 /// What [`Channel::try_basic_publish`] did.
 #[derive(Debug)]
-pub enum TryPublish {
+pub enum TryPublish<E: Envelope = Native> {
     /// Published (or refused with an error).
     Done(AmqpResult<PublishOutcome>),
     /// Publishers are blocked by the memory alarm: the message, not published (boxed, so
     /// the common outcome stays small).
-    Blocked(Box<Message>),
+    Blocked(Box<E::Message>),
 }
 
 /// A `basic.get` result.
 #[derive(Debug, Clone)]
-pub struct GetOk {
+pub struct GetOk<E: Envelope = Native> {
     /// The message.
-    pub delivery: Delivery,
+    pub delivery: Delivery<E>,
     /// Messages left in the queue.
     pub message_count: u32,
 }
@@ -298,15 +306,15 @@ pub struct GetOk {
 /// A channel. Channel-level errors (404, 405, 406, 403) close it, as in AMQP; later calls
 /// return 504 CHANNEL_ERROR. Dropping it closes it and requeues its unacknowledged deliveries.
 #[derive(Debug)]
-pub struct Channel {
+pub struct Channel<E: Envelope = Native> {
     id: u64,
-    shared: Arc<Shared>,
-    events: Mutex<Option<ChannelEvents>>,
+    shared: Arc<Shared<E>>,
+    events: Mutex<Option<ChannelEvents<E>>>,
 }
 
-impl Channel {
+impl<E: Envelope> Channel<E> {
     /// Takes the channel's event stream (once).
-    pub fn events(&self) -> Option<ChannelEvents> {
+    pub fn events(&self) -> Option<ChannelEvents<E>> {
         self.events.lock().unwrap_or_else(|p| p.into_inner()).take()
     }
 
@@ -427,7 +435,7 @@ impl Channel {
         exchange: &str,
         routing_key: &str,
         options: PublishOptions,
-        message: Message,
+        message: E::Message,
     ) -> AmqpResult<PublishOutcome> {
         // A publisher that never waits would keep the consumers it wakes from running on its
         // worker thread; spending tokio's cooperative budget lets them in.
@@ -455,19 +463,15 @@ impl Channel {
         exchange: &str,
         routing_key: &str,
         options: PublishOptions,
-        message: Message,
-    ) -> TryPublish {
+        message: E::Message,
+    ) -> TryPublish<E> {
         if self.shared.blocked.load(Ordering::Acquire) {
             return TryPublish::Blocked(Box::new(message));
         }
         // The message is moved into its shared allocation once, here; the engine fills in
         // the exchange's shared name and the routing key (shared with the channel's last
         // publish when it is the same, as it usually is).
-        let body = Arc::new(Published {
-            exchange: unnamed(),
-            routing_key: unnamed(),
-            message,
-        });
+        let body = Arc::new(E::seal(message, unnamed(), unnamed()));
         let id = self.id;
         TryPublish::Done(self.shared.channel_op(id, |s| {
             s.publish(id, exchange, routing_key, options.mandatory, body)
@@ -475,7 +479,7 @@ impl Channel {
     }
 
     /// `basic.consume`: deliveries arrive on the returned [`Consumer`].
-    pub fn basic_consume(&self, queue: &str, options: ConsumeOptions) -> AmqpResult<Consumer> {
+    pub fn basic_consume(&self, queue: &str, options: ConsumeOptions) -> AmqpResult<Consumer<E>> {
         let channel = self.id;
         let (id, tag, inbox) = self
             .shared
@@ -497,7 +501,7 @@ impl Channel {
     }
 
     /// `basic.get`: one message, if any.
-    pub fn basic_get(&self, queue: &str, no_ack: bool) -> AmqpResult<Option<GetOk>> {
+    pub fn basic_get(&self, queue: &str, no_ack: bool) -> AmqpResult<Option<GetOk<E>>> {
         let id = self.id;
         let got = self.shared.channel_op(id, |s| s.get(id, queue, no_ack))?;
         Ok(got.map(|(delivery, message_count)| GetOk {
@@ -556,7 +560,7 @@ impl Channel {
     }
 }
 
-impl Drop for Channel {
+impl<E: Envelope> Drop for Channel<E> {
     fn drop(&mut self) {
         let id = self.id;
         self.shared.with(|s| s.close_channel(id, None));
@@ -568,16 +572,16 @@ impl Drop for Channel {
 /// The engine pushes deliveries (up to the prefetch window) into the consumer's inbox; the
 /// handle takes them in batches without touching the engine's lock.
 #[derive(Debug)]
-pub struct Consumer {
+pub struct Consumer<E: Envelope = Native> {
     id: u64,
     tag: String,
     channel: u64,
-    shared: Arc<Shared>,
-    inbox: Arc<Inbox>,
+    shared: Arc<Shared<E>>,
+    inbox: Arc<Inbox<E>>,
     cancelled: bool,
 }
 
-impl Consumer {
+impl<E: Envelope> Consumer<E> {
     /// The consumer tag.
     pub fn tag(&self) -> &str {
         &self.tag
@@ -585,7 +589,7 @@ impl Consumer {
 
     /// The next delivery; `None` once the consumer is cancelled (by the client, by queue
     /// deletion, or because its channel closed).
-    pub async fn recv(&mut self) -> Option<Delivery> {
+    pub async fn recv(&mut self) -> Option<Delivery<E>> {
         let mut one = Vec::with_capacity(1);
         self.recv_many(&mut one, 1).await;
         one.pop()
@@ -593,7 +597,7 @@ impl Consumer {
 
     /// Waits for at least one delivery and takes up to `limit` that are ready; returns how
     /// many were added (0 once cancelled).
-    pub async fn recv_many(&mut self, buffer: &mut Vec<Delivery>, limit: usize) -> usize {
+    pub async fn recv_many(&mut self, buffer: &mut Vec<Delivery<E>>, limit: usize) -> usize {
         let limit = limit.max(1);
         loop {
             // Register before looking, so a push in between is not missed.
@@ -627,7 +631,7 @@ impl Consumer {
     }
 
     /// A delivery if one is ready now.
-    pub fn try_recv(&mut self) -> Option<Delivery> {
+    pub fn try_recv(&mut self) -> Option<Delivery<E>> {
         let mut one = Vec::with_capacity(1);
         if self.inbox.take(&mut one, 1) == Some(0) {
             let id = self.id;
@@ -654,7 +658,7 @@ impl Consumer {
     }
 }
 
-impl Drop for Consumer {
+impl<E: Envelope> Drop for Consumer<E> {
     fn drop(&mut self) {
         if !self.cancelled {
             let (channel, tag) = (self.channel, self.tag.clone());

@@ -10,17 +10,27 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::Notify;
 
 use super::types::Delivery;
+use crate::envelope::Envelope;
 
-#[derive(Debug, Default)]
-struct Held {
-    deliveries: VecDeque<Delivery>,
+#[derive(Debug)]
+struct Held<E: Envelope> {
+    deliveries: VecDeque<Delivery<E>>,
     /// The memory each delivery is counted as, for a no-ack consumer (empty otherwise).
     footprints: VecDeque<usize>,
 }
 
+impl<E: Envelope> Default for Held<E> {
+    fn default() -> Self {
+        Held {
+            deliveries: VecDeque::new(),
+            footprints: VecDeque::new(),
+        }
+    }
+}
+
 #[derive(Debug, Default)]
-pub(crate) struct Inbox {
-    held: Mutex<Held>,
+pub(crate) struct Inbox<E: Envelope> {
+    held: Mutex<Held<E>>,
     ready: Notify,
     closed: AtomicBool,
     /// For a no-ack consumer, whose deliveries the engine no longer holds: where the memory
@@ -28,7 +38,7 @@ pub(crate) struct Inbox {
     released: Option<Arc<AtomicUsize>>,
 }
 
-impl Inbox {
+impl<E: Envelope> Inbox<E> {
     /// The inbox of a consumer that acknowledges: its deliveries are counted by the engine's
     /// records until they are settled.
     pub(crate) fn new() -> Self {
@@ -49,12 +59,12 @@ impl Inbox {
         self.released.is_some()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Held> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Held<E>> {
         self.held.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Hands the memory of the first `n` deliveries' footprints to the broker.
-    fn release(&self, held: &mut Held, n: usize) {
+    fn release(&self, held: &mut Held<E>, n: usize) {
         if let Some(released) = &self.released {
             let n = n.min(held.footprints.len());
             let bytes: usize = held.footprints.drain(..n).sum();
@@ -68,7 +78,7 @@ impl Inbox {
     /// wake-up can cost a system call, which would hold up every other operation on the
     /// broker.
     #[must_use = "a handle waiting on an empty inbox must be woken"]
-    pub(crate) fn push_many(&self, deliveries: Vec<Delivery>, footprints: Vec<usize>) -> bool {
+    pub(crate) fn push_many(&self, deliveries: Vec<Delivery<E>>, footprints: Vec<usize>) -> bool {
         if deliveries.is_empty() {
             return false;
         }
@@ -89,9 +99,9 @@ impl Inbox {
     /// Closes the inbox (consumer cancelled). With `give_back`, returns what the handle never
     /// took; without, leaves it for the handle to take before it sees the end (as a client
     /// keeps the deliveries it already received after `basic.cancel`).
-    pub(crate) fn close(&self, give_back: bool) -> Vec<Delivery> {
+    pub(crate) fn close(&self, give_back: bool) -> Vec<Delivery<E>> {
         self.closed.store(true, Ordering::Release);
-        let left: Vec<Delivery> = if give_back {
+        let left: Vec<Delivery<E>> = if give_back {
             let mut held = self.lock();
             let n = held.deliveries.len();
             self.release(&mut held, n);
@@ -115,7 +125,7 @@ impl Inbox {
     }
 
     /// Takes up to `limit` deliveries now; `None` when closed and empty.
-    pub(crate) fn take(&self, out: &mut Vec<Delivery>, limit: usize) -> Option<usize> {
+    pub(crate) fn take(&self, out: &mut Vec<Delivery<E>>, limit: usize) -> Option<usize> {
         let mut held = self.lock();
         let n = limit.min(held.deliveries.len());
         if n == 0 && self.closed.load(Ordering::Acquire) {

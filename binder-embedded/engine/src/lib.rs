@@ -15,11 +15,12 @@
 
 mod broker;
 mod dead_letter;
+mod envelope;
 mod error;
 mod exchange;
 mod field;
 mod inbox;
-mod memory;
+pub mod memory;
 mod message;
 mod naming;
 mod queue;
@@ -30,6 +31,7 @@ mod types;
 
 pub use broker::{Broker, Channel, ChannelEvents, Connection, Consumer, GetOk, TryPublish};
 pub use dead_letter::DeathReason;
+pub use envelope::{Envelope, Native};
 pub use error::{AmqpError, AmqpResult, ReplyCode};
 pub use field::{Decimal, FieldTable, FieldValue};
 pub use message::{Message, Properties, Published};

@@ -3,14 +3,17 @@
 //! The estimate adds up the heap blocks a queued message keeps alive, each rounded as glibc's
 //! `malloc` rounds it (16-byte steps, 8 bytes of chunk header, 32 bytes at least):
 //!
-//! * the shared record ([`Published`], 320 bytes, in its `Arc`): 352;
+//! * the shared record (the envelope's record, in its `Arc`; [`Published`](crate::Published)
+//!   is 320 bytes: 352);
 //! * the payload's block, and the routing key's (counted as the message's own, although
 //!   consecutive publishes with the same key share one);
 //! * the header table: a `BTreeMap` allocates a node of 11 slots (724 bytes) for its first
 //!   entry, and about one more per five entries beyond eleven; each name and string value
 //!   has a block of its own, nested arrays and tables are counted the same way;
 //! * the property strings (a content type shared with other messages counts nothing);
-//! * the queue's entry for it ([`QueuedMessage`], 56 bytes); from delivery to settlement
+//!   an [`Envelope`] reports the payload, headers and properties of its records
+//!   ([`Envelope::message_heap`]), with [`block`], [`btree_nodes`] and [`shared_str`];
+//! * the queue's entry for it ([`QueuedMessage`](crate::QueuedMessage), 56 bytes); from delivery to settlement
 //!   also the channel's record of the delivery and the delivery handed to the consumer
 //!   (136 bytes more).
 //!
@@ -24,15 +27,16 @@
 use std::mem::size_of;
 use std::sync::Arc;
 
+use crate::envelope::{Envelope, Native};
 use crate::field::{FieldTable, FieldValue};
 use crate::message::Message;
-
-use super::storage::QueuedMessage;
+#[cfg(test)]
 use crate::message::Published;
+use crate::storage::QueuedMessage;
 
 /// The heap a block of `n` bytes takes under glibc `malloc`: the request plus an 8-byte
 /// header, rounded up to 16, at least 32; nothing for an empty request (no allocation).
-pub(crate) const fn block(n: usize) -> usize {
+pub const fn block(n: usize) -> usize {
     if n == 0 {
         return 0;
     }
@@ -43,29 +47,54 @@ pub(crate) const fn block(n: usize) -> usize {
 /// Slots of a `BTreeMap` node (std's `CAPACITY`).
 const BTREE_CAPACITY: usize = 11;
 
-/// A `BTreeMap<String, FieldValue>` leaf node: parent pointer, index and length, then the
-/// keys and values.
-const BTREE_LEAF: usize =
-    8 + 2 + 2 + BTREE_CAPACITY * (size_of::<String>() + size_of::<FieldValue>());
+/// A `BTreeMap` leaf node whose entries take `slot` bytes each: parent pointer, index and
+/// length, then the keys and values.
+const fn btree_leaf(slot: usize) -> usize {
+    8 + 2 + 2 + BTREE_CAPACITY * slot
+}
 
-/// An internal node: a leaf plus its twelve child pointers.
-const BTREE_INTERNAL: usize = BTREE_LEAF + (BTREE_CAPACITY + 1) * size_of::<usize>();
+/// The leaf of a field table.
+#[cfg(test)]
+const BTREE_LEAF: usize = btree_leaf(size_of::<String>() + size_of::<FieldValue>());
+
+/// The nodes of a `BTreeMap` of `entries` entries of `slot` bytes each (a field table is
+/// one; so is any front end's header map built on `BTreeMap`).
+pub fn btree_nodes(entries: usize, slot: usize) -> usize {
+    let leaf = btree_leaf(slot);
+    // An internal node: a leaf plus its twelve child pointers.
+    let internal = leaf + (BTREE_CAPACITY + 1) * size_of::<usize>();
+    match entries {
+        0 => 0,
+        1..=BTREE_CAPACITY => block(leaf),
+        // Leaves hold five to eleven entries once they split; five is the conservative count.
+        _ => {
+            let leaves = entries.div_ceil(5);
+            leaves * block(leaf) + leaves.div_ceil(5) * block(internal)
+        }
+    }
+}
 
 /// A queue's entry for a message (in the queue's ring buffer). While a consumer holds the
 /// message unacknowledged, the engine adds the difference to the channel's record of the
-/// delivery and the delivery in the consumer's inbox (`state::DELIVERED`).
-pub(crate) const ENTRY: usize = size_of::<QueuedMessage>();
+/// delivery and the delivery in the consumer's inbox (`state::DELIVERED`). The same for
+/// every envelope: the entry holds the record by `Arc`.
+pub(crate) const ENTRY: usize = size_of::<QueuedMessage<Native>>();
 
-/// The shared record's block: the `Arc`'s two counts and the [`Published`] value.
-const RECORD: usize = block(2 * size_of::<usize>() + size_of::<Published>());
+/// The shared record's block: the `Arc`'s two counts and the record.
+const fn record<E: Envelope>() -> usize {
+    block(2 * size_of::<usize>() + size_of::<E::Record>())
+}
 
 /// The estimated heap one queue's copy of a message keeps alive (see the module docs).
-pub(crate) fn footprint(body: &Published) -> usize {
-    RECORD + ENTRY + block(2 * size_of::<usize>() + body.routing_key.len()) + message(&body.message)
+pub(crate) fn footprint<E: Envelope>(body: &E::Record) -> usize {
+    record::<E>()
+        + ENTRY
+        + block(2 * size_of::<usize>() + E::routing_key(body).len())
+        + E::message_heap(body)
 }
 
 /// The heap blocks a message owns: payload, headers, property strings.
-fn message(m: &Message) -> usize {
+pub fn message_heap(m: &Message) -> usize {
     let p = &m.properties;
     let strings = [
         &p.content_encoding,
@@ -77,33 +106,27 @@ fn message(m: &Message) -> usize {
         &p.user_id,
         &p.app_id,
     ];
-    let content_type = match &p.content_type {
-        // Shared with the binding (or other messages): not this message's to count.
-        Some(ct) if Arc::strong_count(ct) == 1 => block(2 * size_of::<usize>() + ct.len()),
-        _ => 0,
-    };
     block(m.payload.len())
         + headers(&m.headers)
-        + content_type
+        + shared_str(p.content_type.as_ref())
         + strings
             .iter()
             .map(|s| s.as_ref().map_or(0, |s| block(s.len())))
             .sum::<usize>()
 }
 
+/// A shared string (a content type) counts only when nothing else holds it: shared with a
+/// binding or other messages, it is not this message's to count.
+pub fn shared_str(s: Option<&Arc<str>>) -> usize {
+    match s {
+        Some(s) if Arc::strong_count(s) == 1 => block(2 * size_of::<usize>() + s.len()),
+        _ => 0,
+    }
+}
+
 /// A header table's nodes and the blocks of its names and values.
 fn headers(h: &FieldTable) -> usize {
-    let n = h.len();
-    let nodes = match n {
-        0 => 0,
-        1..=BTREE_CAPACITY => block(BTREE_LEAF),
-        // Leaves hold five to eleven entries once they split; five is the conservative count.
-        _ => {
-            let leaves = n.div_ceil(5);
-            leaves * block(BTREE_LEAF) + leaves.div_ceil(5) * block(BTREE_INTERNAL)
-        }
-    };
-    nodes
+    btree_nodes(h.len(), size_of::<String>() + size_of::<FieldValue>())
         + h.iter()
             .map(|(name, value)| block(name.len()) + header_value(value))
             .sum::<usize>()
@@ -125,6 +148,12 @@ fn header_value(v: &FieldValue) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const RECORD: usize = record::<Native>();
+
+    fn footprint(p: &Published) -> usize {
+        super::footprint::<Native>(p)
+    }
 
     fn published(message: Message) -> Published {
         Published {

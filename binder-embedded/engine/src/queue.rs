@@ -8,6 +8,7 @@ use tokio::time::Instant;
 
 use super::error::{AmqpError, AmqpResult};
 use super::storage::{FifoStorage, PriorityStorage, QueueStorage};
+use crate::envelope::Envelope;
 use super::types::QueueOptions;
 
 /// What a full queue does (`x-overflow`).
@@ -169,7 +170,7 @@ pub(crate) struct QueueConsumer {
 
 /// One queue.
 #[derive(Debug)]
-pub(crate) struct Queue {
+pub(crate) struct Queue<E: Envelope> {
     pub name: Arc<str>,
     pub durable: bool,
     pub auto_delete: bool,
@@ -177,7 +178,7 @@ pub(crate) struct Queue {
     pub owner: Option<u64>,
     pub raw_args: FieldTable,
     pub args: QueueArgs,
-    pub storage: Box<dyn QueueStorage>,
+    pub storage: Box<dyn QueueStorage<E>>,
     /// Consumers in registration order; dispatch rotates through them.
     pub consumers: Vec<QueueConsumer>,
     pub cursor: usize,
@@ -189,7 +190,7 @@ pub(crate) struct Queue {
     pub next_seq: u64,
 }
 
-impl Queue {
+impl<E: Envelope> Queue<E> {
     pub(crate) fn new(
         name: Arc<str>,
         options: QueueOptions,
@@ -197,9 +198,9 @@ impl Queue {
         raw_args: FieldTable,
         args: QueueArgs,
     ) -> Self {
-        let storage: Box<dyn QueueStorage> = match args.max_priority {
+        let storage: Box<dyn QueueStorage<E>> = match args.max_priority {
             Some(max) => Box::new(PriorityStorage::new(max)),
-            None => Box::<FifoStorage>::default(),
+            None => Box::<FifoStorage<E>>::default(),
         };
         Queue {
             name,

@@ -1,5 +1,11 @@
-//! Queue storage: where a queue's ready messages live. The trait keeps routing and delivery
-//! apart from the storage medium, so a paging or on-disk store can be added later.
+//! A queue's in-memory index of its ready messages, in delivery order (FIFO, or by priority
+//! for `x-max-priority` queues).
+//!
+//! This is not the store seam: it is synchronous, runs under the broker's lock and holds the
+//! messages themselves (shared records, with their expiry as a `tokio` instant). What must
+//! survive a restart goes through [`MessageStore`](crate::MessageStore), which every queue
+//! keeps informed of what is enqueued and acknowledged; this index is what the broker serves
+//! deliveries from, rebuilt from the store by [`MessageStore::recover`](crate::MessageStore::recover).
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -7,11 +13,11 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 
-use crate::message::Published;
+use crate::envelope::{Envelope, Native};
 
 /// A message in a queue.
 #[derive(Debug, Clone)]
-pub struct QueuedMessage {
+pub struct QueuedMessage<E: Envelope = Native> {
     /// Position in the queue's arrival order; requeued messages go back by it.
     pub seq: u64,
     /// Payload bytes, kept here so length limits (`x-max-length-bytes`) do not touch the
@@ -22,7 +28,7 @@ pub struct QueuedMessage {
     /// [`BrokerConfig::memory_high_watermark`](super::BrokerConfig::memory_high_watermark)).
     pub footprint: usize,
     /// The message (shared with other queues it was routed to).
-    pub body: Arc<Published>,
+    pub body: Arc<E::Record>,
     /// It was delivered before.
     pub redelivered: bool,
     /// When it expires, from queue or message TTL.
@@ -33,7 +39,7 @@ pub struct QueuedMessage {
     pub deliveries: u32,
 }
 
-impl QueuedMessage {
+impl<E: Envelope> QueuedMessage<E> {
     /// Payload bytes, as counted against length limits.
     pub fn size(&self) -> usize {
         self.size
@@ -46,15 +52,15 @@ impl QueuedMessage {
 }
 
 /// Storage of a queue's ready messages.
-pub trait QueueStorage: fmt::Debug + Send {
+pub trait QueueStorage<E: Envelope = Native>: fmt::Debug + Send {
     /// Appends a message.
-    fn push(&mut self, message: QueuedMessage);
+    fn push(&mut self, message: QueuedMessage<E>);
     /// Puts a message back at its arrival position (near the head).
-    fn requeue(&mut self, message: QueuedMessage);
+    fn requeue(&mut self, message: QueuedMessage<E>);
     /// Removes the next message to deliver.
-    fn pop(&mut self) -> Option<QueuedMessage>;
+    fn pop(&mut self) -> Option<QueuedMessage<E>>;
     /// The next message to deliver.
-    fn peek(&self) -> Option<&QueuedMessage>;
+    fn peek(&self) -> Option<&QueuedMessage<E>>;
     /// Ready messages.
     fn len(&self) -> usize;
     /// Whether there are no ready messages.
@@ -64,35 +70,35 @@ pub trait QueueStorage: fmt::Debug + Send {
     /// Payload bytes of ready messages.
     fn bytes(&self) -> usize;
     /// Removes every ready message.
-    fn drain(&mut self) -> Vec<QueuedMessage>;
+    fn drain(&mut self) -> Vec<QueuedMessage<E>>;
 }
 
 /// First-in, first-out storage in memory.
 #[derive(Debug, Default)]
-pub struct FifoStorage {
-    messages: VecDeque<QueuedMessage>,
+pub struct FifoStorage<E: Envelope = Native> {
+    messages: VecDeque<QueuedMessage<E>>,
     bytes: usize,
 }
 
-impl QueueStorage for FifoStorage {
-    fn push(&mut self, message: QueuedMessage) {
+impl<E: Envelope> QueueStorage<E> for FifoStorage<E> {
+    fn push(&mut self, message: QueuedMessage<E>) {
         self.bytes += message.size();
         self.messages.push_back(message);
     }
 
-    fn requeue(&mut self, message: QueuedMessage) {
+    fn requeue(&mut self, message: QueuedMessage<E>) {
         self.bytes += message.size();
         let at = self.messages.partition_point(|m| m.seq < message.seq);
         self.messages.insert(at, message);
     }
 
-    fn pop(&mut self) -> Option<QueuedMessage> {
+    fn pop(&mut self) -> Option<QueuedMessage<E>> {
         let m = self.messages.pop_front()?;
         self.bytes -= m.size();
         Some(m)
     }
 
-    fn peek(&self) -> Option<&QueuedMessage> {
+    fn peek(&self) -> Option<&QueuedMessage<E>> {
         self.messages.front()
     }
 
@@ -104,7 +110,7 @@ impl QueueStorage for FifoStorage {
         self.bytes
     }
 
-    fn drain(&mut self) -> Vec<QueuedMessage> {
+    fn drain(&mut self) -> Vec<QueuedMessage<E>> {
         self.bytes = 0;
         self.messages.drain(..).collect()
     }
@@ -112,11 +118,11 @@ impl QueueStorage for FifoStorage {
 
 /// Priority storage (`x-max-priority`): one FIFO per priority, highest served first.
 #[derive(Debug)]
-pub struct PriorityStorage {
-    levels: Vec<FifoStorage>,
+pub struct PriorityStorage<E: Envelope = Native> {
+    levels: Vec<FifoStorage<E>>,
 }
 
-impl PriorityStorage {
+impl<E: Envelope> PriorityStorage<E> {
     /// Storage for priorities `0..=max`.
     pub fn new(max: u8) -> Self {
         PriorityStorage {
@@ -124,42 +130,42 @@ impl PriorityStorage {
         }
     }
 
-    fn level(&mut self, priority: u8) -> &mut FifoStorage {
+    fn level(&mut self, priority: u8) -> &mut FifoStorage<E> {
         let i = usize::from(priority).min(self.levels.len() - 1);
         &mut self.levels[i]
     }
 }
 
-impl QueueStorage for PriorityStorage {
-    fn push(&mut self, message: QueuedMessage) {
+impl<E: Envelope> QueueStorage<E> for PriorityStorage<E> {
+    fn push(&mut self, message: QueuedMessage<E>) {
         self.level(message.priority).push(message);
     }
 
-    fn requeue(&mut self, message: QueuedMessage) {
+    fn requeue(&mut self, message: QueuedMessage<E>) {
         self.level(message.priority).requeue(message);
     }
 
-    fn pop(&mut self) -> Option<QueuedMessage> {
-        self.levels.iter_mut().rev().find_map(FifoStorage::pop)
+    fn pop(&mut self) -> Option<QueuedMessage<E>> {
+        self.levels.iter_mut().rev().find_map(FifoStorage::<E>::pop)
     }
 
-    fn peek(&self) -> Option<&QueuedMessage> {
+    fn peek(&self) -> Option<&QueuedMessage<E>> {
         self.levels.iter().rev().find_map(|l| l.peek())
     }
 
     fn len(&self) -> usize {
-        self.levels.iter().map(FifoStorage::len).sum()
+        self.levels.iter().map(FifoStorage::<E>::len).sum()
     }
 
     fn bytes(&self) -> usize {
-        self.levels.iter().map(FifoStorage::bytes).sum()
+        self.levels.iter().map(FifoStorage::<E>::bytes).sum()
     }
 
-    fn drain(&mut self) -> Vec<QueuedMessage> {
+    fn drain(&mut self) -> Vec<QueuedMessage<E>> {
         self.levels
             .iter_mut()
             .rev()
-            .flat_map(FifoStorage::drain)
+            .flat_map(FifoStorage::<E>::drain)
             .collect()
     }
 }
@@ -167,6 +173,7 @@ impl QueueStorage for PriorityStorage {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::message::Published;
     use crate::message::Message;
 
     fn msg(seq: u64, priority: u8) -> QueuedMessage {

@@ -6,7 +6,7 @@ use std::fmt;
 
 use crate::error::AmqpError;
 use crate::field::FieldTable;
-use crate::message::{Message, Published};
+use crate::envelope::{Envelope, Native};
 
 /// The AMQP exchange types.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -98,7 +98,7 @@ pub struct PublishOptions {
 
 /// A message handed to a consumer or returned by `basic.get`.
 #[derive(Debug, Clone)]
-pub struct Delivery {
+pub struct Delivery<E: Envelope = Native> {
     /// The consumer it was delivered to (empty for `basic.get`).
     pub consumer_tag: Arc<str>,
     /// Channel-scoped tag for ack/nack/reject (0 for no-ack deliveries is never used: tags
@@ -106,30 +106,30 @@ pub struct Delivery {
     pub delivery_tag: u64,
     /// It was delivered before and requeued.
     pub redelivered: bool,
-    /// The message and where it was published.
-    pub body: Arc<Published>,
+    /// The message and where it was published: the record the queue holds, shared.
+    pub body: Arc<E::Record>,
 }
 
-impl Delivery {
+impl<E: Envelope> Delivery<E> {
     /// The message.
-    pub fn message(&self) -> &Message {
-        &self.body.message
+    pub fn message(&self) -> &E::Message {
+        E::message(&self.body)
     }
 
     /// The exchange the message was published to.
     pub fn exchange(&self) -> &str {
-        &self.body.exchange
+        E::exchange(&self.body)
     }
 
     /// The routing key it was published with.
     pub fn routing_key(&self) -> &str {
-        &self.body.routing_key
+        E::routing_key(&self.body)
     }
 }
 
 /// Asynchronous notifications of a channel, in the order they happened.
 #[derive(Debug, Clone)]
-pub enum ChannelEvent {
+pub enum ChannelEvent<E: Envelope = Native> {
     /// Publisher confirm: `seq` (and all before it when `multiple`) were accepted.
     Ack {
         /// The publish sequence number.
@@ -151,7 +151,7 @@ pub enum ChannelEvent {
         /// `NO_ROUTE`.
         reply_text: String,
         /// The returned message.
-        body: Arc<Published>,
+        body: Arc<E::Record>,
     },
     /// The broker cancelled a consumer (its queue was deleted).
     ConsumerCancelled {

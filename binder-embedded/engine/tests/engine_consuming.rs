@@ -278,7 +278,7 @@ async fn consumer_tags_are_unique_per_channel() {
     assert!(err.code.is_connection_error());
     // A connection error closes the whole connection.
     assert!(conn.open_channel().is_err());
-    let broker = Broker::new();
+    let broker: Broker = Broker::new();
     let conn = broker.connect();
     let generated = conn.open_channel().unwrap();
     declare(&generated, "q");

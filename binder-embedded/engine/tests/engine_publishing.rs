@@ -152,7 +152,7 @@ async fn confirm_and_tx_modes_exclude_each_other() {
 
 #[tokio::test(start_paused = true)]
 async fn the_memory_watermark_blocks_publishers_until_consumers_catch_up() {
-    let broker = Broker::with_config(BrokerConfig {
+    let broker: Broker = Broker::with_config(BrokerConfig {
         // A 600-byte message counts about 1 060 bytes (payload, record, queue entry).
         memory_high_watermark: Some(1500),
         ..Default::default()
@@ -196,7 +196,7 @@ async fn the_memory_watermark_blocks_publishers_until_consumers_catch_up() {
 #[tokio::test(start_paused = true)]
 async fn blocked_publishers_resume_once_consumers_drain_below_the_low_watermark() {
     const WATERMARK: usize = 10_000;
-    let broker = Broker::with_config(BrokerConfig {
+    let broker: Broker = Broker::with_config(BrokerConfig {
         memory_high_watermark: Some(WATERMARK),
         memory_resume_ratio: 0.9,
         ..Default::default()
@@ -263,7 +263,7 @@ async fn blocked_publishers_resume_once_consumers_drain_below_the_low_watermark(
 
 #[tokio::test(start_paused = true)]
 async fn deliveries_a_no_ack_consumer_has_not_taken_count_against_the_watermark() {
-    let broker = Broker::with_config(BrokerConfig {
+    let broker: Broker = Broker::with_config(BrokerConfig {
         memory_high_watermark: Some(100_000),
         ..Default::default()
     });

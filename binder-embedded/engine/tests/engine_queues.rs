@@ -102,7 +102,7 @@ async fn server_named_queues() {
 
 #[tokio::test]
 async fn exclusive_queues_belong_to_one_connection() {
-    let broker = Broker::new();
+    let broker: Broker = Broker::new();
     let owner = broker.connect();
     let other = broker.connect();
     let ch = owner.open_channel().unwrap();

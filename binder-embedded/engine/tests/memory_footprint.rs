@@ -42,7 +42,7 @@ fn measure(
 
 #[tokio::test]
 async fn the_counted_footprint_of_queued_messages_matches_their_resident_cost() {
-    let broker = Broker::with_config(BrokerConfig {
+    let broker: Broker = Broker::with_config(BrokerConfig {
         memory_high_watermark: None,
         ..Default::default()
     });

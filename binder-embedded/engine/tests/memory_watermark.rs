@@ -16,7 +16,7 @@ const MESSAGES: usize = 10_000_000;
 
 #[tokio::test]
 async fn ten_million_small_messages_block_the_publisher_within_twice_the_watermark() {
-    let broker = Broker::with_config(BrokerConfig {
+    let broker: Broker = Broker::with_config(BrokerConfig {
         memory_high_watermark: Some(WATERMARK),
         ..Default::default()
     });

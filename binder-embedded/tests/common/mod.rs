@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use binder_core::Message;
 use binder_embedded::engine::*;
 
 pub fn open() -> (Broker, Connection, Channel) {

@@ -2,7 +2,7 @@
 
 use super::*;
 
-impl State {
+impl<E: Envelope> State<E> {
     // ---- consuming ----------------------------------------------------------------------
 
     pub(crate) fn basic_qos(
@@ -34,7 +34,7 @@ impl State {
         channel: u64,
         queue: &str,
         options: ConsumeOptions,
-    ) -> AmqpResult<(u64, String, Arc<Inbox>)> {
+    ) -> AmqpResult<(u64, String, Arc<Inbox<E>>)> {
         let q = self.queue_for(channel, queue)?;
         let vhost = self.config.vhost.clone();
         if q.exclusive_consumer || (options.exclusive && !q.consumers.is_empty()) {
@@ -53,9 +53,9 @@ impl State {
         };
         let id = self.id();
         let inbox = Arc::new(if options.no_ack {
-            Inbox::counted(self.released.clone())
+            Inbox::<E>::counted(self.released.clone())
         } else {
-            Inbox::new()
+            Inbox::<E>::new()
         });
         let tag: Arc<str> = match options.consumer_tag.filter(|t| !t.is_empty()) {
             Some(t) => Arc::from(t.as_str()),
@@ -187,7 +187,7 @@ impl State {
         channel: u64,
         queue: &str,
         no_ack: bool,
-    ) -> AmqpResult<Option<(Delivery, u32)>> {
+    ) -> AmqpResult<Option<(Delivery<E>, u32)>> {
         self.queue_for(channel, queue)?;
         self.expire_head(queue);
         let q = self.queues.get_mut(queue).expect("checked above");

@@ -2,7 +2,7 @@
 
 use super::*;
 
-impl State {
+impl<E: Envelope> State<E> {
     // ---- exchanges ----------------------------------------------------------------------
 
     pub(super) fn check_exchange_name(name: &str) -> AmqpResult<()> {
@@ -185,7 +185,7 @@ impl State {
 
     // ---- queues -------------------------------------------------------------------------
 
-    pub(super) fn check_owner(&self, queue: &Queue, connection: u64) -> AmqpResult<()> {
+    pub(super) fn check_owner(&self, queue: &Queue<E>, connection: u64) -> AmqpResult<()> {
         match queue.owner {
             Some(owner) if owner != connection => Err(AmqpError::new(
                 ReplyCode::ResourceLocked,
@@ -198,7 +198,7 @@ impl State {
         }
     }
 
-    pub(super) fn queue_for(&self, channel: u64, name: &str) -> AmqpResult<&Queue> {
+    pub(super) fn queue_for(&self, channel: u64, name: &str) -> AmqpResult<&Queue<E>> {
         let conn = self.connection_of(channel)?;
         let q = self.queues.get(name).ok_or_else(|| self.no_queue(name))?;
         self.check_owner(q, conn)?;

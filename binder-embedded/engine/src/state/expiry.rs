@@ -2,7 +2,7 @@
 
 use super::*;
 
-impl State {
+impl<E: Envelope> State<E> {
     // ---- expiry, dead letters, follow-up work -------------------------------------------
 
     /// Drops expired messages at the head of a queue (dead-lettering them). Reads the clock
@@ -72,7 +72,7 @@ impl State {
         }
     }
 
-    pub(super) fn dead_letter(&mut self, message: QueuedMessage, queue: &str, reason: DeathReason) {
+    pub(super) fn dead_letter(&mut self, message: QueuedMessage<E>, queue: &str, reason: DeathReason) {
         let Some(q) = self.queues.get(queue) else {
             return;
         };
@@ -80,7 +80,10 @@ impl State {
             return;
         };
         let routing_key = q.args.dead_letter_routing_key.clone();
-        let mut body = Arc::unwrap_or_clone(message.body);
+        // Dead-lettering rewrites the headers: the record is rebuilt in the engine's types
+        // (a cold path) and handed back to the envelope.
+        let mut body = E::to_native(&message.body);
+        drop(message);
         let keys = vec![body.routing_key.to_string()];
         record_death(&mut body.message, queue, reason, &body.exchange, &keys);
         let key: Arc<str> = match routing_key {
@@ -89,13 +92,17 @@ impl State {
         };
         let mut targets = Vec::new();
         let exchange = self.route(&dlx, &key, &body.message.headers, &mut targets);
-        let body = Arc::new(Published {
+        let cycles: Vec<bool> = targets
+            .iter()
+            .map(|t| is_cycle(&body.message, t))
+            .collect();
+        let body = Arc::new(E::from_native(Published {
             exchange,
             routing_key: key,
             message: body.message,
-        });
-        for target in targets {
-            if is_cycle(&body.message, &target) {
+        }));
+        for (target, cycle) in targets.into_iter().zip(cycles) {
+            if cycle {
                 continue;
             }
             self.enqueue(&target, body.clone(), true);

@@ -17,6 +17,7 @@ mod settle;
 mod unacked;
 
 use crate::field::FieldTable;
+use crate::envelope::{Envelope, Native};
 use crate::message::Published;
 use tokio::sync::mpsc::UnboundedSender;
 use tokio::time::Instant;
@@ -61,7 +62,7 @@ impl PublishOutcome {
 }
 
 #[derive(Debug)]
-pub(crate) struct ConsumerState {
+pub(crate) struct ConsumerState<E: Envelope> {
     pub tag: Arc<str>,
     pub channel: u64,
     pub queue: Arc<str>,
@@ -69,7 +70,7 @@ pub(crate) struct ConsumerState {
     pub prefetch: u32,
     pub unacked: u32,
     /// Deliveries on their way to the handle.
-    pub inbox: Arc<Inbox>,
+    pub inbox: Arc<Inbox<E>>,
     /// The handle waits for deliveries, so a publish dispatches to it at once. A busy
     /// consumer is not parked: messages wait in the queue and its next ack (or wait) moves
     /// a whole batch into its inbox.
@@ -77,9 +78,9 @@ pub(crate) struct ConsumerState {
 }
 
 #[derive(Debug)]
-struct Unacked {
+struct Unacked<E: Envelope> {
     queue: Arc<str>,
-    message: QueuedMessage,
+    message: QueuedMessage<E>,
     /// The consumer whose prefetch it uses (`None` after a cancel, or for `basic.get`).
     consumer: Option<u64>,
     /// Whether it counts against the channel's global prefetch.
@@ -90,28 +91,28 @@ struct Unacked {
 /// record of it and the delivery handed to the consumer's inbox. (The queue entry stays
 /// counted: a queue's ring buffer keeps its capacity when messages leave it.) Counted
 /// against the memory high watermark from delivery to settlement.
-pub(crate) const DELIVERED: usize =
-    std::mem::size_of::<Option<Unacked>>() + std::mem::size_of::<Delivery>();
+pub(crate) const DELIVERED: usize = std::mem::size_of::<Option<Unacked<Native>>>()
+    + std::mem::size_of::<Delivery<Native>>();
 
 /// A message goes out to a consumer that must acknowledge it: it now costs [`DELIVERED`] more.
-fn delivered(memory: &mut usize, message: &mut QueuedMessage) {
+fn delivered<E: Envelope>(memory: &mut usize, message: &mut QueuedMessage<E>) {
     message.footprint += DELIVERED;
     *memory += DELIVERED;
 }
 
 /// A delivery's record is gone (settled, requeued, its channel closed): back to the cost of a
 /// queue entry.
-fn undelivered(memory: &mut usize, message: &mut QueuedMessage) {
+fn undelivered<E: Envelope>(memory: &mut usize, message: &mut QueuedMessage<E>) {
     message.footprint -= DELIVERED;
     *memory -= DELIVERED;
 }
 
 #[derive(Debug)]
-enum TxOp {
+enum TxOp<E: Envelope> {
     Publish {
         exchange: String,
         mandatory: bool,
-        body: Arc<Published>,
+        body: Arc<E::Record>,
     },
     Settle {
         tag: u64,
@@ -129,20 +130,20 @@ pub(crate) enum Settle {
 }
 
 #[derive(Debug)]
-struct ChannelState {
+struct ChannelState<E: Envelope> {
     connection: u64,
     next_tag: u64,
-    unacked: unacked::UnackedLog,
+    unacked: unacked::UnackedLog<E>,
     consumer_prefetch: u32,
     channel_prefetch: u32,
     channel_unacked: u32,
     confirm: bool,
     next_seq: u64,
-    tx: Option<Vec<TxOp>>,
+    tx: Option<Vec<TxOp<E>>>,
     /// The routing key of the last publish, shared with the next one that uses it.
     last_routing_key: Option<Arc<str>>,
     consumers: HashMap<Arc<str>, u64>,
-    events: UnboundedSender<ChannelEvent>,
+    events: UnboundedSender<ChannelEvent<E>>,
 }
 
 #[derive(Debug, Default)]
@@ -152,12 +153,12 @@ struct ConnectionState {
 
 /// Everything the broker knows.
 #[derive(Debug)]
-pub(crate) struct State {
+pub(crate) struct State<E: Envelope> {
     pub config: BrokerConfig,
     exchanges: HashMap<Arc<str>, Exchange>,
-    queues: HashMap<Arc<str>, Queue>,
-    consumers: HashMap<u64, ConsumerState>,
-    channels: HashMap<u64, ChannelState>,
+    queues: HashMap<Arc<str>, Queue<E>>,
+    consumers: HashMap<u64, ConsumerState<E>>,
+    channels: HashMap<u64, ChannelState<E>>,
     connections: HashMap<u64, ConnectionState>,
     next_id: u64,
     /// Memory held by messages (see [`memory`]): in queues, unacknowledged, or in no-ack
@@ -171,16 +172,16 @@ pub(crate) struct State {
     /// Queues with work to do (dispatch, overflow), handled by `settle`.
     dirty: Vec<Arc<str>>,
     /// Messages waiting to be dead-lettered: message, queue it died in, reason.
-    dying: Vec<(QueuedMessage, Arc<str>, DeathReason)>,
+    dying: Vec<(QueuedMessage<E>, Arc<str>, DeathReason)>,
     /// Set when a message with an expiry or a queue with `x-expires` appears, so the timer
     /// recomputes its deadline.
     pub timer_dirty: bool,
     /// Settled messages, dropped by the caller after the lock is released (freeing payloads
     /// under the lock cost an eighth of the ack path).
-    pub garbage: Vec<Arc<Published>>,
+    pub garbage: Vec<Arc<E::Record>>,
     /// Inboxes that received deliveries while empty: their handles are woken once the
     /// lock is released.
-    pub wakes: Vec<Arc<Inbox>>,
+    pub wakes: Vec<Arc<Inbox<E>>>,
     /// The default exchange's name (`""`), shared by every message published to it.
     default_exchange: Arc<str>,
     /// Reused list of routing targets (saves an allocation per publish).
@@ -207,7 +208,7 @@ fn random_name(prefix: &str) -> String {
     crate::naming::server_name(prefix)
 }
 
-impl State {
+impl<E: Envelope> State<E> {
     pub(crate) fn new(config: BrokerConfig) -> Self {
         let mut exchanges = HashMap::default();
         for (name, kind) in PREDECLARED {
@@ -261,7 +262,7 @@ impl State {
     pub(crate) fn open_channel(
         &mut self,
         connection: u64,
-        events: UnboundedSender<ChannelEvent>,
+        events: UnboundedSender<ChannelEvent<E>>,
     ) -> AmqpResult<u64> {
         let id = self.id();
         let conn = self
@@ -294,7 +295,7 @@ impl State {
         Ok(id)
     }
 
-    fn channel(&mut self, id: u64) -> AmqpResult<&mut ChannelState> {
+    fn channel(&mut self, id: u64) -> AmqpResult<&mut ChannelState<E>> {
         self.channels
             .get_mut(&id)
             .ok_or_else(AmqpError::channel_closed)
@@ -432,7 +433,7 @@ impl State {
         found
     }
 
-    pub(crate) fn notify_all(&self, event: &ChannelEvent) {
+    pub(crate) fn notify_all(&self, event: &ChannelEvent<E>) {
         for ch in self.channels.values() {
             let _ = ch.events.send(event.clone());
         }

@@ -2,7 +2,7 @@
 
 use super::*;
 
-impl State {
+impl<E: Envelope> State<E> {
     // ---- publishing ---------------------------------------------------------------------
 
     pub(crate) fn confirm_select(&mut self, channel: u64) -> AmqpResult<()> {
@@ -24,7 +24,7 @@ impl State {
         exchange: &str,
         routing_key: &str,
         mandatory: bool,
-        mut body: Arc<Published>,
+        mut body: Arc<E::Record>,
     ) -> AmqpResult<PublishOutcome> {
         if !exchange.is_empty() {
             match self.exchanges.get(exchange) {
@@ -48,10 +48,10 @@ impl State {
             }
         };
         match Arc::get_mut(&mut body) {
-            Some(b) => b.routing_key = key,
+            Some(b) => E::set_routing_key(b, key),
             None => {
-                let mut copy = Published::clone(&body);
-                copy.routing_key = key;
+                let mut copy = E::Record::clone(&body);
+                E::set_routing_key(&mut copy, key);
                 body = Arc::new(copy);
             }
         }
@@ -79,21 +79,16 @@ impl State {
         channel: u64,
         exchange: &str,
         mandatory: bool,
-        mut body: Arc<Published>,
+        mut body: Arc<E::Record>,
     ) -> PublishStatus {
         let mut targets = std::mem::take(&mut self.route_scratch);
         targets.clear();
-        let name = self.route(
-            exchange,
-            &body.routing_key,
-            &body.message.headers,
-            &mut targets,
-        );
+        let name = self.route_record(exchange, &body, &mut targets);
         match Arc::get_mut(&mut body) {
-            Some(b) => b.exchange = name,
+            Some(b) => E::set_exchange(b, name),
             None => {
-                let mut copy = Published::clone(&body);
-                copy.exchange = name;
+                let mut copy = E::Record::clone(&body);
+                E::set_exchange(&mut copy, name);
                 body = Arc::new(copy);
             }
         }
@@ -121,6 +116,57 @@ impl State {
         } else {
             PublishStatus::Routed(count)
         }
+    }
+
+    /// [`State::route`] for a record: its headers are read (and converted, for an envelope
+    /// that holds other types) only when a headers exchange is on the way.
+    pub(super) fn route_record(
+        &self,
+        exchange: &str,
+        body: &E::Record,
+        queues: &mut Vec<Arc<str>>,
+    ) -> Arc<str> {
+        let key = E::routing_key(body);
+        if self.reads_headers(exchange) {
+            self.route(exchange, key, &E::headers(body), queues)
+        } else {
+            self.route(exchange, key, &FieldTable::new(), queues)
+        }
+    }
+
+    /// Whether routing through `exchange` may look at message headers: it, or an exchange
+    /// it routes on to, is a headers exchange.
+    fn reads_headers(&self, exchange: &str) -> bool {
+        let Some(x) = self.exchanges.get(exchange) else {
+            return false;
+        };
+        if x.kind == ExchangeKind::Headers {
+            return true;
+        }
+        if x.alternate.is_none() && !x.has_exchange_targets() {
+            return false;
+        }
+        // Onward routing: look through every exchange reachable from here.
+        let mut seen: Vec<&str> = Vec::new();
+        let mut todo: Vec<&str> = vec![exchange];
+        while let Some(name) = todo.pop() {
+            let Some(x) = self.exchanges.get(name) else {
+                continue;
+            };
+            if seen.contains(&name) {
+                continue;
+            }
+            seen.push(name);
+            if x.kind == ExchangeKind::Headers {
+                return true;
+            }
+            todo.extend(x.bindings.iter().filter_map(|b| match &b.target {
+                Target::Exchange(e) => Some(&**e),
+                Target::Queue(_) => None,
+            }));
+            todo.extend(x.alternate.as_deref());
+        }
+        false
     }
 
     /// Adds the queues a message reaches, each once, to `queues`; returns the exchange's
@@ -194,21 +240,18 @@ impl State {
 
     /// Adds a message to a queue, applying TTL, priority and length limits. Returns `false`
     /// when the queue refused it.
-    pub(super) fn enqueue(&mut self, queue: &str, body: Arc<Published>, redead: bool) -> bool {
+    pub(super) fn enqueue(&mut self, queue: &str, body: Arc<E::Record>, redead: bool) -> bool {
         let Some(q) = self.queues.get_mut(queue) else {
             return true;
         };
-        let size = body.message.payload.len();
-        let footprint = memory::footprint(&body);
-        let ttl = match (
-            q.args.message_ttl,
-            body.message.properties.expiration_duration(),
-        ) {
+        let size = E::payload_len(&body);
+        let footprint = memory::footprint::<E>(&body);
+        let ttl = match (q.args.message_ttl, E::expiration(&body)) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
         let priority = match q.args.max_priority {
-            Some(max) => body.message.properties.priority.unwrap_or(0).min(max),
+            Some(max) => E::priority(&body).unwrap_or(0).min(max),
             None => 0,
         };
         q.next_seq += 1;

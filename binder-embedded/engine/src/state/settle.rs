@@ -2,7 +2,7 @@
 
 use super::*;
 
-impl State {
+impl<E: Envelope> State<E> {
     // ---- settlement ---------------------------------------------------------------------
 
     pub(crate) fn settle_deliveries(
@@ -37,7 +37,7 @@ impl State {
         outcome: Settle,
     ) -> AmqpResult<()> {
         let ch = self.channel(channel)?;
-        let settled: Vec<Unacked> = if multiple {
+        let settled: Vec<Unacked<E>> = if multiple {
             ch.unacked.remove_up_to(tag)
         } else {
             match ch.unacked.remove(tag) {
@@ -93,7 +93,7 @@ impl State {
 
     /// Puts a delivered message back, marked redelivered, unless it reached the queue's
     /// delivery limit (then it is dead-lettered).
-    pub(super) fn requeue(&mut self, queue: Arc<str>, mut message: QueuedMessage) {
+    pub(super) fn requeue(&mut self, queue: Arc<str>, mut message: QueuedMessage<E>) {
         let Some(q) = self.queues.get_mut(&queue) else {
             return;
         };
@@ -124,7 +124,7 @@ impl State {
         Ok(())
     }
 
-    pub(super) fn take_tx(&mut self, channel: u64) -> AmqpResult<Vec<TxOp>> {
+    pub(super) fn take_tx(&mut self, channel: u64) -> AmqpResult<Vec<TxOp<E>>> {
         let ch = self.channel(channel)?;
         match &mut ch.tx {
             Some(ops) => Ok(std::mem::take(ops)),

@@ -3,20 +3,31 @@
 use std::collections::VecDeque;
 
 use super::Unacked;
+use crate::envelope::Envelope;
 
 /// Tags grow by one per delivery on a channel, so a deque indexed from the oldest live tag
 /// gives O(1) insert, single ack and multiple ack (a `BTreeMap` cost a third of the ack path).
-#[derive(Debug, Default)]
-pub(super) struct UnackedLog {
+#[derive(Debug)]
+pub(super) struct UnackedLog<E: Envelope> {
     /// Tag of `entries[0]`.
     first: u64,
-    entries: VecDeque<Option<Unacked>>,
+    entries: VecDeque<Option<Unacked<E>>>,
     live: usize,
 }
 
-impl UnackedLog {
+impl<E: Envelope> Default for UnackedLog<E> {
+    fn default() -> Self {
+        UnackedLog {
+            first: 0,
+            entries: VecDeque::new(),
+            live: 0,
+        }
+    }
+}
+
+impl<E: Envelope> UnackedLog<E> {
     /// Records a delivery; tags must be inserted in increasing order.
-    pub(super) fn insert(&mut self, tag: u64, unacked: Unacked) {
+    pub(super) fn insert(&mut self, tag: u64, unacked: Unacked<E>) {
         if self.entries.is_empty() {
             self.first = tag;
         }
@@ -35,7 +46,7 @@ impl UnackedLog {
     }
 
     /// The deliveries still unacknowledged, oldest first.
-    pub(super) fn iter(&self) -> impl Iterator<Item = &Unacked> {
+    pub(super) fn iter(&self) -> impl Iterator<Item = &Unacked<E>> {
         self.entries.iter().flatten()
     }
 
@@ -44,7 +55,7 @@ impl UnackedLog {
     }
 
     /// Removes one delivery.
-    pub(super) fn remove(&mut self, tag: u64) -> Option<Unacked> {
+    pub(super) fn remove(&mut self, tag: u64) -> Option<Unacked<E>> {
         let i = self.index(tag)?;
         let taken = self.entries[i].take()?;
         self.live -= 1;
@@ -53,7 +64,7 @@ impl UnackedLog {
     }
 
     /// Removes every delivery up to and including `tag` (all of them for tag 0).
-    pub(super) fn remove_up_to(&mut self, tag: u64) -> Vec<Unacked> {
+    pub(super) fn remove_up_to(&mut self, tag: u64) -> Vec<Unacked<E>> {
         let end = if tag == 0 {
             self.entries.len()
         } else {
@@ -73,11 +84,11 @@ impl UnackedLog {
     }
 
     /// Removes everything, oldest first.
-    pub(super) fn take_all(&mut self) -> Vec<Unacked> {
+    pub(super) fn take_all(&mut self) -> Vec<Unacked<E>> {
         self.remove_up_to(0)
     }
 
-    pub(super) fn iter_mut(&mut self) -> impl Iterator<Item = &mut Unacked> {
+    pub(super) fn iter_mut(&mut self) -> impl Iterator<Item = &mut Unacked<E>> {
         self.entries.iter_mut().flatten()
     }
 

@@ -6,7 +6,7 @@ use std::time::Duration;
 use stream_engine::*;
 
 pub fn open() -> (Broker, Connection, Channel) {
-    let broker = Broker::new();
+    let broker: Broker = Broker::new();
     let conn = broker.connect();
     let ch = conn.open_channel().unwrap();
     (broker, conn, ch)
