@@ -45,8 +45,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use stream_engine::{
-    Broker, FieldTable, Message, Channel, ConsumeOptions, Consumer, Delivery, ExchangeKind, ExchangeOptions,
-    PublishOptions, PublishStatus, QueueOptions,
+    Broker, Channel, ConsumeOptions, Consumer, Delivery, ExchangeKind, ExchangeOptions, FieldTable,
+    Message, PublishOptions, PublishStatus, QueueOptions,
 };
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -334,7 +334,12 @@ async fn run_engine(msgs: Vec<Message>, topology: Topology, yield_every: usize) 
     let conn = broker.connect();
     let publisher = conn.open_channel().expect("channel.open");
     publisher
-        .exchange_declare(exchange, kind, ExchangeOptions::default(), FieldTable::new())
+        .exchange_declare(
+            exchange,
+            kind,
+            ExchangeOptions::default(),
+            FieldTable::new(),
+        )
         .expect("exchange.declare");
     let mut consumers = Vec::new();
     for (queue, binding_key) in &queues {

@@ -62,7 +62,7 @@ use binder_core::config::ConfigLoader;
 use binder_core::runtime::{App, Output, RunningApp, handler};
 use binder_embedded::EmbeddedBinder;
 use binder_embedded::engine::{
-    Broker, FieldTable, Channel, ConsumeOptions, Consumer, Delivery, ExchangeKind, ExchangeOptions,
+    Broker, Channel, ConsumeOptions, Consumer, Delivery, ExchangeKind, ExchangeOptions, FieldTable,
     PublishOptions, PublishStatus, QueueOptions,
 };
 use serde::{Deserialize, Serialize};

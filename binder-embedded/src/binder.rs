@@ -204,7 +204,7 @@ impl Binder for EmbeddedBinder {
                 options,
                 convert::table_to_engine(x.arguments.clone()),
             )
-                .map_err(declare(format!("exchange `{}`", x.name)))?;
+            .map_err(declare(format!("exchange `{}`", x.name)))?;
         }
         for q in &plan.queues {
             let options = QueueOptions {
@@ -213,8 +213,12 @@ impl Binder for EmbeddedBinder {
                 exclusive: q.exclusive,
                 auto_delete: q.auto_delete,
             };
-            ch.queue_declare(&q.name, options, convert::table_to_engine(q.arguments.clone()))
-                .map_err(declare(format!("queue `{}`", q.name)))?;
+            ch.queue_declare(
+                &q.name,
+                options,
+                convert::table_to_engine(q.arguments.clone()),
+            )
+            .map_err(declare(format!("queue `{}`", q.name)))?;
         }
         for b in &plan.bindings {
             let what = format!(
@@ -386,12 +390,7 @@ impl Producer for EmbeddedProducer {
         let options = PublishOptions::default();
         match self
             .channel
-            .try_basic_publish(
-                exchange,
-                routing_key,
-                options.clone(),
-                message,
-            )
+            .try_basic_publish(exchange, routing_key, options.clone(), message)
         {
             TryPublish::Done(outcome) => {
                 BinderFuture::ready(confirmed(exchange, routing_key, outcome))

@@ -7,9 +7,9 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use binder_embedded::engine::FieldValue;
 use binder_core::binder::{Binder, Inbound, Settlement, Subscription, SubscriptionSpec};
 use binder_embedded::EmbeddedBinder;
+use binder_embedded::engine::FieldValue;
 use common::{args, declare, declare_with, msg, open};
 
 async fn next(sub: &mut Box<dyn Subscription>) -> Inbound {

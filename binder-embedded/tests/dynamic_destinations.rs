@@ -8,12 +8,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use binder_embedded::engine::FieldTable;
 use binder_core::binder::{
     Binder, BinderResult, Producer, ProducerSpec, QueueInfo, Subscription, SubscriptionSpec,
 };
 use binder_core::topology::TopologyPlan;
 use binder_embedded::EmbeddedBinder;
+use binder_embedded::engine::FieldTable;
 use binder_embedded::engine::{Broker, QueueOptions};
 use common::{config, drain};
 use tokio::sync::{Notify, watch};

@@ -6,17 +6,17 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
-use crate::field::FieldTable;
 use crate::envelope::{Envelope, Native};
+use crate::field::FieldTable;
 use tokio::sync::Notify;
 use tokio::sync::mpsc::{self, UnboundedReceiver};
 
 use super::error::{AmqpError, AmqpResult};
 use super::inbox::Inbox;
-use super::state::{PublishOutcome, Settle, State};
+use super::state::{Settle, State};
 use super::types::{
     BrokerConfig, ChannelEvent, ConsumeOptions, Delivery, ExchangeKind, ExchangeOptions,
-    PublishOptions, QueueDeclareOk, QueueOptions,
+    PublishOptions, PublishOutcome, QueueDeclareOk, QueueOptions,
 };
 
 /// A shared empty name, so building a message before routing allocates nothing for it.
@@ -49,38 +49,32 @@ impl<E: Envelope> Shared<E> {
         let mut state = self.lock();
         let out = op(&mut state);
         self.memory_alarm(&mut state);
-        let wake_timer = std::mem::take(&mut state.timer_dirty);
-        let wakes = std::mem::take(&mut state.wakes);
-        let garbage = std::mem::take(&mut state.garbage);
+        let after = state.take_after_lock();
         drop(state);
         // The timer task and consumers are woken, and settled messages freed, outside the
         // lock: a wake-up can be a system call, and nobody should wait on the broker for it.
-        if wake_timer {
+        if after.wake_timer {
             self.timer.notify_one();
         }
-        for inbox in wakes {
+        for inbox in after.wakes {
             inbox.wake();
         }
-        drop(garbage);
+        drop(after.garbage);
         out
     }
 
     fn memory_alarm(&self, state: &mut State<E>) {
-        state.fold_released();
+        let used = state.memory_used();
         // Without a watermark nothing holds publishers back (it may have just been lifted).
         let high = state.config.memory_high_watermark.unwrap_or(usize::MAX);
-        if !state.blocked && state.memory > high {
-            state.blocked = true;
+        if !state.is_blocked() && used > high {
+            state.set_blocked(true);
             self.blocked.store(true, Ordering::Release);
-            state.notify_all(&ChannelEvent::Blocked {
-                reason: "low on memory".to_owned(),
-            });
-        } else if state.blocked
-            && (state.memory as f64) <= high as f64 * state.config.memory_resume_ratio
+        } else if state.is_blocked()
+            && (used as f64) <= high as f64 * state.config.memory_resume_ratio
         {
-            state.blocked = false;
+            state.set_blocked(false);
             self.blocked.store(false, Ordering::Release);
-            state.notify_all(&ChannelEvent::Unblocked);
             self.unblocked.notify_waiters();
         }
     }
@@ -178,9 +172,7 @@ impl<E: Envelope> Broker<E> {
     /// footprint (payload, headers, properties and the engine's bookkeeping; see
     /// [`BrokerConfig::memory_high_watermark`]).
     pub fn memory_used(&self) -> usize {
-        let mut state = self.shared.lock();
-        state.fold_released();
-        state.memory
+        self.shared.lock().memory_used()
     }
 
     /// The memory high watermark in bytes (`None`: no limit).

@@ -62,11 +62,7 @@ pub(crate) fn record_death(
         Some(FieldValue::Table(t)) => t,
         _ => FieldTable::new(),
     };
-    let count = entry
-        .get("count")
-        .and_then(FieldValue::as_i64)
-        .unwrap_or(0)
-        + 1;
+    let count = entry.get("count").and_then(FieldValue::as_i64).unwrap_or(0) + 1;
     entry.insert("count", FieldValue::I64(count));
     entry.insert("reason", reason.as_str());
     entry.insert("queue", queue);
@@ -80,9 +76,7 @@ pub(crate) fn record_death(
         entry.insert("original-expiration", exp);
     }
     deaths.insert(0, FieldValue::Table(entry));
-    message
-        .headers
-        .insert("x-death", FieldValue::Array(deaths));
+    message.headers.insert("x-death", FieldValue::Array(deaths));
     for (suffix, value) in [
         ("queue", queue),
         ("reason", reason.as_str()),

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use rustc_hash::FxHashMap as HashMap;
 
-use crate::field::{FieldValue, FieldTable};
+use crate::field::{FieldTable, FieldValue};
 
 use super::topic::{TopicKey, TopicPattern};
 use super::types::ExchangeKind;

@@ -272,8 +272,13 @@ mod tests {
 
     #[test]
     fn integers_of_every_width_read_as_i64_and_tables_display() {
-        let values: Vec<FieldValue> =
-            vec![(-1i8).into(), 2u8.into(), (-3i16).into(), 4u16.into(), (-5i32).into()];
+        let values: Vec<FieldValue> = vec![
+            (-1i8).into(),
+            2u8.into(),
+            (-3i16).into(),
+            4u16.into(),
+            (-5i32).into(),
+        ];
         let read: Vec<i64> = values.iter().map(|v| v.as_i64().unwrap()).collect();
         assert_eq!(read, vec![-1, 2, -3, 4, -5]);
         assert_eq!(FieldValue::from("x").as_i64(), None);

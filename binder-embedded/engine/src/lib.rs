@@ -35,7 +35,6 @@ pub use envelope::{Envelope, Native};
 pub use error::{AmqpError, AmqpResult, ReplyCode};
 pub use field::{Decimal, FieldTable, FieldValue};
 pub use message::{Message, Properties, Published};
-pub use state::{PublishOutcome, PublishStatus};
 pub use storage::{FifoStorage, PriorityStorage, QueueStorage, QueuedMessage};
 /// Whether a topic-exchange binding pattern matches a routing key (`*` is one word, `#` is
 /// zero or more words).
@@ -51,5 +50,5 @@ pub fn topic_matches(pattern: &str, routing_key: &str) -> bool {
 
 pub use types::{
     BrokerConfig, ChannelEvent, ConsumeOptions, Delivery, ExchangeKind, ExchangeOptions,
-    PublishOptions, QueueDeclareOk, QueueOptions,
+    PublishOptions, PublishOutcome, PublishStatus, QueueDeclareOk, QueueOptions,
 };

@@ -32,8 +32,7 @@ pub(crate) fn server_name(prefix: &str) -> String {
 }
 
 fn base64_url(bytes: &[u8], out: &mut String) {
-    const ALPHABET: &[u8; 64] =
-        b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
     for chunk in bytes.chunks(3) {
         let n = chunk
             .iter()

@@ -3,13 +3,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::field::{FieldValue, FieldTable};
+use crate::field::{FieldTable, FieldValue};
 use tokio::time::Instant;
 
 use super::error::{AmqpError, AmqpResult};
 use super::storage::{FifoStorage, PriorityStorage, QueueStorage};
-use crate::envelope::Envelope;
 use super::types::QueueOptions;
+use crate::envelope::Envelope;
 
 /// What a full queue does (`x-overflow`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -173,8 +173,8 @@ impl<E: Envelope> QueueStorage<E> for PriorityStorage<E> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::message::Published;
     use crate::message::Message;
+    use crate::message::Published;
 
     fn msg(seq: u64, priority: u8) -> QueuedMessage {
         QueuedMessage {

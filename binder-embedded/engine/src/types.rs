@@ -4,9 +4,9 @@ use std::sync::Arc;
 
 use std::fmt;
 
+use crate::envelope::{Envelope, Native};
 use crate::error::AmqpError;
 use crate::field::FieldTable;
-use crate::envelope::{Envelope, Native};
 
 /// The AMQP exchange types.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -87,6 +87,35 @@ pub struct QueueDeclareOk {
     pub message_count: u32,
     /// Active consumers.
     pub consumer_count: u32,
+}
+
+/// What became of a publish.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PublishStatus {
+    /// Enqueued in this many queues.
+    Routed(usize),
+    /// No queue took it (returned first if mandatory).
+    Unroutable,
+    /// A full queue refused it (`x-overflow: reject-publish`); a confirm is a nack.
+    Rejected,
+    /// Held in the channel's transaction until commit.
+    Buffered,
+}
+
+/// The result of `basic.publish`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PublishOutcome {
+    /// The confirm sequence number, in confirm mode.
+    pub seq: Option<u64>,
+    /// What happened to the message.
+    pub status: PublishStatus,
+}
+
+impl PublishOutcome {
+    /// Whether a publisher confirm for it is an ack (everything but a rejection).
+    pub fn is_ack(&self) -> bool {
+        self.status != PublishStatus::Rejected
+    }
 }
 
 /// `basic.publish` parameters.

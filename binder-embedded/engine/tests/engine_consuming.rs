@@ -3,8 +3,8 @@
 
 mod common;
 
-use stream_engine::*;
 use common::*;
+use stream_engine::*;
 
 #[tokio::test]
 async fn competing_consumers_are_served_round_robin() {

@@ -3,8 +3,8 @@
 
 mod common;
 
-use stream_engine::*;
 use common::*;
+use stream_engine::*;
 
 fn exchange(ch: &Channel, name: &str, kind: ExchangeKind) {
     ch.exchange_declare(name, kind, ExchangeOptions::default(), FieldTable::new())
@@ -39,10 +39,13 @@ async fn direct_fanout_topic_route_as_rabbitmq() {
     }
     ch.queue_bind("q1", "d", "red", FieldTable::new()).unwrap();
     ch.queue_bind("q2", "d", "blue", FieldTable::new()).unwrap();
-    ch.queue_bind("q1", "f", "ignored", FieldTable::new()).unwrap();
+    ch.queue_bind("q1", "f", "ignored", FieldTable::new())
+        .unwrap();
     ch.queue_bind("q2", "f", "", FieldTable::new()).unwrap();
-    ch.queue_bind("q1", "t", "order.*", FieldTable::new()).unwrap();
-    ch.queue_bind("q2", "t", "order.#", FieldTable::new()).unwrap();
+    ch.queue_bind("q1", "t", "order.*", FieldTable::new())
+        .unwrap();
+    ch.queue_bind("q2", "t", "order.#", FieldTable::new())
+        .unwrap();
 
     publish(&ch, "d", "red", "d-red").await;
     publish(&ch, "d", "green", "d-green").await;
@@ -133,7 +136,8 @@ async fn unroutable_messages_go_to_the_alternate_exchange() {
     declare(&ch, "unrouted");
     ch.queue_bind("routed", "main", "k", FieldTable::new())
         .unwrap();
-    ch.queue_bind("unrouted", "ae", "", FieldTable::new()).unwrap();
+    ch.queue_bind("unrouted", "ae", "", FieldTable::new())
+        .unwrap();
     publish(&ch, "main", "k", "a").await;
     publish(&ch, "main", "nope", "b").await;
     assert_eq!(drain(&ch, "routed"), ["a"]);
@@ -181,7 +185,8 @@ async fn auto_delete_exchanges_go_with_their_last_binding() {
     declare(&ch, "q2");
     ch.queue_bind("q1", "temp", "", FieldTable::new()).unwrap();
     ch.queue_bind("q2", "temp", "", FieldTable::new()).unwrap();
-    ch.queue_unbind("q1", "temp", "", &FieldTable::new()).unwrap();
+    ch.queue_unbind("q1", "temp", "", &FieldTable::new())
+        .unwrap();
     assert!(broker.exchange_exists("temp"));
     ch.queue_delete("q2", false, false).unwrap();
     assert!(

@@ -4,8 +4,8 @@ mod common;
 
 use std::time::Duration;
 
-use stream_engine::*;
 use common::*;
+use stream_engine::*;
 
 #[tokio::test]
 async fn mandatory_unroutable_messages_are_returned_then_acked() {

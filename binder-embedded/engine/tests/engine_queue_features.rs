@@ -4,8 +4,8 @@ mod common;
 
 use std::time::Duration;
 
-use stream_engine::*;
 use common::*;
+use stream_engine::*;
 
 /// A DLX (fanout) with a DLQ, and a queue `q` dead-lettering to it with extra arguments.
 fn with_dlq(ch: &Channel, extra: &[(&str, FieldValue)]) {
@@ -205,7 +205,8 @@ async fn rejected_messages_are_dead_lettered_with_a_routing_key_override() {
     )
     .unwrap();
     declare(&ch, "dlq");
-    ch.queue_bind("dlq", "dlx", "dead", FieldTable::new()).unwrap();
+    ch.queue_bind("dlq", "dlx", "dead", FieldTable::new())
+        .unwrap();
     declare_with(
         &ch,
         "q",

@@ -5,8 +5,8 @@ mod common;
 
 use std::time::Duration;
 
-use stream_engine::*;
 use common::*;
+use stream_engine::*;
 
 #[tokio::test]
 async fn redeclaration_must_match_flags_and_arguments() {
@@ -31,7 +31,9 @@ async fn redeclaration_must_match_flags_and_arguments() {
     assert!(err.text.contains("inequivalent arg 'durable'"), "{err}");
 
     let ch = conn.open_channel().unwrap();
-    let err = ch.queue_declare("q", durable, FieldTable::new()).unwrap_err();
+    let err = ch
+        .queue_declare("q", durable, FieldTable::new())
+        .unwrap_err();
     assert!(
         err.text.contains("inequivalent arg 'x-message-ttl' for queue 'q' in vhost '/': received none but current is the value '1000' of type 'i32'"),
         "{err}"
@@ -110,7 +112,8 @@ async fn exclusive_queues_belong_to_one_connection() {
         exclusive: true,
         ..Default::default()
     };
-    ch.queue_declare("mine", exclusive, FieldTable::new()).unwrap();
+    ch.queue_declare("mine", exclusive, FieldTable::new())
+        .unwrap();
     let och = other.open_channel().unwrap();
     let err = och
         .basic_consume("mine", ConsumeOptions::default())

@@ -7,8 +7,8 @@
 
 mod common;
 
-use stream_engine::*;
 use common::rss;
+use stream_engine::*;
 
 fn publish_all(ch: &Channel, queue: &str, n: usize, make: impl Fn(usize) -> Message) {
     for i in 0..n {

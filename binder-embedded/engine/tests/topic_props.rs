@@ -2,8 +2,8 @@
 //! reference matcher for RabbitMQ topic-exchange semantics (`*` is exactly one word, `#` is zero
 //! or more words, the empty string has zero words, `a..b` has an empty middle word).
 
-use stream_engine::topic_matches;
 use proptest::prelude::*;
+use stream_engine::topic_matches;
 
 /// Splits into words as RabbitMQ does: the empty string has no words, otherwise split on `.`.
 fn words(s: &str) -> Vec<&str> {

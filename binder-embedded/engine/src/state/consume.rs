@@ -1,6 +1,17 @@
 //! Consumers, `basic.get` and dispatch to consumers with credit.
 
-use super::*;
+use std::sync::Arc;
+
+use tokio::time::Instant;
+
+use super::State;
+use super::sessions::{ConsumerState, Unacked};
+use crate::dead_letter::DeathReason;
+use crate::envelope::Envelope;
+use crate::error::{AmqpError, AmqpResult, ReplyCode};
+use crate::inbox::Inbox;
+use crate::queue::QueueConsumer;
+use crate::types::{ConsumeOptions, Delivery};
 
 impl<E: Envelope> State<E> {
     // ---- consuming ----------------------------------------------------------------------
@@ -12,17 +23,18 @@ impl<E: Envelope> State<E> {
         global: bool,
     ) -> AmqpResult<()> {
         let ch = self
+            .sessions
             .channels
             .get_mut(&channel)
             .ok_or_else(AmqpError::channel_closed)?;
         if global {
             ch.channel_prefetch = u32::from(prefetch);
-            let consumers = &self.consumers;
+            let consumers = &self.sessions.consumers;
             let queues = ch
                 .consumers
                 .values()
                 .filter_map(|c| consumers.get(c).map(|c| c.queue.clone()));
-            self.dirty.extend(queues);
+            self.work.dirty.extend(queues);
         } else {
             ch.consumer_prefetch = u32::from(prefetch);
         }
@@ -51,17 +63,17 @@ impl<E: Envelope> State<E> {
                 ))
             })?,
         };
-        let id = self.id();
+        let id = self.sessions.id();
         let inbox = Arc::new(if options.no_ack {
-            Inbox::<E>::counted(self.released.clone())
+            Inbox::<E>::counted(self.memory.released.clone())
         } else {
             Inbox::<E>::new()
         });
         let tag: Arc<str> = match options.consumer_tag.filter(|t| !t.is_empty()) {
             Some(t) => Arc::from(t.as_str()),
-            None => Arc::from(random_name("amq.ctag-").as_str()),
+            None => Arc::from(crate::naming::server_name("amq.ctag-").as_str()),
         };
-        let ch = self.channel(channel)?;
+        let ch = self.sessions.channel(channel)?;
         if ch.consumers.contains_key(&tag) {
             return Err(AmqpError::new(
                 ReplyCode::NotAllowed,
@@ -70,14 +82,14 @@ impl<E: Envelope> State<E> {
         }
         ch.consumers.insert(tag.clone(), id);
         let prefetch = ch.consumer_prefetch;
-        let q = self.queues.get_mut(queue).expect("checked above");
+        let q = self.registry.queues.get_mut(queue).expect("checked above");
         q.consumers.push(QueueConsumer { id, priority });
         q.exclusive_consumer = options.exclusive;
         q.had_consumer = true;
         q.parked += 1;
         q.last_used = Instant::now();
         let queue_name = q.name.clone();
-        self.consumers.insert(
+        self.sessions.consumers.insert(
             id,
             ConsumerState {
                 tag: tag.clone(),
@@ -90,7 +102,7 @@ impl<E: Envelope> State<E> {
                 parked: true,
             },
         );
-        mark_dirty(&mut self.dirty, queue_name);
+        self.work.mark_dirty(queue_name);
         Ok((id, tag.to_string(), inbox))
     }
 
@@ -98,15 +110,15 @@ impl<E: Envelope> State<E> {
     /// nothing was, mark the consumer as waiting so publishes dispatch to it directly.
     /// `false` once the consumer is gone.
     pub(crate) fn park(&mut self, consumer: u64) -> bool {
-        let Some(c) = self.consumers.get(&consumer) else {
+        let Some(c) = self.sessions.consumers.get(&consumer) else {
             return false;
         };
         let queue = c.queue.clone();
         if !c.parked {
-            if let Some(c) = self.consumers.get_mut(&consumer) {
+            if let Some(c) = self.sessions.consumers.get_mut(&consumer) {
                 c.parked = true;
             }
-            if let Some(q) = self.queues.get_mut(&queue) {
+            if let Some(q) = self.registry.queues.get_mut(&queue) {
                 q.parked += 1;
             }
         }
@@ -115,7 +127,7 @@ impl<E: Envelope> State<E> {
     }
 
     pub(crate) fn cancel(&mut self, channel: u64, tag: &str) -> AmqpResult<()> {
-        let ch = self.channel(channel)?;
+        let ch = self.sessions.channel(channel)?;
         // Cancelling an unknown tag is not an error in AMQP.
         if let Some(id) = ch.consumers.remove(tag) {
             self.remove_consumer(id, true);
@@ -126,33 +138,33 @@ impl<E: Envelope> State<E> {
     /// Removes a consumer from its queue; its unacknowledged deliveries stay on the channel
     /// (they can still be acked, and are requeued when the channel closes).
     pub(super) fn remove_consumer(&mut self, id: u64, detach_unacked: bool) {
-        let Some(consumer) = self.consumers.remove(&id) else {
+        let Some(consumer) = self.sessions.consumers.remove(&id) else {
             return;
         };
         // Deliveries the handle never took go back as they were. Those sent without
         // acknowledgement are the client's already (as on RabbitMQ, where they sit in the
         // client's buffer): the handle can still take them.
         for d in consumer.inbox.close(!consumer.no_ack).into_iter().rev() {
-            let ch = self.channels.get_mut(&consumer.channel);
+            let ch = self.sessions.channels.get_mut(&consumer.channel);
             let Some(u) = ch.and_then(|ch| ch.unacked.remove(d.delivery_tag)) else {
                 continue;
             };
             if u.counted {
-                if let Some(ch) = self.channels.get_mut(&consumer.channel) {
+                if let Some(ch) = self.sessions.channels.get_mut(&consumer.channel) {
                     ch.channel_unacked -= 1;
                 }
             }
             let mut m = u.message;
-            undelivered(&mut self.memory, &mut m);
-            if let Some(q) = self.queues.get_mut(&u.queue) {
+            self.memory.undelivered(&mut m);
+            if let Some(q) = self.registry.queues.get_mut(&u.queue) {
                 m.deliveries -= 1;
                 q.storage.requeue(m);
             } else {
-                self.memory -= m.footprint();
+                self.memory.used -= m.footprint();
             }
         }
         if detach_unacked {
-            if let Some(ch) = self.channels.get_mut(&consumer.channel) {
+            if let Some(ch) = self.sessions.channels.get_mut(&consumer.channel) {
                 for u in ch.unacked.iter_mut() {
                     if u.consumer == Some(id) {
                         u.consumer = None;
@@ -160,7 +172,7 @@ impl<E: Envelope> State<E> {
                 }
             }
         }
-        let Some(q) = self.queues.get_mut(&consumer.queue) else {
+        let Some(q) = self.registry.queues.get_mut(&consumer.queue) else {
             return;
         };
         q.consumers.retain(|c| c.id != id);
@@ -170,7 +182,7 @@ impl<E: Envelope> State<E> {
         q.exclusive_consumer = false;
         q.last_used = Instant::now();
         if q.consumers.is_empty() && q.args.expires.is_some() {
-            self.timer_dirty = true;
+            self.work.timer_dirty = true;
         }
         if q.auto_delete && q.had_consumer && q.consumers.is_empty() {
             let name = q.name.clone();
@@ -178,7 +190,7 @@ impl<E: Envelope> State<E> {
         } else {
             // Single active consumer: the next one takes over.
             let name = q.name.clone();
-            mark_dirty(&mut self.dirty, name);
+            self.work.mark_dirty(name);
         }
     }
 
@@ -190,7 +202,7 @@ impl<E: Envelope> State<E> {
     ) -> AmqpResult<Option<(Delivery<E>, u32)>> {
         self.queue_for(channel, queue)?;
         self.expire_head(queue);
-        let q = self.queues.get_mut(queue).expect("checked above");
+        let q = self.registry.queues.get_mut(queue).expect("checked above");
         q.last_used = Instant::now();
         let Some(mut message) = q.storage.pop() else {
             return Ok(None);
@@ -198,7 +210,11 @@ impl<E: Envelope> State<E> {
         let remaining = q.storage.len() as u32;
         let queue_name = q.name.clone();
         message.deliveries += 1;
-        let ch = self.channels.get_mut(&channel).expect("checked above");
+        let ch = self
+            .sessions
+            .channels
+            .get_mut(&channel)
+            .expect("checked above");
         ch.next_tag += 1;
         let delivery = Delivery {
             consumer_tag: Arc::from(""),
@@ -207,9 +223,9 @@ impl<E: Envelope> State<E> {
             body: message.body.clone(),
         };
         if no_ack {
-            self.memory -= message.footprint();
+            self.memory.used -= message.footprint();
         } else {
-            delivered(&mut self.memory, &mut message);
+            self.memory.delivered(&mut message);
             ch.unacked.insert(
                 ch.next_tag,
                 Unacked {
@@ -228,7 +244,7 @@ impl<E: Envelope> State<E> {
     pub(super) fn dispatch(&mut self, queue: &str) {
         loop {
             self.expire_head(queue);
-            let Some(q) = self.queues.get_mut(queue) else {
+            let Some(q) = self.registry.queues.get_mut(queue) else {
                 return;
             };
             if q.storage.is_empty() || q.consumers.is_empty() {
@@ -250,10 +266,10 @@ impl<E: Envelope> State<E> {
                 if chosen.is_some_and(|(_, p)| p >= qc.priority) {
                     continue;
                 }
-                let Some(c) = self.consumers.get(&qc.id) else {
+                let Some(c) = self.sessions.consumers.get(&qc.id) else {
                     continue;
                 };
-                let Some(ch) = self.channels.get(&c.channel) else {
+                let Some(ch) = self.sessions.channels.get(&c.channel) else {
                     continue;
                 };
                 let has_credit = c.no_ack
@@ -268,8 +284,13 @@ impl<E: Envelope> State<E> {
             };
             let consumer_id = q.consumers[idx].id;
             q.cursor = idx + 1;
-            let consumer = self.consumers.get_mut(&consumer_id).expect("chosen above");
+            let consumer = self
+                .sessions
+                .consumers
+                .get_mut(&consumer_id)
+                .expect("chosen above");
             let ch = self
+                .sessions
                 .channels
                 .get_mut(&consumer.channel)
                 .expect("chosen above");
@@ -303,7 +324,8 @@ impl<E: Envelope> State<E> {
                 };
                 if let Some(at) = message.expires_at {
                     if at <= *now.get_or_insert_with(Instant::now) {
-                        self.dying
+                        self.work
+                            .dying
                             .push((message, q.name.clone(), DeathReason::Expired));
                         continue;
                     }
@@ -321,7 +343,7 @@ impl<E: Envelope> State<E> {
                 } else {
                     consumer.unacked += 1;
                     ch.channel_unacked += 1;
-                    delivered(&mut self.memory, &mut message);
+                    self.memory.delivered(&mut message);
                     ch.unacked.insert(
                         ch.next_tag,
                         Unacked {
@@ -334,7 +356,7 @@ impl<E: Envelope> State<E> {
                 }
             }
             if consumer.inbox.push_many(deliveries, footprints) {
-                self.wakes.push(consumer.inbox.clone());
+                self.work.wakes.push(consumer.inbox.clone());
             }
             if consumer.parked {
                 consumer.parked = false;

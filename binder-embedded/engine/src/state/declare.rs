@@ -1,6 +1,17 @@
 //! Declaring and deleting exchanges, queues and bindings.
 
-use super::*;
+use std::sync::Arc;
+
+use tokio::time::Instant;
+
+use super::State;
+use crate::envelope::Envelope;
+use crate::error::{AmqpError, AmqpResult, ReplyCode};
+use crate::exchange::{Exchange, Target};
+use crate::field::FieldTable;
+use crate::queue::{Queue, QueueArgs};
+use crate::storage::QueuedMessage;
+use crate::types::{ChannelEvent, ExchangeKind, ExchangeOptions, QueueDeclareOk, QueueOptions};
 
 impl<E: Envelope> State<E> {
     // ---- exchanges ----------------------------------------------------------------------
@@ -37,7 +48,7 @@ impl<E: Envelope> State<E> {
         options: ExchangeOptions,
         args: FieldTable,
     ) -> AmqpResult<()> {
-        if let Some(existing) = self.exchanges.get(name) {
+        if let Some(existing) = self.registry.exchanges.get(name) {
             if options.passive {
                 return Ok(());
             }
@@ -91,7 +102,7 @@ impl<E: Envelope> State<E> {
         }
         Self::check_exchange_name(name)?;
         let name: Arc<str> = Arc::from(name);
-        self.exchanges.insert(
+        self.registry.exchanges.insert(
             name.clone(),
             Exchange::new(
                 name,
@@ -107,7 +118,7 @@ impl<E: Envelope> State<E> {
 
     pub(crate) fn exchange_delete(&mut self, name: &str, if_unused: bool) -> AmqpResult<()> {
         Self::check_exchange_name(name)?;
-        let Some(x) = self.exchanges.get(name) else {
+        let Some(x) = self.registry.exchanges.get(name) else {
             return Ok(());
         };
         if if_unused && !x.bindings.is_empty() {
@@ -121,11 +132,11 @@ impl<E: Envelope> State<E> {
     }
 
     pub(super) fn remove_exchange(&mut self, name: &str) {
-        if self.exchanges.remove(name).is_none() {
+        if self.registry.exchanges.remove(name).is_none() {
             return;
         }
         let target = Target::Exchange(Arc::from(name));
-        let sources: Vec<Arc<str>> = self.exchanges.keys().cloned().collect();
+        let sources: Vec<Arc<str>> = self.registry.exchanges.keys().cloned().collect();
         for source in sources {
             self.unbind_where(&source, |x| x.unbind_target(&target) > 0);
         }
@@ -133,7 +144,7 @@ impl<E: Envelope> State<E> {
 
     /// Applies an unbinding to `source` and deletes it if it is auto-delete and now unbound.
     pub(super) fn unbind_where(&mut self, source: &str, f: impl FnOnce(&mut Exchange) -> bool) {
-        let Some(x) = self.exchanges.get_mut(source) else {
+        let Some(x) = self.registry.exchanges.get_mut(source) else {
             return;
         };
         if f(x) && x.auto_delete && x.bindings.is_empty() {
@@ -148,7 +159,7 @@ impl<E: Envelope> State<E> {
                 "operation not permitted on the default exchange",
             ));
         }
-        if !self.exchanges.contains_key(name) {
+        if !self.registry.exchanges.contains_key(name) {
             return Err(self.no_exchange(name));
         }
         Ok(())
@@ -164,7 +175,7 @@ impl<E: Envelope> State<E> {
         self.bindable_exchange(source)?;
         self.bindable_exchange(destination)?;
         let target = Target::Exchange(Arc::from(destination));
-        if let Some(x) = self.exchanges.get_mut(source) {
+        if let Some(x) = self.registry.exchanges.get_mut(source) {
             x.bind(target, key, args);
         }
         Ok(())
@@ -199,8 +210,12 @@ impl<E: Envelope> State<E> {
     }
 
     pub(super) fn queue_for(&self, channel: u64, name: &str) -> AmqpResult<&Queue<E>> {
-        let conn = self.connection_of(channel)?;
-        let q = self.queues.get(name).ok_or_else(|| self.no_queue(name))?;
+        let conn = self.sessions.connection_of(channel)?;
+        let q = self
+            .registry
+            .queues
+            .get(name)
+            .ok_or_else(|| self.no_queue(name))?;
         self.check_owner(q, conn)?;
         Ok(q)
     }
@@ -212,20 +227,24 @@ impl<E: Envelope> State<E> {
         options: QueueOptions,
         args: FieldTable,
     ) -> AmqpResult<QueueDeclareOk> {
-        let conn = self.connection_of(channel)?;
+        let conn = self.sessions.connection_of(channel)?;
         let name = if name.is_empty() && !options.passive {
-            random_name("amq.gen-")
+            crate::naming::server_name("amq.gen-")
         } else {
             name.to_owned()
         };
         let vhost = self.config.vhost.clone();
-        if let Some(q) = self.queues.get(name.as_str()) {
+        if let Some(q) = self.registry.queues.get(name.as_str()) {
             self.check_owner(q, conn)?;
             if !options.passive {
                 let owner = options.exclusive.then_some(conn);
                 q.check_equivalent(options, owner, &args, &vhost)?;
             }
-            let q = self.queues.get_mut(name.as_str()).expect("checked above");
+            let q = self
+                .registry
+                .queues
+                .get_mut(name.as_str())
+                .expect("checked above");
             q.last_used = Instant::now();
             return Ok(QueueDeclareOk {
                 name,
@@ -243,11 +262,12 @@ impl<E: Envelope> State<E> {
         }
         let parsed = QueueArgs::parse(&name, &args)?;
         if parsed.expires.is_some() {
-            self.timer_dirty = true;
+            self.work.timer_dirty = true;
         }
         let key: Arc<str> = Arc::from(name.as_str());
         let owner = options.exclusive.then_some(conn);
-        self.queues
+        self.registry
+            .queues
             .insert(key.clone(), Queue::new(key, options, owner, args, parsed));
         Ok(QueueDeclareOk {
             name,
@@ -267,7 +287,7 @@ impl<E: Envelope> State<E> {
         self.queue_for(channel, queue)?;
         self.bindable_exchange(exchange)?;
         let target = Target::Queue(Arc::from(queue));
-        if let Some(x) = self.exchanges.get_mut(exchange) {
+        if let Some(x) = self.registry.exchanges.get_mut(exchange) {
             x.bind(target, key, args);
         }
         Ok(())
@@ -290,9 +310,9 @@ impl<E: Envelope> State<E> {
 
     pub(crate) fn queue_purge(&mut self, channel: u64, queue: &str) -> AmqpResult<u32> {
         self.queue_for(channel, queue)?;
-        let q = self.queues.get_mut(queue).expect("checked above");
+        let q = self.registry.queues.get_mut(queue).expect("checked above");
         let purged = q.storage.drain();
-        self.memory -= purged.iter().map(QueuedMessage::footprint).sum::<usize>();
+        self.memory.used -= purged.iter().map(QueuedMessage::footprint).sum::<usize>();
         Ok(purged.len() as u32)
     }
 
@@ -326,17 +346,17 @@ impl<E: Envelope> State<E> {
 
     /// Deletes a queue: consumers are cancelled (with notification), bindings removed.
     pub(super) fn delete_queue(&mut self, name: &str) -> u32 {
-        let Some(mut q) = self.queues.remove(name) else {
+        let Some(mut q) = self.registry.queues.remove(name) else {
             return 0;
         };
         let dropped = q.storage.drain();
-        self.memory -= dropped.iter().map(QueuedMessage::footprint).sum::<usize>();
+        self.memory.used -= dropped.iter().map(QueuedMessage::footprint).sum::<usize>();
         for c in &q.consumers {
-            if let Some(consumer) = self.consumers.remove(&c.id) {
+            if let Some(consumer) = self.sessions.consumers.remove(&c.id) {
                 // Deliveries the handle never took stay unacked on the channel, like any
                 // delivery of a deleted queue; acking them is harmless.
                 consumer.inbox.close(true);
-                if let Some(ch) = self.channels.get_mut(&consumer.channel) {
+                if let Some(ch) = self.sessions.channels.get_mut(&consumer.channel) {
                     ch.consumers.remove(&consumer.tag);
                     let _ = ch.events.send(ChannelEvent::ConsumerCancelled {
                         consumer_tag: consumer.tag.to_string(),
@@ -345,7 +365,7 @@ impl<E: Envelope> State<E> {
             }
         }
         let target = Target::Queue(q.name.clone());
-        let sources: Vec<Arc<str>> = self.exchanges.keys().cloned().collect();
+        let sources: Vec<Arc<str>> = self.registry.exchanges.keys().cloned().collect();
         for source in sources {
             self.unbind_where(&source, |x| x.unbind_target(&target) > 0);
         }

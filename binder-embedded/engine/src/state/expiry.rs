@@ -1,6 +1,14 @@
 //! Expiry of messages and idle queues, dead-lettering, and the follow-up loop.
 
-use super::*;
+use std::sync::Arc;
+
+use tokio::time::Instant;
+
+use super::State;
+use crate::dead_letter::{DeathReason, is_cycle, record_death};
+use crate::envelope::Envelope;
+use crate::message::Published;
+use crate::storage::QueuedMessage;
 
 impl<E: Envelope> State<E> {
     // ---- expiry, dead letters, follow-up work -------------------------------------------
@@ -8,7 +16,7 @@ impl<E: Envelope> State<E> {
     /// Drops expired messages at the head of a queue (dead-lettering them). Reads the clock
     /// only when the head can expire.
     pub(super) fn expire_head(&mut self, queue: &str) {
-        let Some(q) = self.queues.get_mut(queue) else {
+        let Some(q) = self.registry.queues.get_mut(queue) else {
             return;
         };
         if q.storage.peek().and_then(|m| m.expires_at).is_none() {
@@ -22,18 +30,20 @@ impl<E: Envelope> State<E> {
             .is_some_and(|at| at <= now)
         {
             let m = q.storage.pop().expect("peeked");
-            self.dying.push((m, q.name.clone(), DeathReason::Expired));
+            self.work
+                .dying
+                .push((m, q.name.clone(), DeathReason::Expired));
         }
     }
 
     /// Expires messages and idle queues due by `now`; returns the next deadline.
     pub(crate) fn run_timers(&mut self, now: Instant) -> Option<Instant> {
-        let names: Vec<Arc<str>> = self.queues.keys().cloned().collect();
+        let names: Vec<Arc<str>> = self.registry.queues.keys().cloned().collect();
         let mut next: Option<Instant> = None;
         let mut earliest = |t: Instant| next = Some(next.map_or(t, |n: Instant| n.min(t)));
         for name in names {
             self.expire_head(&name);
-            let Some(q) = self.queues.get(&name) else {
+            let Some(q) = self.registry.queues.get(&name) else {
                 continue;
             };
             if let Some(expires) = q.args.expires {
@@ -50,7 +60,7 @@ impl<E: Envelope> State<E> {
                 earliest(at);
             }
         }
-        self.timer_dirty = false;
+        self.work.timer_dirty = false;
         self.settle();
         next
     }
@@ -59,12 +69,12 @@ impl<E: Envelope> State<E> {
     /// messages or credit are dispatched.
     pub(crate) fn settle(&mut self) {
         loop {
-            if let Some((message, queue, reason)) = self.dying.pop() {
-                self.memory -= message.footprint();
+            if let Some((message, queue, reason)) = self.work.dying.pop() {
+                self.memory.used -= message.footprint();
                 self.dead_letter(message, &queue, reason);
                 continue;
             }
-            if let Some(queue) = self.dirty.pop() {
+            if let Some(queue) = self.work.dirty.pop() {
                 self.dispatch(&queue);
                 continue;
             }
@@ -72,8 +82,13 @@ impl<E: Envelope> State<E> {
         }
     }
 
-    pub(super) fn dead_letter(&mut self, message: QueuedMessage<E>, queue: &str, reason: DeathReason) {
-        let Some(q) = self.queues.get(queue) else {
+    pub(super) fn dead_letter(
+        &mut self,
+        message: QueuedMessage<E>,
+        queue: &str,
+        reason: DeathReason,
+    ) {
+        let Some(q) = self.registry.queues.get(queue) else {
             return;
         };
         let Some(dlx) = q.args.dead_letter_exchange.clone() else {
@@ -91,11 +106,10 @@ impl<E: Envelope> State<E> {
             None => body.routing_key.clone(),
         };
         let mut targets = Vec::new();
-        let exchange = self.route(&dlx, &key, &body.message.headers, &mut targets);
-        let cycles: Vec<bool> = targets
-            .iter()
-            .map(|t| is_cycle(&body.message, t))
-            .collect();
+        let exchange = self
+            .registry
+            .route(&dlx, &key, &body.message.headers, &mut targets);
+        let cycles: Vec<bool> = targets.iter().map(|t| is_cycle(&body.message, t)).collect();
         let body = Arc::new(E::from_native(Published {
             exchange,
             routing_key: key,

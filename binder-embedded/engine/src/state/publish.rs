@@ -1,12 +1,24 @@
 //! Publishing: routing through exchanges and enqueueing with TTL, priority and limits.
 
-use super::*;
+use std::sync::Arc;
+
+use tokio::time::Instant;
+
+use super::State;
+use super::sessions::TxOp;
+use crate::dead_letter::DeathReason;
+use crate::envelope::Envelope;
+use crate::error::{AmqpError, AmqpResult};
+use crate::memory;
+use crate::queue::Overflow;
+use crate::storage::QueuedMessage;
+use crate::types::{ChannelEvent, PublishOutcome, PublishStatus};
 
 impl<E: Envelope> State<E> {
     // ---- publishing ---------------------------------------------------------------------
 
     pub(crate) fn confirm_select(&mut self, channel: u64) -> AmqpResult<()> {
-        let ch = self.channel(channel)?;
+        let ch = self.sessions.channel(channel)?;
         if ch.tx.is_some() {
             return Err(AmqpError::precondition(
                 "cannot switch from tx to confirm mode",
@@ -27,7 +39,7 @@ impl<E: Envelope> State<E> {
         mut body: Arc<E::Record>,
     ) -> AmqpResult<PublishOutcome> {
         if !exchange.is_empty() {
-            match self.exchanges.get(exchange) {
+            match self.registry.exchanges.get(exchange) {
                 None => return Err(self.no_exchange(exchange)),
                 Some(x) if x.internal => {
                     return Err(AmqpError::access_refused(format!(
@@ -38,7 +50,7 @@ impl<E: Envelope> State<E> {
                 Some(_) => {}
             }
         }
-        let ch = self.channel(channel)?;
+        let ch = self.sessions.channel(channel)?;
         let key = match &ch.last_routing_key {
             Some(last) if **last == *routing_key => last.clone(),
             _ => {
@@ -81,9 +93,9 @@ impl<E: Envelope> State<E> {
         mandatory: bool,
         mut body: Arc<E::Record>,
     ) -> PublishStatus {
-        let mut targets = std::mem::take(&mut self.route_scratch);
+        let mut targets = std::mem::take(&mut self.work.route_scratch);
         targets.clear();
-        let name = self.route_record(exchange, &body, &mut targets);
+        let name = self.registry.route_record(exchange, &body, &mut targets);
         match Arc::get_mut(&mut body) {
             Some(b) => E::set_exchange(b, name),
             None => {
@@ -94,7 +106,7 @@ impl<E: Envelope> State<E> {
         }
         if targets.is_empty() {
             if mandatory {
-                if let Some(ch) = self.channels.get(&channel) {
+                if let Some(ch) = self.sessions.channels.get(&channel) {
                     let _ = ch.events.send(ChannelEvent::Return {
                         reply_code: 312,
                         reply_text: "NO_ROUTE".to_owned(),
@@ -102,7 +114,7 @@ impl<E: Envelope> State<E> {
                     });
                 }
             }
-            self.route_scratch = targets;
+            self.work.route_scratch = targets;
             return PublishStatus::Unroutable;
         }
         let mut rejected = false;
@@ -110,7 +122,7 @@ impl<E: Envelope> State<E> {
         for queue in targets.drain(..) {
             rejected |= !self.enqueue(&queue, body.clone(), false);
         }
-        self.route_scratch = targets;
+        self.work.route_scratch = targets;
         if rejected {
             PublishStatus::Rejected
         } else {
@@ -118,130 +130,10 @@ impl<E: Envelope> State<E> {
         }
     }
 
-    /// [`State::route`] for a record: its headers are read (and converted, for an envelope
-    /// that holds other types) only when a headers exchange is on the way.
-    pub(super) fn route_record(
-        &self,
-        exchange: &str,
-        body: &E::Record,
-        queues: &mut Vec<Arc<str>>,
-    ) -> Arc<str> {
-        let key = E::routing_key(body);
-        if self.reads_headers(exchange) {
-            self.route(exchange, key, &E::headers(body), queues)
-        } else {
-            self.route(exchange, key, &FieldTable::new(), queues)
-        }
-    }
-
-    /// Whether routing through `exchange` may look at message headers: it, or an exchange
-    /// it routes on to, is a headers exchange.
-    fn reads_headers(&self, exchange: &str) -> bool {
-        let Some(x) = self.exchanges.get(exchange) else {
-            return false;
-        };
-        if x.kind == ExchangeKind::Headers {
-            return true;
-        }
-        if x.alternate.is_none() && !x.has_exchange_targets() {
-            return false;
-        }
-        // Onward routing: look through every exchange reachable from here.
-        let mut seen: Vec<&str> = Vec::new();
-        let mut todo: Vec<&str> = vec![exchange];
-        while let Some(name) = todo.pop() {
-            let Some(x) = self.exchanges.get(name) else {
-                continue;
-            };
-            if seen.contains(&name) {
-                continue;
-            }
-            seen.push(name);
-            if x.kind == ExchangeKind::Headers {
-                return true;
-            }
-            todo.extend(x.bindings.iter().filter_map(|b| match &b.target {
-                Target::Exchange(e) => Some(&**e),
-                Target::Queue(_) => None,
-            }));
-            todo.extend(x.alternate.as_deref());
-        }
-        false
-    }
-
-    /// Adds the queues a message reaches, each once, to `queues`; returns the exchange's
-    /// shared name (for the published message).
-    pub(super) fn route(
-        &self,
-        exchange: &str,
-        routing_key: &str,
-        headers: &FieldTable,
-        queues: &mut Vec<Arc<str>>,
-    ) -> Arc<str> {
-        if exchange.is_empty() {
-            if let Some((name, _)) = self.queues.get_key_value(routing_key) {
-                queues.push(name.clone());
-            }
-            return self.default_exchange.clone();
-        }
-        let Some((name, x)) = self.exchanges.get_key_value(exchange) else {
-            return Arc::from(exchange);
-        };
-        if x.alternate.is_none() && !x.has_exchange_targets() {
-            // The common case: no onward routing, so no loop detection is needed.
-            let before = queues.len();
-            x.matching_queues(routing_key, headers, queues);
-            dedup_from(queues, before);
-            return name.clone();
-        }
-        let mut visited = Vec::new();
-        self.route_exchange(exchange, routing_key, headers, &mut visited, queues);
-        name.clone()
-    }
-
-    /// Routes through one exchange, following exchange-to-exchange bindings and the alternate
-    /// exchange. `visited` breaks loops; both lists are short, so linear scans beat hashing.
-    pub(super) fn route_exchange(
-        &self,
-        exchange: &str,
-        routing_key: &str,
-        headers: &FieldTable,
-        visited: &mut Vec<Arc<str>>,
-        queues: &mut Vec<Arc<str>>,
-    ) {
-        let Some(x) = self.exchanges.get(exchange) else {
-            return;
-        };
-        if visited.contains(&x.name) {
-            return;
-        }
-        visited.push(x.name.clone());
-        let before = queues.len();
-        let mut targets = Vec::new();
-        x.matching(routing_key, headers, &mut targets);
-        for t in targets {
-            match t {
-                Target::Queue(q) => {
-                    if !queues.contains(&q) {
-                        queues.push(q);
-                    }
-                }
-                Target::Exchange(e) => {
-                    self.route_exchange(&e, routing_key, headers, visited, queues)
-                }
-            }
-        }
-        if queues.len() == before {
-            if let Some(alt) = &x.alternate {
-                self.route_exchange(alt, routing_key, headers, visited, queues);
-            }
-        }
-    }
-
     /// Adds a message to a queue, applying TTL, priority and length limits. Returns `false`
     /// when the queue refused it.
     pub(super) fn enqueue(&mut self, queue: &str, body: Arc<E::Record>, redead: bool) -> bool {
-        let Some(q) = self.queues.get_mut(queue) else {
+        let Some(q) = self.registry.queues.get_mut(queue) else {
             return true;
         };
         let size = E::payload_len(&body);
@@ -266,7 +158,7 @@ impl<E: Envelope> State<E> {
             deliveries: 0,
         };
         if message.expires_at.is_some() {
-            self.timer_dirty = true;
+            self.work.timer_dirty = true;
         }
         if q.would_overflow(size) {
             match q.args.overflow {
@@ -275,34 +167,24 @@ impl<E: Envelope> State<E> {
                 Overflow::RejectPublishDlx => {
                     if !redead {
                         let name = q.name.clone();
-                        self.memory += footprint;
-                        self.dying.push((message, name, DeathReason::MaxLen));
+                        self.memory.used += footprint;
+                        self.work.dying.push((message, name, DeathReason::MaxLen));
                     }
                     return false;
                 }
             }
         }
         q.storage.push(message);
-        self.memory += footprint;
+        self.memory.used += footprint;
         while q.over_limits() {
             let Some(head) = q.storage.pop() else { break };
-            self.dying.push((head, q.name.clone(), DeathReason::MaxLen));
+            self.work
+                .dying
+                .push((head, q.name.clone(), DeathReason::MaxLen));
         }
         if q.parked > 0 {
-            mark_dirty(&mut self.dirty, q.name.clone());
+            self.work.mark_dirty(q.name.clone());
         }
         true
-    }
-}
-
-/// Removes repeats from `queues[from..]`, keeping first occurrences (lists are short).
-fn dedup_from(queues: &mut Vec<Arc<str>>, from: usize) {
-    let mut i = from + 1;
-    while i < queues.len() {
-        if queues[from..i].contains(&queues[i]) {
-            queues.remove(i);
-        } else {
-            i += 1;
-        }
     }
 }

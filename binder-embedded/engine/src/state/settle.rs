@@ -1,6 +1,13 @@
 //! Settling deliveries (ack, requeue, discard) and transactions.
 
-use super::*;
+use std::sync::Arc;
+
+use super::State;
+use super::sessions::{Settle, TxOp, Unacked};
+use crate::dead_letter::DeathReason;
+use crate::envelope::Envelope;
+use crate::error::{AmqpError, AmqpResult};
+use crate::storage::QueuedMessage;
 
 impl<E: Envelope> State<E> {
     // ---- settlement ---------------------------------------------------------------------
@@ -12,7 +19,7 @@ impl<E: Envelope> State<E> {
         multiple: bool,
         outcome: Settle,
     ) -> AmqpResult<()> {
-        let ch = self.channel(channel)?;
+        let ch = self.sessions.channel(channel)?;
         if let Some(tx) = &mut ch.tx {
             if !multiple && !ch.unacked.contains(tag) {
                 return Err(AmqpError::precondition(format!(
@@ -36,7 +43,7 @@ impl<E: Envelope> State<E> {
         multiple: bool,
         outcome: Settle,
     ) -> AmqpResult<()> {
-        let ch = self.channel(channel)?;
+        let ch = self.sessions.channel(channel)?;
         let settled: Vec<Unacked<E>> = if multiple {
             ch.unacked.remove_up_to(tag)
         } else {
@@ -54,10 +61,10 @@ impl<E: Envelope> State<E> {
         let mut counted = 0u32;
         if outcome == Settle::Ack {
             // One allocation for the batch rather than one per doubling.
-            self.garbage.reserve(settled.len());
+            self.work.garbage.reserve(settled.len());
         }
         for mut u in settled {
-            undelivered(&mut self.memory, &mut u.message);
+            self.memory.undelivered(&mut u.message);
             if let Some(id) = u.consumer {
                 match credit.iter_mut().find(|(c, _)| *c == id) {
                     Some((_, n)) => *n += 1,
@@ -65,27 +72,28 @@ impl<E: Envelope> State<E> {
                 }
             }
             counted += u32::from(u.counted);
-            self.memory -= u.message.footprint();
+            self.memory.used -= u.message.footprint();
             match outcome {
                 Settle::Ack => {
-                    mark_dirty(&mut self.dirty, u.queue);
-                    self.garbage.push(u.message.body);
+                    self.work.mark_dirty(u.queue);
+                    self.work.garbage.push(u.message.body);
                 }
                 Settle::Requeue => self.requeue(u.queue, u.message),
                 Settle::Discard => {
-                    self.memory += u.message.footprint();
-                    self.dying
+                    self.memory.used += u.message.footprint();
+                    self.work
+                        .dying
                         .push((u.message, u.queue.clone(), DeathReason::Rejected));
-                    mark_dirty(&mut self.dirty, u.queue);
+                    self.work.mark_dirty(u.queue);
                 }
             }
         }
         for (id, n) in credit {
-            if let Some(c) = self.consumers.get_mut(&id) {
+            if let Some(c) = self.sessions.consumers.get_mut(&id) {
                 c.unacked -= n;
             }
         }
-        if let Some(ch) = self.channels.get_mut(&channel) {
+        if let Some(ch) = self.sessions.channels.get_mut(&channel) {
             ch.channel_unacked -= counted;
         }
         Ok(())
@@ -94,27 +102,28 @@ impl<E: Envelope> State<E> {
     /// Puts a delivered message back, marked redelivered, unless it reached the queue's
     /// delivery limit (then it is dead-lettered).
     pub(super) fn requeue(&mut self, queue: Arc<str>, mut message: QueuedMessage<E>) {
-        let Some(q) = self.queues.get_mut(&queue) else {
+        let Some(q) = self.registry.queues.get_mut(&queue) else {
             return;
         };
         message.redelivered = true;
-        self.memory += message.footprint();
+        self.memory.used += message.footprint();
         if q.args
             .delivery_limit
             .is_some_and(|limit| message.deliveries > limit)
         {
-            self.dying
+            self.work
+                .dying
                 .push((message, queue, DeathReason::DeliveryLimit));
             return;
         }
         q.storage.requeue(message);
-        mark_dirty(&mut self.dirty, queue);
+        self.work.mark_dirty(queue);
     }
 
     // ---- transactions -------------------------------------------------------------------
 
     pub(crate) fn tx_select(&mut self, channel: u64) -> AmqpResult<()> {
-        let ch = self.channel(channel)?;
+        let ch = self.sessions.channel(channel)?;
         if ch.confirm {
             return Err(AmqpError::precondition(
                 "cannot switch from confirm to tx mode",
@@ -125,7 +134,7 @@ impl<E: Envelope> State<E> {
     }
 
     pub(super) fn take_tx(&mut self, channel: u64) -> AmqpResult<Vec<TxOp<E>>> {
-        let ch = self.channel(channel)?;
+        let ch = self.sessions.channel(channel)?;
         match &mut ch.tx {
             Some(ops) => Ok(std::mem::take(ops)),
             None => Err(AmqpError::precondition("channel is not transactional")),

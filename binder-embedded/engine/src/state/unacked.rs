@@ -2,7 +2,7 @@
 
 use std::collections::VecDeque;
 
-use super::Unacked;
+use super::sessions::Unacked;
 use crate::envelope::Envelope;
 
 /// Tags grow by one per delivery on a channel, so a deque indexed from the oldest live tag
