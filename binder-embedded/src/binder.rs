@@ -395,6 +395,9 @@ impl Producer for EmbeddedProducer {
             TryPublish::Done(outcome) => {
                 BinderFuture::ready(confirmed(exchange, routing_key, outcome))
             }
+            TryPublish::Pending(pending) => BinderFuture::boxed(async move {
+                confirmed(exchange, routing_key, pending.wait().await)
+            }),
             TryPublish::Blocked(message) => BinderFuture::boxed(async move {
                 let outcome = self
                     .channel

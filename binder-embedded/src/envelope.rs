@@ -69,6 +69,10 @@ impl engine::Envelope for Framework {
         record.message.properties.expiration_duration()
     }
 
+    fn persistent(record: &Published) -> bool {
+        record.message.properties.delivery_mode == Some(DeliveryMode::Persistent)
+    }
+
     fn headers(record: &Published) -> Cow<'_, engine::FieldTable> {
         Cow::Owned(table_to_engine(record.message.headers.clone()))
     }

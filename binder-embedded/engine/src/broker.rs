@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use crate::envelope::{Envelope, Native};
 use crate::field::FieldTable;
+use crate::store::{Durability, MemoryStore, MessageStore, StoreError};
 use tokio::sync::Notify;
 use tokio::sync::mpsc::{self, UnboundedReceiver};
 
@@ -138,11 +139,31 @@ impl<E: Envelope> Broker<E> {
         Self::with_config(BrokerConfig::default())
     }
 
-    /// A broker with these settings.
+    /// A broker with these settings, keeping nothing beyond its own life (its store is the
+    /// [`MemoryStore`]).
     pub fn with_config(config: BrokerConfig) -> Self {
+        Self::build(State::new(config, Arc::new(MemoryStore)))
+    }
+
+    /// A broker with these settings and this message store: the broker first rebuilds what
+    /// the store [recovers](MessageStore::recover) (durable exchanges, queues, bindings and
+    /// their messages), then reports durable declarations and persistent messages to it (see
+    /// [`crate::store`] for the contract).
+    ///
+    /// Fails if the store cannot recover, or recovers declarations the broker refuses.
+    pub fn with_store(config: BrokerConfig, store: impl MessageStore) -> Result<Self, StoreError> {
+        let recovered = store.recover()?;
+        let mut state = State::new(config, Arc::new(store));
+        state.recover(recovered).map_err(|e| StoreError::Corrupt {
+            detail: format!("the broker refused what the store recovered: {e}"),
+        })?;
+        Ok(Self::build(state))
+    }
+
+    fn build(state: State<E>) -> Self {
         Broker {
             shared: Arc::new(Shared {
-                state: Mutex::new(State::new(config)),
+                state: Mutex::new(state),
                 blocked: AtomicBool::new(false),
                 unblocked: Notify::new(),
                 timer: Arc::new(Notify::new()),
@@ -284,6 +305,36 @@ pub enum TryPublish<E: Envelope = Native> {
     /// Publishers are blocked by the memory alarm: the message, not published (boxed, so
     /// the common outcome stays small).
     Blocked(Box<E::Message>),
+    /// Published; its confirm waits for the message store to make it durable.
+    Pending(PendingConfirm),
+}
+
+/// A publish whose confirm waits for the message store's durability point (see
+/// [`crate::store`]): [`PendingConfirm::wait`] resolves once every queue's copy is safe.
+#[must_use = "the confirm is only known once the store's durability point is reached"]
+pub struct PendingConfirm {
+    outcome: PublishOutcome,
+    durability: Vec<Durability>,
+}
+
+impl PendingConfirm {
+    /// The outcome, once the store has made the message durable in every queue it reached;
+    /// a store failure is an `INTERNAL_ERROR` (the channel stays open).
+    pub async fn wait(self) -> AmqpResult<PublishOutcome> {
+        for durability in self.durability {
+            durability.await.map_err(|e| AmqpError::store_failed(&e))?;
+        }
+        Ok(self.outcome)
+    }
+}
+
+impl std::fmt::Debug for PendingConfirm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PendingConfirm")
+            .field("outcome", &self.outcome)
+            .field("durability", &self.durability)
+            .finish()
+    }
 }
 
 /// A `basic.get` result.
@@ -436,6 +487,7 @@ impl<E: Envelope> Channel<E> {
         loop {
             match self.try_basic_publish(exchange, routing_key, options.clone(), message) {
                 TryPublish::Done(outcome) => return outcome,
+                TryPublish::Pending(pending) => return pending.wait().await,
                 TryPublish::Blocked(back) => message = *back,
             }
             let unblocked = self.shared.unblocked.notified();
@@ -448,8 +500,10 @@ impl<E: Envelope> Channel<E> {
     }
 
     /// `basic.publish` without waiting: done at once, unless the memory alarm blocks
-    /// publishers, in which case the message is handed back untouched. It spends no
-    /// cooperative budget: a caller that loops on it should (see [`Channel::basic_publish`]).
+    /// publishers, in which case the message is handed back untouched, or the message store
+    /// has yet to make the message durable ([`TryPublish::Pending`]: the confirm waits for
+    /// it). It spends no cooperative budget: a caller that loops on it should (see
+    /// [`Channel::basic_publish`]).
     pub fn try_basic_publish(
         &self,
         exchange: &str,
@@ -465,9 +519,18 @@ impl<E: Envelope> Channel<E> {
         // publish when it is the same, as it usually is).
         let body = Arc::new(E::seal(message, unnamed(), unnamed()));
         let id = self.id;
-        TryPublish::Done(self.shared.channel_op(id, |s| {
-            s.publish(id, exchange, routing_key, options.mandatory, body)
-        }))
+        let published = self.shared.channel_op(id, |s| {
+            let outcome = s.publish(id, exchange, routing_key, options.mandatory, body)?;
+            Ok((outcome, s.take_durability()))
+        });
+        match published {
+            Ok((outcome, durability)) if durability.is_empty() => TryPublish::Done(Ok(outcome)),
+            Ok((outcome, durability)) => TryPublish::Pending(PendingConfirm {
+                outcome,
+                durability,
+            }),
+            Err(e) => TryPublish::Done(Err(e)),
+        }
     }
 
     /// `basic.consume`: deliveries arrive on the returned [`Consumer`].

@@ -49,6 +49,9 @@ pub trait Envelope: fmt::Debug + Default + Clone + Copy + Send + Sync + 'static 
     fn priority(record: &Self::Record) -> Option<u8>;
     /// The `expiration` property as a duration, if it is a valid millisecond count.
     fn expiration(record: &Self::Record) -> Option<Duration>;
+    /// Whether the message is persistent (delivery mode 2): in a durable queue it goes to
+    /// the message store.
+    fn persistent(record: &Self::Record) -> bool;
     /// The header table (borrowed when the record holds one; headers exchanges and the
     /// dead-letter cycle check read it).
     fn headers(record: &Self::Record) -> Cow<'_, FieldTable>;
@@ -107,6 +110,10 @@ impl Envelope for Native {
 
     fn expiration(record: &Published) -> Option<Duration> {
         record.message.properties.expiration_duration()
+    }
+
+    fn persistent(record: &Published) -> bool {
+        record.message.properties.is_persistent()
     }
 
     fn headers(record: &Published) -> Cow<'_, FieldTable> {

@@ -20,6 +20,8 @@ pub enum ReplyCode {
     NotAllowed,
     /// 540: the feature is not implemented (a connection error).
     NotImplemented,
+    /// 541: the broker failed (here: its message store could not keep a message).
+    InternalError,
 }
 
 impl ReplyCode {
@@ -33,6 +35,7 @@ impl ReplyCode {
             ReplyCode::ChannelError => 504,
             ReplyCode::NotAllowed => 530,
             ReplyCode::NotImplemented => 540,
+            ReplyCode::InternalError => 541,
         }
     }
 
@@ -46,10 +49,13 @@ impl ReplyCode {
             ReplyCode::ChannelError => "CHANNEL_ERROR",
             ReplyCode::NotAllowed => "NOT_ALLOWED",
             ReplyCode::NotImplemented => "NOT_IMPLEMENTED",
+            ReplyCode::InternalError => "INTERNAL_ERROR",
         }
     }
 
     /// Whether AMQP closes the whole connection for this code (otherwise only the channel).
+    /// (A store failure reported as [`ReplyCode::InternalError`] reaches only the publisher
+    /// whose confirm it fails: the broker closes nothing for it.)
     pub fn is_connection_error(self) -> bool {
         matches!(self, ReplyCode::NotAllowed | ReplyCode::NotImplemented)
     }
@@ -93,6 +99,14 @@ impl AmqpError {
 
     pub(crate) fn channel_closed() -> Self {
         Self::new(ReplyCode::ChannelError, "channel is closed")
+    }
+
+    /// The store could not keep a published message (its confirm fails).
+    pub(crate) fn store_failed(error: &crate::store::StoreError) -> Self {
+        Self::new(
+            ReplyCode::InternalError,
+            format!("message store failed to keep the message: {error}"),
+        )
     }
 }
 

@@ -26,16 +26,23 @@ mod naming;
 mod queue;
 mod state;
 mod storage;
+pub mod store;
 mod topic;
 mod types;
 
-pub use broker::{Broker, Channel, ChannelEvents, Connection, Consumer, GetOk, TryPublish};
+pub use broker::{
+    Broker, Channel, ChannelEvents, Connection, Consumer, GetOk, PendingConfirm, TryPublish,
+};
 pub use dead_letter::DeathReason;
 pub use envelope::{Envelope, Native};
 pub use error::{AmqpError, AmqpResult, ReplyCode};
 pub use field::{Decimal, FieldTable, FieldValue};
 pub use message::{Message, Properties, Published};
 pub use storage::{FifoStorage, PriorityStorage, QueueStorage, QueuedMessage};
+pub use store::{
+    BindingDef, DestinationKind, Durability, ExchangeDef, MemoryStore, MessageStore, QueueDef,
+    Recovered, RecoveredMessage, Removal, StoreError, StoredMessage,
+};
 /// Whether a topic-exchange binding pattern matches a routing key (`*` is one word, `#` is
 /// zero or more words).
 ///

@@ -37,6 +37,9 @@ pub struct QueuedMessage<E: Envelope = Native> {
     pub priority: u8,
     /// Times it was delivered (for `x-delivery-limit`).
     pub deliveries: u32,
+    /// The message store was told of it (a persistent message in a durable queue, with a
+    /// store that keeps messages): its delivery and removal are reported too.
+    pub stored: bool,
 }
 
 impl<E: Envelope> QueuedMessage<E> {
@@ -190,6 +193,7 @@ mod tests {
             expires_at: None,
             priority,
             deliveries: 0,
+            stored: false,
         }
     }
 

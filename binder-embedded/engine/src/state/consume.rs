@@ -11,6 +11,7 @@ use crate::envelope::Envelope;
 use crate::error::{AmqpError, AmqpResult, ReplyCode};
 use crate::inbox::Inbox;
 use crate::queue::QueueConsumer;
+use crate::store::Removal;
 use crate::types::{ConsumeOptions, Delivery};
 
 impl<E: Envelope> State<E> {
@@ -222,6 +223,13 @@ impl<E: Envelope> State<E> {
             redelivered: message.redelivered,
             body: message.body.clone(),
         };
+        if message.stored {
+            if no_ack {
+                self.store.removed(&queue_name, message.seq, Removal::Acked);
+            } else if !message.redelivered {
+                self.store.delivered(&queue_name, message.seq);
+            }
+        }
         if no_ack {
             self.memory.used -= message.footprint();
         } else {
@@ -338,6 +346,13 @@ impl<E: Envelope> State<E> {
                     redelivered: message.redelivered,
                     body: message.body.clone(),
                 });
+                if message.stored {
+                    if consumer.no_ack {
+                        self.store.removed(&q.name, message.seq, Removal::Acked);
+                    } else if !message.redelivered {
+                        self.store.delivered(&q.name, message.seq);
+                    }
+                }
                 if consumer.no_ack {
                     footprints.push(message.footprint());
                 } else {

@@ -11,6 +11,7 @@ use crate::exchange::{Exchange, Target};
 use crate::field::FieldTable;
 use crate::queue::{Queue, QueueArgs};
 use crate::storage::QueuedMessage;
+use crate::store::{BindingDef, DestinationKind, ExchangeDef, QueueDef, Removal};
 use crate::types::{ChannelEvent, ExchangeKind, ExchangeOptions, QueueDeclareOk, QueueOptions};
 
 impl<E: Envelope> State<E> {
@@ -101,6 +102,14 @@ impl<E: Envelope> State<E> {
             return Err(self.no_exchange(name));
         }
         Self::check_exchange_name(name)?;
+        if options.durable {
+            self.store.exchange_declared(&ExchangeDef {
+                name: name.to_owned(),
+                kind,
+                options,
+                arguments: args.clone(),
+            });
+        }
         let name: Arc<str> = Arc::from(name);
         self.registry.exchanges.insert(
             name.clone(),
@@ -132,8 +141,11 @@ impl<E: Envelope> State<E> {
     }
 
     pub(super) fn remove_exchange(&mut self, name: &str) {
-        if self.registry.exchanges.remove(name).is_none() {
+        let Some(x) = self.registry.exchanges.remove(name) else {
             return;
+        };
+        if x.durable {
+            self.store.exchange_deleted(name);
         }
         let target = Target::Exchange(Arc::from(name));
         let sources: Vec<Arc<str>> = self.registry.exchanges.keys().cloned().collect();
@@ -151,6 +163,63 @@ impl<E: Envelope> State<E> {
             let name = x.name.clone();
             self.remove_exchange(&name);
         }
+    }
+
+    /// Adds a binding, telling the store when both ends are durable.
+    fn bind(&mut self, source: &str, target: Target, key: &str, args: FieldTable) {
+        let durable = self.durable_binding(source, &target, key, &args);
+        if let Some(x) = self.registry.exchanges.get_mut(source) {
+            if x.bind(target, key, args) {
+                if let Some(binding) = durable {
+                    self.store.binding_added(&binding);
+                }
+            }
+        }
+    }
+
+    /// Removes a binding, telling the store when both ends are durable.
+    fn unbind(&mut self, source: &str, target: Target, key: &str, args: &FieldTable) {
+        let durable = self.durable_binding(source, &target, key, args);
+        let mut removed = false;
+        self.unbind_where(source, |x| {
+            removed = x.unbind(&target, key, args);
+            removed
+        });
+        if let (true, Some(binding)) = (removed, durable) {
+            self.store.binding_removed(&binding);
+        }
+    }
+
+    /// The store's record of a binding, if both its ends are durable.
+    fn durable_binding(
+        &self,
+        source: &str,
+        target: &Target,
+        key: &str,
+        args: &FieldTable,
+    ) -> Option<BindingDef> {
+        if !self.registry.exchanges.get(source)?.durable {
+            return None;
+        }
+        let (destination, destination_kind) = match target {
+            Target::Queue(q) => {
+                let queue = self.registry.queues.get(q)?;
+                (queue.durable && queue.owner.is_none()).then_some((q, DestinationKind::Queue))?
+            }
+            Target::Exchange(e) => self
+                .registry
+                .exchanges
+                .get(e)?
+                .durable
+                .then_some((e, DestinationKind::Exchange))?,
+        };
+        Some(BindingDef {
+            source: source.to_owned(),
+            destination: destination.to_string(),
+            destination_kind,
+            routing_key: key.to_owned(),
+            arguments: args.clone(),
+        })
     }
 
     pub(super) fn bindable_exchange(&self, name: &str) -> AmqpResult<()> {
@@ -175,9 +244,7 @@ impl<E: Envelope> State<E> {
         self.bindable_exchange(source)?;
         self.bindable_exchange(destination)?;
         let target = Target::Exchange(Arc::from(destination));
-        if let Some(x) = self.registry.exchanges.get_mut(source) {
-            x.bind(target, key, args);
-        }
+        self.bind(source, target, key, args);
         Ok(())
     }
 
@@ -190,7 +257,7 @@ impl<E: Envelope> State<E> {
     ) -> AmqpResult<()> {
         self.bindable_exchange(source)?;
         let target = Target::Exchange(Arc::from(destination));
-        self.unbind_where(source, |x| x.unbind(&target, key, args));
+        self.unbind(source, target, key, args);
         Ok(())
     }
 
@@ -264,6 +331,13 @@ impl<E: Envelope> State<E> {
         if parsed.expires.is_some() {
             self.work.timer_dirty = true;
         }
+        if options.durable && !options.exclusive {
+            self.store.queue_declared(&QueueDef {
+                name: name.clone(),
+                options,
+                arguments: args.clone(),
+            });
+        }
         let key: Arc<str> = Arc::from(name.as_str());
         let owner = options.exclusive.then_some(conn);
         self.registry
@@ -287,9 +361,7 @@ impl<E: Envelope> State<E> {
         self.queue_for(channel, queue)?;
         self.bindable_exchange(exchange)?;
         let target = Target::Queue(Arc::from(queue));
-        if let Some(x) = self.registry.exchanges.get_mut(exchange) {
-            x.bind(target, key, args);
-        }
+        self.bind(exchange, target, key, args);
         Ok(())
     }
 
@@ -304,7 +376,7 @@ impl<E: Envelope> State<E> {
         self.queue_for(channel, queue)?;
         self.bindable_exchange(exchange)?;
         let target = Target::Queue(Arc::from(queue));
-        self.unbind_where(exchange, |x| x.unbind(&target, key, args));
+        self.unbind(exchange, target, key, args);
         Ok(())
     }
 
@@ -313,6 +385,9 @@ impl<E: Envelope> State<E> {
         let q = self.registry.queues.get_mut(queue).expect("checked above");
         let purged = q.storage.drain();
         self.memory.used -= purged.iter().map(QueuedMessage::footprint).sum::<usize>();
+        for m in purged.iter().filter(|m| m.stored) {
+            self.store.removed(queue, m.seq, Removal::Purged);
+        }
         Ok(purged.len() as u32)
     }
 
@@ -349,6 +424,9 @@ impl<E: Envelope> State<E> {
         let Some(mut q) = self.registry.queues.remove(name) else {
             return 0;
         };
+        if q.durable && q.owner.is_none() {
+            self.store.queue_deleted(name);
+        }
         let dropped = q.storage.drain();
         self.memory.used -= dropped.iter().map(QueuedMessage::footprint).sum::<usize>();
         for c in &q.consumers {

@@ -9,6 +9,7 @@ use crate::dead_letter::{DeathReason, is_cycle, record_death};
 use crate::envelope::Envelope;
 use crate::message::Published;
 use crate::storage::QueuedMessage;
+use crate::store::Removal;
 
 impl<E: Envelope> State<E> {
     // ---- expiry, dead letters, follow-up work -------------------------------------------
@@ -88,6 +89,9 @@ impl<E: Envelope> State<E> {
         queue: &str,
         reason: DeathReason,
     ) {
+        if message.stored {
+            self.store.removed(queue, message.seq, Removal::Died);
+        }
         let Some(q) = self.registry.queues.get(queue) else {
             return;
         };

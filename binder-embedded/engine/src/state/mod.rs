@@ -11,7 +11,9 @@
 //! * [`work`]: what an operation leaves to do before and after the lock is released;
 //! * [`accounting`]: the memory count behind the memory high watermark.
 //!
-//! [`State`] ties them together with the broker's settings and its message store. The AMQP
+//! [`State`] ties them together with the broker's settings and its message store
+//! ([`crate::store`]), which it keeps informed under the lock (the store only hands work
+//! off) and rebuilds from at start ([`State::recover`]). The AMQP
 //! operations touch several concerns at once (a publish routes through the registry, counts
 //! memory, tells the store, and queues dispatch work), so they are methods of [`State`], one
 //! module per group of methods: [`declare`], [`publish`], [`consume`], [`settle`], [`expiry`].
@@ -21,6 +23,7 @@ mod consume;
 mod declare;
 mod expiry;
 mod publish;
+mod recover;
 mod registry;
 mod sessions;
 mod settle;
@@ -38,6 +41,8 @@ pub(crate) use self::sessions::Settle;
 use self::work::{AfterLock, Work};
 use crate::envelope::Envelope;
 use crate::error::{AmqpError, AmqpResult, ReplyCode};
+use crate::message::Published;
+use crate::store::{Durability, MessageStore, RecordView};
 use crate::types::{BrokerConfig, ChannelEvent};
 
 /// Everything the broker knows.
@@ -48,17 +53,37 @@ pub(crate) struct State<E: Envelope> {
     sessions: Sessions<E>,
     work: Work<E>,
     memory: MemoryCount,
+    /// Where durable declarations and persistent messages are reported.
+    store: Arc<dyn MessageStore>,
+    /// The store keeps messages (asked once): otherwise no per-message calls are made.
+    keeps_messages: bool,
+}
+
+/// A record as the store reads it: converted to the engine's types only when asked.
+struct View<'a, E: Envelope>(&'a E::Record);
+
+impl<E: Envelope> RecordView for View<'_, E> {
+    fn published(&self) -> Published {
+        E::to_native(self.0)
+    }
 }
 
 impl<E: Envelope> State<E> {
-    pub(crate) fn new(config: BrokerConfig) -> Self {
+    pub(crate) fn new(config: BrokerConfig, store: Arc<dyn MessageStore>) -> Self {
         State {
             config,
             registry: Registry::new(),
             sessions: Sessions::new(),
             work: Work::new(),
             memory: MemoryCount::default(),
+            keeps_messages: store.keeps_messages(),
+            store,
         }
+    }
+
+    /// The durability points of the publish just made (see [`crate::store`]).
+    pub(crate) fn take_durability(&mut self) -> Vec<Durability> {
+        std::mem::take(&mut self.work.durability)
     }
 
     // ---- bookkeeping the broker's handles do around each operation ----------------------

@@ -4,14 +4,15 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 
-use super::State;
 use super::sessions::TxOp;
+use super::{State, View};
 use crate::dead_letter::DeathReason;
 use crate::envelope::Envelope;
 use crate::error::{AmqpError, AmqpResult};
 use crate::memory;
 use crate::queue::Overflow;
 use crate::storage::QueuedMessage;
+use crate::store::StoredMessage;
 use crate::types::{ChannelEvent, PublishOutcome, PublishStatus};
 
 impl<E: Envelope> State<E> {
@@ -147,7 +148,7 @@ impl<E: Envelope> State<E> {
             None => 0,
         };
         q.next_seq += 1;
-        let message = QueuedMessage {
+        let mut message = QueuedMessage {
             seq: q.next_seq,
             size,
             footprint,
@@ -156,6 +157,7 @@ impl<E: Envelope> State<E> {
             expires_at: ttl.map(|t| Instant::now() + t),
             priority,
             deliveries: 0,
+            stored: false,
         };
         if message.expires_at.is_some() {
             self.work.timer_dirty = true;
@@ -172,6 +174,18 @@ impl<E: Envelope> State<E> {
                     }
                     return false;
                 }
+            }
+        }
+        if self.keeps_messages && q.durable && E::persistent(&message.body) {
+            let durability = self.store.enqueued(&StoredMessage {
+                queue: &q.name,
+                seq: message.seq,
+                record: &View::<E>(&message.body),
+            });
+            message.stored = true;
+            // A dead-lettered copy has no publisher waiting: its write goes on regardless.
+            if !redead && !durability.is_durable() {
+                self.work.durability.push(durability);
             }
         }
         q.storage.push(message);

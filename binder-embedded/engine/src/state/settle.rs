@@ -8,6 +8,7 @@ use crate::dead_letter::DeathReason;
 use crate::envelope::Envelope;
 use crate::error::{AmqpError, AmqpResult};
 use crate::storage::QueuedMessage;
+use crate::store::Removal;
 
 impl<E: Envelope> State<E> {
     // ---- settlement ---------------------------------------------------------------------
@@ -75,6 +76,9 @@ impl<E: Envelope> State<E> {
             self.memory.used -= u.message.footprint();
             match outcome {
                 Settle::Ack => {
+                    if u.message.stored {
+                        self.store.removed(&u.queue, u.message.seq, Removal::Acked);
+                    }
                     self.work.mark_dirty(u.queue);
                     self.work.garbage.push(u.message.body);
                 }
@@ -158,6 +162,8 @@ impl<E: Envelope> State<E> {
                 } => self.apply_settle(channel, tag, multiple, outcome)?,
             }
         }
+        // `tx.commit` does not wait for the store: the writes go on, nobody waits for them.
+        self.work.durability.clear();
         Ok(())
     }
 

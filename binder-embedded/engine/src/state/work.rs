@@ -8,6 +8,7 @@ use crate::dead_letter::DeathReason;
 use crate::envelope::Envelope;
 use crate::inbox::Inbox;
 use crate::storage::QueuedMessage;
+use crate::store::Durability;
 
 /// Pending work, drained by `State::settle` (under the lock) and by the broker's handles
 /// (after it).
@@ -28,6 +29,9 @@ pub(crate) struct Work<E: Envelope> {
     pub wakes: Vec<Arc<Inbox<E>>>,
     /// Reused list of routing targets (saves an allocation per publish).
     pub route_scratch: Vec<Arc<str>>,
+    /// Durability points of the publish being made, taken by its publisher: its confirm
+    /// waits for them.
+    pub durability: Vec<Durability>,
 }
 
 impl<E: Envelope> Work<E> {
@@ -39,6 +43,7 @@ impl<E: Envelope> Work<E> {
             garbage: Vec::new(),
             wakes: Vec::new(),
             route_scratch: Vec::new(),
+            durability: Vec::new(),
         }
     }
 
