@@ -14,6 +14,11 @@ mod settings;
 
 pub use envelope::Framework;
 
+/// The README's examples, compiled as doctests so they cannot go stale.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
+
 /// The broker engine (`stream-engine`) with its handles bound to the [`Framework`] envelope:
 /// publishers hand over binder-core [`Message`](binder_core::Message)s and deliveries carry
 /// binder-core [`Published`](binder_core::binder::Published) records. Everything else

@@ -1,4 +1,6 @@
-//! The broker engine: RabbitMQ's AMQP 0-9-1 model in process.
+//! The broker engine: RabbitMQ's AMQP 0-9-1 model in process, standing alone (it knows
+//! nothing of the framework that drives it; see the crate's README for the API in brief, the
+//! envelope and the store seam).
 //!
 //! Exchanges (default, direct, fanout, topic, headers, exchange-to-exchange bindings,
 //! alternate exchanges, internal, auto-delete), queues (durable, exclusive, auto-delete,
@@ -9,9 +11,10 @@
 //! memory high watermark that blocks publishers.
 //!
 //! The engine knows nothing of bindings in the framework's sense; the `embedded` binder drives
-//! it. All state sits behind one mutex: every operation is short and runs to completion, which
-//! makes multi-queue effects atomic. Deliveries leave through per-consumer channels, so
-//! consumers never hold the lock while they work.
+//! it through the [`Envelope`] of its choice, and what must survive a restart goes behind the
+//! [`MessageStore`] seam. All state sits behind one mutex: every operation is short and runs
+//! to completion, which makes multi-queue effects atomic. Deliveries leave through
+//! per-consumer channels, so consumers never hold the lock while they work.
 
 mod broker;
 mod dead_letter;
@@ -59,3 +62,8 @@ pub use types::{
     BrokerConfig, ChannelEvent, ConsumeOptions, Delivery, ExchangeKind, ExchangeOptions,
     PublishOptions, PublishOutcome, PublishStatus, QueueDeclareOk, QueueOptions,
 };
+
+/// The README's examples, compiled as doctests so they cannot go stale.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

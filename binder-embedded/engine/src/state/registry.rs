@@ -1,6 +1,7 @@
 //! The registry: exchanges, queues and the bindings between them (held by their source
 //! exchanges), and routing through them.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use rustc_hash::FxHashMap as HashMap;
@@ -91,8 +92,9 @@ impl<E: Envelope> Registry<E> {
         found
     }
 
-    /// [`Registry::route`] for a record: its headers are read (and converted, for an envelope
-    /// that holds other types) only when a headers exchange is on the way.
+    /// [`Registry::route`] for a record: its headers are read (and converted, for an
+    /// envelope that holds other types) only when a headers exchange is on the way. Looks
+    /// the exchange up once in the common case (no onward routing), as `route` does.
     pub(crate) fn route_record(
         &self,
         exchange: &str,
@@ -100,26 +102,35 @@ impl<E: Envelope> Registry<E> {
         queues: &mut Vec<Arc<str>>,
     ) -> Arc<str> {
         let key = E::routing_key(body);
-        if self.reads_headers(exchange) {
-            self.route(exchange, key, &E::headers(body), queues)
-        } else {
-            self.route(exchange, key, &FieldTable::new(), queues)
+        if exchange.is_empty() {
+            return self.route(exchange, key, &FieldTable::new(), queues);
         }
+        let Some((name, x)) = self.exchanges.get_key_value(exchange) else {
+            return Arc::from(exchange);
+        };
+        if x.alternate.is_none() && !x.has_exchange_targets() {
+            let before = queues.len();
+            if x.kind == ExchangeKind::Headers {
+                x.matching_queues(key, &E::headers(body), queues);
+            } else {
+                x.matching_queues(key, &FieldTable::new(), queues);
+            }
+            dedup_from(queues, before);
+            return name.clone();
+        }
+        let headers = if self.reads_headers(exchange) {
+            E::headers(body)
+        } else {
+            Cow::Owned(FieldTable::new())
+        };
+        let mut visited = Vec::new();
+        self.route_exchange(exchange, key, &headers, &mut visited, queues);
+        name.clone()
     }
 
     /// Whether routing through `exchange` may look at message headers: it, or an exchange
     /// it routes on to, is a headers exchange.
     fn reads_headers(&self, exchange: &str) -> bool {
-        let Some(x) = self.exchanges.get(exchange) else {
-            return false;
-        };
-        if x.kind == ExchangeKind::Headers {
-            return true;
-        }
-        if x.alternate.is_none() && !x.has_exchange_targets() {
-            return false;
-        }
-        // Onward routing: look through every exchange reachable from here.
         let mut seen: Vec<&str> = Vec::new();
         let mut todo: Vec<&str> = vec![exchange];
         while let Some(name) = todo.pop() {
