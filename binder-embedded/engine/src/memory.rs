@@ -13,7 +13,7 @@
 //! * the property strings (a content type shared with other messages counts nothing);
 //!   an [`Envelope`] reports the payload, headers and properties of its records
 //!   ([`Envelope::message_heap`]), with [`block`], [`btree_nodes`] and [`shared_str`];
-//! * the queue's entry for it ([`QueuedMessage`](crate::QueuedMessage), 56 bytes); from delivery to settlement
+//! * the queue's entry for it ([`QueuedMessage`], 56 bytes); from delivery to settlement
 //!   also the channel's record of the delivery and the delivery handed to the consumer
 //!   (136 bytes more).
 //!
