@@ -107,6 +107,15 @@ impl engine::Envelope for Framework {
         }
     }
 
+    fn into_native(record: Arc<Published>) -> engine::Published {
+        let record = Arc::unwrap_or_clone(record);
+        engine::Published {
+            exchange: record.exchange,
+            routing_key: record.routing_key,
+            message: to_engine(record.message),
+        }
+    }
+
     fn from_native(published: engine::Published) -> Published {
         Published {
             exchange: published.exchange,

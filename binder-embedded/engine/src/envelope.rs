@@ -58,8 +58,13 @@ pub trait Envelope: fmt::Debug + Default + Clone + Copy + Send + Sync + 'static 
     /// The heap the record's message owns beyond the record itself: payload, headers and
     /// property strings, as `malloc` rounds each block (see [`memory`](crate::memory)).
     fn message_heap(record: &Self::Record) -> usize;
-    /// The record in the engine's own types (dead-lettering, the store seam).
+    /// The record in the engine's own types (the store seam).
     fn to_native(record: &Self::Record) -> Published;
+    /// The record in the engine's own types, taking it (dead-lettering): moved rather than
+    /// copied when nothing else holds it.
+    fn into_native(record: Arc<Self::Record>) -> Published {
+        Self::to_native(&record)
+    }
     /// A record from the engine's own types (dead-lettering, recovery from a store).
     fn from_native(published: Published) -> Self::Record;
 }
@@ -126,6 +131,10 @@ impl Envelope for Native {
 
     fn to_native(record: &Published) -> Published {
         record.clone()
+    }
+
+    fn into_native(record: Arc<Published>) -> Published {
+        Arc::unwrap_or_clone(record)
     }
 
     fn from_native(published: Published) -> Published {

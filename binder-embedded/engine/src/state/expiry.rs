@@ -101,8 +101,7 @@ impl<E: Envelope> State<E> {
         let routing_key = q.args.dead_letter_routing_key.clone();
         // Dead-lettering rewrites the headers: the record is rebuilt in the engine's types
         // (a cold path) and handed back to the envelope.
-        let mut body = E::to_native(&message.body);
-        drop(message);
+        let mut body = E::into_native(message.body);
         let keys = vec![body.routing_key.to_string()];
         record_death(&mut body.message, queue, reason, &body.exchange, &keys);
         let key: Arc<str> = match routing_key {
