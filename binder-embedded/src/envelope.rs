@@ -29,54 +29,66 @@ impl engine::Envelope for Framework {
     type Message = Message;
     type Record = Published;
 
-    fn seal(message: Message, exchange: Arc<str>, routing_key: Arc<str>) -> Published {
-        Published {
+    #[inline]
+    fn seal(message: Message, exchange: Arc<str>, routing_key: Arc<str>) -> Arc<Published> {
+        Arc::new(Published {
             exchange,
             routing_key,
             message,
-        }
+        })
     }
 
+    #[inline]
     fn message(record: &Published) -> &Message {
         &record.message
     }
 
+    #[inline]
     fn exchange(record: &Published) -> &Arc<str> {
         &record.exchange
     }
 
+    #[inline]
     fn routing_key(record: &Published) -> &Arc<str> {
         &record.routing_key
     }
 
+    #[inline]
     fn set_exchange(record: &mut Published, exchange: Arc<str>) {
         record.exchange = exchange;
     }
 
+    #[inline]
     fn set_routing_key(record: &mut Published, routing_key: Arc<str>) {
         record.routing_key = routing_key;
     }
 
+    #[inline]
     fn payload_len(record: &Published) -> usize {
         record.message.payload.len()
     }
 
+    #[inline]
     fn priority(record: &Published) -> Option<u8> {
         record.message.properties.priority
     }
 
+    #[inline]
     fn expiration(record: &Published) -> Option<Duration> {
         record.message.properties.expiration_duration()
     }
 
+    #[inline]
     fn persistent(record: &Published) -> bool {
         record.message.properties.delivery_mode == Some(DeliveryMode::Persistent)
     }
 
+    #[inline]
     fn headers(record: &Published) -> Cow<'_, engine::FieldTable> {
         Cow::Owned(table_to_engine(record.message.headers.clone()))
     }
 
+    #[inline]
     fn message_heap(record: &Published) -> usize {
         let m = &record.message;
         let p = &m.properties;
@@ -99,6 +111,7 @@ impl engine::Envelope for Framework {
                 .sum::<usize>()
     }
 
+    #[inline]
     fn to_native(record: &Published) -> engine::Published {
         engine::Published {
             exchange: record.exchange.clone(),
@@ -107,6 +120,7 @@ impl engine::Envelope for Framework {
         }
     }
 
+    #[inline]
     fn into_native(record: Arc<Published>) -> engine::Published {
         let record = Arc::unwrap_or_clone(record);
         engine::Published {
@@ -116,6 +130,7 @@ impl engine::Envelope for Framework {
         }
     }
 
+    #[inline]
     fn from_native(published: engine::Published) -> Published {
         Published {
             exchange: published.exchange,

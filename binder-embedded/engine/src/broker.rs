@@ -21,6 +21,7 @@ use super::types::{
 };
 
 /// A shared empty name, so building a message before routing allocates nothing for it.
+#[inline]
 fn unnamed() -> Arc<str> {
     static EMPTY: std::sync::LazyLock<Arc<str>> = std::sync::LazyLock::new(|| Arc::from(""));
     EMPTY.clone()
@@ -517,15 +518,18 @@ impl<E: Envelope> Channel<E> {
         // The message is moved into its shared allocation once, here; the engine fills in
         // the exchange's shared name and the routing key (shared with the channel's last
         // publish when it is the same, as it usually is).
-        let body = Arc::new(E::seal(message, unnamed(), unnamed()));
+        // The names first: the message then moves straight into its allocation (evaluated
+        // after it, they would cost the message a copy of its own).
+        let (exchange_name, key) = (unnamed(), unnamed());
+        let body = E::seal(message, exchange_name, key);
         let id = self.id;
         let published = self.shared.channel_op(id, |s| {
             let outcome = s.publish(id, exchange, routing_key, options.mandatory, body)?;
             Ok((outcome, s.take_durability()))
         });
         match published {
-            Ok((outcome, durability)) if durability.is_empty() => TryPublish::Done(Ok(outcome)),
-            Ok((outcome, durability)) => TryPublish::Pending(PendingConfirm {
+            Ok((outcome, None)) => TryPublish::Done(Ok(outcome)),
+            Ok((outcome, Some(durability))) => TryPublish::Pending(PendingConfirm {
                 outcome,
                 durability,
             }),

@@ -31,8 +31,11 @@ pub trait Envelope: fmt::Debug + Default + Clone + Copy + Send + Sync + 'static 
     /// The shared record of a published message.
     type Record: fmt::Debug + Clone + Send + Sync + 'static;
 
-    /// Wraps a message for publishing, with the exchange and routing key it goes to.
-    fn seal(message: Self::Message, exchange: Arc<str>, routing_key: Arc<str>) -> Self::Record;
+    /// Wraps a message for publishing, with the exchange and routing key it goes to, in the
+    /// shared allocation queues will hold (built in place: `Arc::new` of a struct literal
+    /// moves the message once).
+    fn seal(message: Self::Message, exchange: Arc<str>, routing_key: Arc<str>)
+    -> Arc<Self::Record>;
     /// The message a record carries.
     fn message(record: &Self::Record) -> &Self::Message;
     /// The exchange it was published to.
@@ -77,66 +80,81 @@ impl Envelope for Native {
     type Message = Message;
     type Record = Published;
 
-    fn seal(message: Message, exchange: Arc<str>, routing_key: Arc<str>) -> Published {
-        Published {
+    #[inline]
+    fn seal(message: Message, exchange: Arc<str>, routing_key: Arc<str>) -> Arc<Published> {
+        Arc::new(Published {
             exchange,
             routing_key,
             message,
-        }
+        })
     }
 
+    #[inline]
     fn message(record: &Published) -> &Message {
         &record.message
     }
 
+    #[inline]
     fn exchange(record: &Published) -> &Arc<str> {
         &record.exchange
     }
 
+    #[inline]
     fn routing_key(record: &Published) -> &Arc<str> {
         &record.routing_key
     }
 
+    #[inline]
     fn set_exchange(record: &mut Published, exchange: Arc<str>) {
         record.exchange = exchange;
     }
 
+    #[inline]
     fn set_routing_key(record: &mut Published, routing_key: Arc<str>) {
         record.routing_key = routing_key;
     }
 
+    #[inline]
     fn payload_len(record: &Published) -> usize {
         record.message.payload.len()
     }
 
+    #[inline]
     fn priority(record: &Published) -> Option<u8> {
         record.message.properties.priority
     }
 
+    #[inline]
     fn expiration(record: &Published) -> Option<Duration> {
         record.message.properties.expiration_duration()
     }
 
+    #[inline]
     fn persistent(record: &Published) -> bool {
         record.message.properties.is_persistent()
     }
 
+    #[inline]
     fn headers(record: &Published) -> Cow<'_, FieldTable> {
         Cow::Borrowed(&record.message.headers)
     }
 
+    #[inline]
     fn message_heap(record: &Published) -> usize {
         memory::message_heap(&record.message)
     }
 
+    #[inline]
     fn to_native(record: &Published) -> Published {
         record.clone()
     }
 
+    #[inline]
     fn into_native(record: Arc<Published>) -> Published {
         Arc::unwrap_or_clone(record)
     }
 
+    #[inline]
     fn from_native(published: Published) -> Published {
         published
     }

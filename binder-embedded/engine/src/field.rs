@@ -168,8 +168,8 @@ pub struct FieldTable(BTreeMap<String, FieldValue>);
 
 impl FieldTable {
     /// An empty table (allocates nothing).
-    pub fn new() -> Self {
-        Self::default()
+    pub const fn new() -> Self {
+        FieldTable(BTreeMap::new())
     }
 
     /// The value of `name`, if present.

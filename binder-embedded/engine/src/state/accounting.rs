@@ -24,6 +24,7 @@ pub(crate) struct MemoryCount {
 
 impl MemoryCount {
     /// Takes the memory released by no-ack consumers' handles off the count.
+    #[inline]
     pub(crate) fn fold_released(&mut self) {
         if self.released.load(Ordering::Acquire) != 0 {
             self.used -= self.released.swap(0, Ordering::AcqRel);

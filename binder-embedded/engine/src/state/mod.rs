@@ -81,9 +81,14 @@ impl<E: Envelope> State<E> {
         }
     }
 
-    /// The durability points of the publish just made (see [`crate::store`]).
-    pub(crate) fn take_durability(&mut self) -> Vec<Durability> {
-        std::mem::take(&mut self.work.durability)
+    /// The durability points of the publish just made, if it has any (see
+    /// [`crate::store`]).
+    pub(crate) fn take_durability(&mut self) -> Option<Vec<Durability>> {
+        if self.work.durability.is_empty() {
+            None
+        } else {
+            Some(std::mem::take(&mut self.work.durability))
+        }
     }
 
     // ---- bookkeeping the broker's handles do around each operation ----------------------

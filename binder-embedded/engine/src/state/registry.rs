@@ -21,6 +21,10 @@ const PREDECLARED: &[(&str, ExchangeKind)] = &[
     ("amq.match", ExchangeKind::Headers),
 ];
 
+/// The headers of a message routed where no headers exchange looks at them: shared, so
+/// routing neither builds nor drops a table per message.
+static NO_HEADERS: FieldTable = FieldTable::new();
+
 /// Every exchange and queue, by name.
 #[derive(Debug)]
 pub(crate) struct Registry<E: Envelope> {
@@ -103,7 +107,7 @@ impl<E: Envelope> Registry<E> {
     ) -> Arc<str> {
         let key = E::routing_key(body);
         if exchange.is_empty() {
-            return self.route(exchange, key, &FieldTable::new(), queues);
+            return self.route(exchange, key, &NO_HEADERS, queues);
         }
         let Some((name, x)) = self.exchanges.get_key_value(exchange) else {
             return Arc::from(exchange);
@@ -113,7 +117,7 @@ impl<E: Envelope> Registry<E> {
             if x.kind == ExchangeKind::Headers {
                 x.matching_queues(key, &E::headers(body), queues);
             } else {
-                x.matching_queues(key, &FieldTable::new(), queues);
+                x.matching_queues(key, &NO_HEADERS, queues);
             }
             dedup_from(queues, before);
             return name.clone();
@@ -121,7 +125,7 @@ impl<E: Envelope> Registry<E> {
         let headers = if self.reads_headers(exchange) {
             E::headers(body)
         } else {
-            Cow::Owned(FieldTable::new())
+            Cow::Borrowed(&NO_HEADERS)
         };
         let mut visited = Vec::new();
         self.route_exchange(exchange, key, &headers, &mut visited, queues);
