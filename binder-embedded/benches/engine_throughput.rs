@@ -44,10 +44,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use binder_core::{Headers, Message};
-use binder_embedded::engine::{
-    Broker, Channel, ConsumeOptions, Consumer, Delivery, ExchangeKind, ExchangeOptions,
-    PublishOptions, PublishStatus, QueueOptions,
+use stream_engine::{
+    Broker, Channel, ConsumeOptions, Consumer, Delivery, ExchangeKind, ExchangeOptions, FieldTable,
+    Message, PublishOptions, PublishStatus, QueueOptions,
 };
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -335,15 +334,20 @@ async fn run_engine(msgs: Vec<Message>, topology: Topology, yield_every: usize) 
     let conn = broker.connect();
     let publisher = conn.open_channel().expect("channel.open");
     publisher
-        .exchange_declare(exchange, kind, ExchangeOptions::default(), Headers::new())
+        .exchange_declare(
+            exchange,
+            kind,
+            ExchangeOptions::default(),
+            FieldTable::new(),
+        )
         .expect("exchange.declare");
     let mut consumers = Vec::new();
     for (queue, binding_key) in &queues {
         publisher
-            .queue_declare(queue, QueueOptions::default(), Headers::new())
+            .queue_declare(queue, QueueOptions::default(), FieldTable::new())
             .expect("queue.declare");
         publisher
-            .queue_bind(queue, exchange, binding_key, Headers::new())
+            .queue_bind(queue, exchange, binding_key, FieldTable::new())
             .expect("queue.bind");
         // A channel per consumer: delivery tags, and so `multiple` acks, are per channel.
         let ch = conn.open_channel().expect("channel.open");

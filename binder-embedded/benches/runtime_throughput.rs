@@ -57,13 +57,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use binder_core::Headers;
 use binder_core::Message;
 use binder_core::config::ConfigLoader;
 use binder_core::runtime::{App, Output, RunningApp, handler};
 use binder_embedded::EmbeddedBinder;
 use binder_embedded::engine::{
-    Broker, Channel, ConsumeOptions, Consumer, Delivery, ExchangeKind, ExchangeOptions,
+    Broker, Channel, ConsumeOptions, Consumer, Delivery, ExchangeKind, ExchangeOptions, FieldTable,
     PublishOptions, PublishStatus, QueueOptions,
 };
 use serde::{Deserialize, Serialize};
@@ -281,14 +280,14 @@ async fn run_engine(msgs: Vec<Message>) -> RunResult {
             EXCHANGE,
             ExchangeKind::Direct,
             ExchangeOptions::default(),
-            Headers::new(),
+            FieldTable::new(),
         )
         .expect("exchange.declare");
     publisher
-        .queue_declare(QUEUE, QueueOptions::default(), Headers::new())
+        .queue_declare(QUEUE, QueueOptions::default(), FieldTable::new())
         .expect("queue.declare");
     publisher
-        .queue_bind(QUEUE, EXCHANGE, KEY, Headers::new())
+        .queue_bind(QUEUE, EXCHANGE, KEY, FieldTable::new())
         .expect("queue.bind");
     let channel = conn.open_channel().expect("channel.open");
     channel.basic_qos(WINDOW as u16, false).expect("basic.qos");

@@ -24,6 +24,7 @@ use crate::engine::{
     AmqpError, AmqpResult, Broker, Channel, Connection, ConsumeOptions, Consumer, Delivery,
     ExchangeOptions, PublishOptions, PublishOutcome, QueueOptions, ReplyCode, TryPublish,
 };
+use crate::envelope as convert;
 use crate::settings::{EmbeddedSettings, MemoryWatermark, PREFIX};
 
 /// The broker every `embedded` binder created from configuration shares, so services in one
@@ -248,8 +249,13 @@ impl AmqpBroker for EmbeddedBinder {
                 auto_delete: x.auto_delete,
                 internal: x.internal,
             };
-            ch.exchange_declare(&x.name, x.kind, options, x.arguments.clone())
-                .map_err(declare(format!("exchange `{}`", x.name)))?;
+            ch.exchange_declare(
+                &x.name,
+                convert::exchange_kind(x.kind),
+                options,
+                convert::table_to_engine(x.arguments.clone()),
+            )
+            .map_err(declare(format!("exchange `{}`", x.name)))?;
         }
         for q in &plan.queues {
             let options = QueueOptions {
@@ -258,8 +264,12 @@ impl AmqpBroker for EmbeddedBinder {
                 exclusive: q.exclusive,
                 auto_delete: q.auto_delete,
             };
-            ch.queue_declare(&q.name, options, q.arguments.clone())
-                .map_err(declare(format!("queue `{}`", q.name)))?;
+            ch.queue_declare(
+                &q.name,
+                options,
+                convert::table_to_engine(q.arguments.clone()),
+            )
+            .map_err(declare(format!("queue `{}`", q.name)))?;
         }
         for b in &plan.bindings {
             let what = format!(
@@ -271,13 +281,13 @@ impl AmqpBroker for EmbeddedBinder {
                     &b.destination,
                     &b.source,
                     &b.routing_key,
-                    b.arguments.clone(),
+                    convert::table_to_engine(b.arguments.clone()),
                 ),
                 DestinationType::Exchange => ch.exchange_bind(
                     &b.destination,
                     &b.source,
                     &b.routing_key,
-                    b.arguments.clone(),
+                    convert::table_to_engine(b.arguments.clone()),
                 ),
             }
             .map_err(declare(what))?;
@@ -402,6 +412,9 @@ impl AmqpProducer for EmbeddedProducer {
             TryPublish::Done(outcome) => {
                 BinderFuture::ready(confirmed(exchange, routing_key, outcome))
             }
+            TryPublish::Pending(pending) => BinderFuture::boxed(async move {
+                confirmed(exchange, routing_key, pending.wait().await)
+            }),
             TryPublish::Blocked(message) => BinderFuture::boxed(async move {
                 let outcome = self
                     .channel

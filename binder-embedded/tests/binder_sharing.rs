@@ -7,11 +7,10 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use binder_amqp::AmqpBroker;
-use binder_amqp::SubscriptionSpec;
-use binder_core::HeaderValue;
+use binder_amqp::{AmqpBroker, SubscriptionSpec};
 use binder_core::binder::{Inbound, Settlement, Subscription};
 use binder_embedded::EmbeddedBinder;
+use binder_embedded::engine::FieldValue;
 use common::{args, declare, declare_with, msg, open};
 
 async fn next(sub: &mut Box<dyn Subscription>) -> Inbound {
@@ -29,8 +28,8 @@ async fn a_held_delivery_is_unchanged_by_its_redelivery_and_dead_lettering() {
         &ch,
         "held",
         args(&[
-            ("x-dead-letter-exchange", HeaderValue::from("")),
-            ("x-dead-letter-routing-key", HeaderValue::from("held.dlq")),
+            ("x-dead-letter-exchange", FieldValue::from("")),
+            ("x-dead-letter-routing-key", FieldValue::from("held.dlq")),
         ]),
     );
     let binder = EmbeddedBinder::new(broker.clone());

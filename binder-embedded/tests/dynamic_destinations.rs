@@ -10,10 +10,10 @@ use std::time::Duration;
 use async_trait::async_trait;
 use binder_amqp::topology::TopologyPlan;
 use binder_amqp::{AmqpBroker, AmqpProducer, ProducerSpec, QueueInfo, SubscriptionSpec};
-use binder_core::Headers;
 use binder_core::binder::{Binder, BinderResult, BoundConsumer, Producer, Subscription};
 use binder_core::config::BindingConfig;
 use binder_embedded::EmbeddedBinder;
+use binder_embedded::engine::FieldTable;
 use binder_embedded::engine::{Broker, QueueOptions};
 use common::{config, drain};
 use tokio::sync::{Notify, watch};
@@ -121,9 +121,9 @@ async fn a_destination_that_cannot_open_blocks_only_its_own_sends_and_opens_once
     // Its exchange is declared before its producer opens: a queue bound now sees all three.
     let conn = broker.connect();
     let ch = conn.open_channel().unwrap();
-    ch.queue_declare("stuck-q", QueueOptions::default(), Headers::new())
+    ch.queue_declare("stuck-q", QueueOptions::default(), FieldTable::new())
         .unwrap();
-    ch.queue_bind("stuck-q", "stuck", "#", Headers::new())
+    ch.queue_bind("stuck-q", "stuck", "#", FieldTable::new())
         .unwrap();
 
     // Meanwhile an open destination and a new one both take sends.

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use binder_core::{Headers, Message};
+use binder_core::Message;
 use binder_embedded::engine::*;
 
 pub fn open() -> (Broker, Connection, Channel) {
@@ -21,16 +21,16 @@ pub fn text(d: &Delivery) -> String {
     String::from_utf8(d.message().payload.to_vec()).unwrap()
 }
 
-pub fn args(pairs: &[(&str, binder_core::HeaderValue)]) -> Headers {
+pub fn args(pairs: &[(&str, FieldValue)]) -> FieldTable {
     pairs.iter().cloned().collect()
 }
 
 pub fn declare(ch: &Channel, name: &str) {
-    ch.queue_declare(name, QueueOptions::default(), Headers::new())
+    ch.queue_declare(name, QueueOptions::default(), FieldTable::new())
         .unwrap();
 }
 
-pub fn declare_with(ch: &Channel, name: &str, a: Headers) {
+pub fn declare_with(ch: &Channel, name: &str, a: FieldTable) {
     ch.queue_declare(name, QueueOptions::default(), a).unwrap();
 }
 

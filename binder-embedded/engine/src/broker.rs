@@ -1,0 +1,738 @@
+//! The engine's handles: [`Broker`], [`Connection`], [`Channel`], [`Consumer`].
+//!
+//! They mirror AMQP 0-9-1 (connections own channels; channels carry delivery tags, consumer
+//! tags, `basic.qos`, confirms and transactions) so that a wire front end can drive them.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+
+use crate::envelope::{Envelope, Native};
+use crate::field::FieldTable;
+use crate::store::{Durability, MemoryStore, MessageStore, StoreError};
+use tokio::sync::Notify;
+use tokio::sync::mpsc::{self, UnboundedReceiver};
+
+use super::error::{AmqpError, AmqpResult};
+use super::inbox::Inbox;
+use super::state::{Settle, State};
+use super::types::{
+    BrokerConfig, ChannelEvent, ConsumeOptions, Delivery, ExchangeKind, ExchangeOptions,
+    PublishOptions, PublishOutcome, QueueDeclareOk, QueueOptions,
+};
+
+/// A shared empty name, so building a message before routing allocates nothing for it.
+#[inline]
+fn unnamed() -> Arc<str> {
+    static EMPTY: std::sync::LazyLock<Arc<str>> = std::sync::LazyLock::new(|| Arc::from(""));
+    EMPTY.clone()
+}
+
+#[derive(Debug)]
+struct Shared<E: Envelope> {
+    state: Mutex<State<E>>,
+    /// Publishers are blocked by the memory alarm.
+    blocked: AtomicBool,
+    unblocked: Notify,
+    /// Wakes the timer task when a new deadline may be earlier.
+    timer: Arc<Notify>,
+    timer_started: AtomicBool,
+}
+
+impl<E: Envelope> Shared<E> {
+    fn lock(&self) -> MutexGuard<'_, State<E>> {
+        // A panic while holding the lock leaves consistent state (every operation validates
+        // before it mutates), so a poisoned lock is still usable.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Runs an operation and then the bookkeeping every operation needs: timer wake-ups and
+    /// the memory alarm.
+    fn with<T>(&self, op: impl FnOnce(&mut State<E>) -> T) -> T {
+        let mut state = self.lock();
+        let out = op(&mut state);
+        self.memory_alarm(&mut state);
+        let after = state.take_after_lock();
+        drop(state);
+        // The timer task and consumers are woken, and settled messages freed, outside the
+        // lock: a wake-up can be a system call, and nobody should wait on the broker for it.
+        if after.wake_timer {
+            self.timer.notify_one();
+        }
+        for inbox in after.wakes {
+            inbox.wake();
+        }
+        drop(after.garbage);
+        out
+    }
+
+    fn memory_alarm(&self, state: &mut State<E>) {
+        let used = state.memory_used();
+        // Without a watermark nothing holds publishers back (it may have just been lifted).
+        let high = state.config.memory_high_watermark.unwrap_or(usize::MAX);
+        if !state.is_blocked() && used > high {
+            state.set_blocked(true);
+            self.blocked.store(true, Ordering::Release);
+        } else if state.is_blocked()
+            && (used as f64) <= high as f64 * state.config.memory_resume_ratio
+        {
+            state.set_blocked(false);
+            self.blocked.store(false, Ordering::Release);
+            self.unblocked.notify_waiters();
+        }
+    }
+
+    fn channel_op<T>(
+        &self,
+        channel: u64,
+        op: impl FnOnce(&mut State<E>) -> AmqpResult<T>,
+    ) -> AmqpResult<T> {
+        self.with(|state| state.on_channel(channel, op))
+    }
+}
+
+/// The broker engine: exchanges, queues and consumers with RabbitMQ semantics, in process.
+/// Cheap to clone; clones share one broker.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() {
+/// use stream_engine::*;
+///
+/// let broker: Broker = Broker::new();
+/// let conn = broker.connect();
+/// let ch = conn.open_channel().unwrap();
+/// ch.queue_declare("jobs", QueueOptions::default(), Default::default()).unwrap();
+/// let mut consumer = ch.basic_consume("jobs", ConsumeOptions::default()).unwrap();
+/// ch.basic_publish("", "jobs", PublishOptions::default(), Message::new("hi")).await.unwrap();
+/// let delivery = consumer.recv().await.unwrap();
+/// assert_eq!(&delivery.message().payload[..], b"hi");
+/// ch.basic_ack(delivery.delivery_tag, false).unwrap();
+/// # }
+/// ```
+#[derive(Debug)]
+pub struct Broker<E: Envelope = Native> {
+    shared: Arc<Shared<E>>,
+}
+
+impl<E: Envelope> Clone for Broker<E> {
+    fn clone(&self) -> Self {
+        Broker {
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+impl<E: Envelope> Broker<E> {
+    /// Whether `other` is a handle on this same broker.
+    pub fn same_as(&self, other: &Broker<E>) -> bool {
+        Arc::ptr_eq(&self.shared, &other.shared)
+    }
+}
+
+impl<E: Envelope> Default for Broker<E> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<E: Envelope> Broker<E> {
+    /// A broker with default settings.
+    pub fn new() -> Self {
+        Self::with_config(BrokerConfig::default())
+    }
+
+    /// A broker with these settings, keeping nothing beyond its own life (its store is the
+    /// [`MemoryStore`]).
+    pub fn with_config(config: BrokerConfig) -> Self {
+        Self::build(State::new(config, Arc::new(MemoryStore)))
+    }
+
+    /// A broker with these settings and this message store: the broker first rebuilds what
+    /// the store [recovers](MessageStore::recover) (durable exchanges, queues, bindings and
+    /// their messages), then reports durable declarations and persistent messages to it (see
+    /// [`crate::store`] for the contract).
+    ///
+    /// Fails if the store cannot recover, or recovers declarations the broker refuses.
+    pub fn with_store(config: BrokerConfig, store: impl MessageStore) -> Result<Self, StoreError> {
+        let recovered = store.recover()?;
+        let mut state = State::new(config, Arc::new(store));
+        state.recover(recovered).map_err(|e| StoreError::Corrupt {
+            detail: format!("the broker refused what the store recovered: {e}"),
+        })?;
+        Ok(Self::build(state))
+    }
+
+    fn build(state: State<E>) -> Self {
+        Broker {
+            shared: Arc::new(Shared {
+                state: Mutex::new(state),
+                blocked: AtomicBool::new(false),
+                unblocked: Notify::new(),
+                timer: Arc::new(Notify::new()),
+                timer_started: AtomicBool::new(false),
+            }),
+        }
+    }
+
+    /// Opens a connection. Must be called inside a tokio runtime (the broker's timer task,
+    /// which expires messages and idle queues, starts with the first connection).
+    pub fn connect(&self) -> Connection<E> {
+        self.start_timer();
+        let id = self.shared.with(State::open_connection);
+        Connection {
+            id,
+            shared: self.shared.clone(),
+        }
+    }
+
+    /// Whether publishers are currently blocked by the memory alarm.
+    pub fn is_blocked(&self) -> bool {
+        self.shared.blocked.load(Ordering::Acquire)
+    }
+
+    /// The memory counted against the high watermark: every message held in a queue,
+    /// awaiting its acknowledgement or waiting in a no-ack consumer's inbox, at its estimated
+    /// footprint (payload, headers, properties and the engine's bookkeeping; see
+    /// [`BrokerConfig::memory_high_watermark`]).
+    pub fn memory_used(&self) -> usize {
+        self.shared.lock().memory_used()
+    }
+
+    /// The memory high watermark in bytes (`None`: no limit).
+    pub fn memory_high_watermark(&self) -> Option<usize> {
+        self.shared.lock().config.memory_high_watermark
+    }
+
+    /// Changes the memory high watermark; publishers are blocked at once if the memory
+    /// used is above the new one, and released if it is below its resume level.
+    pub fn set_memory_high_watermark(&self, watermark: Option<usize>) {
+        self.shared
+            .with(|s| s.config.memory_high_watermark = watermark);
+    }
+
+    /// Ready messages and consumers of a queue, if it exists.
+    pub fn queue_counts(&self, queue: &str) -> Option<(u32, u32)> {
+        self.shared.lock().queue_counts(queue)
+    }
+
+    /// Deliveries from a queue not yet acknowledged (RabbitMQ's `messages_unacknowledged`),
+    /// if the queue exists.
+    pub fn queue_unacked(&self, queue: &str) -> Option<u32> {
+        self.shared.lock().queue_unacked(queue)
+    }
+
+    /// Whether an exchange exists.
+    pub fn exchange_exists(&self, name: &str) -> bool {
+        self.shared.lock().exchange_exists(name)
+    }
+
+    /// The durable queues a message published to `exchange` could reach (through any of its
+    /// bindings, exchange-to-exchange bindings and alternate exchanges), sorted.
+    pub fn durable_queues_reached(&self, exchange: &str) -> Vec<String> {
+        self.shared.lock().durable_queues_reached(exchange)
+    }
+
+    fn start_timer(&self) {
+        if self.shared.timer_started.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let weak: Weak<Shared<E>> = Arc::downgrade(&self.shared);
+        let timer = self.shared.timer.clone();
+        tokio::spawn(async move {
+            loop {
+                let woken = timer.notified();
+                tokio::pin!(woken);
+                // Register interest before running the timers, so a wake-up sent in between
+                // is not lost.
+                woken.as_mut().enable();
+                let Some(shared) = weak.upgrade() else { return };
+                let next = shared.with(|s| s.run_timers(tokio::time::Instant::now()));
+                // The broker may be dropped while this task sleeps.
+                drop(shared);
+                match next {
+                    Some(at) => {
+                        tokio::select! {
+                            _ = tokio::time::sleep_until(at) => {}
+                            _ = &mut woken => {}
+                        }
+                    }
+                    None => woken.await,
+                }
+            }
+        });
+    }
+}
+
+/// A connection: owns channels and exclusive queues. Closing (or dropping) it closes its
+/// channels, requeues their unacknowledged deliveries and deletes its exclusive queues.
+#[derive(Debug)]
+pub struct Connection<E: Envelope = Native> {
+    id: u64,
+    shared: Arc<Shared<E>>,
+}
+
+impl<E: Envelope> Connection<E> {
+    /// Opens a channel.
+    pub fn open_channel(&self) -> AmqpResult<Channel<E>> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let id = self.shared.with(|s| s.open_channel(self.id, tx))?;
+        Ok(Channel {
+            id,
+            shared: self.shared.clone(),
+            events: Mutex::new(Some(rx)),
+        })
+    }
+
+    /// Closes the connection.
+    pub fn close(self) {
+        drop(self);
+    }
+}
+
+impl<E: Envelope> Drop for Connection<E> {
+    fn drop(&mut self) {
+        let id = self.id;
+        self.shared.with(|s| s.close_connection(id));
+    }
+}
+
+/// Notifications of a channel: returns, consumer cancellations, flow control, closure.
+pub type ChannelEvents<E = Native> = UnboundedReceiver<ChannelEvent<E>>;
+
+/// What [`Channel::try_basic_publish`] did.
+#[derive(Debug)]
+pub enum TryPublish<E: Envelope = Native> {
+    /// Published (or refused with an error).
+    Done(AmqpResult<PublishOutcome>),
+    /// Publishers are blocked by the memory alarm: the message, not published (boxed, so
+    /// the common outcome stays small).
+    Blocked(Box<E::Message>),
+    /// Published; its confirm waits for the message store to make it durable.
+    Pending(PendingConfirm),
+}
+
+/// A publish whose confirm waits for the message store's durability point (see
+/// [`crate::store`]): [`PendingConfirm::wait`] resolves once every queue's copy is safe.
+#[must_use = "the confirm is only known once the store's durability point is reached"]
+pub struct PendingConfirm {
+    outcome: PublishOutcome,
+    durability: Vec<Durability>,
+}
+
+impl PendingConfirm {
+    /// The outcome, once the store has made the message durable in every queue it reached;
+    /// a store failure is an `INTERNAL_ERROR` (the channel stays open).
+    pub async fn wait(self) -> AmqpResult<PublishOutcome> {
+        for durability in self.durability {
+            durability.await.map_err(|e| AmqpError::store_failed(&e))?;
+        }
+        Ok(self.outcome)
+    }
+}
+
+impl std::fmt::Debug for PendingConfirm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PendingConfirm")
+            .field("outcome", &self.outcome)
+            .field("durability", &self.durability)
+            .finish()
+    }
+}
+
+/// A `basic.get` result.
+#[derive(Debug, Clone)]
+pub struct GetOk<E: Envelope = Native> {
+    /// The message.
+    pub delivery: Delivery<E>,
+    /// Messages left in the queue.
+    pub message_count: u32,
+}
+
+/// A channel. Channel-level errors (404, 405, 406, 403) close it, as in AMQP; later calls
+/// return 504 CHANNEL_ERROR. Dropping it closes it and requeues its unacknowledged deliveries.
+#[derive(Debug)]
+pub struct Channel<E: Envelope = Native> {
+    id: u64,
+    shared: Arc<Shared<E>>,
+    events: Mutex<Option<ChannelEvents<E>>>,
+}
+
+impl<E: Envelope> Channel<E> {
+    /// Takes the channel's event stream (once).
+    pub fn events(&self) -> Option<ChannelEvents<E>> {
+        self.events.lock().unwrap_or_else(|p| p.into_inner()).take()
+    }
+
+    /// `exchange.declare`.
+    pub fn exchange_declare(
+        &self,
+        name: &str,
+        kind: ExchangeKind,
+        options: ExchangeOptions,
+        arguments: FieldTable,
+    ) -> AmqpResult<()> {
+        self.shared.channel_op(self.id, |s| {
+            s.exchange_declare(name, kind, options, arguments)
+        })
+    }
+
+    /// `exchange.delete`; deleting a missing exchange succeeds.
+    pub fn exchange_delete(&self, name: &str, if_unused: bool) -> AmqpResult<()> {
+        self.shared
+            .channel_op(self.id, |s| s.exchange_delete(name, if_unused))
+    }
+
+    /// `exchange.bind`: routes what `source` matches with `key` on to `destination`.
+    pub fn exchange_bind(
+        &self,
+        destination: &str,
+        source: &str,
+        key: &str,
+        arguments: FieldTable,
+    ) -> AmqpResult<()> {
+        self.shared.channel_op(self.id, |s| {
+            s.exchange_bind(destination, source, key, arguments)
+        })
+    }
+
+    /// `exchange.unbind`.
+    pub fn exchange_unbind(
+        &self,
+        destination: &str,
+        source: &str,
+        key: &str,
+        arguments: &FieldTable,
+    ) -> AmqpResult<()> {
+        self.shared.channel_op(self.id, |s| {
+            s.exchange_unbind(destination, source, key, arguments)
+        })
+    }
+
+    /// `queue.declare`; an empty name asks for a server-named queue (`amq.gen-…`).
+    pub fn queue_declare(
+        &self,
+        name: &str,
+        options: QueueOptions,
+        arguments: FieldTable,
+    ) -> AmqpResult<QueueDeclareOk> {
+        let id = self.id;
+        self.shared
+            .channel_op(id, |s| s.queue_declare(id, name, options, arguments))
+    }
+
+    /// `queue.bind`.
+    pub fn queue_bind(
+        &self,
+        queue: &str,
+        exchange: &str,
+        key: &str,
+        arguments: FieldTable,
+    ) -> AmqpResult<()> {
+        let id = self.id;
+        self.shared
+            .channel_op(id, |s| s.queue_bind(id, queue, exchange, key, arguments))
+    }
+
+    /// `queue.unbind`.
+    pub fn queue_unbind(
+        &self,
+        queue: &str,
+        exchange: &str,
+        key: &str,
+        arguments: &FieldTable,
+    ) -> AmqpResult<()> {
+        let id = self.id;
+        self.shared
+            .channel_op(id, |s| s.queue_unbind(id, queue, exchange, key, arguments))
+    }
+
+    /// `queue.purge`: drops ready messages, returns how many.
+    pub fn queue_purge(&self, queue: &str) -> AmqpResult<u32> {
+        let id = self.id;
+        self.shared.channel_op(id, |s| s.queue_purge(id, queue))
+    }
+
+    /// `queue.delete`; returns the messages dropped. Deleting a missing queue succeeds.
+    pub fn queue_delete(&self, queue: &str, if_unused: bool, if_empty: bool) -> AmqpResult<u32> {
+        let id = self.id;
+        self.shared
+            .channel_op(id, |s| s.queue_delete(id, queue, if_unused, if_empty))
+    }
+
+    /// `basic.qos`: unacknowledged deliveries per new consumer (`global = false`) or shared by
+    /// the channel (`global = true`); 0 is unlimited.
+    pub fn basic_qos(&self, prefetch_count: u16, global: bool) -> AmqpResult<()> {
+        let id = self.id;
+        self.shared
+            .channel_op(id, |s| s.basic_qos(id, prefetch_count, global))
+    }
+
+    /// `confirm.select`: publishes get sequence numbers and an ack or nack.
+    pub fn confirm_select(&self) -> AmqpResult<()> {
+        let id = self.id;
+        self.shared.channel_op(id, |s| s.confirm_select(id))
+    }
+
+    /// `basic.publish`. Waits while the memory alarm blocks publishers. In confirm mode the
+    /// outcome carries the sequence number and whether the confirm is an ack.
+    pub async fn basic_publish(
+        &self,
+        exchange: &str,
+        routing_key: &str,
+        options: PublishOptions,
+        message: E::Message,
+    ) -> AmqpResult<PublishOutcome> {
+        // A publisher that never waits would keep the consumers it wakes from running on its
+        // worker thread; spending tokio's cooperative budget lets them in.
+        tokio::task::coop::consume_budget().await;
+        let mut message = message;
+        loop {
+            match self.try_basic_publish(exchange, routing_key, options.clone(), message) {
+                TryPublish::Done(outcome) => return outcome,
+                TryPublish::Pending(pending) => return pending.wait().await,
+                TryPublish::Blocked(back) => message = *back,
+            }
+            let unblocked = self.shared.unblocked.notified();
+            tokio::pin!(unblocked);
+            unblocked.as_mut().enable();
+            if self.shared.blocked.load(Ordering::Acquire) {
+                unblocked.await;
+            }
+        }
+    }
+
+    /// `basic.publish` without waiting: done at once, unless the memory alarm blocks
+    /// publishers, in which case the message is handed back untouched, or the message store
+    /// has yet to make the message durable ([`TryPublish::Pending`]: the confirm waits for
+    /// it). It spends no cooperative budget: a caller that loops on it should (see
+    /// [`Channel::basic_publish`]).
+    pub fn try_basic_publish(
+        &self,
+        exchange: &str,
+        routing_key: &str,
+        options: PublishOptions,
+        message: E::Message,
+    ) -> TryPublish<E> {
+        if self.shared.blocked.load(Ordering::Acquire) {
+            return TryPublish::Blocked(Box::new(message));
+        }
+        // The message is moved into its shared allocation once, here; the engine fills in
+        // the exchange's shared name and the routing key (shared with the channel's last
+        // publish when it is the same, as it usually is).
+        // The names first: the message then moves straight into its allocation (evaluated
+        // after it, they would cost the message a copy of its own).
+        let (exchange_name, key) = (unnamed(), unnamed());
+        let body = E::seal(message, exchange_name, key);
+        let id = self.id;
+        let published = self.shared.channel_op(id, |s| {
+            let outcome = s.publish(id, exchange, routing_key, options.mandatory, body)?;
+            Ok((outcome, s.take_durability()))
+        });
+        match published {
+            Ok((outcome, None)) => TryPublish::Done(Ok(outcome)),
+            Ok((outcome, Some(durability))) => TryPublish::Pending(PendingConfirm {
+                outcome,
+                durability,
+            }),
+            Err(e) => TryPublish::Done(Err(e)),
+        }
+    }
+
+    /// `basic.consume`: deliveries arrive on the returned [`Consumer`].
+    pub fn basic_consume(&self, queue: &str, options: ConsumeOptions) -> AmqpResult<Consumer<E>> {
+        let channel = self.id;
+        let (id, tag, inbox) = self
+            .shared
+            .channel_op(channel, |s| s.consume(channel, queue, options))?;
+        Ok(Consumer {
+            id,
+            tag,
+            channel,
+            shared: self.shared.clone(),
+            inbox,
+            cancelled: false,
+        })
+    }
+
+    /// `basic.cancel`. Unacknowledged deliveries of the consumer can still be settled.
+    pub fn basic_cancel(&self, consumer_tag: &str) -> AmqpResult<()> {
+        let id = self.id;
+        self.shared.channel_op(id, |s| s.cancel(id, consumer_tag))
+    }
+
+    /// `basic.get`: one message, if any.
+    pub fn basic_get(&self, queue: &str, no_ack: bool) -> AmqpResult<Option<GetOk<E>>> {
+        let id = self.id;
+        let got = self.shared.channel_op(id, |s| s.get(id, queue, no_ack))?;
+        Ok(got.map(|(delivery, message_count)| GetOk {
+            delivery,
+            message_count,
+        }))
+    }
+
+    /// `basic.ack`; `multiple` acknowledges every delivery up to the tag (0: all).
+    pub fn basic_ack(&self, delivery_tag: u64, multiple: bool) -> AmqpResult<()> {
+        self.settle(delivery_tag, multiple, Settle::Ack)
+    }
+
+    /// `basic.nack`: requeue, or dead-letter/drop when `requeue` is false.
+    pub fn basic_nack(&self, delivery_tag: u64, multiple: bool, requeue: bool) -> AmqpResult<()> {
+        let outcome = if requeue {
+            Settle::Requeue
+        } else {
+            Settle::Discard
+        };
+        self.settle(delivery_tag, multiple, outcome)
+    }
+
+    /// `basic.reject`: one delivery.
+    pub fn basic_reject(&self, delivery_tag: u64, requeue: bool) -> AmqpResult<()> {
+        self.basic_nack(delivery_tag, false, requeue)
+    }
+
+    fn settle(&self, tag: u64, multiple: bool, outcome: Settle) -> AmqpResult<()> {
+        let id = self.id;
+        self.shared
+            .channel_op(id, |s| s.settle_deliveries(id, tag, multiple, outcome))
+    }
+
+    /// `tx.select`: publishes and settlements wait for `tx.commit`.
+    pub fn tx_select(&self) -> AmqpResult<()> {
+        let id = self.id;
+        self.shared.channel_op(id, |s| s.tx_select(id))
+    }
+
+    /// `tx.commit`: applies what the transaction holds, together.
+    pub fn tx_commit(&self) -> AmqpResult<()> {
+        let id = self.id;
+        self.shared.channel_op(id, |s| s.tx_commit(id))
+    }
+
+    /// `tx.rollback`: forgets what the transaction holds.
+    pub fn tx_rollback(&self) -> AmqpResult<()> {
+        let id = self.id;
+        self.shared.channel_op(id, |s| s.tx_rollback(id))
+    }
+
+    /// Closes the channel, requeueing its unacknowledged deliveries.
+    pub fn close(self) {
+        drop(self);
+    }
+}
+
+impl<E: Envelope> Drop for Channel<E> {
+    fn drop(&mut self) {
+        let id = self.id;
+        self.shared.with(|s| s.close_channel(id, None));
+    }
+}
+
+/// A consumer's deliveries. Dropping it cancels the consumer.
+///
+/// The engine pushes deliveries (up to the prefetch window) into the consumer's inbox; the
+/// handle takes them in batches without touching the engine's lock.
+#[derive(Debug)]
+pub struct Consumer<E: Envelope = Native> {
+    id: u64,
+    tag: String,
+    channel: u64,
+    shared: Arc<Shared<E>>,
+    inbox: Arc<Inbox<E>>,
+    cancelled: bool,
+}
+
+impl<E: Envelope> Consumer<E> {
+    /// The consumer tag.
+    pub fn tag(&self) -> &str {
+        &self.tag
+    }
+
+    /// The next delivery; `None` once the consumer is cancelled (by the client, by queue
+    /// deletion, or because its channel closed).
+    pub async fn recv(&mut self) -> Option<Delivery<E>> {
+        let mut one = Vec::with_capacity(1);
+        self.recv_many(&mut one, 1).await;
+        one.pop()
+    }
+
+    /// Waits for at least one delivery and takes up to `limit` that are ready; returns how
+    /// many were added (0 once cancelled).
+    pub async fn recv_many(&mut self, buffer: &mut Vec<Delivery<E>>, limit: usize) -> usize {
+        let limit = limit.max(1);
+        loop {
+            // Register before looking, so a push in between is not missed.
+            let notified = self.inbox.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            match self.inbox.take(buffer, limit) {
+                None => return 0,
+                Some(0) => {}
+                Some(n) => {
+                    self.released();
+                    return n;
+                }
+            }
+            // Empty: have the engine move ready messages over, or note that we wait.
+            let id = self.id;
+            if !self.shared.with(|s| s.park(id)) {
+                let n = self.inbox.take(buffer, limit).unwrap_or(0);
+                self.released();
+                return n;
+            }
+            match self.inbox.take(buffer, limit) {
+                None => return 0,
+                Some(0) => notified.await,
+                Some(n) => {
+                    self.released();
+                    return n;
+                }
+            }
+        }
+    }
+
+    /// A delivery if one is ready now.
+    pub fn try_recv(&mut self) -> Option<Delivery<E>> {
+        let mut one = Vec::with_capacity(1);
+        if self.inbox.take(&mut one, 1) == Some(0) {
+            let id = self.id;
+            self.shared.with(|s| s.park(id));
+            self.inbox.take(&mut one, 1);
+        }
+        self.released();
+        one.pop()
+    }
+
+    /// A no-ack consumer's deliveries leave the memory count as the handle takes them; while
+    /// publishers are blocked, that may be what unblocks them.
+    fn released(&self) {
+        if self.inbox.is_counted() && self.shared.blocked.load(Ordering::Acquire) {
+            self.shared.with(|_| ());
+        }
+    }
+
+    /// `basic.cancel`.
+    pub fn cancel(mut self) -> AmqpResult<()> {
+        self.cancelled = true;
+        let (channel, tag) = (self.channel, self.tag.clone());
+        self.shared.with(|s| s.cancel(channel, &tag))
+    }
+}
+
+impl<E: Envelope> Drop for Consumer<E> {
+    fn drop(&mut self) {
+        if !self.cancelled {
+            let (channel, tag) = (self.channel, self.tag.clone());
+            let _ = self.shared.with(|s| s.cancel(channel, &tag));
+        }
+        // Cancelled, so nothing more arrives: what a no-ack handle never took goes with it,
+        // and leaves the memory count.
+        if self.inbox.discard() {
+            self.shared.with(|_| ());
+        }
+    }
+}
+
+impl From<AmqpError> for std::io::Error {
+    fn from(e: AmqpError) -> Self {
+        std::io::Error::other(e)
+    }
+}

@@ -1,0 +1,280 @@
+//! Exchanges and their bindings: who receives a message published with a routing key and
+//! headers.
+
+use std::sync::Arc;
+
+use rustc_hash::FxHashMap as HashMap;
+
+use crate::field::{FieldTable, FieldValue};
+
+use super::topic::{TopicKey, TopicPattern};
+use super::types::ExchangeKind;
+
+/// Where a binding delivers.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) enum Target {
+    Queue(Arc<str>),
+    Exchange(Arc<str>),
+}
+
+/// One binding of an exchange.
+#[derive(Debug, Clone)]
+pub(crate) struct Binding {
+    pub target: Target,
+    pub key: String,
+    pub args: FieldTable,
+    topic: Option<TopicPattern>,
+}
+
+impl Binding {
+    pub(crate) fn same(&self, target: &Target, key: &str, args: &FieldTable) -> bool {
+        self.target == *target && self.key == key && self.args == *args
+    }
+}
+
+/// One exchange.
+#[derive(Debug)]
+pub(crate) struct Exchange {
+    pub name: Arc<str>,
+    pub kind: ExchangeKind,
+    pub durable: bool,
+    pub auto_delete: bool,
+    pub internal: bool,
+    pub alternate: Option<String>,
+    pub bindings: Vec<Binding>,
+    /// Direct exchanges: routing key to binding indexes.
+    direct_index: HashMap<String, Vec<usize>>,
+    /// Bindings whose target is an exchange.
+    exchange_targets: usize,
+}
+
+impl Exchange {
+    pub(crate) fn new(
+        name: Arc<str>,
+        kind: ExchangeKind,
+        durable: bool,
+        auto_delete: bool,
+        internal: bool,
+        args: FieldTable,
+    ) -> Self {
+        let alternate = args.get_str("alternate-exchange").map(str::to_owned);
+        Exchange {
+            name,
+            kind,
+            durable,
+            auto_delete,
+            internal,
+            alternate,
+            bindings: Vec::new(),
+            direct_index: HashMap::default(),
+            exchange_targets: 0,
+        }
+    }
+
+    /// Adds a binding unless an identical one exists; returns whether it was added.
+    pub(crate) fn bind(&mut self, target: Target, key: &str, args: FieldTable) -> bool {
+        if self.bindings.iter().any(|b| b.same(&target, key, &args)) {
+            return false;
+        }
+        let topic = (self.kind == ExchangeKind::Topic).then(|| TopicPattern::new(key));
+        self.bindings.push(Binding {
+            target,
+            key: key.to_owned(),
+            args,
+            topic,
+        });
+        self.reindex();
+        true
+    }
+
+    /// Removes a binding; returns whether one was removed.
+    pub(crate) fn unbind(&mut self, target: &Target, key: &str, args: &FieldTable) -> bool {
+        let before = self.bindings.len();
+        self.bindings.retain(|b| !b.same(target, key, args));
+        let removed = self.bindings.len() != before;
+        if removed {
+            self.reindex();
+        }
+        removed
+    }
+
+    /// Removes every binding to `target`; returns how many.
+    pub(crate) fn unbind_target(&mut self, target: &Target) -> usize {
+        let before = self.bindings.len();
+        self.bindings.retain(|b| b.target != *target);
+        let removed = before - self.bindings.len();
+        if removed > 0 {
+            self.reindex();
+        }
+        removed
+    }
+
+    fn reindex(&mut self) {
+        self.exchange_targets = self
+            .bindings
+            .iter()
+            .filter(|b| matches!(b.target, Target::Exchange(_)))
+            .count();
+        self.direct_index.clear();
+        if self.kind == ExchangeKind::Direct {
+            for (i, b) in self.bindings.iter().enumerate() {
+                self.direct_index.entry(b.key.clone()).or_default().push(i);
+            }
+        }
+    }
+
+    /// Whether any binding routes on to another exchange.
+    pub(crate) fn has_exchange_targets(&self) -> bool {
+        self.exchange_targets > 0
+    }
+
+    /// The queues a message matches directly (for exchanges without exchange targets).
+    pub(crate) fn matching_queues(
+        &self,
+        routing_key: &str,
+        headers: &FieldTable,
+        out: &mut Vec<Arc<str>>,
+    ) {
+        let queue = |t: &Target| match t {
+            Target::Queue(q) => Some(q.clone()),
+            Target::Exchange(_) => None,
+        };
+        match self.kind {
+            ExchangeKind::Direct => {
+                if let Some(idx) = self.direct_index.get(routing_key) {
+                    out.extend(idx.iter().filter_map(|i| queue(&self.bindings[*i].target)));
+                }
+            }
+            ExchangeKind::Fanout => {
+                out.extend(self.bindings.iter().filter_map(|b| queue(&b.target)))
+            }
+            ExchangeKind::Topic => out.extend(
+                self.topic_matches(routing_key)
+                    .filter_map(|b| queue(&b.target)),
+            ),
+            ExchangeKind::Headers => out.extend(
+                self.bindings
+                    .iter()
+                    .filter(|b| headers_match(&b.args, headers))
+                    .filter_map(|b| queue(&b.target)),
+            ),
+        }
+    }
+
+    /// The bindings of a topic exchange that `routing_key` matches. The key is split into
+    /// words once, and only if a binding needs them (`#` matches without).
+    fn topic_matches<'a>(&'a self, routing_key: &'a str) -> impl Iterator<Item = &'a Binding> {
+        let mut words: Option<TopicKey<'a>> = None;
+        self.bindings.iter().filter(move |b| {
+            b.topic.as_ref().is_some_and(|t| {
+                t.matches_all()
+                    || t.matches_key(words.get_or_insert_with(|| TopicKey::new(routing_key)))
+            })
+        })
+    }
+
+    /// The binding targets a message matches.
+    pub(crate) fn matching(&self, routing_key: &str, headers: &FieldTable, out: &mut Vec<Target>) {
+        match self.kind {
+            ExchangeKind::Direct => {
+                if let Some(idx) = self.direct_index.get(routing_key) {
+                    out.extend(idx.iter().map(|i| self.bindings[*i].target.clone()));
+                }
+            }
+            ExchangeKind::Fanout => out.extend(self.bindings.iter().map(|b| b.target.clone())),
+            ExchangeKind::Topic => {
+                out.extend(self.topic_matches(routing_key).map(|b| b.target.clone()))
+            }
+            ExchangeKind::Headers => out.extend(
+                self.bindings
+                    .iter()
+                    .filter(|b| headers_match(&b.args, headers))
+                    .map(|b| b.target.clone()),
+            ),
+        }
+    }
+}
+
+fn values_equal(a: &FieldValue, b: &FieldValue) -> bool {
+    match (a.as_i64(), b.as_i64()) {
+        (Some(x), Some(y)) => x == y,
+        _ => a == b,
+    }
+}
+
+/// FieldTable-exchange matching: `x-match` is `all` (default), `any`, `all-with-x` or
+/// `any-with-x`. Binding arguments starting with `x-` are ignored unless `-with-x`; a `void`
+/// argument matches on presence alone.
+pub(crate) fn headers_match(binding_args: &FieldTable, headers: &FieldTable) -> bool {
+    let mode = binding_args.get_str("x-match").unwrap_or("all");
+    let (all, with_x) = match mode {
+        "any" => (false, false),
+        "any-with-x" => (false, true),
+        "all-with-x" => (true, true),
+        _ => (true, false),
+    };
+    let mut considered = binding_args
+        .iter()
+        .filter(|(k, _)| k.as_str() != "x-match" && (with_x || !k.starts_with("x-")));
+    let matches = |(k, v): (&String, &FieldValue)| match (v, headers.get(k)) {
+        (_, None) => false,
+        (FieldValue::Void, Some(_)) => true,
+        (v, Some(h)) => values_equal(v, h),
+    };
+    if all {
+        considered.all(matches)
+    } else {
+        considered.any(matches)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn h(pairs: &[(&str, FieldValue)]) -> FieldTable {
+        pairs.iter().cloned().collect()
+    }
+
+    #[test]
+    fn headers_all_and_any() {
+        let msg = h(&[("format", "pdf".into()), ("type", "report".into())]);
+        let all = h(&[
+            ("x-match", "all".into()),
+            ("format", "pdf".into()),
+            ("type", "report".into()),
+        ]);
+        assert!(headers_match(&all, &msg));
+        let all_miss = h(&[("format", "pdf".into()), ("type", "log".into())]);
+        assert!(!headers_match(&all_miss, &msg), "all is the default");
+        let any = h(&[
+            ("x-match", "any".into()),
+            ("format", "zip".into()),
+            ("type", "report".into()),
+        ]);
+        assert!(headers_match(&any, &msg));
+    }
+
+    #[test]
+    fn x_headers_count_only_with_x() {
+        let msg = h(&[("x-tenant", "a".into())]);
+        let plain = h(&[("x-match", "all".into()), ("x-tenant", "b".into())]);
+        assert!(
+            headers_match(&plain, &msg),
+            "x- arguments are ignored by all"
+        );
+        let with_x = h(&[("x-match", "all-with-x".into()), ("x-tenant", "b".into())]);
+        assert!(!headers_match(&with_x, &msg));
+        let any_with_x = h(&[("x-match", "any-with-x".into()), ("x-tenant", "a".into())]);
+        assert!(headers_match(&any_with_x, &msg));
+    }
+
+    #[test]
+    fn void_matches_presence_and_integers_compare_by_value() {
+        let msg = h(&[("k", FieldValue::I64(5))]);
+        assert!(headers_match(&h(&[("k", FieldValue::Void)]), &msg));
+        assert!(headers_match(&h(&[("k", FieldValue::I32(5))]), &msg));
+        assert!(!headers_match(&h(&[("k", FieldValue::I32(6))]), &msg));
+        assert!(!headers_match(&h(&[("other", FieldValue::Void)]), &msg));
+    }
+}

@@ -1,0 +1,69 @@
+//! The broker engine: RabbitMQ's AMQP 0-9-1 model in process, standing alone (it knows
+//! nothing of the framework that drives it; see the crate's README for the API in brief, the
+//! envelope and the store seam).
+//!
+//! Exchanges (default, direct, fanout, topic, headers, exchange-to-exchange bindings,
+//! alternate exchanges, internal, auto-delete), queues (durable, exclusive, auto-delete,
+//! `x-expires`, server-named), publisher confirms and `mandatory` returns, push consumers with
+//! round-robin, `basic.qos`, consumer priorities, exclusive and single active consumers,
+//! `basic.get`, ack/nack/reject with requeue, message and queue TTL, length limits with
+//! overflow policies, priority queues, dead-lettering with `x-death`, transactions, and a
+//! memory high watermark that blocks publishers.
+//!
+//! The engine knows nothing of bindings in the framework's sense; the `embedded` binder drives
+//! it through the [`Envelope`] of its choice, and what must survive a restart goes behind the
+//! [`MessageStore`] seam. All state sits behind one mutex: every operation is short and runs
+//! to completion, which makes multi-queue effects atomic. Deliveries leave through
+//! per-consumer channels, so consumers never hold the lock while they work.
+
+mod broker;
+mod dead_letter;
+mod envelope;
+mod error;
+mod exchange;
+mod field;
+mod inbox;
+pub mod memory;
+mod message;
+mod naming;
+mod queue;
+mod state;
+mod storage;
+pub mod store;
+mod topic;
+mod types;
+
+pub use broker::{
+    Broker, Channel, ChannelEvents, Connection, Consumer, GetOk, PendingConfirm, TryPublish,
+};
+pub use dead_letter::DeathReason;
+pub use envelope::{Envelope, Native};
+pub use error::{AmqpError, AmqpResult, ReplyCode};
+pub use field::{Decimal, FieldTable, FieldValue};
+pub use message::{Message, Properties, Published};
+pub use storage::{FifoStorage, PriorityStorage, QueueStorage, QueuedMessage};
+pub use store::{
+    BindingDef, DestinationKind, Durability, ExchangeDef, MemoryStore, MessageStore, QueueDef,
+    Recovered, RecoveredMessage, Removal, StoreError, StoredMessage,
+};
+/// Whether a topic-exchange binding pattern matches a routing key (`*` is one word, `#` is
+/// zero or more words).
+///
+/// ```
+/// use stream_engine::topic_matches;
+/// assert!(topic_matches("orders.#", "orders.eu.created"));
+/// assert!(!topic_matches("orders.*", "orders.eu.created"));
+/// ```
+pub fn topic_matches(pattern: &str, routing_key: &str) -> bool {
+    topic::TopicPattern::new(pattern).matches(routing_key)
+}
+
+pub use types::{
+    BrokerConfig, ChannelEvent, ConsumeOptions, Delivery, ExchangeKind, ExchangeOptions,
+    PublishOptions, PublishOutcome, PublishStatus, QueueDeclareOk, QueueOptions,
+};
+
+/// The README's examples, compiled as doctests so they cannot go stale.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

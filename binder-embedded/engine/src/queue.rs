@@ -1,0 +1,291 @@
+//! Queues: declared attributes, parsed `x-` arguments, storage and consumers.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::field::{FieldTable, FieldValue};
+use tokio::time::Instant;
+
+use super::error::{AmqpError, AmqpResult};
+use super::storage::{FifoStorage, PriorityStorage, QueueStorage};
+use super::types::QueueOptions;
+use crate::envelope::Envelope;
+
+/// What a full queue does (`x-overflow`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) enum Overflow {
+    #[default]
+    DropHead,
+    RejectPublish,
+    RejectPublishDlx,
+}
+
+/// The queue arguments the engine acts on, validated at declaration.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct QueueArgs {
+    pub message_ttl: Option<Duration>,
+    pub expires: Option<Duration>,
+    pub max_length: Option<usize>,
+    pub max_length_bytes: Option<usize>,
+    pub overflow: Overflow,
+    pub dead_letter_exchange: Option<String>,
+    pub dead_letter_routing_key: Option<String>,
+    pub max_priority: Option<u8>,
+    pub single_active_consumer: bool,
+    pub delivery_limit: Option<u32>,
+}
+
+/// Arguments compared when a queue is redeclared (as RabbitMQ does).
+const EQUIVALENCE_ARGS: &[&str] = &[
+    "x-dead-letter-exchange",
+    "x-dead-letter-routing-key",
+    "x-expires",
+    "x-max-length",
+    "x-max-length-bytes",
+    "x-max-priority",
+    "x-message-ttl",
+    "x-overflow",
+    "x-queue-type",
+    "x-single-active-consumer",
+    "x-delivery-limit",
+];
+
+fn invalid(queue: &str, arg: &str, why: &str) -> AmqpError {
+    AmqpError::precondition(format!("invalid arg '{arg}' for queue '{queue}': {why}"))
+}
+
+fn non_negative(queue: &str, arg: &str, v: &FieldValue) -> AmqpResult<u64> {
+    v.as_i64()
+        .and_then(|n| u64::try_from(n).ok())
+        .ok_or_else(|| {
+            invalid(
+                queue,
+                arg,
+                &format!("expected a non-negative integer, got {v}"),
+            )
+        })
+}
+
+fn text(queue: &str, arg: &str, v: &FieldValue) -> AmqpResult<String> {
+    v.as_str().map(str::to_owned).ok_or_else(|| {
+        invalid(
+            queue,
+            arg,
+            &format!("expected a string, got {}", v.type_name()),
+        )
+    })
+}
+
+impl QueueArgs {
+    pub(crate) fn parse(queue: &str, args: &FieldTable) -> AmqpResult<Self> {
+        let mut out = QueueArgs::default();
+        for (name, v) in args {
+            let arg = name.as_str();
+            match arg {
+                "x-message-ttl" => {
+                    out.message_ttl = Some(Duration::from_millis(non_negative(queue, arg, v)?))
+                }
+                "x-expires" => {
+                    let ms = non_negative(queue, arg, v)?;
+                    if ms == 0 {
+                        return Err(invalid(queue, arg, "must be positive"));
+                    }
+                    out.expires = Some(Duration::from_millis(ms));
+                }
+                "x-max-length" => out.max_length = Some(non_negative(queue, arg, v)? as usize),
+                "x-max-length-bytes" => {
+                    out.max_length_bytes = Some(non_negative(queue, arg, v)? as usize)
+                }
+                "x-overflow" => {
+                    out.overflow = match text(queue, arg, v)?.as_str() {
+                        "drop-head" => Overflow::DropHead,
+                        "reject-publish" => Overflow::RejectPublish,
+                        "reject-publish-dlx" => Overflow::RejectPublishDlx,
+                        other => {
+                            return Err(invalid(
+                                queue,
+                                arg,
+                                &format!(
+                                    "'{other}' is not one of drop-head, reject-publish, reject-publish-dlx"
+                                ),
+                            ));
+                        }
+                    }
+                }
+                "x-dead-letter-exchange" => out.dead_letter_exchange = Some(text(queue, arg, v)?),
+                "x-dead-letter-routing-key" => {
+                    out.dead_letter_routing_key = Some(text(queue, arg, v)?)
+                }
+                "x-max-priority" => {
+                    let p = non_negative(queue, arg, v)?;
+                    if p == 0 || p > 255 {
+                        return Err(invalid(queue, arg, "must be from 1 to 255"));
+                    }
+                    out.max_priority = Some(p as u8);
+                }
+                "x-single-active-consumer" => match v {
+                    FieldValue::Bool(b) => out.single_active_consumer = *b,
+                    _ => return Err(invalid(queue, arg, "expected a boolean")),
+                },
+                "x-delivery-limit" => {
+                    out.delivery_limit = Some(non_negative(queue, arg, v)? as u32)
+                }
+                "x-queue-type" => {
+                    let t = text(queue, arg, v)?;
+                    if t != "classic" && t != "quorum" {
+                        return Err(invalid(
+                            queue,
+                            arg,
+                            &format!("queue type '{t}' is not supported (classic, quorum)"),
+                        ));
+                    }
+                }
+                _ => {}
+            }
+        }
+        if out.dead_letter_routing_key.is_some() && out.dead_letter_exchange.is_none() {
+            return Err(invalid(
+                queue,
+                "x-dead-letter-routing-key",
+                "requires x-dead-letter-exchange",
+            ));
+        }
+        Ok(out)
+    }
+}
+
+fn same_value(a: &FieldValue, b: &FieldValue) -> bool {
+    match (a.as_i64(), b.as_i64()) {
+        (Some(x), Some(y)) => x == y,
+        _ => a == b,
+    }
+}
+
+/// A consumer registered on a queue, as the queue sees it.
+#[derive(Debug, Clone)]
+pub(crate) struct QueueConsumer {
+    pub id: u64,
+    pub priority: i64,
+}
+
+/// One queue.
+#[derive(Debug)]
+pub(crate) struct Queue<E: Envelope> {
+    pub name: Arc<str>,
+    pub durable: bool,
+    pub auto_delete: bool,
+    /// The owning connection of an exclusive queue.
+    pub owner: Option<u64>,
+    pub raw_args: FieldTable,
+    pub args: QueueArgs,
+    pub storage: Box<dyn QueueStorage<E>>,
+    /// Consumers in registration order; dispatch rotates through them.
+    pub consumers: Vec<QueueConsumer>,
+    pub cursor: usize,
+    pub exclusive_consumer: bool,
+    /// Consumers whose handle is waiting (see `ConsumerState::parked`).
+    pub parked: usize,
+    pub had_consumer: bool,
+    pub last_used: Instant,
+    pub next_seq: u64,
+}
+
+impl<E: Envelope> Queue<E> {
+    pub(crate) fn new(
+        name: Arc<str>,
+        options: QueueOptions,
+        owner: Option<u64>,
+        raw_args: FieldTable,
+        args: QueueArgs,
+    ) -> Self {
+        let storage: Box<dyn QueueStorage<E>> = match args.max_priority {
+            Some(max) => Box::new(PriorityStorage::new(max)),
+            None => Box::<FifoStorage<E>>::default(),
+        };
+        Queue {
+            name,
+            durable: options.durable,
+            auto_delete: options.auto_delete,
+            owner,
+            raw_args,
+            args,
+            storage,
+            consumers: Vec::new(),
+            cursor: 0,
+            exclusive_consumer: false,
+            parked: 0,
+            had_consumer: false,
+            last_used: Instant::now(),
+            next_seq: 0,
+        }
+    }
+
+    /// Checks a redeclaration against this queue, as RabbitMQ does.
+    pub(crate) fn check_equivalent(
+        &self,
+        options: QueueOptions,
+        exclusive_owner: Option<u64>,
+        args: &FieldTable,
+        vhost: &str,
+    ) -> AmqpResult<()> {
+        let name = &self.name;
+        let field = |what: &str, current: bool, received: bool| {
+            AmqpError::precondition(format!(
+                "inequivalent arg '{what}' for queue '{name}' in vhost '{vhost}': received '{received}' but current is '{current}'"
+            ))
+        };
+        if self.durable != options.durable {
+            return Err(field("durable", self.durable, options.durable));
+        }
+        if self.auto_delete != options.auto_delete {
+            return Err(field("auto_delete", self.auto_delete, options.auto_delete));
+        }
+        if self.owner.is_some() != exclusive_owner.is_some() {
+            return Err(field(
+                "exclusive",
+                self.owner.is_some(),
+                exclusive_owner.is_some(),
+            ));
+        }
+        for arg in EQUIVALENCE_ARGS {
+            let ok = match (self.raw_args.get(arg), args.get(arg)) {
+                (None, None) => true,
+                (Some(a), Some(b)) => same_value(a, b),
+                _ => false,
+            };
+            if !ok {
+                let show = |v: Option<&FieldValue>| match v {
+                    Some(v) => format!("the value '{v}' of type '{}'", v.type_name()),
+                    None => "none".to_owned(),
+                };
+                return Err(AmqpError::precondition(format!(
+                    "inequivalent arg '{arg}' for queue '{name}' in vhost '{vhost}': received {} but current is {}",
+                    show(args.get(arg)),
+                    show(self.raw_args.get(arg))
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether length or byte limits are exceeded with `extra` more bytes in one more message.
+    pub(crate) fn would_overflow(&self, extra_bytes: usize) -> bool {
+        let len = self.storage.len();
+        self.args.max_length.is_some_and(|max| len + 1 > max)
+            || self
+                .args
+                .max_length_bytes
+                .is_some_and(|max| self.storage.bytes() + extra_bytes > max)
+    }
+
+    /// Whether the queue is over its limits right now.
+    pub(crate) fn over_limits(&self) -> bool {
+        self.args
+            .max_length
+            .is_some_and(|max| self.storage.len() > max)
+            || self
+                .args
+                .max_length_bytes
+                .is_some_and(|max| self.storage.bytes() > max)
+    }
+}

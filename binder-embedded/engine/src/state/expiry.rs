@@ -1,0 +1,128 @@
+//! Expiry of messages and idle queues, dead-lettering, and the follow-up loop.
+
+use std::sync::Arc;
+
+use tokio::time::Instant;
+
+use super::State;
+use crate::dead_letter::{DeathReason, is_cycle, record_death};
+use crate::envelope::Envelope;
+use crate::message::Published;
+use crate::storage::QueuedMessage;
+use crate::store::Removal;
+
+impl<E: Envelope> State<E> {
+    // ---- expiry, dead letters, follow-up work -------------------------------------------
+
+    /// Drops expired messages at the head of a queue (dead-lettering them). Reads the clock
+    /// only when the head can expire.
+    pub(super) fn expire_head(&mut self, queue: &str) {
+        let Some(q) = self.registry.queues.get_mut(queue) else {
+            return;
+        };
+        if q.storage.peek().and_then(|m| m.expires_at).is_none() {
+            return;
+        }
+        let now = Instant::now();
+        while q
+            .storage
+            .peek()
+            .and_then(|m| m.expires_at)
+            .is_some_and(|at| at <= now)
+        {
+            let m = q.storage.pop().expect("peeked");
+            self.work
+                .dying
+                .push((m, q.name.clone(), DeathReason::Expired));
+        }
+    }
+
+    /// Expires messages and idle queues due by `now`; returns the next deadline.
+    pub(crate) fn run_timers(&mut self, now: Instant) -> Option<Instant> {
+        let names: Vec<Arc<str>> = self.registry.queues.keys().cloned().collect();
+        let mut next: Option<Instant> = None;
+        let mut earliest = |t: Instant| next = Some(next.map_or(t, |n: Instant| n.min(t)));
+        for name in names {
+            self.expire_head(&name);
+            let Some(q) = self.registry.queues.get(&name) else {
+                continue;
+            };
+            if let Some(expires) = q.args.expires {
+                if q.consumers.is_empty() {
+                    let at = q.last_used + expires;
+                    if at <= now {
+                        self.delete_queue(&name);
+                        continue;
+                    }
+                    earliest(at);
+                }
+            }
+            if let Some(at) = q.storage.peek().and_then(|m| m.expires_at) {
+                earliest(at);
+            }
+        }
+        self.work.timer_dirty = false;
+        self.settle();
+        next
+    }
+
+    /// Runs follow-up work until none is left: dead letters are routed, queues that gained
+    /// messages or credit are dispatched.
+    pub(crate) fn settle(&mut self) {
+        loop {
+            if let Some((message, queue, reason)) = self.work.dying.pop() {
+                self.memory.used -= message.footprint();
+                self.dead_letter(message, &queue, reason);
+                continue;
+            }
+            if let Some(queue) = self.work.dirty.pop() {
+                self.dispatch(&queue);
+                continue;
+            }
+            break;
+        }
+    }
+
+    pub(super) fn dead_letter(
+        &mut self,
+        message: QueuedMessage<E>,
+        queue: &str,
+        reason: DeathReason,
+    ) {
+        if message.stored {
+            self.store.removed(queue, message.seq, Removal::Died);
+        }
+        let Some(q) = self.registry.queues.get(queue) else {
+            return;
+        };
+        let Some(dlx) = q.args.dead_letter_exchange.clone() else {
+            return;
+        };
+        let routing_key = q.args.dead_letter_routing_key.clone();
+        // Dead-lettering rewrites the headers: the record is rebuilt in the engine's types
+        // (a cold path) and handed back to the envelope.
+        let mut body = E::into_native(message.body);
+        let keys = vec![body.routing_key.to_string()];
+        record_death(&mut body.message, queue, reason, &body.exchange, &keys);
+        let key: Arc<str> = match routing_key {
+            Some(k) => Arc::from(k),
+            None => body.routing_key.clone(),
+        };
+        let mut targets = Vec::new();
+        let exchange = self
+            .registry
+            .route(&dlx, &key, &body.message.headers, &mut targets);
+        let cycles: Vec<bool> = targets.iter().map(|t| is_cycle(&body.message, t)).collect();
+        let body = Arc::new(E::from_native(Published {
+            exchange,
+            routing_key: key,
+            message: body.message,
+        }));
+        for (target, cycle) in targets.into_iter().zip(cycles) {
+            if cycle {
+                continue;
+            }
+            self.enqueue(&target, body.clone(), true);
+        }
+    }
+}

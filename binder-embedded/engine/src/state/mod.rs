@@ -1,0 +1,231 @@
+//! The broker's state, split by concern, and the operations on it.
+//!
+//! All state sits behind one lock (see [`crate::Broker`]): each operation runs to
+//! completion, so cross-queue effects (routing, dead-lettering, transactions, exclusive-queue
+//! cleanup) are atomic without further care. The data lives in one module per concern, each
+//! with the `impl` that keeps it consistent:
+//!
+//! * [`registry`]: exchanges, queues and bindings, and routing through them;
+//! * [`sessions`]: connections, channels (tags, unacknowledged deliveries, prefetch, confirms,
+//!   transactions) and consumers;
+//! * [`work`]: what an operation leaves to do before and after the lock is released;
+//! * [`accounting`]: the memory count behind the memory high watermark.
+//!
+//! [`State`] ties them together with the broker's settings and its message store
+//! ([`crate::store`]), which it keeps informed under the lock (the store only hands work
+//! off) and rebuilds from at start ([`State::recover`]). The AMQP
+//! operations touch several concerns at once (a publish routes through the registry, counts
+//! memory, tells the store, and queues dispatch work), so they are methods of [`State`], one
+//! module per group of methods: [`declare`], [`publish`], [`consume`], [`settle`], [`expiry`].
+
+mod accounting;
+mod consume;
+mod declare;
+mod expiry;
+mod publish;
+mod recover;
+mod registry;
+mod sessions;
+mod settle;
+mod unacked;
+mod work;
+
+use std::sync::Arc;
+
+use tokio::sync::mpsc::UnboundedSender;
+
+use self::accounting::MemoryCount;
+use self::registry::Registry;
+use self::sessions::Sessions;
+pub(crate) use self::sessions::Settle;
+use self::work::{AfterLock, Work};
+use crate::envelope::Envelope;
+use crate::error::{AmqpError, AmqpResult, ReplyCode};
+use crate::message::Published;
+use crate::store::{Durability, MessageStore, RecordView};
+use crate::types::{BrokerConfig, ChannelEvent};
+
+/// Everything the broker knows.
+#[derive(Debug)]
+pub(crate) struct State<E: Envelope> {
+    pub config: BrokerConfig,
+    registry: Registry<E>,
+    sessions: Sessions<E>,
+    work: Work<E>,
+    memory: MemoryCount,
+    /// Where durable declarations and persistent messages are reported.
+    store: Arc<dyn MessageStore>,
+    /// The store keeps messages (asked once): otherwise no per-message calls are made.
+    keeps_messages: bool,
+}
+
+/// A record as the store reads it: converted to the engine's types only when asked.
+struct View<'a, E: Envelope>(&'a E::Record);
+
+impl<E: Envelope> RecordView for View<'_, E> {
+    fn published(&self) -> Published {
+        E::to_native(self.0)
+    }
+}
+
+impl<E: Envelope> State<E> {
+    pub(crate) fn new(config: BrokerConfig, store: Arc<dyn MessageStore>) -> Self {
+        State {
+            config,
+            registry: Registry::new(),
+            sessions: Sessions::new(),
+            work: Work::new(),
+            memory: MemoryCount::default(),
+            keeps_messages: store.keeps_messages(),
+            store,
+        }
+    }
+
+    /// The durability points of the publish just made, if it has any (see
+    /// [`crate::store`]).
+    pub(crate) fn take_durability(&mut self) -> Option<Vec<Durability>> {
+        if self.work.durability.is_empty() {
+            None
+        } else {
+            Some(std::mem::take(&mut self.work.durability))
+        }
+    }
+
+    // ---- bookkeeping the broker's handles do around each operation ----------------------
+
+    /// Takes the memory released by no-ack consumers' handles off the count, and returns it.
+    pub(crate) fn memory_used(&mut self) -> usize {
+        self.memory.fold_released();
+        self.memory.used
+    }
+
+    /// Whether publishers are blocked by the memory alarm.
+    pub(crate) fn is_blocked(&self) -> bool {
+        self.memory.blocked
+    }
+
+    /// Sets whether publishers are blocked, telling every channel.
+    pub(crate) fn set_blocked(&mut self, blocked: bool) {
+        self.memory.blocked = blocked;
+        self.sessions.notify_all(&if blocked {
+            ChannelEvent::Blocked {
+                reason: "low on memory".to_owned(),
+            }
+        } else {
+            ChannelEvent::Unblocked
+        });
+    }
+
+    /// What is to be done once the lock is released.
+    pub(crate) fn take_after_lock(&mut self) -> AfterLock<E> {
+        self.work.take_after_lock()
+    }
+
+    // ---- connections and channels -------------------------------------------------------
+
+    pub(crate) fn open_connection(&mut self) -> u64 {
+        self.sessions.open_connection()
+    }
+
+    pub(crate) fn open_channel(
+        &mut self,
+        connection: u64,
+        events: UnboundedSender<ChannelEvent<E>>,
+    ) -> AmqpResult<u64> {
+        if self.memory.blocked {
+            let _ = events.send(ChannelEvent::Blocked {
+                reason: "low on memory".to_owned(),
+            });
+        }
+        self.sessions.open_channel(connection, events)
+    }
+
+    /// Closes a channel: cancels its consumers and requeues its unacknowledged deliveries.
+    pub(crate) fn close_channel(&mut self, id: u64, error: Option<AmqpError>) {
+        let Some(mut ch) = self.sessions.channels.remove(&id) else {
+            return;
+        };
+        if let Some(conn) = self.sessions.connections.get_mut(&ch.connection) {
+            conn.channels.retain(|c| *c != id);
+        }
+        for consumer in ch.consumers.values() {
+            self.remove_consumer(*consumer, false);
+        }
+        for unacked in ch.unacked.take_all() {
+            let mut message = unacked.message;
+            self.memory.undelivered(&mut message);
+            self.memory.used -= message.footprint();
+            self.requeue(unacked.queue, message);
+        }
+        if let Some(error) = error {
+            let _ = ch.events.send(ChannelEvent::Closed { error });
+        }
+        self.settle();
+    }
+
+    /// Closes a connection: its channels, then its exclusive queues.
+    pub(crate) fn close_connection(&mut self, id: u64) {
+        let Some(conn) = self.sessions.connections.remove(&id) else {
+            return;
+        };
+        for ch in conn.channels {
+            self.close_channel(ch, None);
+        }
+        let owned: Vec<Arc<str>> = self
+            .registry
+            .queues
+            .values()
+            .filter(|q| q.owner == Some(id))
+            .map(|q| q.name.clone())
+            .collect();
+        for q in owned {
+            self.delete_queue(&q);
+        }
+        self.settle();
+    }
+
+    /// Runs an operation on a channel; a channel-level error closes the channel and a
+    /// connection-level error the connection, as AMQP requires.
+    pub(crate) fn on_channel<T>(
+        &mut self,
+        channel: u64,
+        op: impl FnOnce(&mut Self) -> AmqpResult<T>,
+    ) -> AmqpResult<T> {
+        if !self.sessions.channels.contains_key(&channel) {
+            return Err(AmqpError::channel_closed());
+        }
+        let result = op(self);
+        if let Err(e) = &result {
+            if e.code.is_connection_error() {
+                if let Ok(conn) = self.sessions.connection_of(channel) {
+                    self.close_channel(channel, Some(e.clone()));
+                    self.close_connection(conn);
+                }
+            } else if e.code != ReplyCode::ChannelError {
+                self.close_channel(channel, Some(e.clone()));
+            }
+        }
+        self.settle();
+        result
+    }
+
+    // ---- introspection ------------------------------------------------------------------
+
+    pub(crate) fn queue_counts(&self, queue: &str) -> Option<(u32, u32)> {
+        self.registry.queue_counts(queue)
+    }
+
+    pub(crate) fn queue_unacked(&self, queue: &str) -> Option<u32> {
+        self.registry.queues.get(queue)?;
+        Some(self.sessions.unacked_from(queue) as u32)
+    }
+
+    pub(crate) fn exchange_exists(&self, name: &str) -> bool {
+        self.registry.exchange_exists(name)
+    }
+
+    /// Durable queues an exchange can route to (see [`Registry::durable_queues_reached`]).
+    pub(crate) fn durable_queues_reached(&self, exchange: &str) -> Vec<String> {
+        self.registry.durable_queues_reached(exchange)
+    }
+}

@@ -1,0 +1,204 @@
+//! Publishing: routing through exchanges and enqueueing with TTL, priority and limits.
+
+use std::sync::Arc;
+
+use tokio::time::Instant;
+
+use super::sessions::TxOp;
+use super::{State, View};
+use crate::dead_letter::DeathReason;
+use crate::envelope::Envelope;
+use crate::error::{AmqpError, AmqpResult};
+use crate::memory;
+use crate::queue::Overflow;
+use crate::storage::QueuedMessage;
+use crate::store::StoredMessage;
+use crate::types::{ChannelEvent, PublishOutcome, PublishStatus};
+
+impl<E: Envelope> State<E> {
+    // ---- publishing ---------------------------------------------------------------------
+
+    pub(crate) fn confirm_select(&mut self, channel: u64) -> AmqpResult<()> {
+        let ch = self.sessions.channel(channel)?;
+        if ch.tx.is_some() {
+            return Err(AmqpError::precondition(
+                "cannot switch from tx to confirm mode",
+            ));
+        }
+        ch.confirm = true;
+        Ok(())
+    }
+
+    /// `basic.publish` of a message the caller already put in an `Arc` (so the message is
+    /// copied once, not at every layer); its `exchange` field is filled in here.
+    pub(crate) fn publish(
+        &mut self,
+        channel: u64,
+        exchange: &str,
+        routing_key: &str,
+        mandatory: bool,
+        mut body: Arc<E::Record>,
+    ) -> AmqpResult<PublishOutcome> {
+        if !exchange.is_empty() {
+            match self.registry.exchanges.get(exchange) {
+                None => return Err(self.no_exchange(exchange)),
+                Some(x) if x.internal => {
+                    return Err(AmqpError::access_refused(format!(
+                        "cannot publish to internal exchange '{exchange}' in vhost '{}'",
+                        self.config.vhost
+                    )));
+                }
+                Some(_) => {}
+            }
+        }
+        let ch = self.sessions.channel(channel)?;
+        let key = match &ch.last_routing_key {
+            Some(last) if **last == *routing_key => last.clone(),
+            _ => {
+                let key: Arc<str> = Arc::from(routing_key);
+                ch.last_routing_key = Some(key.clone());
+                key
+            }
+        };
+        match Arc::get_mut(&mut body) {
+            Some(b) => E::set_routing_key(b, key),
+            None => {
+                let mut copy = E::Record::clone(&body);
+                E::set_routing_key(&mut copy, key);
+                body = Arc::new(copy);
+            }
+        }
+        if let Some(tx) = &mut ch.tx {
+            tx.push(TxOp::Publish {
+                exchange: exchange.to_owned(),
+                mandatory,
+                body,
+            });
+            return Ok(PublishOutcome {
+                seq: None,
+                status: PublishStatus::Buffered,
+            });
+        }
+        let seq = ch.confirm.then(|| {
+            ch.next_seq += 1;
+            ch.next_seq
+        });
+        let status = self.route_and_enqueue(channel, exchange, mandatory, body);
+        Ok(PublishOutcome { seq, status })
+    }
+
+    pub(super) fn route_and_enqueue(
+        &mut self,
+        channel: u64,
+        exchange: &str,
+        mandatory: bool,
+        mut body: Arc<E::Record>,
+    ) -> PublishStatus {
+        let mut targets = std::mem::take(&mut self.work.route_scratch);
+        targets.clear();
+        let name = self.registry.route_record(exchange, &body, &mut targets);
+        match Arc::get_mut(&mut body) {
+            Some(b) => E::set_exchange(b, name),
+            None => {
+                let mut copy = E::Record::clone(&body);
+                E::set_exchange(&mut copy, name);
+                body = Arc::new(copy);
+            }
+        }
+        if targets.is_empty() {
+            if mandatory {
+                if let Some(ch) = self.sessions.channels.get(&channel) {
+                    let _ = ch.events.send(ChannelEvent::Return {
+                        reply_code: 312,
+                        reply_text: "NO_ROUTE".to_owned(),
+                        body,
+                    });
+                }
+            }
+            self.work.route_scratch = targets;
+            return PublishStatus::Unroutable;
+        }
+        let mut rejected = false;
+        let count = targets.len();
+        for queue in targets.drain(..) {
+            rejected |= !self.enqueue(&queue, body.clone(), false);
+        }
+        self.work.route_scratch = targets;
+        if rejected {
+            PublishStatus::Rejected
+        } else {
+            PublishStatus::Routed(count)
+        }
+    }
+
+    /// Adds a message to a queue, applying TTL, priority and length limits. Returns `false`
+    /// when the queue refused it.
+    pub(super) fn enqueue(&mut self, queue: &str, body: Arc<E::Record>, redead: bool) -> bool {
+        let Some(q) = self.registry.queues.get_mut(queue) else {
+            return true;
+        };
+        let size = E::payload_len(&body);
+        let footprint = memory::footprint::<E>(&body);
+        let ttl = match (q.args.message_ttl, E::expiration(&body)) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        let priority = match q.args.max_priority {
+            Some(max) => E::priority(&body).unwrap_or(0).min(max),
+            None => 0,
+        };
+        q.next_seq += 1;
+        let mut message = QueuedMessage {
+            seq: q.next_seq,
+            size,
+            footprint,
+            body,
+            redelivered: false,
+            expires_at: ttl.map(|t| Instant::now() + t),
+            priority,
+            deliveries: 0,
+            stored: false,
+        };
+        if message.expires_at.is_some() {
+            self.work.timer_dirty = true;
+        }
+        if q.would_overflow(size) {
+            match q.args.overflow {
+                Overflow::DropHead => {}
+                Overflow::RejectPublish => return false,
+                Overflow::RejectPublishDlx => {
+                    if !redead {
+                        let name = q.name.clone();
+                        self.memory.used += footprint;
+                        self.work.dying.push((message, name, DeathReason::MaxLen));
+                    }
+                    return false;
+                }
+            }
+        }
+        if self.keeps_messages && q.durable && E::persistent(&message.body) {
+            let durability = self.store.enqueued(&StoredMessage {
+                queue: &q.name,
+                seq: message.seq,
+                record: &View::<E>(&message.body),
+            });
+            message.stored = true;
+            // A dead-lettered copy has no publisher waiting: its write goes on regardless.
+            if !redead && !durability.is_durable() {
+                self.work.durability.push(durability);
+            }
+        }
+        q.storage.push(message);
+        self.memory.used += footprint;
+        while q.over_limits() {
+            let Some(head) = q.storage.pop() else { break };
+            self.work
+                .dying
+                .push((head, q.name.clone(), DeathReason::MaxLen));
+        }
+        if q.parked > 0 {
+            self.work.mark_dirty(q.name.clone());
+        }
+        true
+    }
+}

@@ -1,0 +1,102 @@
+//! Rebuilding the broker from what its message store kept.
+
+use std::sync::Arc;
+
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use super::State;
+use crate::envelope::Envelope;
+use crate::error::AmqpResult;
+use crate::memory;
+use crate::storage::QueuedMessage;
+use crate::store::{DestinationKind, MemoryStore, MessageStore, Recovered};
+
+impl<E: Envelope> State<E> {
+    /// Declares what the store kept (exchanges, queues, bindings, in that order) and puts
+    /// its messages back in their queues in their arrival order, marked redelivered when
+    /// they were delivered before. Nothing of it is reported back to the store, which holds
+    /// it already. A message's TTL counts again from now.
+    pub(crate) fn recover(&mut self, recovered: Recovered) -> AmqpResult<()> {
+        let store: Arc<dyn MessageStore> =
+            std::mem::replace(&mut self.store, Arc::new(MemoryStore));
+        let result = self.rebuild(recovered);
+        self.store = store;
+        result
+    }
+
+    fn rebuild(&mut self, recovered: Recovered) -> AmqpResult<()> {
+        let connection = self.open_connection();
+        let (events, _) = mpsc::unbounded_channel();
+        let channel = self.open_channel(connection, events)?;
+        for x in recovered.exchanges {
+            self.exchange_declare(&x.name, x.kind, x.options, x.arguments)?;
+        }
+        for q in recovered.queues {
+            self.queue_declare(channel, &q.name, q.options, q.arguments)?;
+        }
+        for b in recovered.bindings {
+            let ends = self.registry.exchanges.contains_key(b.source.as_str())
+                && match b.destination_kind {
+                    DestinationKind::Queue => {
+                        self.registry.queues.contains_key(b.destination.as_str())
+                    }
+                    DestinationKind::Exchange => {
+                        self.registry.exchanges.contains_key(b.destination.as_str())
+                    }
+                };
+            if !ends {
+                continue;
+            }
+            match b.destination_kind {
+                DestinationKind::Queue => self.queue_bind(
+                    channel,
+                    &b.destination,
+                    &b.source,
+                    &b.routing_key,
+                    b.arguments,
+                )?,
+                DestinationKind::Exchange => {
+                    self.exchange_bind(&b.destination, &b.source, &b.routing_key, b.arguments)?
+                }
+            }
+        }
+        let mut messages = recovered.messages;
+        messages.sort_by(|a, b| a.queue.cmp(&b.queue).then(a.seq.cmp(&b.seq)));
+        let now = Instant::now();
+        for m in messages {
+            let Some(q) = self.registry.queues.get_mut(m.queue.as_str()) else {
+                continue;
+            };
+            let body = Arc::new(E::from_native(m.published));
+            let footprint = memory::footprint::<E>(&body);
+            let ttl = match (q.args.message_ttl, E::expiration(&body)) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            let priority = match q.args.max_priority {
+                Some(max) => E::priority(&body).unwrap_or(0).min(max),
+                None => 0,
+            };
+            q.next_seq = q.next_seq.max(m.seq);
+            let message = QueuedMessage {
+                seq: m.seq,
+                size: E::payload_len(&body),
+                footprint,
+                body,
+                redelivered: m.redelivered,
+                expires_at: ttl.map(|t| now + t),
+                priority,
+                deliveries: u32::from(m.redelivered),
+                stored: self.keeps_messages,
+            };
+            if message.expires_at.is_some() {
+                self.work.timer_dirty = true;
+            }
+            q.storage.push(message);
+            self.memory.used += footprint;
+        }
+        self.close_connection(connection);
+        Ok(())
+    }
+}

@@ -1,0 +1,240 @@
+//! The registry: exchanges, queues and the bindings between them (held by their source
+//! exchanges), and routing through them.
+
+use std::borrow::Cow;
+use std::sync::Arc;
+
+use rustc_hash::FxHashMap as HashMap;
+
+use crate::envelope::Envelope;
+use crate::exchange::{Exchange, Target};
+use crate::field::FieldTable;
+use crate::queue::Queue;
+use crate::types::ExchangeKind;
+
+/// The exchanges RabbitMQ declares in every virtual host.
+const PREDECLARED: &[(&str, ExchangeKind)] = &[
+    ("amq.direct", ExchangeKind::Direct),
+    ("amq.fanout", ExchangeKind::Fanout),
+    ("amq.topic", ExchangeKind::Topic),
+    ("amq.headers", ExchangeKind::Headers),
+    ("amq.match", ExchangeKind::Headers),
+];
+
+/// The headers of a message routed where no headers exchange looks at them: shared, so
+/// routing neither builds nor drops a table per message.
+static NO_HEADERS: FieldTable = FieldTable::new();
+
+/// Every exchange and queue, by name.
+#[derive(Debug)]
+pub(crate) struct Registry<E: Envelope> {
+    pub exchanges: HashMap<Arc<str>, Exchange>,
+    pub queues: HashMap<Arc<str>, Queue<E>>,
+    /// The default exchange's name (`""`), shared by every message published to it.
+    default_exchange: Arc<str>,
+}
+
+impl<E: Envelope> Registry<E> {
+    /// The predeclared exchanges and no queues.
+    pub(crate) fn new() -> Self {
+        let mut exchanges = HashMap::default();
+        for (name, kind) in PREDECLARED {
+            let name: Arc<str> = Arc::from(*name);
+            exchanges.insert(
+                name.clone(),
+                Exchange::new(name, *kind, true, false, false, FieldTable::new()),
+            );
+        }
+        Registry {
+            exchanges,
+            queues: HashMap::default(),
+            default_exchange: Arc::from(""),
+        }
+    }
+
+    /// Ready messages and consumers of a queue.
+    pub(crate) fn queue_counts(&self, queue: &str) -> Option<(u32, u32)> {
+        self.queues
+            .get(queue)
+            .map(|q| (q.storage.len() as u32, q.consumers.len() as u32))
+    }
+
+    pub(crate) fn exchange_exists(&self, name: &str) -> bool {
+        self.exchanges.contains_key(name)
+    }
+
+    /// Durable queues an exchange can route to, directly, through exchange-to-exchange
+    /// bindings or through its alternate exchange; sorted, each once.
+    pub(crate) fn durable_queues_reached(&self, exchange: &str) -> Vec<String> {
+        let mut seen: Vec<&str> = Vec::new();
+        let mut todo: Vec<&str> = vec![exchange];
+        let mut found = Vec::new();
+        while let Some(name) = todo.pop() {
+            let Some(x) = self.exchanges.get(name) else {
+                continue;
+            };
+            if seen.contains(&name) {
+                continue;
+            }
+            seen.push(name);
+            for b in &x.bindings {
+                match &b.target {
+                    Target::Queue(q) => {
+                        if self.queues.get(q).is_some_and(|q| q.durable) {
+                            found.push(q.to_string());
+                        }
+                    }
+                    Target::Exchange(e) => todo.push(e),
+                }
+            }
+            if let Some(alt) = &x.alternate {
+                todo.push(alt);
+            }
+        }
+        found.sort();
+        found.dedup();
+        found
+    }
+
+    /// [`Registry::route`] for a record: its headers are read (and converted, for an
+    /// envelope that holds other types) only when a headers exchange is on the way. Looks
+    /// the exchange up once in the common case (no onward routing), as `route` does.
+    pub(crate) fn route_record(
+        &self,
+        exchange: &str,
+        body: &E::Record,
+        queues: &mut Vec<Arc<str>>,
+    ) -> Arc<str> {
+        let key = E::routing_key(body);
+        if exchange.is_empty() {
+            return self.route(exchange, key, &NO_HEADERS, queues);
+        }
+        let Some((name, x)) = self.exchanges.get_key_value(exchange) else {
+            return Arc::from(exchange);
+        };
+        if x.alternate.is_none() && !x.has_exchange_targets() {
+            let before = queues.len();
+            if x.kind == ExchangeKind::Headers {
+                x.matching_queues(key, &E::headers(body), queues);
+            } else {
+                x.matching_queues(key, &NO_HEADERS, queues);
+            }
+            dedup_from(queues, before);
+            return name.clone();
+        }
+        let headers = if self.reads_headers(exchange) {
+            E::headers(body)
+        } else {
+            Cow::Borrowed(&NO_HEADERS)
+        };
+        let mut visited = Vec::new();
+        self.route_exchange(exchange, key, &headers, &mut visited, queues);
+        name.clone()
+    }
+
+    /// Whether routing through `exchange` may look at message headers: it, or an exchange
+    /// it routes on to, is a headers exchange.
+    fn reads_headers(&self, exchange: &str) -> bool {
+        let mut seen: Vec<&str> = Vec::new();
+        let mut todo: Vec<&str> = vec![exchange];
+        while let Some(name) = todo.pop() {
+            let Some(x) = self.exchanges.get(name) else {
+                continue;
+            };
+            if seen.contains(&name) {
+                continue;
+            }
+            seen.push(name);
+            if x.kind == ExchangeKind::Headers {
+                return true;
+            }
+            todo.extend(x.bindings.iter().filter_map(|b| match &b.target {
+                Target::Exchange(e) => Some(&**e),
+                Target::Queue(_) => None,
+            }));
+            todo.extend(x.alternate.as_deref());
+        }
+        false
+    }
+
+    /// Adds the queues a message reaches, each once, to `queues`; returns the exchange's
+    /// shared name (for the published message).
+    pub(crate) fn route(
+        &self,
+        exchange: &str,
+        routing_key: &str,
+        headers: &FieldTable,
+        queues: &mut Vec<Arc<str>>,
+    ) -> Arc<str> {
+        if exchange.is_empty() {
+            if let Some((name, _)) = self.queues.get_key_value(routing_key) {
+                queues.push(name.clone());
+            }
+            return self.default_exchange.clone();
+        }
+        let Some((name, x)) = self.exchanges.get_key_value(exchange) else {
+            return Arc::from(exchange);
+        };
+        if x.alternate.is_none() && !x.has_exchange_targets() {
+            // The common case: no onward routing, so no loop detection is needed.
+            let before = queues.len();
+            x.matching_queues(routing_key, headers, queues);
+            dedup_from(queues, before);
+            return name.clone();
+        }
+        let mut visited = Vec::new();
+        self.route_exchange(exchange, routing_key, headers, &mut visited, queues);
+        name.clone()
+    }
+
+    /// Routes through one exchange, following exchange-to-exchange bindings and the alternate
+    /// exchange. `visited` breaks loops; both lists are short, so linear scans beat hashing.
+    pub(crate) fn route_exchange(
+        &self,
+        exchange: &str,
+        routing_key: &str,
+        headers: &FieldTable,
+        visited: &mut Vec<Arc<str>>,
+        queues: &mut Vec<Arc<str>>,
+    ) {
+        let Some(x) = self.exchanges.get(exchange) else {
+            return;
+        };
+        if visited.contains(&x.name) {
+            return;
+        }
+        visited.push(x.name.clone());
+        let before = queues.len();
+        let mut targets = Vec::new();
+        x.matching(routing_key, headers, &mut targets);
+        for t in targets {
+            match t {
+                Target::Queue(q) => {
+                    if !queues.contains(&q) {
+                        queues.push(q);
+                    }
+                }
+                Target::Exchange(e) => {
+                    self.route_exchange(&e, routing_key, headers, visited, queues)
+                }
+            }
+        }
+        if queues.len() == before {
+            if let Some(alt) = &x.alternate {
+                self.route_exchange(alt, routing_key, headers, visited, queues);
+            }
+        }
+    }
+}
+
+/// Removes repeats from `queues[from..]`, keeping first occurrences (lists are short).
+fn dedup_from(queues: &mut Vec<Arc<str>>, from: usize) {
+    let mut i = from + 1;
+    while i < queues.len() {
+        if queues[from..i].contains(&queues[i]) {
+            queues.remove(i);
+        } else {
+            i += 1;
+        }
+    }
+}

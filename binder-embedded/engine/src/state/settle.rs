@@ -1,0 +1,173 @@
+//! Settling deliveries (ack, requeue, discard) and transactions.
+
+use std::sync::Arc;
+
+use super::State;
+use super::sessions::{Settle, TxOp, Unacked};
+use crate::dead_letter::DeathReason;
+use crate::envelope::Envelope;
+use crate::error::{AmqpError, AmqpResult};
+use crate::storage::QueuedMessage;
+use crate::store::Removal;
+
+impl<E: Envelope> State<E> {
+    // ---- settlement ---------------------------------------------------------------------
+
+    pub(crate) fn settle_deliveries(
+        &mut self,
+        channel: u64,
+        tag: u64,
+        multiple: bool,
+        outcome: Settle,
+    ) -> AmqpResult<()> {
+        let ch = self.sessions.channel(channel)?;
+        if let Some(tx) = &mut ch.tx {
+            if !multiple && !ch.unacked.contains(tag) {
+                return Err(AmqpError::precondition(format!(
+                    "unknown delivery tag {tag}"
+                )));
+            }
+            tx.push(TxOp::Settle {
+                tag,
+                multiple,
+                outcome,
+            });
+            return Ok(());
+        }
+        self.apply_settle(channel, tag, multiple, outcome)
+    }
+
+    pub(super) fn apply_settle(
+        &mut self,
+        channel: u64,
+        tag: u64,
+        multiple: bool,
+        outcome: Settle,
+    ) -> AmqpResult<()> {
+        let ch = self.sessions.channel(channel)?;
+        let settled: Vec<Unacked<E>> = if multiple {
+            ch.unacked.remove_up_to(tag)
+        } else {
+            match ch.unacked.remove(tag) {
+                Some(u) => vec![u],
+                None => {
+                    return Err(AmqpError::precondition(format!(
+                        "unknown delivery tag {tag}"
+                    )));
+                }
+            }
+        };
+        // Credit is returned per consumer once per batch, not once per message.
+        let mut credit: Vec<(u64, u32)> = Vec::new();
+        let mut counted = 0u32;
+        if outcome == Settle::Ack {
+            // One allocation for the batch rather than one per doubling.
+            self.work.garbage.reserve(settled.len());
+        }
+        for mut u in settled {
+            self.memory.undelivered(&mut u.message);
+            if let Some(id) = u.consumer {
+                match credit.iter_mut().find(|(c, _)| *c == id) {
+                    Some((_, n)) => *n += 1,
+                    None => credit.push((id, 1)),
+                }
+            }
+            counted += u32::from(u.counted);
+            self.memory.used -= u.message.footprint();
+            match outcome {
+                Settle::Ack => {
+                    if u.message.stored {
+                        self.store.removed(&u.queue, u.message.seq, Removal::Acked);
+                    }
+                    self.work.mark_dirty(u.queue);
+                    self.work.garbage.push(u.message.body);
+                }
+                Settle::Requeue => self.requeue(u.queue, u.message),
+                Settle::Discard => {
+                    self.memory.used += u.message.footprint();
+                    self.work
+                        .dying
+                        .push((u.message, u.queue.clone(), DeathReason::Rejected));
+                    self.work.mark_dirty(u.queue);
+                }
+            }
+        }
+        for (id, n) in credit {
+            if let Some(c) = self.sessions.consumers.get_mut(&id) {
+                c.unacked -= n;
+            }
+        }
+        if let Some(ch) = self.sessions.channels.get_mut(&channel) {
+            ch.channel_unacked -= counted;
+        }
+        Ok(())
+    }
+
+    /// Puts a delivered message back, marked redelivered, unless it reached the queue's
+    /// delivery limit (then it is dead-lettered).
+    pub(super) fn requeue(&mut self, queue: Arc<str>, mut message: QueuedMessage<E>) {
+        let Some(q) = self.registry.queues.get_mut(&queue) else {
+            return;
+        };
+        message.redelivered = true;
+        self.memory.used += message.footprint();
+        if q.args
+            .delivery_limit
+            .is_some_and(|limit| message.deliveries > limit)
+        {
+            self.work
+                .dying
+                .push((message, queue, DeathReason::DeliveryLimit));
+            return;
+        }
+        q.storage.requeue(message);
+        self.work.mark_dirty(queue);
+    }
+
+    // ---- transactions -------------------------------------------------------------------
+
+    pub(crate) fn tx_select(&mut self, channel: u64) -> AmqpResult<()> {
+        let ch = self.sessions.channel(channel)?;
+        if ch.confirm {
+            return Err(AmqpError::precondition(
+                "cannot switch from confirm to tx mode",
+            ));
+        }
+        ch.tx.get_or_insert_with(Vec::new);
+        Ok(())
+    }
+
+    pub(super) fn take_tx(&mut self, channel: u64) -> AmqpResult<Vec<TxOp<E>>> {
+        let ch = self.sessions.channel(channel)?;
+        match &mut ch.tx {
+            Some(ops) => Ok(std::mem::take(ops)),
+            None => Err(AmqpError::precondition("channel is not transactional")),
+        }
+    }
+
+    pub(crate) fn tx_commit(&mut self, channel: u64) -> AmqpResult<()> {
+        for op in self.take_tx(channel)? {
+            match op {
+                TxOp::Publish {
+                    exchange,
+                    mandatory,
+                    body,
+                } => {
+                    self.route_and_enqueue(channel, &exchange, mandatory, body);
+                }
+                TxOp::Settle {
+                    tag,
+                    multiple,
+                    outcome,
+                } => self.apply_settle(channel, tag, multiple, outcome)?,
+            }
+        }
+        // `tx.commit` does not wait for the store: the writes go on, nobody waits for them.
+        self.work.durability.clear();
+        Ok(())
+    }
+
+    pub(crate) fn tx_rollback(&mut self, channel: u64) -> AmqpResult<()> {
+        self.take_tx(channel).map(drop)
+    }
+}

@@ -1,0 +1,78 @@
+//! Shared helpers of the engine tests.
+#![allow(dead_code)]
+
+use std::time::Duration;
+
+use stream_engine::*;
+
+pub fn open() -> (Broker, Connection, Channel) {
+    let broker: Broker = Broker::new();
+    let conn = broker.connect();
+    let ch = conn.open_channel().unwrap();
+    (broker, conn, ch)
+}
+
+pub fn msg(text: &str) -> Message {
+    Message::new(text.as_bytes().to_vec())
+}
+
+pub fn text(d: &Delivery) -> String {
+    String::from_utf8(d.message().payload.to_vec()).unwrap()
+}
+
+pub fn args(pairs: &[(&str, FieldValue)]) -> FieldTable {
+    pairs.iter().cloned().collect()
+}
+
+pub fn declare(ch: &Channel, name: &str) {
+    ch.queue_declare(name, QueueOptions::default(), FieldTable::new())
+        .unwrap();
+}
+
+pub fn declare_with(ch: &Channel, name: &str, a: FieldTable) {
+    ch.queue_declare(name, QueueOptions::default(), a).unwrap();
+}
+
+pub async fn publish(ch: &Channel, exchange: &str, key: &str, body: &str) -> PublishOutcome {
+    ch.basic_publish(exchange, key, PublishOptions::default(), msg(body))
+        .await
+        .unwrap()
+}
+
+/// Texts of every message ready in a queue, taken with `basic.get` (no ack).
+pub fn drain(ch: &Channel, queue: &str) -> Vec<String> {
+    std::iter::from_fn(|| ch.basic_get(queue, true).unwrap())
+        .map(|g| text(&g.delivery))
+        .collect()
+}
+
+/// Deliveries already handed to a consumer (the engine dispatches synchronously).
+pub fn ready(consumer: &mut Consumer) -> Vec<Delivery> {
+    std::iter::from_fn(|| consumer.try_recv()).collect()
+}
+
+pub async fn next(consumer: &mut Consumer) -> Delivery {
+    tokio::time::timeout(Duration::from_secs(10), consumer.recv())
+        .await
+        .expect("no delivery within 10 s")
+        .expect("consumer cancelled")
+}
+
+pub fn consume(ch: &Channel, queue: &str) -> Consumer {
+    ch.basic_consume(queue, ConsumeOptions::default()).unwrap()
+}
+
+/// This process's resident set in bytes (`VmRSS` of `/proc/self/status`).
+pub fn rss() -> usize {
+    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
+    let kib: usize = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .expect("a VmRSS line")
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .expect("VmRSS in kB");
+    kib * 1024
+}

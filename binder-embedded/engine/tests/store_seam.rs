@@ -1,0 +1,409 @@
+//! The store seam: a test store that records what the broker tells it, keeps it the way a
+//! durable store would, and holds publisher confirms back until the test releases them.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use stream_engine::*;
+use tokio::sync::oneshot;
+
+/// A call the broker made.
+#[derive(Debug, Clone, PartialEq)]
+enum Call {
+    ExchangeDeclared(String),
+    ExchangeDeleted(String),
+    QueueDeclared(String),
+    QueueDeleted(String),
+    BindingAdded(String, String, String),
+    BindingRemoved(String, String, String),
+    Enqueued(String, u64),
+    Delivered(String, u64),
+    Removed(String, u64, Removal),
+}
+
+/// What the store keeps, as a durable store would (shared by the stores of two brokers to
+/// stand for a restart).
+#[derive(Debug, Default)]
+struct Kept {
+    calls: Vec<Call>,
+    exchanges: BTreeMap<String, ExchangeDef>,
+    queues: BTreeMap<String, QueueDef>,
+    bindings: Vec<BindingDef>,
+    messages: BTreeMap<(String, u64), (Published, bool)>,
+    /// Durability points not yet reached, in order.
+    pending: Vec<oneshot::Sender<Result<(), StoreError>>>,
+    /// Make every message durable at once instead.
+    immediate: bool,
+}
+
+#[derive(Debug, Clone, Default)]
+struct RecordingStore(Arc<Mutex<Kept>>);
+
+impl RecordingStore {
+    fn kept(&self) -> std::sync::MutexGuard<'_, Kept> {
+        self.0.lock().unwrap()
+    }
+
+    fn calls(&self) -> Vec<Call> {
+        self.kept().calls.clone()
+    }
+
+    fn release_all(&self) -> usize {
+        let pending = std::mem::take(&mut self.kept().pending);
+        let n = pending.len();
+        for tx in pending {
+            let _ = tx.send(Ok(()));
+        }
+        n
+    }
+
+    fn fail_all(&self) {
+        for tx in std::mem::take(&mut self.kept().pending) {
+            let _ = tx.send(Err(StoreError::Failed {
+                detail: "disk full".into(),
+            }));
+        }
+    }
+}
+
+impl MessageStore for RecordingStore {
+    fn keeps_messages(&self) -> bool {
+        true
+    }
+
+    fn recover(&self) -> Result<Recovered, StoreError> {
+        let k = self.kept();
+        Ok(Recovered {
+            exchanges: k.exchanges.values().cloned().collect(),
+            queues: k.queues.values().cloned().collect(),
+            bindings: k.bindings.clone(),
+            messages: k
+                .messages
+                .iter()
+                .map(|((queue, seq), (published, delivered))| RecoveredMessage {
+                    queue: queue.clone(),
+                    seq: *seq,
+                    redelivered: *delivered,
+                    published: published.clone(),
+                })
+                .collect(),
+        })
+    }
+
+    fn exchange_declared(&self, x: &ExchangeDef) {
+        let mut k = self.kept();
+        k.calls.push(Call::ExchangeDeclared(x.name.clone()));
+        k.exchanges.insert(x.name.clone(), x.clone());
+    }
+
+    fn exchange_deleted(&self, name: &str) {
+        let mut k = self.kept();
+        k.calls.push(Call::ExchangeDeleted(name.into()));
+        k.exchanges.remove(name);
+        k.bindings
+            .retain(|b| b.source != name && b.destination != name);
+    }
+
+    fn queue_declared(&self, q: &QueueDef) {
+        let mut k = self.kept();
+        k.calls.push(Call::QueueDeclared(q.name.clone()));
+        k.queues.insert(q.name.clone(), q.clone());
+    }
+
+    fn queue_deleted(&self, name: &str) {
+        let mut k = self.kept();
+        k.calls.push(Call::QueueDeleted(name.into()));
+        k.queues.remove(name);
+        k.messages.retain(|(q, _), _| q != name);
+        k.bindings.retain(|b| b.destination != name);
+    }
+
+    fn binding_added(&self, b: &BindingDef) {
+        let mut k = self.kept();
+        k.calls.push(Call::BindingAdded(
+            b.source.clone(),
+            b.destination.clone(),
+            b.routing_key.clone(),
+        ));
+        k.bindings.push(b.clone());
+    }
+
+    fn binding_removed(&self, b: &BindingDef) {
+        let mut k = self.kept();
+        k.calls.push(Call::BindingRemoved(
+            b.source.clone(),
+            b.destination.clone(),
+            b.routing_key.clone(),
+        ));
+        k.bindings.retain(|kept| kept != b);
+    }
+
+    fn enqueued(&self, m: &StoredMessage<'_>) -> Durability {
+        let mut k = self.kept();
+        k.calls.push(Call::Enqueued(m.queue.into(), m.seq));
+        k.messages
+            .insert((m.queue.into(), m.seq), (m.published(), false));
+        if k.immediate {
+            return Durability::Durable;
+        }
+        let (tx, rx) = oneshot::channel();
+        k.pending.push(tx);
+        Durability::pending(async move {
+            rx.await.unwrap_or_else(|_| {
+                Err(StoreError::Failed {
+                    detail: "store dropped".into(),
+                })
+            })
+        })
+    }
+
+    fn delivered(&self, queue: &str, seq: u64) {
+        let mut k = self.kept();
+        k.calls.push(Call::Delivered(queue.into(), seq));
+        if let Some(m) = k.messages.get_mut(&(queue.to_owned(), seq)) {
+            m.1 = true;
+        }
+    }
+
+    fn removed(&self, queue: &str, seq: u64, why: Removal) {
+        let mut k = self.kept();
+        k.calls.push(Call::Removed(queue.into(), seq, why));
+        k.messages.remove(&(queue.to_owned(), seq));
+    }
+}
+
+fn durable() -> QueueOptions {
+    QueueOptions {
+        durable: true,
+        ..Default::default()
+    }
+}
+
+fn persistent(text: &str) -> Message {
+    let mut m = Message::new(text.as_bytes().to_vec());
+    m.properties.delivery_mode = Some(2);
+    m
+}
+
+fn text(d: &Delivery) -> String {
+    String::from_utf8(d.message().payload.to_vec()).unwrap()
+}
+
+fn broker(store: &RecordingStore) -> Broker {
+    Broker::with_store(BrokerConfig::default(), store.clone()).expect("recover")
+}
+
+#[tokio::test]
+async fn a_confirm_waits_for_the_stores_durability_point() {
+    let store = RecordingStore::default();
+    let broker = broker(&store);
+    let conn = broker.connect();
+    let ch = conn.open_channel().unwrap();
+    ch.queue_declare("orders", durable(), FieldTable::new())
+        .unwrap();
+    ch.queue_declare("scratch", QueueOptions::default(), FieldTable::new())
+        .unwrap();
+    ch.confirm_select().unwrap();
+
+    let pending = match ch.try_basic_publish("", "orders", Default::default(), persistent("a")) {
+        TryPublish::Pending(p) => p,
+        other => panic!("a persistent message in a durable queue waits for the store: {other:?}"),
+    };
+    let waiting = tokio::spawn(pending.wait());
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(!waiting.is_finished(), "the confirm waits for durability");
+    assert_eq!(
+        broker.queue_counts("orders"),
+        Some((1, 0)),
+        "the message is enqueued meanwhile"
+    );
+    assert_eq!(store.release_all(), 1);
+    let outcome = waiting.await.unwrap().unwrap();
+    assert_eq!(outcome.status, PublishStatus::Routed(1));
+    assert_eq!(outcome.seq, Some(1));
+
+    // basic_publish waits the same way.
+    let publish = ch.basic_publish("", "orders", Default::default(), persistent("b"));
+    tokio::pin!(publish);
+    assert!(
+        tokio::time::timeout(Duration::from_millis(50), &mut publish)
+            .await
+            .is_err(),
+        "basic_publish returns only once the store has the message"
+    );
+    store.release_all();
+    assert_eq!(publish.await.unwrap().status, PublishStatus::Routed(1));
+
+    // Transient messages, and any message in a transient queue, are not the store's.
+    for (queue, message) in [
+        ("orders", Message::new("transient")),
+        ("scratch", persistent("c")),
+    ] {
+        match ch.try_basic_publish("", queue, Default::default(), message) {
+            TryPublish::Done(Ok(outcome)) => assert_eq!(outcome.status, PublishStatus::Routed(1)),
+            other => panic!("{queue}: confirmed at once, got {other:?}"),
+        }
+    }
+    assert_eq!(store.kept().pending.len(), 0);
+
+    // A store that fails to keep a message fails its confirm, not the channel.
+    let pending = match ch.try_basic_publish("", "orders", Default::default(), persistent("d")) {
+        TryPublish::Pending(p) => p,
+        other => panic!("{other:?}"),
+    };
+    store.fail_all();
+    let error = pending.wait().await.unwrap_err();
+    assert_eq!(error.code, ReplyCode::InternalError);
+    assert!(error.text.contains("disk full"), "{error}");
+    ch.queue_declare("orders", durable(), FieldTable::new())
+        .expect("the channel stays open");
+}
+
+#[tokio::test]
+async fn declarations_deliveries_and_acks_reach_the_store() {
+    let store = RecordingStore::default();
+    store.kept().immediate = true;
+    let broker = broker(&store);
+    let conn = broker.connect();
+    let ch = conn.open_channel().unwrap();
+    let durable_x = ExchangeOptions {
+        durable: true,
+        ..Default::default()
+    };
+    ch.exchange_declare("events", ExchangeKind::Topic, durable_x, FieldTable::new())
+        .unwrap();
+    ch.exchange_declare(
+        "transient-x",
+        ExchangeKind::Fanout,
+        ExchangeOptions::default(),
+        FieldTable::new(),
+    )
+    .unwrap();
+    ch.queue_declare("audit", durable(), FieldTable::new())
+        .unwrap();
+    ch.queue_declare("temp", QueueOptions::default(), FieldTable::new())
+        .unwrap();
+    ch.queue_bind("audit", "events", "order.#", FieldTable::new())
+        .unwrap();
+    ch.queue_bind("temp", "events", "order.#", FieldTable::new())
+        .unwrap();
+    ch.queue_bind("audit", "events", "order.#", FieldTable::new())
+        .unwrap();
+    assert_eq!(
+        store.calls(),
+        vec![
+            Call::ExchangeDeclared("events".into()),
+            Call::QueueDeclared("audit".into()),
+            Call::BindingAdded("events".into(), "audit".into(), "order.#".into()),
+        ],
+        "durable declarations only, each once"
+    );
+
+    ch.basic_publish(
+        "events",
+        "order.created",
+        Default::default(),
+        persistent("1"),
+    )
+    .await
+    .unwrap();
+    ch.basic_publish(
+        "events",
+        "order.created",
+        Default::default(),
+        persistent("2"),
+    )
+    .await
+    .unwrap();
+    let first = ch.basic_get("audit", false).unwrap().unwrap().delivery;
+    ch.basic_ack(first.delivery_tag, false).unwrap();
+    let second = ch.basic_get("audit", false).unwrap().unwrap().delivery;
+    ch.basic_nack(second.delivery_tag, false, true).unwrap();
+    let again = ch.basic_get("audit", false).unwrap().unwrap().delivery;
+    assert!(again.redelivered);
+    ch.basic_reject(again.delivery_tag, false).unwrap();
+    ch.queue_unbind("audit", "events", "order.#", &FieldTable::new())
+        .unwrap();
+    ch.queue_delete("audit", false, false).unwrap();
+    ch.exchange_delete("events", false).unwrap();
+    assert_eq!(
+        store.calls()[3..],
+        [
+            Call::Enqueued("audit".into(), 1),
+            Call::Enqueued("audit".into(), 2),
+            Call::Delivered("audit".into(), 1),
+            Call::Removed("audit".into(), 1, Removal::Acked),
+            Call::Delivered("audit".into(), 2),
+            Call::Removed("audit".into(), 2, Removal::Died),
+            Call::BindingRemoved("events".into(), "audit".into(), "order.#".into()),
+            Call::QueueDeleted("audit".into()),
+            Call::ExchangeDeleted("events".into()),
+        ],
+        "a redelivery is not reported again; a rejection removes the message"
+    );
+}
+
+#[tokio::test]
+async fn recover_restores_exchanges_queues_bindings_and_messages() {
+    let store = RecordingStore::default();
+    store.kept().immediate = true;
+    {
+        let broker = broker(&store);
+        let conn = broker.connect();
+        let ch = conn.open_channel().unwrap();
+        let durable_x = ExchangeOptions {
+            durable: true,
+            ..Default::default()
+        };
+        ch.exchange_declare("jobs", ExchangeKind::Direct, durable_x, FieldTable::new())
+            .unwrap();
+        ch.queue_declare("work", durable(), FieldTable::new())
+            .unwrap();
+        ch.queue_bind("work", "jobs", "run", FieldTable::new())
+            .unwrap();
+        for body in ["one", "two", "three"] {
+            let m = persistent(body).with_header("job", body);
+            ch.basic_publish("jobs", "run", Default::default(), m)
+                .await
+                .unwrap();
+        }
+        let one = ch.basic_get("work", false).unwrap().unwrap().delivery;
+        ch.basic_ack(one.delivery_tag, false).unwrap();
+        // Delivered, never acknowledged: the broker stops with it outstanding.
+        let two = ch.basic_get("work", false).unwrap().unwrap().delivery;
+        assert_eq!(text(&two), "two");
+        std::mem::forget(ch);
+        std::mem::forget(conn);
+    }
+
+    let restarted = broker(&store);
+    let conn = restarted.connect();
+    let ch = conn.open_channel().unwrap();
+    assert!(restarted.exchange_exists("jobs"));
+    assert_eq!(restarted.queue_counts("work"), Some((2, 0)));
+    let two = ch.basic_get("work", false).unwrap().unwrap().delivery;
+    assert_eq!(text(&two), "two");
+    assert!(two.redelivered, "delivered before the restart");
+    assert_eq!(two.message().headers.get_str("job"), Some("two"));
+    assert_eq!(two.exchange(), "jobs");
+    assert_eq!(two.routing_key(), "run");
+    let three = ch.basic_get("work", false).unwrap().unwrap().delivery;
+    assert_eq!(text(&three), "three");
+    assert!(!three.redelivered);
+
+    // The binding came back: a new message routes, and is stored after the recovered ones.
+    ch.basic_publish("jobs", "run", Default::default(), persistent("four"))
+        .await
+        .unwrap();
+    assert_eq!(
+        store.calls().last(),
+        Some(&Call::Enqueued("work".into(), 4)),
+        "recovery reports nothing back; sequence numbers go on"
+    );
+    ch.basic_ack(three.delivery_tag, true).unwrap();
+    assert_eq!(
+        store.kept().messages.keys().cloned().collect::<Vec<_>>(),
+        vec![("work".to_owned(), 4)]
+    );
+}

@@ -1,0 +1,391 @@
+//! The framework's envelope: the engine holds the framework's own records.
+//!
+//! The engine (`stream-engine`) knows nothing of the framework; it is generic over an
+//! [`Envelope`](stream_engine::Envelope), the type of record its queues share. The `embedded`
+//! binder runs it with [`Framework`], whose record is binder-core's [`Published`]: a publish
+//! moves the framework's [`Message`] into the record the queues share, and a delivery hands
+//! the runtime that very record (`Inbound::content`), so the hot path converts and copies
+//! nothing. The engine converts a record to its own types only where it rewrites or inspects
+//! headers (dead-lettering, headers exchanges) and at the store seam; those conversions, and
+//! the arguments of declarations, are here.
+
+use std::borrow::Cow;
+use std::mem::size_of;
+use std::sync::Arc;
+use std::time::Duration;
+
+use binder_core::binder::Published;
+use binder_core::config::ExchangeType;
+use binder_core::message::{Decimal, DeliveryMode, HeaderValue, Headers, Message, Properties};
+use stream_engine as engine;
+use stream_engine::memory::{block, btree_nodes, shared_str};
+
+/// The envelope of the `embedded` binder's broker: records are binder-core's [`Published`],
+/// messages its [`Message`].
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Framework;
+
+impl engine::Envelope for Framework {
+    type Message = Message;
+    type Record = Published;
+
+    #[inline]
+    fn seal(message: Message, exchange: Arc<str>, routing_key: Arc<str>) -> Arc<Published> {
+        Arc::new(Published {
+            exchange,
+            routing_key,
+            message,
+        })
+    }
+
+    #[inline]
+    fn message(record: &Published) -> &Message {
+        &record.message
+    }
+
+    #[inline]
+    fn exchange(record: &Published) -> &Arc<str> {
+        &record.exchange
+    }
+
+    #[inline]
+    fn routing_key(record: &Published) -> &Arc<str> {
+        &record.routing_key
+    }
+
+    #[inline]
+    fn set_exchange(record: &mut Published, exchange: Arc<str>) {
+        record.exchange = exchange;
+    }
+
+    #[inline]
+    fn set_routing_key(record: &mut Published, routing_key: Arc<str>) {
+        record.routing_key = routing_key;
+    }
+
+    #[inline]
+    fn payload_len(record: &Published) -> usize {
+        record.message.payload.len()
+    }
+
+    #[inline]
+    fn priority(record: &Published) -> Option<u8> {
+        record.message.properties.priority
+    }
+
+    #[inline]
+    fn expiration(record: &Published) -> Option<Duration> {
+        record.message.properties.expiration_duration()
+    }
+
+    #[inline]
+    fn persistent(record: &Published) -> bool {
+        record.message.properties.delivery_mode == Some(DeliveryMode::Persistent)
+    }
+
+    #[inline]
+    fn headers(record: &Published) -> Cow<'_, engine::FieldTable> {
+        Cow::Owned(table_to_engine(record.message.headers.clone()))
+    }
+
+    #[inline]
+    fn message_heap(record: &Published) -> usize {
+        let m = &record.message;
+        let p = &m.properties;
+        let strings = [
+            &p.content_encoding,
+            &p.correlation_id,
+            &p.message_id,
+            &p.reply_to,
+            &p.expiration,
+            &p.kind,
+            &p.user_id,
+            &p.app_id,
+        ];
+        block(m.payload.len())
+            + headers_heap(&m.headers)
+            + shared_str(p.content_type.as_ref())
+            + strings
+                .iter()
+                .map(|s| s.as_ref().map_or(0, |s| block(s.len())))
+                .sum::<usize>()
+    }
+
+    #[inline]
+    fn to_native(record: &Published) -> engine::Published {
+        engine::Published {
+            exchange: record.exchange.clone(),
+            routing_key: record.routing_key.clone(),
+            message: to_engine(record.message.clone()),
+        }
+    }
+
+    #[inline]
+    fn into_native(record: Arc<Published>) -> engine::Published {
+        let record = Arc::unwrap_or_clone(record);
+        engine::Published {
+            exchange: record.exchange,
+            routing_key: record.routing_key,
+            message: to_engine(record.message),
+        }
+    }
+
+    #[inline]
+    fn from_native(published: engine::Published) -> Published {
+        Published {
+            exchange: published.exchange,
+            routing_key: published.routing_key,
+            message: to_framework(published.message),
+        }
+    }
+}
+
+/// A header map's nodes and the blocks of its names and values, as the engine counts a
+/// field table.
+fn headers_heap(h: &Headers) -> usize {
+    btree_nodes(h.len(), size_of::<String>() + size_of::<HeaderValue>())
+        + h.iter()
+            .map(|(name, value)| block(name.len()) + value_heap(value))
+            .sum::<usize>()
+}
+
+fn value_heap(v: &HeaderValue) -> usize {
+    match v {
+        HeaderValue::String(s) => block(s.len()),
+        HeaderValue::Bytes(b) => block(b.len()),
+        HeaderValue::Array(items) => {
+            block(items.len() * size_of::<HeaderValue>())
+                + items.iter().map(value_heap).sum::<usize>()
+        }
+        HeaderValue::Table(t) => headers_heap(t),
+        _ => 0,
+    }
+}
+
+/// The engine's exchange kind for a configured exchange type.
+pub(crate) fn exchange_kind(t: ExchangeType) -> engine::ExchangeKind {
+    match t {
+        ExchangeType::Direct => engine::ExchangeKind::Direct,
+        ExchangeType::Fanout => engine::ExchangeKind::Fanout,
+        ExchangeType::Topic => engine::ExchangeKind::Topic,
+        ExchangeType::Headers => engine::ExchangeKind::Headers,
+    }
+}
+
+/// A framework message moved into the engine's type (the payload is moved, not copied).
+fn to_engine(message: Message) -> engine::Message {
+    let Message {
+        payload,
+        headers,
+        properties: p,
+    } = message;
+    engine::Message {
+        payload,
+        headers: table_to_engine(headers),
+        properties: engine::Properties {
+            content_type: p.content_type,
+            content_encoding: p.content_encoding,
+            correlation_id: p.correlation_id,
+            message_id: p.message_id,
+            reply_to: p.reply_to,
+            expiration: p.expiration,
+            timestamp: p.timestamp,
+            kind: p.kind,
+            user_id: p.user_id,
+            app_id: p.app_id,
+            delivery_mode: p.delivery_mode.map(DeliveryMode::as_u8),
+            priority: p.priority,
+        },
+    }
+}
+
+/// A field table from framework headers (entries moved).
+pub(crate) fn table_to_engine(headers: Headers) -> engine::FieldTable {
+    if headers.is_empty() {
+        return engine::FieldTable::new();
+    }
+    headers
+        .into_iter()
+        .map(|(name, value)| (name, value_to_engine(value)))
+        .collect()
+}
+
+fn value_to_engine(v: HeaderValue) -> engine::FieldValue {
+    use engine::FieldValue as F;
+    match v {
+        HeaderValue::Void => F::Void,
+        HeaderValue::Bool(v) => F::Bool(v),
+        HeaderValue::I8(v) => F::I8(v),
+        HeaderValue::U8(v) => F::U8(v),
+        HeaderValue::I16(v) => F::I16(v),
+        HeaderValue::U16(v) => F::U16(v),
+        HeaderValue::I32(v) => F::I32(v),
+        HeaderValue::U32(v) => F::U32(v),
+        HeaderValue::I64(v) => F::I64(v),
+        HeaderValue::F32(v) => F::F32(v),
+        HeaderValue::F64(v) => F::F64(v),
+        HeaderValue::Decimal(d) => F::Decimal(engine::Decimal {
+            scale: d.scale,
+            value: d.value,
+        }),
+        HeaderValue::String(v) => F::String(v),
+        HeaderValue::Bytes(v) => F::Bytes(v),
+        HeaderValue::Timestamp(v) => F::Timestamp(v),
+        HeaderValue::Array(items) => F::Array(items.into_iter().map(value_to_engine).collect()),
+        HeaderValue::Table(t) => F::Table(table_to_engine(t)),
+    }
+}
+
+/// An engine message moved into the framework's type (the payload is moved, not copied).
+fn to_framework(message: engine::Message) -> Message {
+    let engine::Message {
+        payload,
+        headers,
+        properties: p,
+    } = message;
+    Message {
+        payload,
+        headers: table_to_framework(headers),
+        properties: Properties {
+            content_type: p.content_type,
+            content_encoding: p.content_encoding,
+            correlation_id: p.correlation_id,
+            message_id: p.message_id,
+            reply_to: p.reply_to,
+            expiration: p.expiration,
+            timestamp: p.timestamp,
+            kind: p.kind,
+            user_id: p.user_id,
+            app_id: p.app_id,
+            delivery_mode: p.delivery_mode.map(DeliveryMode::from_u8),
+            priority: p.priority,
+        },
+    }
+}
+
+/// Framework headers from a field table (entries moved).
+fn table_to_framework(table: engine::FieldTable) -> Headers {
+    if table.is_empty() {
+        return Headers::new();
+    }
+    table
+        .into_iter()
+        .map(|(name, value)| (name, value_to_framework(value)))
+        .collect()
+}
+
+fn value_to_framework(v: engine::FieldValue) -> HeaderValue {
+    use engine::FieldValue as F;
+    match v {
+        F::Void => HeaderValue::Void,
+        F::Bool(v) => HeaderValue::Bool(v),
+        F::I8(v) => HeaderValue::I8(v),
+        F::U8(v) => HeaderValue::U8(v),
+        F::I16(v) => HeaderValue::I16(v),
+        F::U16(v) => HeaderValue::U16(v),
+        F::I32(v) => HeaderValue::I32(v),
+        F::U32(v) => HeaderValue::U32(v),
+        F::I64(v) => HeaderValue::I64(v),
+        F::F32(v) => HeaderValue::F32(v),
+        F::F64(v) => HeaderValue::F64(v),
+        F::Decimal(d) => HeaderValue::Decimal(Decimal {
+            scale: d.scale,
+            value: d.value,
+        }),
+        F::String(v) => HeaderValue::String(v),
+        F::Bytes(v) => HeaderValue::Bytes(v),
+        F::Timestamp(v) => HeaderValue::Timestamp(v),
+        F::Array(items) => HeaderValue::Array(items.into_iter().map(value_to_framework).collect()),
+        F::Table(t) => HeaderValue::Table(table_to_framework(t)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use stream_engine::Envelope;
+
+    fn every_type() -> Headers {
+        let nested: Headers = [("n", HeaderValue::I32(1))].into_iter().collect();
+        [
+            ("void", HeaderValue::Void),
+            ("bool", HeaderValue::Bool(true)),
+            ("i8", HeaderValue::I8(-1)),
+            ("u8", HeaderValue::U8(2)),
+            ("i16", HeaderValue::I16(-3)),
+            ("u16", HeaderValue::U16(4)),
+            ("i32", HeaderValue::I32(-5)),
+            ("u32", HeaderValue::U32(6)),
+            ("i64", HeaderValue::I64(-7)),
+            ("f32", HeaderValue::F32(1.5)),
+            ("f64", HeaderValue::F64(2.5)),
+            (
+                "decimal",
+                HeaderValue::Decimal(Decimal {
+                    scale: 2,
+                    value: -12345,
+                }),
+            ),
+            ("string", HeaderValue::from("s")),
+            ("bytes", HeaderValue::Bytes(bytes::Bytes::from_static(b"x"))),
+            ("timestamp", HeaderValue::Timestamp(1_700_000_000)),
+            (
+                "array",
+                HeaderValue::Array(vec![HeaderValue::from("a"), nested.clone().into()]),
+            ),
+            ("table", nested.into()),
+        ]
+        .into_iter()
+        .collect()
+    }
+
+    #[test]
+    fn a_message_survives_the_round_trip_through_the_engines_types_with_every_field_type() {
+        let mut message = Message::new("payload").with_content_type("application/json");
+        message.headers = every_type();
+        message.properties.message_id = Some("m-1".into());
+        message.properties.expiration = Some("500".into());
+        message.properties.timestamp = Some(42);
+        message.properties.delivery_mode = Some(DeliveryMode::NonPersistent);
+        message.properties.priority = Some(7);
+        let original = message.clone();
+        let payload_at = message.payload.as_ptr();
+        let engine_message = to_engine(message);
+        assert_eq!(
+            engine_message.payload.as_ptr(),
+            payload_at,
+            "the payload is moved, not copied"
+        );
+        assert_eq!(engine_message.properties.delivery_mode, Some(1));
+        assert_eq!(
+            engine_message.headers.get("decimal"),
+            Some(&engine::FieldValue::Decimal(engine::Decimal {
+                scale: 2,
+                value: -12345
+            }))
+        );
+        let published = engine::Published {
+            exchange: Arc::from("x"),
+            routing_key: Arc::from("k"),
+            message: engine_message,
+        };
+        let back = Framework::from_native(published);
+        assert_eq!(back.message, original);
+        assert_eq!(&*back.exchange, "x");
+        assert_eq!(&*back.routing_key, "k");
+        assert_eq!(back.message.payload.as_ptr(), payload_at);
+        assert_eq!(Framework::to_native(&back).message.headers.len(), 17);
+    }
+
+    #[test]
+    fn every_exchange_type_maps_to_its_kind() {
+        for (t, name) in [
+            (ExchangeType::Direct, "direct"),
+            (ExchangeType::Fanout, "fanout"),
+            (ExchangeType::Topic, "topic"),
+            (ExchangeType::Headers, "headers"),
+        ] {
+            assert_eq!(exchange_kind(t).as_str(), name);
+        }
+    }
+}
