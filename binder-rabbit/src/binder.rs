@@ -12,7 +12,7 @@ use binder_amqp::{
     QueueInfo, SubscriptionSpec, TagAcks,
 };
 use binder_core::binder::{
-    Binder, BinderError, BinderErrorKind, BinderFuture, BinderRegistration, BinderResult,
+    Backlog, Binder, BinderError, BinderErrorKind, BinderFuture, BinderRegistration, BinderResult,
     BoundConsumer, Inbound, Producer, Settler, Subscription,
 };
 use binder_core::config::{BindingConfig, ExchangeType};
@@ -328,6 +328,11 @@ impl Binder for RabbitBinder {
 
     async fn bind_producer(&self, binding: &BindingConfig) -> BinderResult<Box<dyn Producer>> {
         binder_amqp::bind_producer(self, binding).await
+    }
+
+    /// A passive declare of the queue.
+    async fn backlog(&self, source: &str) -> BinderResult<Backlog> {
+        self.inspect(source).await.map(Backlog::from)
     }
 
     async fn close(&self) {

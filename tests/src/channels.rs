@@ -7,14 +7,15 @@
 //! nothing more against it ([`crate::targets::Channels`]).
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use binder_core::binder::{
-    Binder, BinderFuture, BinderResult, BoundConsumer, FailedDelivery, FailureAction, GaveUp,
-    Inbound, Producer, Published, SettleByTag, Settlement, Settler, Subscription,
+    Backlog, Binder, BinderError, BinderFuture, BinderResult, BoundConsumer, FailedDelivery,
+    FailureAction, GaveUp, Inbound, Producer, Published, SettleByTag, Settlement, Settler,
+    Subscription,
 };
 use binder_core::config::{AcknowledgeMode, BindingConfig};
 use binder_core::message::Message;
@@ -37,6 +38,8 @@ struct Destination {
 struct GroupQueue {
     state: Mutex<QueueState>,
     arrived: Notify,
+    /// Subscriptions open on it.
+    subscribers: AtomicU32,
 }
 
 #[derive(Debug, Default)]
@@ -158,6 +161,25 @@ impl Binder for ChannelBinder {
         }))
     }
 
+    async fn backlog(&self, source: &str) -> BinderResult<Backlog> {
+        // Sources are named `<destination>.<group>`, and either may hold dots.
+        let queue = lock(&self.destinations)
+            .iter()
+            .flat_map(|(destination, d)| {
+                d.groups
+                    .iter()
+                    .filter(move |(group, _)| format!("{destination}.{group}") == source)
+            })
+            .map(|(_, queue)| queue.clone())
+            .next()
+            .ok_or_else(|| BinderError::not_found(format!("source `{source}`")))?;
+        let messages = lock(&queue.state).ready.len() as u32;
+        Ok(Backlog {
+            messages,
+            consumers: queue.subscribers.load(Ordering::Relaxed),
+        })
+    }
+
     async fn close(&self) {}
 }
 
@@ -216,6 +238,7 @@ impl BoundConsumer for ChannelConsumer {
     }
 
     async fn subscribe(&self, _index: usize) -> BinderResult<Box<dyn Subscription>> {
+        self.queue.subscribers.fetch_add(1, Ordering::Relaxed);
         Ok(Box::new(ChannelSubscription {
             queue: self.queue.clone(),
             cancelled: false,
@@ -237,6 +260,15 @@ impl BoundConsumer for ChannelConsumer {
 struct ChannelSubscription {
     queue: Arc<GroupQueue>,
     cancelled: bool,
+}
+
+/// A subscription dropped without a cancel stops counting too.
+impl Drop for ChannelSubscription {
+    fn drop(&mut self) {
+        if !self.cancelled {
+            self.queue.subscribers.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
 }
 
 impl ChannelSubscription {
@@ -273,7 +305,9 @@ impl Subscription for ChannelSubscription {
     }
 
     async fn cancel(&mut self) -> BinderResult<()> {
-        self.cancelled = true;
+        if !std::mem::replace(&mut self.cancelled, true) {
+            self.queue.subscribers.fetch_sub(1, Ordering::Relaxed);
+        }
         // Another member may be waiting for what this one would have taken.
         self.queue.arrived.notify_one();
         Ok(())

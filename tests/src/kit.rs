@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use binder_amqp::topology;
-use binder_amqp::{AmqpBroker, QueueInfo, SubscriptionSpec};
-use binder_core::binder::{Binder, Inbound, Subscription};
+use binder_amqp::{AmqpBroker, SubscriptionSpec};
+use binder_core::binder::{Backlog, Binder, Inbound, Subscription};
 use binder_core::config::{ConfigLoader, StreamConfig};
 use binder_core::runtime::{App, AppBuilder, RunningApp};
 
@@ -178,10 +178,10 @@ impl Env {
         consumer.queues[0].clone()
     }
 
-    /// Ready messages and consumers of a queue.
-    pub async fn inspect(&self, queue: &str) -> QueueInfo {
-        self.amqp()
-            .inspect(queue)
+    /// Ready messages and consumers of a queue (the binder's backlog of a source).
+    pub async fn inspect(&self, queue: &str) -> Backlog {
+        self.binder
+            .backlog(queue)
             .await
             .unwrap_or_else(|e| panic!("inspect {queue}: {e}"))
     }

@@ -76,50 +76,51 @@ impl Target for Channels {
         "channels"
     }
     fn capabilities(&self) -> Capabilities {
-        /// Why most skipped cases do not apply.
-        const QUEUES: &str = "it declares, consumes or counts an AMQP queue directly (the AMQP broker level), which a binder without queues does not have";
-        Capabilities {
-            skips: vec![
-                ("ack_requeue_reject", QUEUES),
-                (
-                    "auto_ack_deliveries_received_are_handled_at_shutdown",
-                    QUEUES,
-                ),
-                (
-                    "cancelled_auto_ack_subscriptions_hand_out_what_they_received",
-                    QUEUES,
-                ),
-                ("confirmed_messages_survive_the_producer", QUEUES),
-                ("crashed_consumers_leave_the_binder_working", QUEUES),
-                ("dead_letters_fit_beside_large_foreign_headers", QUEUES),
-                ("graceful_shutdown_loses_nothing", QUEUES),
-                ("pause_resume_stop_start", QUEUES),
-                ("paused_auto_ack_bindings_leave_messages_queued", QUEUES),
-                ("poison_messages_go_to_the_dlq", QUEUES),
-                ("prefetch_bounds_unsettled_deliveries", QUEUES),
-                ("republish_adds_diagnostic_headers", QUEUES),
-                ("round_trip_durable_group", QUEUES),
-                ("settling_the_oldest_last_loses_nothing", QUEUES),
-                ("topology_is_idempotent_and_conflicts_are_clear", QUEUES),
-                (
-                    "unacked_messages_of_a_closed_consumer_are_redelivered",
-                    QUEUES,
-                ),
-                ("retries_are_counted_and_do_not_block", QUEUES),
-                (
-                    "binding_routing_keys_select",
-                    "AMQP routing: bindingRoutingKey patterns select messages, and this binder has no routing keys",
-                ),
-                (
-                    "routing_key_expressions_route",
-                    "AMQP routing: routing-key expressions select queues, and this binder has no routing keys",
-                ),
-                (
-                    "dead_letters_of_large_payloads_keep_the_whole_trace",
-                    "AMQP dead-lettering: the x-exception headers are sized to the connection's frame_max",
-                ),
-            ],
-        }
+        /// The case declares, consumes or counts a queue through the AMQP broker level.
+        const QUEUES: &str = "it declares a queue, consumes one directly (a DLQ, a seeded queue) or declares topology through the AMQP broker level, which a binder without queues does not have";
+        /// The case is about `acknowledgeMode: NONE`, a Rabbit extension property.
+        const NO_ACK: &str = "it is about acknowledgeMode NONE (the broker forgets a delivery as it sends it), and this binder acknowledges AUTO only";
+        let mut skips: Vec<(&'static str, &'static str)> = Vec::new();
+        skips.extend(
+            [
+                "ack_requeue_reject",
+                "cancelled_auto_ack_subscriptions_hand_out_what_they_received",
+                "crashed_consumers_leave_the_binder_working",
+                "dead_letters_fit_beside_large_foreign_headers",
+                "poison_messages_go_to_the_dlq",
+                "prefetch_bounds_unsettled_deliveries",
+                "republish_adds_diagnostic_headers",
+                "retries_are_counted_and_do_not_block",
+                "round_trip_durable_group",
+                "settling_the_oldest_last_loses_nothing",
+                "topology_is_idempotent_and_conflicts_are_clear",
+                "unacked_messages_of_a_closed_consumer_are_redelivered",
+            ]
+            .map(|case| (case, QUEUES)),
+        );
+        skips.extend(
+            [
+                "auto_ack_deliveries_received_are_handled_at_shutdown",
+                "auto_ack_deliveries_survive_a_pause_with_busy_handlers",
+                "paused_auto_ack_bindings_leave_messages_queued",
+            ]
+            .map(|case| (case, NO_ACK)),
+        );
+        skips.extend([
+            (
+                "binding_routing_keys_select",
+                "AMQP routing: bindingRoutingKey patterns select messages, and this binder has no routing keys",
+            ),
+            (
+                "routing_key_expressions_route",
+                "AMQP routing: routing-key expressions select queues, and this binder has no routing keys",
+            ),
+            (
+                "dead_letters_of_large_payloads_keep_the_whole_trace",
+                "AMQP dead-lettering: the x-exception headers are sized to the connection's frame_max",
+            ),
+        ]);
+        Capabilities { skips }
     }
     async fn binder(&self) -> Result<KitBinder, String> {
         Ok(KitBinder::plain(crate::channels::ChannelBinder::new()))

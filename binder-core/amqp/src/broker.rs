@@ -5,7 +5,7 @@
 use std::fmt;
 
 use async_trait::async_trait;
-use binder_core::binder::{BinderFuture, BinderResult, Subscription};
+use binder_core::binder::{Backlog, BinderFuture, BinderResult, Subscription};
 use binder_core::message::{DeliveryMode, Message};
 
 use crate::topology::TopologyPlan;
@@ -55,6 +55,15 @@ pub struct QueueInfo {
     pub messages: u32,
     /// Consumers.
     pub consumers: u32,
+}
+
+impl From<QueueInfo> for Backlog {
+    fn from(q: QueueInfo) -> Self {
+        Backlog {
+            messages: q.messages,
+            consumers: q.consumers,
+        }
+    }
 }
 
 /// Publishes to exchanges with confirms (see the framework's

@@ -31,6 +31,8 @@ pub enum BinderErrorKind {
     /// The binding settles its deliveries itself (`acknowledgeMode` is not `MANUAL`), so a
     /// handler may not.
     NotManual,
+    /// The binder does not offer this operation.
+    Unsupported,
     /// Any other broker failure.
     Broker,
 }

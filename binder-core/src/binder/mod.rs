@@ -208,6 +208,15 @@ pub trait Producer: fmt::Debug + Send + Sync {
     ) -> BinderFuture<'a, BinderResult<()>>;
 }
 
+/// What waits in a consumer's source ([`Binder::backlog`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Backlog {
+    /// Ready messages (not counting delivered, unsettled ones).
+    pub messages: u32,
+    /// Consumers reading it.
+    pub consumers: u32,
+}
+
 /// Whether a binding consumes (input) or publishes (output).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BindingRole {
@@ -233,6 +242,19 @@ pub trait Binder: fmt::Debug + Send + Sync {
     async fn bind_consumer(&self, binding: &BindingConfig) -> BinderResult<Box<dyn BoundConsumer>>;
     /// Prepares what a producer of `binding` needs (idempotently) and opens its producer.
     async fn bind_producer(&self, binding: &BindingConfig) -> BinderResult<Box<dyn Producer>>;
+    /// What waits in `source` (a name [`BoundConsumer::sources`] gives, e.g. an AMQP queue):
+    /// ready messages, not counting those delivered and unsettled, and its consumers. For
+    /// operators and tests; a binder that cannot tell says so with
+    /// [`BinderErrorKind::Unsupported`], the default.
+    async fn backlog(&self, source: &str) -> BinderResult<Backlog> {
+        Err(BinderError::new(
+            BinderErrorKind::Unsupported,
+            format!(
+                "the `{}` binder cannot tell what waits in `{source}`",
+                self.binder_type()
+            ),
+        ))
+    }
     /// Closes connections; unsettled deliveries go back to where they came from.
     async fn close(&self);
     /// Hears of a binding this binder serves, once the application's startup has bound all
