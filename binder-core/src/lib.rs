@@ -1,5 +1,5 @@
 //! Core of the stream framework: the message model, codecs, the configuration model and loader,
-//! and the topology plan. No broker code lives here; binders build on these types.
+//! the binder SPI and the runtime. No broker code lives here; binders build on these types.
 
 pub mod binder;
 pub mod codec;

@@ -71,12 +71,12 @@ inventory::submit! { BinderRegistration::new("embedded", create) }
 pub fn link() {}
 
 /// The engine's error as the SPI's: a closed channel or connection is
-/// [`BinderErrorKind::Closed`], a missing entity [`BinderErrorKind::NotFound`], access refused
-/// [`BinderErrorKind::Refused`]; the engine's error stays the source.
+/// [`BinderErrorKind::Closed`], a missing entity [`BinderErrorKind::NotFound`]; the engine's
+/// error stays the source. A 403 (a queue in exclusive use by another consumer) passes, so it
+/// stays a broker error.
 fn broker_error(e: AmqpError) -> BinderError {
     let kind = match e.code {
         ReplyCode::NotFound => BinderErrorKind::NotFound,
-        ReplyCode::AccessRefused => BinderErrorKind::Refused,
         ReplyCode::ChannelError => BinderErrorKind::Closed,
         _ => BinderErrorKind::Broker,
     };

@@ -16,10 +16,10 @@
 //!    already buffered (idle) or the last one arrived (end).
 //! 2. `B raw persistent` — the baseline for persistent publishing: durable queue, delivery
 //!    mode 2, a sliding window of 1,000 publishes awaiting their confirms; same consumer.
-//! 3. `C binder transient` — `RabbitBinder`: `Binder::producer` with
+//! 3. `C binder transient` — `RabbitBinder`: `AmqpBroker::producer` with
 //!    `ProducerSpec { exchange: "", delivery_mode: NonPersistent }`, 16 concurrent
-//!    `Producer::publish(queue, Message)` futures (`for_each_concurrent`); the consumer is
-//!    `Binder::subscribe` (prefetch 200, manual ack) and settles every `Inbound` with
+//!    `AmqpProducer::publish(queue, Message)` futures (`for_each_concurrent`); the consumer is
+//!    `AmqpBroker::subscribe` (prefetch 200, manual ack) and settles every `Inbound` with
 //!    `Settlement::Ack` before taking the next one — the SPI settles one delivery at a
 //!    time, and the binder turns those into `multiple` acks (for the batch it took from
 //!    lapin's buffer), which is part of what is measured. Its `acks/run` column counts

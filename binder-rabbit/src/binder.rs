@@ -45,9 +45,10 @@ inventory::submit! { BinderRegistration::new("rabbit", create) }
 pub fn link() {}
 
 /// lapin's error as the SPI's, its kind told from lapin's: a lost connection or channel is
-/// [`BinderErrorKind::Closed`] (retryable), the broker's 404 `NOT_FOUND`, 403
-/// `ACCESS_REFUSED` and 320 `CONNECTION_FORCED` are what they say; lapin's error stays the
-/// source.
+/// [`BinderErrorKind::Closed`] (retryable), the broker's 404 `NOT_FOUND` and 320
+/// `CONNECTION_FORCED` are what they say; lapin's error stays the source. A 403 on a channel
+/// is not a refusal of the connection (`refusal` tells those): it also means a queue in
+/// exclusive use by another consumer, which passes, so it stays a broker error.
 fn broker(e: lapin::Error) -> BinderError {
     use lapin::ErrorKind as K;
     let kind = match e.kind() {
@@ -59,7 +60,6 @@ fn broker(e: lapin::Error) -> BinderError {
         | K::InvalidConnectionState(_) => BinderErrorKind::Closed,
         K::ProtocolError(amqp) => match amqp.get_id() {
             404 => BinderErrorKind::NotFound,
-            403 => BinderErrorKind::Refused,
             320 => BinderErrorKind::Closed,
             _ => BinderErrorKind::Broker,
         },

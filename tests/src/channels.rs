@@ -13,9 +13,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use binder_core::binder::{
-    Backlog, Binder, BinderError, BinderFuture, BinderResult, BoundConsumer, FailedDelivery,
-    FailureAction, GaveUp, Inbound, Producer, Published, SettleByTag, Settlement, Settler,
-    Subscription,
+    Backlog, Binder, BinderError, BinderFuture, BinderResult, BoundConsumer, DeadLetterRoute,
+    FailedDelivery, FailureAction, GaveUp, Inbound, Producer, Published, SettleByTag, Settlement,
+    Settler, Subscription,
 };
 use binder_core::config::{AcknowledgeMode, BindingConfig};
 use binder_core::message::Message;
@@ -25,6 +25,8 @@ use tokio::sync::Notify;
 #[derive(Debug, Clone, Default)]
 pub struct ChannelBinder {
     destinations: Arc<Mutex<HashMap<String, Destination>>>,
+    /// Every group queue by the source name its consumers give it.
+    sources: Arc<Mutex<HashMap<String, Arc<GroupQueue>>>>,
 }
 
 /// One destination: its groups' queues.
@@ -112,13 +114,25 @@ impl ChannelBinder {
 
     /// The queue of `group` on `destination`, made if it is not there.
     fn group(&self, destination: &str, group: &str) -> Arc<GroupQueue> {
-        lock(&self.destinations)
+        let queue = lock(&self.destinations)
             .entry(destination.to_owned())
             .or_default()
             .groups
             .entry(group.to_owned())
             .or_default()
-            .clone()
+            .clone();
+        lock(&self.sources)
+            .entry(format!("{destination}.{group}"))
+            .or_insert_with(|| queue.clone());
+        queue
+    }
+
+    /// Forgets an anonymous consumer's group, as an auto-delete queue goes with its consumer.
+    fn drop_group(&self, destination: &str, group: &str) {
+        if let Some(d) = lock(&self.destinations).get_mut(destination) {
+            d.groups.remove(group);
+        }
+        lock(&self.sources).remove(&format!("{destination}.{group}"));
     }
 
     /// Messages dead-lettered in `group` of `destination`.
@@ -141,13 +155,17 @@ impl Binder for ChannelBinder {
 
     async fn bind_consumer(&self, binding: &BindingConfig) -> BinderResult<Box<dyn BoundConsumer>> {
         static ANONYMOUS: AtomicU64 = AtomicU64::new(0);
-        let group = match &binding.group {
-            Some(g) => g.clone(),
-            None => format!("anonymous.{}", ANONYMOUS.fetch_add(1, Ordering::Relaxed)),
+        let (group, anonymous) = match &binding.group {
+            Some(g) => (g.clone(), false),
+            None => (
+                format!("anonymous.{}", ANONYMOUS.fetch_add(1, Ordering::Relaxed)),
+                true,
+            ),
         };
         Ok(Box::new(ChannelConsumer {
             sources: vec![format!("{}.{group}", binding.destination)],
             queue: self.group(&binding.destination, &group),
+            anonymous: anonymous.then(|| (self.clone(), binding.destination.clone(), group)),
         }))
     }
 
@@ -162,16 +180,9 @@ impl Binder for ChannelBinder {
     }
 
     async fn backlog(&self, source: &str) -> BinderResult<Backlog> {
-        // Sources are named `<destination>.<group>`, and either may hold dots.
-        let queue = lock(&self.destinations)
-            .iter()
-            .flat_map(|(destination, d)| {
-                d.groups
-                    .iter()
-                    .filter(move |(group, _)| format!("{destination}.{group}") == source)
-            })
-            .map(|(_, queue)| queue.clone())
-            .next()
+        let queue = lock(&self.sources)
+            .get(source)
+            .cloned()
             .ok_or_else(|| BinderError::not_found(format!("source `{source}`")))?;
         let messages = lock(&queue.state).ready.len() as u32;
         Ok(Backlog {
@@ -221,6 +232,17 @@ impl Producer for ChannelProducer {
 struct ChannelConsumer {
     sources: Vec<String>,
     queue: Arc<GroupQueue>,
+    /// An anonymous consumer's group, removed with the consumer: the binder, the
+    /// destination and the group.
+    anonymous: Option<(ChannelBinder, String, String)>,
+}
+
+impl Drop for ChannelConsumer {
+    fn drop(&mut self) {
+        if let Some((binder, destination, group)) = &self.anonymous {
+            binder.drop_group(destination, group);
+        }
+    }
 }
 
 #[async_trait]
@@ -252,6 +274,7 @@ impl BoundConsumer for ChannelConsumer {
             settler.settle(Settlement::Reject).await,
             "message rejected into the group's dead letters",
         )
+        .dead_lettered(DeadLetterRoute::Rejected)
     }
 }
 

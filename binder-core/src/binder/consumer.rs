@@ -56,7 +56,7 @@ pub enum FailureAction {
     Republished,
     /// Rejected without requeue (the broker dead-letters it if the queue has a DLX).
     Rejected,
-    /// Requeued (`requeueRejected`, or a republish that failed without a DLX to fall back on).
+    /// Requeued (`requeueRejected`).
     Requeued,
     /// Nothing to settle (`acknowledgeMode: NONE`): the message is gone.
     Dropped,

@@ -407,3 +407,44 @@ async fn recover_restores_exchanges_queues_bindings_and_messages() {
         vec![("work".to_owned(), 4)]
     );
 }
+
+#[tokio::test]
+async fn a_failed_commit_leaves_no_durability_point_for_the_next_publisher() {
+    let store = RecordingStore::default();
+    let broker = broker(&store);
+    let conn = broker.connect();
+    let tx = conn.open_channel().unwrap();
+    tx.queue_declare("orders", durable(), FieldTable::new())
+        .unwrap();
+    tx.queue_declare("scratch", QueueOptions::default(), FieldTable::new())
+        .unwrap();
+    let _ = tx.try_basic_publish("", "scratch", Default::default(), Message::new("to get"));
+    let got = tx
+        .basic_get("scratch", false)
+        .unwrap()
+        .expect("a message to get");
+    tx.tx_select().unwrap();
+    let _ = tx.try_basic_publish("", "orders", Default::default(), persistent("in tx"));
+    // The second ack of one delivery fails the commit after the publish was applied (and its
+    // write handed to the store).
+    tx.basic_ack(got.delivery.delivery_tag, false).unwrap();
+    tx.basic_ack(got.delivery.delivery_tag, false).unwrap();
+    assert!(
+        tx.tx_commit().is_err(),
+        "the commit fails on the second ack"
+    );
+    assert_eq!(
+        store.kept().pending.len(),
+        1,
+        "the committed publish is being written"
+    );
+
+    let other = conn.open_channel().unwrap();
+    other.confirm_select().unwrap();
+    match other.try_basic_publish("", "scratch", Default::default(), Message::new("later")) {
+        TryPublish::Done(Ok(outcome)) => assert_eq!(outcome.status, PublishStatus::Routed(1)),
+        other => {
+            panic!("a transient publish confirms at once, not after the commit's writes: {other:?}")
+        }
+    }
+}

@@ -112,9 +112,14 @@ impl FailurePolicy {
         }
     }
 
-    /// Tells the observers where the message went and how it was settled.
+    /// Tells the observers where the message went and how it was settled. A reject that
+    /// failed dead-lettered nothing (the broker redelivers), so it is only a settlement.
     fn observe(&self, gave_up: &GaveUp, failed: &FailedDelivery, queue: &str) {
-        if let Some(route) = &gave_up.dead_letter {
+        let went = gave_up.dead_letter.as_ref().filter(|route| {
+            matches!(route, binder::DeadLetterRoute::Republished { .. })
+                || gave_up.settle_error.is_none()
+        });
+        if let Some(route) = went {
             let route = match route {
                 binder::DeadLetterRoute::Republished {
                     exchange,

@@ -146,6 +146,16 @@ impl<E: Envelope> State<E> {
     }
 
     pub(crate) fn tx_commit(&mut self, channel: u64) -> AmqpResult<()> {
+        let committed = self.commit_ops(channel);
+        // `tx.commit` does not wait for the store: the writes go on, nobody waits for them.
+        // Cleared whether or not every operation applied, so that no later publish (of any
+        // channel) waits for this commit's writes.
+        self.work.durability.clear();
+        committed
+    }
+
+    /// Applies a transaction's operations in order, stopping at the first that fails.
+    fn commit_ops(&mut self, channel: u64) -> AmqpResult<()> {
         for op in self.take_tx(channel)? {
             match op {
                 TxOp::Publish {
@@ -162,8 +172,6 @@ impl<E: Envelope> State<E> {
                 } => self.apply_settle(channel, tag, multiple, outcome)?,
             }
         }
-        // `tx.commit` does not wait for the store: the writes go on, nobody waits for them.
-        self.work.durability.clear();
         Ok(())
     }
 
