@@ -226,7 +226,7 @@ impl AppBuilder {
         self
     }
 
-    /// Checks everything, provisions topology, opens producers and subscriptions, and starts
+    /// Checks everything, binds each output and input on its binder, subscribes, and starts
     /// consuming. Every problem is reported at once.
     pub async fn start(self) -> Result<RunningApp, StartupError> {
         start::start(self.parts).await

@@ -1,6 +1,6 @@
-//! Starting an application: the checks, the binders, then each output's topology and
-//! producer, each input's topology, failure policy and queue loops; every problem found is
-//! reported at once.
+//! Starting an application: the checks, the binders, then each output's producer and each
+//! input's consumer bound on its binder (which prepares what its middleware needs), their
+//! failure policies and queue loops; every problem found is reported at once.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -28,7 +28,7 @@ use super::startup::{StartupError, StartupProblem};
 use crate::binder::{Binder, BindingRole, BoundConsumer};
 use crate::config::StreamConfig;
 
-/// Checks, provisions, opens and subscribes; the application's health follows.
+/// Checks, binds each binding on its binder and subscribes; the application's health follows.
 pub(crate) async fn start(app: Blueprint) -> Result<RunningApp, StartupError> {
     let tracker = HealthTracker::new(app.health.clone());
     let result = launch(app, tracker.clone()).await;
