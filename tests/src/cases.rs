@@ -666,13 +666,13 @@ pub async fn order_is_kept_with_one_consumer(env: &Env) {
 
 /// A consumer closed with unsettled deliveries: they are redelivered to another member.
 pub async fn unacked_messages_of_a_closed_consumer_are_redelivered(env: &Env) {
-    let queue = &env
-        .seeded_queue(
-            "spring.cloud.stream.bindings.in: {destination: '{p}crash', group: g}",
+    let (consumer, _producer) = env
+        .bound(
+            "spring.cloud.stream:\n  bindings.in: {destination: '{p}crash', group: g}\n  rabbit.bindings.in.consumer.prefetch: 10\n",
             &["0", "1", "2", "3", "4"],
         )
         .await;
-    let mut crashing = env.subscribe(queue, 10).await;
+    let mut crashing = env.subscribe_bound(&*consumer).await;
     let mut held = Vec::new();
     for _ in 0..5 {
         held.push(next(&mut crashing).await);
@@ -680,7 +680,7 @@ pub async fn unacked_messages_of_a_closed_consumer_are_redelivered(env: &Env) {
     // The consumer dies: its subscription and unsettled deliveries are dropped unsettled.
     drop(held);
     drop(crashing);
-    let mut survivor = env.subscribe(queue, 10).await;
+    let mut survivor = env.subscribe_bound(&*consumer).await;
     let mut texts = BTreeSet::new();
     for _ in 0..5 {
         let d = next(&mut survivor).await;
@@ -700,36 +700,36 @@ pub async fn unacked_messages_of_a_closed_consumer_are_redelivered(env: &Env) {
 /// hundred) failed the whole shared connection.
 pub async fn crashed_consumers_leave_the_binder_working(env: &Env) {
     let seeded = ["0", "1", "2", "3", "4"];
-    let queue = &env
-        .seeded_queue(
-            "spring.cloud.stream.bindings.in: {destination: '{p}drops', group: g}",
+    // One consumer per message (prefetch 1) for the ones that die, prefetch 10 for the
+    // survivor: two bindings of the same group.
+    let (crashing_consumer, producer) = env
+        .bound(
+            "spring.cloud.stream:\n  bindings.in: {destination: '{p}drops', group: g}\n  rabbit.bindings.in.consumer.prefetch: 1\n",
             &seeded,
         )
         .await;
-    // The default exchange routes by queue name on both binders.
-    let producer = env
-        .amqp()
-        .producer(binder_amqp::ProducerSpec {
-            exchange: String::new(),
-            delivery_mode: DeliveryMode::Persistent,
-        })
-        .await
-        .unwrap();
+    let (survivor_consumer, _) = env
+        .bound(
+            "spring.cloud.stream:\n  bindings.in: {destination: '{p}drops', group: g}\n  rabbit.bindings.in.consumer.prefetch: 10\n",
+            &[],
+        )
+        .await;
+    let destination = format!("{}drops", env.p);
     for round in 0..500 {
-        // One consumer per message (prefetch 1), all dying at once: five races per round.
+        // All dying at once: five races per round.
         let mut crashing = Vec::new();
         for _ in 0..seeded.len() {
-            let mut sub = env.subscribe(queue, 1).await;
+            let mut sub = env.subscribe_bound(&*crashing_consumer).await;
             let held = next(&mut sub).await;
             crashing.push((sub, held));
         }
         drop(crashing);
         let probe = format!("probe {round}");
         producer
-            .publish(queue, Message::new(probe.clone()))
+            .publish(&destination, Message::new(probe.clone()))
             .await
             .unwrap_or_else(|e| panic!("round {round}: publish after a consumer died: {e}"));
-        let mut survivor = env.subscribe(queue, 10).await;
+        let mut survivor = env.subscribe_bound(&*survivor_consumer).await;
         // All six are held before any is settled: a message requeued at once could come
         // back to this very subscription before the others.
         let mut held = Vec::new();

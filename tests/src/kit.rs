@@ -10,7 +10,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use binder_amqp::topology;
 use binder_amqp::{AmqpBroker, SubscriptionSpec};
-use binder_core::binder::{Backlog, Binder, Inbound, Subscription};
+use binder_core::binder::{Backlog, Binder, BoundConsumer, Inbound, Producer, Subscription};
 use binder_core::config::{ConfigLoader, StreamConfig};
 use binder_core::runtime::{App, AppBuilder, RunningApp};
 
@@ -176,6 +176,45 @@ impl Env {
                 .unwrap();
         }
         consumer.queues[0].clone()
+    }
+
+    /// Binds binding `in` of `template` through the SPI, as a consumer and as a producer on
+    /// its destination, and publishes `payloads` (the consumer's sources exist first, so its
+    /// group keeps them). No application runs: the case subscribes and settles itself.
+    pub async fn bound(
+        &self,
+        template: &str,
+        payloads: &[&str],
+    ) -> (Box<dyn BoundConsumer>, Box<dyn Producer>) {
+        let binding = self.config(template).binding("in");
+        let consumer = self
+            .binder
+            .bind_consumer(&binding)
+            .await
+            .unwrap_or_else(|e| panic!("bind consumer: {e}"));
+        let producer = self
+            .binder
+            .bind_producer(&binding)
+            .await
+            .unwrap_or_else(|e| panic!("bind producer: {e}"));
+        for payload in payloads {
+            producer
+                .publish(
+                    &binding.destination,
+                    binder_core::message::Message::new(payload.to_string()),
+                )
+                .await
+                .unwrap();
+        }
+        (consumer, producer)
+    }
+
+    /// Subscribes to a bound consumer's first source.
+    pub async fn subscribe_bound(&self, consumer: &dyn BoundConsumer) -> Box<dyn Subscription> {
+        consumer
+            .subscribe(0)
+            .await
+            .unwrap_or_else(|e| panic!("subscribe {:?}: {e}", consumer.sources()))
     }
 
     /// Ready messages and consumers of a queue (the binder's backlog of a source).

@@ -85,7 +85,6 @@ impl Target for Channels {
             [
                 "ack_requeue_reject",
                 "cancelled_auto_ack_subscriptions_hand_out_what_they_received",
-                "crashed_consumers_leave_the_binder_working",
                 "dead_letters_fit_beside_large_foreign_headers",
                 "poison_messages_go_to_the_dlq",
                 "prefetch_bounds_unsettled_deliveries",
@@ -94,7 +93,6 @@ impl Target for Channels {
                 "round_trip_durable_group",
                 "settling_the_oldest_last_loses_nothing",
                 "topology_is_idempotent_and_conflicts_are_clear",
-                "unacked_messages_of_a_closed_consumer_are_redelivered",
             ]
             .map(|case| (case, QUEUES)),
         );
