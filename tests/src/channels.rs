@@ -3,7 +3,8 @@
 //! one queue per consumer group (an anonymous consumer gets a group of its own); a publish
 //! puts the message in every group's queue, the members of a group compete for it. Routing
 //! keys are ignored; every binding is acknowledged `AUTO`, and a message the application
-//! gives up on is kept in its group's dead letters. The kit runs every case that needs
+//! gives up on is rejected and dropped, with the runtime's warning (it has no dead-letter
+//! destination). The kit runs every case that needs
 //! nothing more against it ([`crate::targets::Channels`]).
 
 use std::collections::{HashMap, VecDeque};
@@ -13,9 +14,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use binder_core::binder::{
-    Backlog, Binder, BinderError, BinderFuture, BinderResult, BoundConsumer, DeadLetterRoute,
-    FailedDelivery, FailureAction, GaveUp, Inbound, Producer, Published, SettleByTag, Settlement,
-    Settler, Subscription,
+    Backlog, Binder, BinderError, BinderFuture, BinderResult, BoundConsumer, FailedDelivery,
+    FailureAction, GaveUp, Inbound, Producer, Published, SettleByTag, Settlement, Settler,
+    Subscription,
 };
 use binder_core::config::{AcknowledgeMode, BindingConfig};
 use binder_core::message::Message;
@@ -35,7 +36,7 @@ struct Destination {
     groups: HashMap<String, Arc<GroupQueue>>,
 }
 
-/// A group's queue: ready messages, those delivered and not settled, and dead letters.
+/// A group's queue: ready messages, and those delivered and not settled.
 #[derive(Debug, Default)]
 struct GroupQueue {
     state: Mutex<QueueState>,
@@ -50,7 +51,6 @@ struct QueueState {
     ready: VecDeque<(Arc<Published>, bool)>,
     unsettled: HashMap<u64, Arc<Published>>,
     next_tag: u64,
-    dead: Vec<Arc<Published>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -81,8 +81,8 @@ impl GroupQueue {
 }
 
 impl GroupQueue {
-    /// Settles delivery `tag`: an ack forgets it, a requeue puts it back at the head, a
-    /// reject keeps it among the dead letters.
+    /// Settles delivery `tag`: an ack or a reject forgets it (there is no dead-letter
+    /// destination), a requeue puts it back at the head.
     fn settle(&self, tag: u64, settlement: Settlement) {
         let Some(record) = lock(&self.state).unsettled.remove(&tag) else {
             return;
@@ -90,7 +90,8 @@ impl GroupQueue {
         match settlement {
             Settlement::Ack => {}
             Settlement::Requeue => self.push(record, true, true),
-            Settlement::Reject => lock(&self.state).dead.push(record),
+            // No dead-letter destination: a rejected message is gone.
+            Settlement::Reject => drop(record),
         }
     }
 }
@@ -133,13 +134,6 @@ impl ChannelBinder {
             d.groups.remove(group);
         }
         lock(&self.sources).remove(&format!("{destination}.{group}"));
-    }
-
-    /// Messages dead-lettered in `group` of `destination`.
-    pub fn dead_letters(&self, destination: &str, group: &str) -> Vec<Message> {
-        let queue = self.group(destination, group);
-        let state = lock(&queue.state);
-        state.dead.iter().map(|r| r.message.clone()).collect()
     }
 }
 
@@ -272,9 +266,8 @@ impl BoundConsumer for ChannelConsumer {
             FailureAction::Rejected,
             Some(Settlement::Reject),
             settler.settle(Settlement::Reject).await,
-            "message rejected into the group's dead letters",
+            "message rejected and dropped: this binder has no dead-letter destination",
         )
-        .dead_lettered(DeadLetterRoute::Rejected)
     }
 }
 

@@ -211,7 +211,7 @@ impl AmqpConsumer {
         copy.properties.delivery_mode = Some(target.delivery_mode);
         let dead = DeadLetter {
             reason: failed.reason.to_owned(),
-            trace: failed.trace.clone(),
+            trace: (failed.trace)(),
             original_exchange: failed.content.exchange.to_string(),
             original_routing_key: failed.content.routing_key.to_string(),
             attempts: failed.attempts,

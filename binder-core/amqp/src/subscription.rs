@@ -75,11 +75,6 @@ impl<S: DeliverySource> BufferedSubscription<S> {
         }
     }
 
-    /// The settlements of this subscription's deliveries.
-    pub fn acks(&self) -> &Arc<TagAcks<S::Channel>> {
-        &self.acks
-    }
-
     fn inbound(&self, delivery: S::Delivery) -> Inbound {
         let settler = if self.auto_ack {
             Settler::already_settled()

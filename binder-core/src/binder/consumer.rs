@@ -35,18 +35,29 @@ pub trait BoundConsumer: fmt::Debug + Send + Sync {
 }
 
 /// A delivery the application gave up on.
-#[derive(Debug)]
 pub struct FailedDelivery<'a> {
     /// The message and where it was published.
     pub content: &'a Published,
     /// The last error's message.
     pub reason: &'a str,
-    /// Where the error happened: its source chain and, when captured, its backtrace.
-    pub trace: String,
+    /// Where the error happened: its source chain and, when captured, its backtrace. Built
+    /// when called, since only a binder that writes it (an AMQP republish) needs it.
+    pub trace: &'a (dyn Fn() -> String + Sync),
     /// Attempts made.
     pub attempts: u32,
     /// The source (queue) it was delivered from.
     pub source: &'a str,
+}
+
+impl fmt::Debug for FailedDelivery<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FailedDelivery")
+            .field("content", &self.content)
+            .field("reason", &self.reason)
+            .field("attempts", &self.attempts)
+            .field("source", &self.source)
+            .finish_non_exhaustive()
+    }
 }
 
 /// What happened to a message that failed for good.

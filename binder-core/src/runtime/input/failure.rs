@@ -76,10 +76,11 @@ impl FailurePolicy {
     /// Carries out the policy for a delivery that failed for good; whichever it is, one
     /// warning says so, with the binding, queue, attempts and error.
     pub(crate) async fn apply(&self, settler: &Settler, failed: FailedDelivery, queue: &str) {
+        let trace = || failed.error.stack_trace();
         let report = binder::FailedDelivery {
             content: &failed.content,
             reason: failed.error.message(),
-            trace: failed.error.stack_trace(),
+            trace: &trace,
             attempts: failed.attempts,
             source: queue,
         };
