@@ -1,4 +1,4 @@
-//! Shared helpers of the engine tests.
+//! Shared helpers of the binder's and the runtime's tests on the embedded engine.
 #![allow(dead_code)]
 
 use std::time::Duration;
@@ -59,10 +59,6 @@ pub async fn next(consumer: &mut Consumer) -> Delivery {
         .expect("consumer cancelled")
 }
 
-pub fn consume(ch: &Channel, queue: &str) -> Consumer {
-    ch.basic_consume(queue, ConsumeOptions::default()).unwrap()
-}
-
 /// A configuration from YAML text, without the process environment.
 pub fn config(yaml: &str) -> binder_core::config::StreamConfig {
     binder_core::config::ConfigLoader::new()
@@ -113,19 +109,4 @@ pub fn watch_queue(broker: &Broker, queue: &str) -> Watch {
         _channel: channel,
         consumer,
     }
-}
-
-/// This process's resident set in bytes (`VmRSS` of `/proc/self/status`).
-pub fn rss() -> usize {
-    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
-    let kib: usize = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .expect("a VmRSS line")
-        .trim()
-        .trim_end_matches("kB")
-        .trim()
-        .parse()
-        .expect("VmRSS in kB");
-    kib * 1024
 }
