@@ -13,7 +13,10 @@ pub use message::{Decimal, DeliveryMode, HeaderValue, Headers, Message, Properti
 /// Items the macros' generated code names; not part of the API.
 #[doc(hidden)]
 pub mod __private {
+    pub use crate::config::node::describe;
+    pub use config;
     pub use inventory;
+    pub use serde;
 }
 
 /// The README's examples, compiled as doctests so they cannot go stale.

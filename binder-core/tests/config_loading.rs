@@ -3,6 +3,7 @@
 use std::fs;
 use std::path::Path;
 
+use binder_amqp::rabbit;
 use binder_core::config::{ConfigError, ConfigLoader, StreamConfig};
 
 const NO_ENV: [(&str, &str); 0] = [];
@@ -56,12 +57,16 @@ server:
     assert_eq!(input.destination, "mqTestProduct");
     assert_eq!(input.group.as_deref(), Some("addProductHandler"));
     assert_eq!(
-        input.rabbit_consumer.common.binding_routing_key.as_deref(),
+        rabbit(input)
+            .consumer
+            .common
+            .binding_routing_key
+            .as_deref(),
         Some("addProduct.*")
     );
     let output = &cfg.bindings["outputProductAdd"];
     assert_eq!(
-        output.rabbit_producer.routing_key_expression.as_deref(),
+        rabbit(output).producer.routing_key_expression.as_deref(),
         Some("'addProduct.' + headers['type']")
     );
 }
@@ -98,13 +103,13 @@ spring.cloud.stream:
     assert_eq!(a.content_type, "text/plain");
     assert_eq!(a.consumer.max_attempts, 1);
     assert_eq!(a.consumer.concurrency, 2);
-    assert_eq!(a.rabbit_consumer.prefetch, 5);
-    assert!(a.rabbit_consumer.common.auto_bind_dlq);
+    assert_eq!(rabbit(&a).consumer.prefetch, 5);
+    assert!(rabbit(&a).consumer.common.auto_bind_dlq);
     assert_eq!(a.instance_count(), 2);
     // A binding only code knows gets the defaults too.
     let b = cfg.binding("b");
     assert_eq!(b.consumer.max_attempts, 7);
-    assert_eq!(b.rabbit_consumer.prefetch, 50);
+    assert_eq!(rabbit(&b).consumer.prefetch, 50);
 }
 
 #[test]
@@ -199,7 +204,7 @@ spring.cloud.stream:
     assert_eq!(cfg.binding("inputProductAdd").destination, "fromEnv");
     let orders = cfg.binding("orders-in-0");
     assert_eq!(orders.consumer.max_attempts, 9);
-    assert!(orders.rabbit_consumer.common.auto_bind_dlq);
+    assert!(rabbit(&orders).consumer.common.auto_bind_dlq);
     assert_eq!(cfg.default_binder.as_deref(), Some("rabbit"));
     assert!(!cfg.bindings.contains_key("inputproductadd"));
 }
@@ -287,6 +292,24 @@ fn unknown_keys_without_a_near_match_list_the_valid_ones() {
     assert!(text.contains("did you mean `bindings`?"), "{text}");
     let text = problems("spring.cloud.stream.rabbit.bindings.in.consumer.autoBindDql: true");
     assert!(text.contains("did you mean `autoBindDlq`?"), "{text}");
+}
+
+#[test]
+fn an_extension_namespace_nobody_registered_is_an_unknown_key() {
+    // `rabbit` is registered by binder-amqp (linked here); `kafka` by no binder.
+    let text = problems("spring.cloud.stream.kafka.bindings.in.consumer.ackMode: RECORD");
+    assert!(
+        text.contains("spring.cloud.stream.kafka: unknown key `kafka`"),
+        "{text}"
+    );
+    assert!(
+        text.contains("rabbit"),
+        "the registered namespace is listed: {text}"
+    );
+    let text = problems("spring.cloud.stream.rabit.bindings.in.consumer.prefetch: 5");
+    assert!(text.contains("did you mean `rabbit`?"), "{text}");
+    let text = problems("spring.cloud.stream.rabbit.bindngs.in.consumer.prefetch: 5");
+    assert!(text.contains("did you mean `bindings`?"), "{text}");
 }
 
 #[test]

@@ -2,10 +2,10 @@
 
 use std::path::PathBuf;
 
+use binder_amqp::{ExchangeType, RabbitConsumerProperties, RabbitProducerProperties, rabbit};
 use binder_core::DeliveryMode;
 use binder_core::config::{
-    AcknowledgeMode, ConfigLoader, ConsumerProperties, ExchangeType, ProducerProperties,
-    RabbitConsumerProperties, RabbitProducerProperties, StreamConfig,
+    AcknowledgeMode, ConfigLoader, ConsumerProperties, ProducerProperties, StreamConfig,
 };
 use serde_json::Value;
 
@@ -64,16 +64,16 @@ fn sections(cfg: &StreamConfig) -> Vec<(&'static str, Value, Vec<Value>)> {
             "rabbit consumer",
             json(&RabbitConsumerProperties::default()),
             vec![
-                json(&b("orders").rabbit_consumer),
-                json(&b("orders2").rabbit_consumer),
+                json(&rabbit(&b("orders")).consumer),
+                json(&rabbit(&b("orders2")).consumer),
             ],
         ),
         (
             "rabbit producer",
             json(&RabbitProducerProperties::default()),
             vec![
-                json(&b("shipments").rabbit_producer),
-                json(&b("shipments2").rabbit_producer),
+                json(&rabbit(&b("shipments")).producer),
+                json(&rabbit(&b("shipments2")).producer),
             ],
         ),
     ]
@@ -127,28 +127,35 @@ fn values_land_in_the_right_fields() {
     assert_eq!(orders.consumer.back_off_multiplier, 3.5);
     assert_eq!(orders.consumer.instance_index_list, vec![0, 2]);
     assert_eq!(orders.instance_indexes(), vec![0, 2]);
-    assert_eq!(orders.rabbit_consumer.prefetch, 200);
+    assert_eq!(rabbit(&orders).consumer.prefetch, 200);
     assert_eq!(
-        orders.rabbit_consumer.acknowledge_mode,
+        rabbit(&orders).consumer.acknowledge_mode,
         AcknowledgeMode::Manual
     );
     assert_eq!(
-        orders.rabbit_consumer.republish_delivery_mode,
+        rabbit(&orders).consumer.republish_delivery_mode,
         DeliveryMode::NonPersistent
     );
     assert_eq!(
-        orders.rabbit_consumer.common.exchange_type,
+        rabbit(&orders).consumer.common.exchange_type,
         ExchangeType::Direct
     );
-    assert_eq!(orders.rabbit_consumer.common.quorum.delivery_limit, Some(7));
     assert_eq!(
-        orders.rabbit_consumer.common.queue_binding_arguments["x-match"],
+        rabbit(&orders).consumer.common.quorum.delivery_limit,
+        Some(7)
+    );
+    assert_eq!(
+        rabbit(&orders).consumer.common.queue_binding_arguments["x-match"],
         "any"
     );
     let shipments = cfg.binding("shipments");
     assert_eq!(shipments.producer.required_groups, vec!["audit", "billing"]);
     assert!(shipments.producer.is_partitioned());
-    let alt = shipments.rabbit_producer.alternate_exchange.unwrap();
+    let alt = rabbit(&shipments)
+        .producer
+        .alternate_exchange
+        .clone()
+        .unwrap();
     assert_eq!(alt.name.as_deref(), Some("unrouted"));
     assert_eq!(alt.kind, ExchangeType::Fanout);
     assert_eq!(alt.binding.unwrap().routing_key, "x");

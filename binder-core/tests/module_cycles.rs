@@ -7,8 +7,9 @@
 //!
 //! A reference to an item of an ancestor module (`super::Item` where `Item` is not a
 //! module) fails too: it goes through the ancestor's re-exports and hides which module the
-//! dependency is on. Comments and the `#[cfg(test)]` module at the end of a file are not
-//! read: doc links and tests do not make the code depend on anything.
+//! dependency is on. Comments, the `#[cfg(test)]` module at the end of a file and the
+//! `$crate::` paths of exported macros are not read: doc links, tests and code expanded in
+//! other crates do not make the module depend on anything.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -134,7 +135,10 @@ fn paths_in(bytes: &[char]) -> Vec<(usize, Vec<String>)> {
     let mut found = Vec::new();
     let mut i = 0;
     while i < bytes.len() {
-        let starts_word = i == 0 || !(is_ident(bytes[i - 1]) || bytes[i - 1] == ':');
+        // `$crate::…` in an exported macro's body names the public path the macro's user
+        // sees; it is expanded in other crates, not a dependency of the defining module.
+        let starts_word =
+            i == 0 || !(is_ident(bytes[i - 1]) || bytes[i - 1] == ':' || bytes[i - 1] == '$');
         let rest: String = bytes[i..bytes.len().min(i + 7)].iter().collect();
         if starts_word && (rest.starts_with("super::") || rest.starts_with("crate::")) {
             let (path, next) = read_path(bytes, i);

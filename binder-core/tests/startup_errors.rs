@@ -20,7 +20,7 @@ fn config(yaml: &str) -> binder_core::config::StreamConfig {
 #[tokio::test]
 async fn each_problem_has_its_text_and_its_cause() {
     let err = App::builder(config(
-        "spring.cloud.stream:\n  bindings:\n    out: {destination: se-out}\n    in: {destination: se-in, binder: rabbit}\n  rabbit.bindings.out.producer.routingKeyExpression: \"headers[\"\n",
+        "spring.cloud.stream:\n  bindings:\n    out: {destination: se-out, producer: {partitionKeyExpression: \"headers[\", partitionCount: 2}}\n    in: {destination: se-in, binder: rabbit}\n",
     ))
     .binder("embedded", Arc::new(EmbeddedBinder::new(Broker::new())))
     .listener("in", handler::incoming(|_m| async { Ok::<(), HandlerError>(()) }))
@@ -47,7 +47,7 @@ async fn each_problem_has_its_text_and_its_cause() {
         })
         .unwrap_or_else(|| panic!("no output expression problem: {err}"));
     assert_eq!(output.0, "out");
-    assert_eq!(output.1, "routingKeyExpression");
+    assert_eq!(output.1, "partitionKeyExpression");
     let ExpressionError::Syntax(syntax) = output.2 else {
         panic!("{:?}", output.2)
     };
@@ -63,4 +63,23 @@ async fn each_problem_has_its_text_and_its_cause() {
         })
         .unwrap_or_else(|| panic!("no binder problem: {err}"));
     assert_eq!(lookup, (&"in".to_owned(), &"rabbit".to_owned()));
+}
+
+#[test]
+fn a_routing_key_expression_that_does_not_parse_is_refused_with_the_configuration() {
+    // The AMQP binders' `routingKeyExpression` is checked by the `rabbit` extension when the
+    // configuration loads, before anything starts.
+    let _linked = binder_amqp::RABBIT_NAMESPACE;
+    let err = ConfigLoader::new()
+        .env(Vec::<(String, String)>::new())
+        .yaml_str(
+            "spring.cloud.stream.rabbit.bindings.out.producer.routingKeyExpression: \"headers[\"\n",
+        )
+        .load()
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("spring.cloud.stream.rabbit.bindings.out.producer.routingKeyExpression: invalid expression `headers[`: expected a quoted name at position 8"),
+        "{err}"
+    );
 }

@@ -133,7 +133,7 @@ impl EmbeddedBinder {
                         required.join(", ")
                     ));
                 }
-                if binding.rabbit_producer.delivery_mode != DeliveryMode::Persistent {
+                if binder_amqp::rabbit(binding).producer.delivery_mode != DeliveryMode::Persistent {
                     return None;
                 }
                 let reached = self.broker.durable_queues_reached(&topology.exchange);

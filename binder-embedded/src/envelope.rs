@@ -14,8 +14,8 @@ use std::mem::size_of;
 use std::sync::Arc;
 use std::time::Duration;
 
+use binder_amqp::ExchangeType;
 use binder_core::binder::Published;
-use binder_core::config::ExchangeType;
 use binder_core::message::{Decimal, DeliveryMode, HeaderValue, Headers, Message, Properties};
 use stream_engine as engine;
 use stream_engine::memory::{block, btree_nodes, shared_str};

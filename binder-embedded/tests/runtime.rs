@@ -249,9 +249,8 @@ async fn a_bad_expression_and_unused_bindings_fail_startup_together() {
     let yaml = r#"
 spring.cloud.stream:
   bindings:
-    out: {destination: d}
+    out: {destination: d, producer: {partitionKeyExpression: "headers[type]", partitionCount: 2}}
     forgotten: {destination: x}
-  rabbit.bindings.out.producer.routingKeyExpression: "headers[type]"
 "#;
     let err = app(&broker, yaml).output("out").start().await.unwrap_err();
     let text = err.to_string();
@@ -261,7 +260,7 @@ spring.cloud.stream:
         "{text}"
     );
     assert!(
-        text.contains("binding `out`: routingKeyExpression: invalid expression"),
+        text.contains("binding `out`: partitionKeyExpression: invalid expression"),
         "{text}"
     );
 }

@@ -5,6 +5,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use binder_amqp::ExchangeType;
 use binder_amqp::convert;
 use binder_amqp::topology::{DestinationType, TopologyPlan};
 use binder_amqp::{
@@ -15,7 +16,7 @@ use binder_core::binder::{
     Backlog, Binder, BinderError, BinderErrorKind, BinderFuture, BinderRegistration, BinderResult,
     BoundConsumer, Inbound, Producer, Settler, Subscription,
 };
-use binder_core::config::{BindingConfig, ExchangeType};
+use binder_core::config::BindingConfig;
 use binder_core::message::Message;
 use futures::{FutureExt, StreamExt};
 use lapin::Confirmation;

@@ -714,7 +714,6 @@ pub async fn crashed_consumers_leave_the_binder_working(env: &Env) {
             &[],
         )
         .await;
-    let destination = format!("{}drops", env.p);
     for round in 0..500 {
         // All dying at once: five races per round.
         let mut crashing = Vec::new();
@@ -726,7 +725,7 @@ pub async fn crashed_consumers_leave_the_binder_working(env: &Env) {
         drop(crashing);
         let probe = format!("probe {round}");
         producer
-            .publish(&destination, Message::new(probe.clone()))
+            .publish(Message::new(probe.clone()), None)
             .await
             .unwrap_or_else(|e| panic!("round {round}: publish after a consumer died: {e}"));
         let mut survivor = env.subscribe_bound(&*survivor_consumer).await;

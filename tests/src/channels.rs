@@ -1,8 +1,8 @@
 //! A binder with no exchanges, queues or routing keys, over tokio primitives in memory: it
 //! shows that the binder SPI asks nothing AMQP-shaped of a middleware. Each destination holds
 //! one queue per consumer group (an anonymous consumer gets a group of its own); a publish
-//! puts the message in every group's queue, the members of a group compete for it. Routing
-//! keys are ignored; every binding is acknowledged `AUTO`, and a message the application
+//! puts the message in every group's queue, the members of a group compete for it. It has
+//! no partitions (a partitioned binding is refused) and no routing; every binding is acknowledged `AUTO`, and a message the application
 //! gives up on is rejected and dropped, with the runtime's warning (it has no dead-letter
 //! destination). The kit runs every case that needs
 //! nothing more against it ([`crate::targets::Channels`]).
@@ -14,9 +14,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use binder_core::binder::{
-    Backlog, Binder, BinderError, BinderFuture, BinderResult, BoundConsumer, FailedDelivery,
-    FailureAction, GaveUp, Inbound, Producer, Published, SettleByTag, Settlement, Settler,
-    Subscription,
+    Backlog, Binder, BinderError, BinderErrorKind, BinderFuture, BinderResult, BoundConsumer,
+    FailedDelivery, FailureAction, GaveUp, Inbound, Producer, Published, SettleByTag, Settlement,
+    Settler, Subscription,
 };
 use binder_core::config::{AcknowledgeMode, BindingConfig};
 use binder_core::message::Message;
@@ -148,6 +148,9 @@ impl Binder for ChannelBinder {
     }
 
     async fn bind_consumer(&self, binding: &BindingConfig) -> BinderResult<Box<dyn BoundConsumer>> {
+        if binding.consumer.partitioned {
+            return Err(no_partitions(binding));
+        }
         static ANONYMOUS: AtomicU64 = AtomicU64::new(0);
         let (group, anonymous) = match &binding.group {
             Some(g) => (g.clone(), false),
@@ -164,6 +167,9 @@ impl Binder for ChannelBinder {
     }
 
     async fn bind_producer(&self, binding: &BindingConfig) -> BinderResult<Box<dyn Producer>> {
+        if binding.producer.is_partitioned() {
+            return Err(no_partitions(binding));
+        }
         for group in &binding.producer.required_groups {
             self.group(&binding.destination, group);
         }
@@ -188,6 +194,16 @@ impl Binder for ChannelBinder {
     async fn close(&self) {}
 }
 
+fn no_partitions(binding: &BindingConfig) -> BinderError {
+    BinderError::new(
+        BinderErrorKind::Unsupported,
+        format!(
+            "binding `{}`: the channels binder has no partitions",
+            binding.name
+        ),
+    )
+}
+
 /// Puts each message in every group's queue of its destination.
 #[derive(Debug)]
 struct ChannelProducer {
@@ -202,12 +218,13 @@ impl Producer for ChannelProducer {
 
     fn publish<'a>(
         &'a self,
-        routing_key: &'a str,
         message: Message,
+        _partition: Option<u32>,
     ) -> BinderFuture<'a, BinderResult<()>> {
+        // Partitioned producers are refused when bound, so `_partition` is always `None`.
         let record = Arc::new(Published {
             exchange: Arc::from(self.destination.as_str()),
-            routing_key: Arc::from(routing_key),
+            routing_key: Arc::from(self.destination.as_str()),
             message,
         });
         let queues: Vec<Arc<GroupQueue>> = lock(&self.destinations)

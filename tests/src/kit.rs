@@ -200,8 +200,8 @@ impl Env {
         for payload in payloads {
             producer
                 .publish(
-                    &binding.destination,
                     binder_core::message::Message::new(payload.to_string()),
+                    None,
                 )
                 .await
                 .unwrap();

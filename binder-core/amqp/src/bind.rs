@@ -3,6 +3,7 @@
 //! with the `rabbit.*` extension properties deciding prefetch, acknowledgement and what
 //! becomes of a message the application gave up on.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,6 +17,8 @@ use binder_core::message::{DeliveryMode, Message};
 
 use crate::broker::{AmqpBroker, AmqpProducer, ProducerSpec, SubscriptionSpec};
 use crate::dead_letter::{DeadLetter, Fitted, FrameBudget, HeadersTooLarge, republish_headers};
+use crate::properties::rabbit;
+use crate::routing::RoutingKey;
 use crate::topology::{anonymous_suffix, plan_consumer, plan_producer};
 
 /// Declares a consumer binding's topology on `broker` and returns its consumer: one source
@@ -27,7 +30,7 @@ pub async fn bind_consumer(
 ) -> BinderResult<Box<dyn BoundConsumer>> {
     let topology = plan_consumer(binding, &anonymous_suffix());
     broker.provision(&topology.plan).await?;
-    let rabbit = &binding.rabbit_consumer;
+    let rabbit = &rabbit(binding).consumer;
     let exhausted = match Decision::of(binding, topology.dead_letter.as_ref()) {
         Decision::Drop => Exhausted::Drop,
         Decision::Requeue => Exhausted::Requeue,
@@ -82,32 +85,44 @@ pub async fn bind_producer(
     broker: &dyn AmqpBroker,
     binding: &BindingConfig,
 ) -> BinderResult<Box<dyn Producer>> {
+    let routing = RoutingKey::of(binding)?;
     let topology = plan_producer(binding);
     broker.provision(&topology.plan).await?;
     let producer = broker
         .producer(ProducerSpec {
             exchange: topology.exchange,
-            delivery_mode: binding.rabbit_producer.delivery_mode,
+            delivery_mode: rabbit(binding).producer.delivery_mode,
         })
         .await?;
-    Ok(Box::new(AmqpOutput(producer)))
+    Ok(Box::new(AmqpOutput { producer, routing }))
 }
 
-/// An AMQP producer as the SPI's [`Producer`].
+/// An AMQP producer as the SPI's [`Producer`]: it routes each message by the binding's
+/// routing key.
 #[derive(Debug)]
-struct AmqpOutput(Box<dyn AmqpProducer>);
+struct AmqpOutput {
+    producer: Box<dyn AmqpProducer>,
+    routing: RoutingKey,
+}
 
 impl Producer for AmqpOutput {
     fn destination(&self) -> &str {
-        self.0.exchange()
+        self.producer.exchange()
     }
 
     fn publish<'a>(
         &'a self,
-        routing_key: &'a str,
         message: Message,
+        partition: Option<u32>,
     ) -> BinderFuture<'a, BinderResult<()>> {
-        self.0.publish(routing_key, message)
+        match self.routing.of_message(&message, partition) {
+            Ok(Cow::Borrowed(key)) => self.producer.publish(key, message),
+            // A key computed per message lives as long as its publish.
+            Ok(Cow::Owned(key)) => {
+                BinderFuture::boxed(async move { self.producer.publish(&key, message).await })
+            }
+            Err(e) => BinderFuture::ready(Err(e)),
+        }
     }
 }
 
@@ -131,7 +146,7 @@ impl Decision {
     /// Decides for a binding; `dead_letter` is the exchange and routing key its topology
     /// plan gives dead letters, if it has any.
     fn of(binding: &BindingConfig, dead_letter: Option<&(String, String)>) -> Self {
-        let rabbit = &binding.rabbit_consumer;
+        let rabbit = &rabbit(binding).consumer;
         if rabbit.acknowledge_mode == AcknowledgeMode::None {
             return Decision::Drop;
         }

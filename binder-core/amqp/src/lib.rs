@@ -1,10 +1,14 @@
 //! What the AMQP 0-9-1 binders (`embedded` over the in-process engine, `rabbit` over lapin)
 //! share, so each implements only what its client differs in:
 //!
+//! * [`RabbitBindingProperties`]: the `spring.cloud.stream.rabbit.*` extension properties
+//!   (Spring Cloud Stream's RabbitMQ binder's names and defaults) and their checks, registered
+//!   as the `rabbit` namespace of the configuration; [`rabbit`] reads a binding's;
 //! * [`AmqpBroker`]: the broker-level operations a binder implements (apply a
 //!   [`TopologyPlan`](topology::TopologyPlan), open producers on exchanges and subscriptions
 //!   on queues), and [`bind_consumer`] / [`bind_producer`], the framework's binder SPI built
-//!   on them;
+//!   on them (a producer routes by `routingKey` or `routingKeyExpression`, and a partitioned
+//!   output's message to `<key>-<partition>`);
 //! * [`topology`]: Spring Cloud Stream's RabbitMQ topology for a binding (exchanges, queues,
 //!   dead-letter queues, bindings), as data that `streamctl plan` prints;
 //! * [`dead_letter`](republish_headers): the `x-exception-*` headers of a republished failure,
@@ -75,6 +79,8 @@ mod bind;
 mod broker;
 pub mod convert;
 mod dead_letter;
+mod properties;
+mod routing;
 mod settle;
 mod subscription;
 pub mod topology;
@@ -85,6 +91,11 @@ pub use broker::{AmqpBroker, AmqpProducer, ProducerSpec, QueueInfo, Subscription
 pub use dead_letter::{
     ATTEMPTS_HEADER, DEFAULT_FRAME_MAX, DeadLetter, Fitted, FrameBudget, HeadersTooLarge,
     header_frame_size, republish_headers, table_size, value_size,
+};
+pub use properties::{
+    AlternateExchange, AlternateExchangeBinding, ExchangeType, OverflowBehavior, QuorumProperties,
+    RABBIT_EXTENSION, RABBIT_NAMESPACE, RabbitBindingProperties, RabbitCommonProperties,
+    RabbitConsumerProperties, RabbitProducerProperties, rabbit,
 };
 pub use settle::{AckChannel, TagAcks};
 pub use subscription::{BATCH, BufferedSubscription, DeliverySource};

@@ -33,6 +33,9 @@ pub enum BinderErrorKind {
     NotManual,
     /// The binder does not offer this operation.
     Unsupported,
+    /// The message cannot be routed as the binding says (its routing key expression fails
+    /// on it); it was not sent.
+    Unroutable,
     /// Any other broker failure.
     Broker,
 }

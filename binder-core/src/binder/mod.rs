@@ -199,12 +199,15 @@ pub trait Subscription: fmt::Debug + Send {
 pub trait Producer: fmt::Debug + Send + Sync {
     /// Where the messages go, in the middleware's terms (an exchange, a topic, a subject).
     fn destination(&self) -> &str;
-    /// Publishes with `routing_key` (the binding's routing or partition key, which the
-    /// middleware routes by) and waits for the broker's confirm.
+    /// Publishes a message and waits for the broker's confirm. `partition` is the partition
+    /// the runtime chose for it (`partitionKeyExpression`), for a partitioned output; where
+    /// that partition is in the middleware (an AMQP routing key `<destination>-<n>`, a topic
+    /// partition) is the binder's business, as is any routing of its own (the AMQP binders'
+    /// `routingKey` and `routingKeyExpression`).
     fn publish<'a>(
         &'a self,
-        routing_key: &'a str,
         message: Message,
+        partition: Option<u32>,
     ) -> BinderFuture<'a, BinderResult<()>>;
 }
 

@@ -86,12 +86,15 @@ pub fn render_problems(heading: &str, problems: &[Problem], indent: usize) -> St
     out
 }
 
-/// Collects problems while a configuration is read, so all are reported together.
+/// Collects problems while a configuration is read, so all are reported together (the
+/// [`Section`](super::Section) and [`FieldValue`](super::FieldValue) readers push to it).
 #[derive(Debug, Default)]
-pub(crate) struct Problems(pub(crate) Vec<Problem>);
+pub struct Problems(pub(crate) Vec<Problem>);
 
 impl Problems {
-    pub(crate) fn push(
+    /// Records a problem at a key path; `origin` is where the value was written (a file), if
+    /// known.
+    pub fn push(
         &mut self,
         origin: Option<&str>,
         path: impl Into<String>,
@@ -102,6 +105,16 @@ impl Problems {
             path: path.into(),
             message: message.into(),
         });
+    }
+
+    /// How many problems were found so far.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether none was found.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
     }
 
     pub(crate) fn into_result<T>(self, value: T) -> Result<T, ConfigError> {
@@ -169,11 +182,11 @@ pub fn did_you_mean<'a>(
 /// the nearest valid one suggested.
 ///
 /// ```
-/// use binder_core::config::ExchangeType;
+/// use binder_core::config::AcknowledgeMode;
 ///
-/// let e = "topik".parse::<ExchangeType>().unwrap_err();
-/// assert_eq!(e.to_string(), "unknown value `topik`; did you mean `topic`?");
-/// assert_eq!(e.value(), "topik");
+/// let e = "MANUEL".parse::<AcknowledgeMode>().unwrap_err();
+/// assert_eq!(e.to_string(), "unknown value `MANUEL`; did you mean `MANUAL`?");
+/// assert_eq!(e.value(), "MANUEL");
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{message}")]

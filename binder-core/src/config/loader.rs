@@ -6,6 +6,7 @@ use config::{Config, File, FileFormat, Value, ValueKind};
 
 use super::env;
 use super::error::{ConfigError, Problems};
+use super::extension::{ExtensionRegistration, registered_extensions};
 use super::key::descend;
 use super::model::{BUILTIN_BINDER_TYPES, StreamConfig};
 use super::node::FieldValue;
@@ -54,6 +55,7 @@ pub struct ConfigLoader {
     env: Option<Vec<(String, String)>>,
     overrides: Vec<(String, Value)>,
     binder_types: Vec<String>,
+    extensions: Vec<&'static ExtensionRegistration>,
     text: Option<(String, FileFormat)>,
 }
 
@@ -115,6 +117,13 @@ impl ConfigLoader {
     /// Allows binder types registered besides `embedded` and `rabbit`.
     pub fn binder_type(mut self, name: impl Into<String>) -> Self {
         self.binder_types.push(name.into());
+        self
+    }
+
+    /// Knows an extension namespace besides those registered with `inventory` (for a binder
+    /// whose registrations the linker may have left out).
+    pub fn extension(mut self, registration: &'static ExtensionRegistration) -> Self {
+        self.extensions.push(registration);
         self
     }
 
@@ -205,7 +214,13 @@ impl ConfigLoader {
             .collect();
         binder_types.extend(self.binder_types.iter().cloned());
         let sources = files.iter().map(|(p, _)| p.display().to_string()).collect();
-        read::read(root, &binder_types, profiles, sources)
+        let mut extensions = registered_extensions();
+        for extra in &self.extensions {
+            if !extensions.iter().any(|e| e.namespace == extra.namespace) {
+                extensions.push(extra);
+            }
+        }
+        read::read(root, &binder_types, &extensions, profiles, sources)
     }
 
     /// Reads each source on its own, expands its dotted keys, and merges them in order, so a

@@ -1,6 +1,11 @@
 //! Configuration: Spring Cloud Stream's property tree, loaded with the `config` crate, typed,
 //! defaulted and validated.
 //!
+//! The common properties of each binding (`spring.cloud.stream.bindings.<binding>.*`) are
+//! read here; a binder's own properties are an [`Extension`] it registers under a namespace
+//! of its own (the AMQP binders' `spring.cloud.stream.rabbit.*` is `binder-amqp`'s), read and
+//! validated with them.
+//!
 //! ```
 //! use binder_core::config::ConfigLoader;
 //!
@@ -16,22 +21,18 @@
 //!           group: addProductHandler
 //!           consumer:
 //!             max-attempts: 5
-//!       rabbit:
-//!         bindings:
-//!           inputProductAdd:
-//!             consumer:
-//!               bindingRoutingKey: addProduct.*
 //! "#)
 //!     .load()
 //!     .unwrap();
 //! let b = cfg.binding("inputProductAdd");
 //! assert_eq!(b.destination, "mqTestProduct");
 //! assert_eq!(b.consumer.max_attempts, 5);
-//! assert_eq!(b.rabbit_consumer.common.binding_routing_key.as_deref(), Some("addProduct.*"));
 //! ```
 
 mod env;
 pub(crate) mod error;
+mod extension;
+mod extensions;
 pub(crate) mod key;
 mod loader;
 mod model;
@@ -42,16 +43,16 @@ mod validate;
 
 pub use env::{ENV_PREFIXES, JSON_VAR};
 pub use error::{
-    ConfigError, Problem, UnknownValue, did_you_mean, render_problems, unknown_key_message,
+    ConfigError, Problem, Problems, UnknownValue, did_you_mean, render_problems,
+    unknown_key_message,
 };
+pub use extension::{BindingCheck, Extension, ExtensionRegistration, registered_extensions};
+pub use extensions::Extensions;
 pub use key::{canonical, descend};
 pub use loader::{CONFIG_FILE_VAR, ConfigLoader, DEFAULT_STEM, PROFILES_VAR};
 pub use model::{
     BUILTIN_BINDER_TYPES, BinderConfig, BindingConfig, BindingProperties, ConfiguredSections,
-    DEFAULT_BINDER_TYPE, RabbitBindingProperties, STREAM_PREFIX, StreamConfig,
+    DEFAULT_BINDER_TYPE, STREAM_PREFIX, StreamConfig,
 };
-pub use properties::{
-    AcknowledgeMode, AlternateExchange, AlternateExchangeBinding, ConsumerProperties, ExchangeType,
-    HeaderMode, OverflowBehavior, ProducerProperties, QuorumProperties, RabbitCommonProperties,
-    RabbitConsumerProperties, RabbitProducerProperties,
-};
+pub use node::{FieldValue, Section};
+pub use properties::{AcknowledgeMode, ConsumerProperties, HeaderMode, ProducerProperties};

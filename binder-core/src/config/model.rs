@@ -4,11 +4,11 @@ use std::collections::BTreeMap;
 
 use config::{Value, ValueKind};
 
-use super::node::{Table, properties};
-use super::properties::{
-    ConsumerProperties, ProducerProperties, RabbitConsumerProperties, RabbitProducerProperties,
-};
+use super::extensions::Extensions;
+use super::node::Table;
+use super::properties::{ConsumerProperties, ProducerProperties};
 use crate::codec::DEFAULT_CONTENT_TYPE;
+use crate::properties;
 
 /// Binder types known without registration.
 pub const BUILTIN_BINDER_TYPES: &[&str] = &["embedded", "rabbit"];
@@ -38,16 +38,6 @@ properties! {
     }
 }
 
-properties! {
-    /// AMQP extension of one binding (`spring.cloud.stream.rabbit.bindings.<binding>.*`).
-    pub struct RabbitBindingProperties {
-        /// AMQP consumer properties.
-        consumer: RabbitConsumerProperties = RabbitConsumerProperties::default() => "consumer";
-        /// AMQP producer properties.
-        producer: RabbitProducerProperties = RabbitProducerProperties::default() => "producer";
-    }
-}
-
 /// A named binder configuration (`spring.cloud.stream.binders.<name>.*`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct BinderConfig {
@@ -67,9 +57,9 @@ pub struct BinderConfig {
 /// whether the binding is an input or an output when no code says so.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ConfiguredSections {
-    /// `consumer` or `rabbit…consumer` was written for this binding.
+    /// `consumer` (common or in an extension namespace) was written for this binding.
     pub consumer: bool,
-    /// `producer` or `rabbit…producer` was written for this binding.
+    /// `producer` (common or in an extension namespace) was written for this binding.
     pub producer: bool,
 }
 
@@ -90,10 +80,9 @@ pub struct BindingConfig {
     pub consumer: ConsumerProperties,
     /// Common producer properties.
     pub producer: ProducerProperties,
-    /// AMQP consumer properties.
-    pub rabbit_consumer: RabbitConsumerProperties,
-    /// AMQP producer properties.
-    pub rabbit_producer: RabbitProducerProperties,
+    /// The binders' extension properties (`spring.cloud.stream.<namespace>.bindings.<binding>`),
+    /// one per registered namespace: read them with [`BindingConfig::extension`].
+    pub extensions: Extensions,
     /// Sections written for this binding itself.
     pub configured: ConfiguredSections,
 }
@@ -113,20 +102,22 @@ impl BindingConfig {
         }
     }
 
-    /// A binding with all defaults, as used for a binding that no configuration mentions.
-    pub fn defaults(name: &str) -> Self {
-        BindingConfig::resolve(
-            name,
-            BindingProperties::default(),
-            RabbitBindingProperties::default(),
-        )
+    /// The binding's extension properties of type `T` (an
+    /// [`Extension`](super::Extension) registered with
+    /// [`ExtensionRegistration`](super::ExtensionRegistration)); `None` when no namespace of
+    /// that type was registered when the configuration was loaded, or for a binding built by
+    /// [`BindingConfig::defaults`].
+    pub fn extension<T: std::any::Any>(&self) -> Option<&T> {
+        self.extensions.get()
     }
 
-    pub(crate) fn resolve(
-        name: &str,
-        common: BindingProperties,
-        rabbit: RabbitBindingProperties,
-    ) -> Self {
+    /// A binding with the common defaults and no extension properties (a binder reads its
+    /// own defaults then).
+    pub fn defaults(name: &str) -> Self {
+        BindingConfig::resolve(name, BindingProperties::default(), Extensions::default())
+    }
+
+    pub(crate) fn resolve(name: &str, common: BindingProperties, extensions: Extensions) -> Self {
         BindingConfig {
             name: name.to_owned(),
             destination: common.destination.unwrap_or_else(|| name.to_owned()),
@@ -135,8 +126,7 @@ impl BindingConfig {
             binder: common.binder,
             consumer: common.consumer,
             producer: common.producer,
-            rabbit_consumer: rabbit.consumer,
-            rabbit_producer: rabbit.producer,
+            extensions,
             configured: ConfiguredSections::default(),
         }
     }
@@ -165,7 +155,7 @@ pub struct StreamConfig {
     /// Files read, lowest precedence first.
     pub sources: Vec<String>,
     /// Template for bindings that no configuration names.
-    pub(crate) template: (BindingProperties, RabbitBindingProperties),
+    pub(crate) template: (BindingProperties, Extensions),
     /// The merged tree, including the application's own keys.
     pub(crate) raw: Value,
 }

@@ -27,8 +27,9 @@ pub(crate) fn join(parent: &str, key: &str) -> String {
     }
 }
 
+#[doc(hidden)]
 /// A short description of what a value is, for "expected X, found Y" messages.
-pub(crate) fn describe(value: &Value) -> String {
+pub fn describe(value: &Value) -> String {
     match &value.kind {
         ValueKind::Nil => "nothing (null)".to_owned(),
         ValueKind::Boolean(b) => format!("`{b}`"),
@@ -63,8 +64,10 @@ pub(crate) fn as_table<'a>(
     }
 }
 
-/// A property value type: knows how to read itself from a configuration value.
-pub(crate) trait FieldValue: Sized {
+/// A property value type: knows how to read itself from a configuration value (booleans,
+/// integers, strings, lists, maps, `Option`s, the enums of [`keyword_enum!`](crate::keyword_enum)
+/// and the sections of [`properties!`](crate::properties) are).
+pub trait FieldValue: Sized {
     /// A human description of the expected value, e.g. "a whole number from 1 to 65535".
     fn expected() -> String;
 
@@ -200,7 +203,7 @@ impl<T: FieldValue> FieldValue for Vec<T> {
         format!("a list (or a comma-separated string) of {}", T::expected())
     }
     fn parse(value: &Value, path: &str, problems: &mut Problems) -> Option<Self> {
-        let before = problems.0.len();
+        let before = problems.len();
         let items: Vec<Option<T>> = match &value.kind {
             ValueKind::Nil => return Some(Vec::new()),
             ValueKind::Array(items) => items
@@ -221,7 +224,7 @@ impl<T: FieldValue> FieldValue for Vec<T> {
             ValueKind::Table(_) => return mismatch::<Self>(value, path, problems),
             _ => vec![T::parse(value, &format!("{path}[0]"), problems)],
         };
-        if problems.0.len() > before {
+        if problems.len() > before {
             return None;
         }
         Some(items.into_iter().flatten().collect())
@@ -251,13 +254,19 @@ impl<T: FieldValue> FieldValue for BTreeMap<String, T> {
     }
 }
 
-/// A group of properties read from one table (e.g. the consumer properties of a binding).
-pub(crate) trait Section: Default {
+/// A group of properties read from one table (e.g. the consumer properties of a binding),
+/// declared with [`properties!`](crate::properties).
+pub trait Section: Default {
     /// The property names, as Spring Cloud Stream spells them.
     fn keys() -> Vec<&'static str>;
 
     /// Applies one key if it belongs to this section; `false` if it is unknown here.
     fn merge_key(&mut self, key: &str, value: &Value, path: &str, problems: &mut Problems) -> bool;
+
+    /// Writes the section's properties, by their Spring names, into a map being serialized
+    /// (what `Serialize` of a [`properties!`](crate::properties) section does).
+    #[doc(hidden)]
+    fn serialize_entries<M: serde::ser::SerializeMap>(&self, map: &mut M) -> Result<(), M::Error>;
 
     /// Applies every key of a table, reporting unknown keys and keys set twice in two
     /// spellings.
@@ -292,6 +301,7 @@ pub(crate) trait Section: Default {
 /// reading code. Each field is `name: Type = default => "sccsName" [| "alias"] [, check expr]`,
 /// where the check is a `fn(&Type) -> Result<(), String>`. A leading `..name: Type;`
 /// includes another section's keys at the same level.
+#[macro_export]
 macro_rules! properties {
     (
         $(#[$meta:meta])*
@@ -304,15 +314,13 @@ macro_rules! properties {
         }
     ) => {
         $(#[$meta])*
-        #[derive(Debug, Clone, PartialEq, serde::Serialize)]
-        #[serde(rename_all = "camelCase")]
+        #[derive(Debug, Clone, PartialEq)]
         pub struct $name {
             $(
                 #[doc = concat!("Properties shared with other sections (`", stringify!($flat_ty), "`).")]
-                #[serde(flatten)]
                 pub $flat: $flat_ty,
             )?
-            $( $(#[$fmeta])* #[serde(rename = $key)] pub $field: $ty, )*
+            $( $(#[$fmeta])* pub $field: $ty, )*
         }
 
         impl Default for $name {
@@ -324,32 +332,41 @@ macro_rules! properties {
             }
         }
 
-        impl $crate::config::node::Section for $name {
+        impl $crate::config::Section for $name {
             fn keys() -> Vec<&'static str> {
                 #[allow(unused_mut)]
                 let mut keys = vec![$($key),*];
-                $( keys.extend(<$flat_ty as $crate::config::node::Section>::keys()); )?
+                $( keys.extend(<$flat_ty as $crate::config::Section>::keys()); )?
                 keys
+            }
+
+            fn serialize_entries<M: $crate::__private::serde::ser::SerializeMap>(
+                &self,
+                map: &mut M,
+            ) -> Result<(), M::Error> {
+                $( <$flat_ty as $crate::config::Section>::serialize_entries(&self.$flat, map)?; )?
+                $( map.serialize_entry($key, &self.$field)?; )*
+                Ok(())
             }
 
             fn merge_key(
                 &mut self,
                 key: &str,
-                value: &config::Value,
+                value: &$crate::__private::config::Value,
                 path: &str,
-                problems: &mut $crate::config::error::Problems,
+                problems: &mut $crate::config::Problems,
             ) -> bool {
-                let canon = $crate::config::key::canonical(key);
+                let canon = $crate::config::canonical(key);
                 $(
-                    if canon == $crate::config::key::canonical($key)
-                        $(|| canon == $crate::config::key::canonical($alias))*
+                    if canon == $crate::config::canonical($key)
+                        $(|| canon == $crate::config::canonical($alias))*
                     {
-                        let before = problems.0.len();
-                        <$ty as $crate::config::node::FieldValue>::merge(
+                        let before = problems.len();
+                        <$ty as $crate::config::FieldValue>::merge(
                             &mut self.$field, value, path, problems,
                         );
                         $(
-                            if problems.0.len() == before {
+                            if problems.len() == before {
                                 let check: fn(&$ty) -> Result<(), String> = $check;
                                 if let Err(msg) = check(&self.$field) {
                                     problems.push(value.origin(), path, msg);
@@ -361,7 +378,7 @@ macro_rules! properties {
                     }
                 )*
                 $(
-                    if <$flat_ty as $crate::config::node::Section>::merge_key(
+                    if <$flat_ty as $crate::config::Section>::merge_key(
                         &mut self.$flat, key, value, path, problems,
                     ) {
                         return true;
@@ -371,35 +388,46 @@ macro_rules! properties {
             }
         }
 
-        impl $crate::config::node::FieldValue for $name {
+        impl $crate::__private::serde::Serialize for $name {
+            fn serialize<S: $crate::__private::serde::Serializer>(
+                &self,
+                serializer: S,
+            ) -> Result<S::Ok, S::Error> {
+                use $crate::__private::serde::ser::SerializeMap;
+                let mut map = serializer.serialize_map(None)?;
+                <Self as $crate::config::Section>::serialize_entries(self, &mut map)?;
+                map.end()
+            }
+        }
+
+        impl $crate::config::FieldValue for $name {
             fn expected() -> String {
                 "a table of properties".to_owned()
             }
             fn parse(
-                value: &config::Value,
+                value: &$crate::__private::config::Value,
                 path: &str,
-                problems: &mut $crate::config::error::Problems,
+                problems: &mut $crate::config::Problems,
             ) -> Option<Self> {
                 let mut out = Self::default();
-                <Self as $crate::config::node::FieldValue>::merge(&mut out, value, path, problems);
+                <Self as $crate::config::FieldValue>::merge(&mut out, value, path, problems);
                 Some(out)
             }
             fn merge(
                 slot: &mut Self,
-                value: &config::Value,
+                value: &$crate::__private::config::Value,
                 path: &str,
-                problems: &mut $crate::config::error::Problems,
+                problems: &mut $crate::config::Problems,
             ) {
-                <Self as $crate::config::node::Section>::merge_table(slot, value, path, problems);
+                <Self as $crate::config::Section>::merge_table(slot, value, path, problems);
             }
         }
     };
 }
 
-pub(crate) use properties;
-
 /// Declares a string-valued enum property: variants with their spellings, read
 /// case-insensitively and separator-insensitively, rendered in the canonical SCSt spelling.
+#[macro_export]
 macro_rules! keyword_enum {
     (
         $(#[$meta:meta])*
@@ -430,31 +458,31 @@ macro_rules! keyword_enum {
         }
 
         impl std::str::FromStr for $name {
-            type Err = $crate::config::error::UnknownValue;
-            fn from_str(s: &str) -> Result<Self, $crate::config::error::UnknownValue> {
-                let canon = $crate::config::key::canonical(s);
-                $( if canon == $crate::config::key::canonical($text) { return Ok($name::$variant); } )*
-                Err($crate::config::error::UnknownValue::new(s, Self::ALL))
+            type Err = $crate::config::UnknownValue;
+            fn from_str(s: &str) -> Result<Self, $crate::config::UnknownValue> {
+                let canon = $crate::config::canonical(s);
+                $( if canon == $crate::config::canonical($text) { return Ok($name::$variant); } )*
+                Err($crate::config::UnknownValue::new(s, Self::ALL))
             }
         }
 
-        impl serde::Serialize for $name {
-            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        impl $crate::__private::serde::Serialize for $name {
+            fn serialize<S: $crate::__private::serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
                 s.serialize_str(self.as_str())
             }
         }
 
-        impl $crate::config::node::FieldValue for $name {
+        impl $crate::config::FieldValue for $name {
             fn expected() -> String {
                 format!("one of {}", Self::ALL.join(", "))
             }
             fn parse(
-                value: &config::Value,
+                value: &$crate::__private::config::Value,
                 path: &str,
-                problems: &mut $crate::config::error::Problems,
+                problems: &mut $crate::config::Problems,
             ) -> Option<Self> {
                 match &value.kind {
-                    config::ValueKind::String(s) => match s.parse() {
+                    $crate::__private::config::ValueKind::String(s) => match s.parse() {
                         Ok(v) => Some(v),
                         Err(unknown) => {
                             problems.push(value.origin(), path, unknown.to_string());
@@ -468,7 +496,7 @@ macro_rules! keyword_enum {
                             format!(
                                 "expected {}, found {}",
                                 Self::expected(),
-                                $crate::config::node::describe(value)
+                                $crate::__private::describe(value)
                             ),
                         );
                         None
@@ -478,5 +506,3 @@ macro_rules! keyword_enum {
         }
     };
 }
-
-pub(crate) use keyword_enum;

@@ -6,10 +6,12 @@ use std::collections::BTreeMap;
 use config::{Value, ValueKind};
 
 use super::error::{ConfigError, Problems, unknown_key_message};
+use super::extension::ExtensionRegistration;
+use super::extensions::{Extensions, StoredExtension};
 use super::key::{canonical, descend};
 use super::model::{
     BUILTIN_BINDER_TYPES, BinderConfig, BindingConfig, BindingProperties, ConfiguredSections,
-    RabbitBindingProperties, STREAM_PREFIX, StreamConfig,
+    STREAM_PREFIX, StreamConfig,
 };
 use super::node::{FieldValue, Section, Table, as_table, join, sorted};
 use super::validate;
@@ -19,18 +21,26 @@ const STREAM_KEYS: &[&str] = &[
     "binders",
     "default",
     "bindings",
-    "rabbit",
     "instanceCount",
     "instanceIndex",
     "dynamicDestinations",
     "startupTimeout",
 ];
 
+/// The tables written for one binding: its common properties, and its section in each
+/// extension namespace (by the namespace's index in the registrations).
+#[derive(Default)]
+struct BindingTables<'a> {
+    common: Option<&'a Value>,
+    extensions: BTreeMap<usize, &'a Value>,
+}
+
 /// Builds the typed configuration from the merged tree. `binder_types` are the binder types
-/// that may be named.
+/// that may be named, `extensions` the binders' extension namespaces.
 pub(crate) fn read(
     root: Value,
     binder_types: &[String],
+    extensions: &[&'static ExtensionRegistration],
     active_profiles: Vec<String>,
     sources: Vec<String>,
 ) -> Result<StreamConfig, ConfigError> {
@@ -54,8 +64,8 @@ pub(crate) fn read(
         None => &empty,
     };
 
-    let mut binding_tables: BTreeMap<String, (Option<&Value>, Option<&Value>)> = BTreeMap::new();
-    let mut rabbit_default: Option<&Value> = None;
+    let mut binding_tables: BTreeMap<String, BindingTables<'_>> = BTreeMap::new();
+    let mut extension_defaults: BTreeMap<usize, &Value> = BTreeMap::new();
     let mut common_default: Option<&Value> = None;
     let mut seen = BTreeMap::new();
     for (key, value) in sorted(stream) {
@@ -96,35 +106,50 @@ pub(crate) fn read(
             "bindings" => {
                 for (name, table) in sorted(as_table(value, &path, &mut problems).unwrap_or(&empty))
                 {
-                    binding_tables.entry(name.clone()).or_default().0 = Some(table);
+                    binding_tables.entry(name.clone()).or_default().common = Some(table);
                 }
             }
-            "rabbit" => {
-                let rabbit = as_table(value, &path, &mut problems).unwrap_or(&empty);
-                for (rkey, rvalue) in sorted(rabbit) {
-                    let rpath = join(&path, rkey);
-                    match canonical(rkey).as_str() {
-                        "default" => rabbit_default = Some(rvalue),
-                        "bindings" => {
-                            for (name, table) in
-                                sorted(as_table(rvalue, &rpath, &mut problems).unwrap_or(&empty))
-                            {
-                                binding_tables.entry(name.clone()).or_default().1 = Some(table);
+            _ => match extensions
+                .iter()
+                .position(|e| canonical(e.namespace) == canon)
+            {
+                Some(index) => {
+                    let namespace = as_table(value, &path, &mut problems).unwrap_or(&empty);
+                    for (nkey, nvalue) in sorted(namespace) {
+                        let npath = join(&path, nkey);
+                        match canonical(nkey).as_str() {
+                            "default" => {
+                                extension_defaults.insert(index, nvalue);
                             }
+                            "bindings" => {
+                                for (name, table) in sorted(
+                                    as_table(nvalue, &npath, &mut problems).unwrap_or(&empty),
+                                ) {
+                                    binding_tables
+                                        .entry(name.clone())
+                                        .or_default()
+                                        .extensions
+                                        .insert(index, table);
+                                }
+                            }
+                            _ => problems.push(
+                                nvalue.origin(),
+                                &npath,
+                                unknown_key_message("key", nkey, &["default", "bindings"]),
+                            ),
                         }
-                        _ => problems.push(
-                            rvalue.origin(),
-                            &rpath,
-                            unknown_key_message("key", rkey, &["default", "bindings"]),
-                        ),
                     }
                 }
-            }
-            _ => problems.push(
-                value.origin(),
-                &path,
-                unknown_key_message("key", key, STREAM_KEYS),
-            ),
+                None => {
+                    let mut known = STREAM_KEYS.to_vec();
+                    known.extend(extensions.iter().map(|e| e.namespace));
+                    problems.push(
+                        value.origin(),
+                        &path,
+                        unknown_key_message("key", key, &known),
+                    )
+                }
+            },
         }
     }
 
@@ -135,16 +160,23 @@ pub(crate) fn read(
     let consumer = &mut common_template.consumer;
     consumer.instance_count.get_or_insert(cfg.instance_count);
     consumer.instance_index.get_or_insert(cfg.instance_index);
-    let mut rabbit_template = RabbitBindingProperties::default();
-    if let Some(v) = rabbit_default {
-        rabbit_template.merge_table(v, &join(STREAM_PREFIX, "rabbit.default"), &mut problems);
-    }
+    let extension_templates: Vec<Box<dyn StoredExtension>> = extensions
+        .iter()
+        .enumerate()
+        .map(|(index, registration)| {
+            let mut template = registration.template();
+            if let Some(v) = extension_defaults.get(&index) {
+                let path = format!("{STREAM_PREFIX}.{}.default", registration.namespace);
+                template.merge_section(v, &path, &mut problems);
+            }
+            template
+        })
+        .collect();
 
-    for (name, (common, rabbit)) in binding_tables {
+    for (name, tables) in binding_tables {
         let mut c = common_template.clone();
-        let mut r = rabbit_template.clone();
         let mut configured = ConfiguredSections::default();
-        if let Some(v) = common {
+        if let Some(v) = tables.common {
             c.merge_table(
                 v,
                 &format!("{STREAM_PREFIX}.bindings.{name}"),
@@ -153,22 +185,28 @@ pub(crate) fn read(
             configured.consumer |= descend(v, &["consumer"]).is_some();
             configured.producer |= descend(v, &["producer"]).is_some();
         }
-        if let Some(v) = rabbit {
-            r.merge_table(
-                v,
-                &format!("{STREAM_PREFIX}.rabbit.bindings.{name}"),
-                &mut problems,
-            );
-            configured.consumer |= descend(v, &["consumer"]).is_some();
-            configured.producer |= descend(v, &["producer"]).is_some();
+        let mut own = Extensions::default();
+        for (index, registration) in extensions.iter().enumerate() {
+            let mut section = extension_templates[index].clone_box();
+            if let Some(v) = tables.extensions.get(&index) {
+                let path = format!("{STREAM_PREFIX}.{}.bindings.{name}", registration.namespace);
+                section.merge_section(v, &path, &mut problems);
+                configured.consumer |= descend(v, &["consumer"]).is_some();
+                configured.producer |= descend(v, &["producer"]).is_some();
+            }
+            own.insert(registration.namespace, section);
         }
-        let mut binding = BindingConfig::resolve(&name, c, r);
+        let mut binding = BindingConfig::resolve(&name, c, own);
         binding.configured = configured;
         cfg.bindings.insert(name, binding);
     }
-    cfg.template = (common_template, rabbit_template);
+    let mut template_extensions = Extensions::default();
+    for (registration, template) in extensions.iter().zip(extension_templates) {
+        template_extensions.insert(registration.namespace, template);
+    }
+    cfg.template = (common_template, template_extensions);
 
-    validate::validate(&cfg, &root, binder_types, &mut problems);
+    validate::validate(&cfg, &root, binder_types, extensions, &mut problems);
     cfg.raw = root;
     problems.into_result(cfg)
 }

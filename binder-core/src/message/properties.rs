@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-crate::config::node::keyword_enum! {
+crate::keyword_enum! {
     /// Whether the broker writes a message to disk (`PERSISTENT`, AMQP 2) or may keep it in
     /// memory only (`NON_PERSISTENT`, AMQP 1).
     #[derive(Default)]

@@ -182,8 +182,8 @@ pub struct Settled<'a> {
 pub struct Sent<'a> {
     /// The output binding (or dynamic destination).
     pub binding: &'a str,
-    /// The routing key it was published with.
-    pub routing_key: &'a str,
+    /// The partition it was sent to, for a partitioned output.
+    pub partition: Option<u32>,
     /// From the publish to its confirm (or its failure).
     pub latency: Duration,
     /// Why it failed, if it did.

@@ -16,7 +16,7 @@ pub use plan::{
 
 use serde::Serialize;
 
-use binder_core::config::ExchangeType;
+use crate::properties::ExchangeType;
 use binder_core::message::Headers;
 
 /// One exchange declaration.

@@ -1,6 +1,6 @@
 //! Spring Cloud Stream's naming conventions for exchanges, queues and routing keys.
 
-use binder_core::config::RabbitCommonProperties;
+use crate::properties::RabbitCommonProperties;
 
 /// The dead-letter exchange: `deadLetterExchange`, else `<prefix>DLX`.
 pub fn dlx_name(common: &RabbitCommonProperties) -> String {

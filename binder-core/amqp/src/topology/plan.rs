@@ -2,9 +2,8 @@
 
 use super::naming::dlx_name;
 use super::{BindingDecl, DestinationType, ExchangeDecl, QueueDecl, TopologyPlan};
-use binder_core::config::{
-    BindingConfig, ExchangeType, QuorumProperties, RabbitCommonProperties, StreamConfig,
-};
+use crate::properties::{ExchangeType, QuorumProperties, RabbitCommonProperties, rabbit};
+use binder_core::config::{BindingConfig, StreamConfig};
 use binder_core::message::{HeaderValue, Headers};
 
 pub use binder_core::binder::BindingRole;
@@ -446,7 +445,7 @@ fn group_queues(
 /// The topology of a consumer binding. `anonymous_id` names the queue of a binding without a
 /// group (use [`super::anonymous_suffix`]).
 pub fn plan_consumer(binding: &BindingConfig, anonymous_id: &str) -> ConsumerTopology {
-    let rabbit = &binding.rabbit_consumer;
+    let rabbit = &rabbit(binding).consumer;
     let common = &rabbit.common;
     let prefix = common.prefix.as_str();
     let destination = binding.destination.as_str();
@@ -536,7 +535,7 @@ pub fn plan_consumer(binding: &BindingConfig, anonymous_id: &str) -> ConsumerTop
 /// The topology of a producer binding: its exchange (with an alternate exchange if set) and
 /// the queues of its `requiredGroups`.
 pub fn plan_producer(binding: &BindingConfig) -> ProducerTopology {
-    let rabbit = &binding.rabbit_producer;
+    let rabbit = &rabbit(binding).producer;
     let common = &rabbit.common;
     let prefix = common.prefix.as_str();
     let destination = binding.destination.as_str();

@@ -9,7 +9,7 @@ use super::super::observe::{Observers, Sent};
 use super::super::patience::{Patience, when_reachable};
 use super::super::trace;
 use super::error::{OutputError, SendError};
-use super::routing::{self, Partitioning, Routing, RoutingKeys};
+use super::partitioning::{self, Partitioning};
 use crate::binder::{Binder, Producer};
 use crate::codec::Codecs;
 use crate::config::BindingConfig;
@@ -21,7 +21,7 @@ pub(crate) struct OutputInner {
     pub binding: String,
     producer: Box<dyn Producer>,
     content_type: Arc<str>,
-    keys: RoutingKeys,
+    partitioning: Option<Partitioning>,
     codecs: Arc<Codecs>,
     observers: Observers,
     pub stopped: AtomicBool,
@@ -37,8 +37,7 @@ impl OutputInner {
         patience: &Patience,
         observers: Observers,
     ) -> Result<Self, OutputError> {
-        routing::refused(binding)?;
-        let routing = Routing::of(binding)?;
+        partitioning::refused(binding)?;
         let partitioning = Partitioning::of(binding)?;
         let what = format!("binding `{}`", binding.name);
         let producer = when_reachable(&what, patience, || binder.bind_producer(binding))
@@ -51,12 +50,7 @@ impl OutputInner {
             binding: binding.name.clone(),
             producer,
             content_type: Arc::from(binding.content_type.as_str()),
-            keys: RoutingKeys {
-                binding: binding.name.clone(),
-                destination: binding.destination.clone(),
-                routing,
-                partitioning,
-            },
+            partitioning,
             codecs,
             observers,
             stopped: AtomicBool::new(!binding.producer.auto_startup),
@@ -71,18 +65,21 @@ impl OutputInner {
             message.properties.content_type = Some(self.content_type.clone());
         }
         trace::propagate(&mut message);
-        let key = self.keys.key(&message)?;
+        let partition = match &self.partitioning {
+            Some(p) => Some(p.partition(&message)?),
+            None => None,
+        };
         // A binder may confirm at once (the embedded one does): a sender looping on such
         // sends would never yield, and the consumers it feeds on its worker would starve.
         tokio::task::coop::consume_budget().await;
         let started = self.observers.clock();
-        let published = self.producer.publish(&key, message).await;
+        let published = self.producer.publish(message, partition).await;
         if let Some(started) = started {
             let latency = started.elapsed();
             self.observers.emit(|o| {
                 o.sent(&Sent {
                     binding: &self.binding,
-                    routing_key: &key,
+                    partition,
                     latency,
                     error: published.as_ref().err(),
                 })

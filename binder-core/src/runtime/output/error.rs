@@ -26,12 +26,12 @@ pub enum OutputError {
         /// The binding.
         binding: String,
     },
-    /// `routingKeyExpression` or `partitionKeyExpression` does not parse.
+    /// `partitionKeyExpression` does not parse.
     #[error("binding `{binding}`: {property}: {source}")]
     Expression {
         /// The binding.
         binding: String,
-        /// The property (`routingKeyExpression`, `partitionKeyExpression`).
+        /// The property (`partitionKeyExpression`).
         property: &'static str,
         /// Why it does not parse.
         source: ExpressionError,
@@ -56,16 +56,18 @@ pub enum SendError {
     /// The payload could not be encoded.
     #[error(transparent)]
     Encode(#[from] EncodeError),
-    /// The routing key (or partition key) expression could not be evaluated.
-    #[error("routing key of binding `{binding}`: {source}")]
-    RoutingKey {
+    /// The partition key expression could not be evaluated on the message.
+    #[error("partition key of binding `{binding}`: {source}")]
+    PartitionKeyExpression {
         /// The output binding.
         binding: String,
         /// Why.
         source: Box<ExpressionError>,
     },
     /// The partition key has no hash Spring would compute.
-    #[error("routing key of binding `{binding}`: partitionKeyExpression `{expression}`: {source}")]
+    #[error(
+        "partition key of binding `{binding}`: partitionKeyExpression `{expression}`: {source}"
+    )]
     PartitionKey {
         /// The output binding.
         binding: String,
