@@ -390,7 +390,7 @@ impl<E: WireEnvelope> Conn<E> {
     async fn on_method_frame(&mut self, frame: RawFrame) -> Result<bool, Fault> {
         let ids = method_ids(&frame.payload);
         let method = match amq_protocol::protocol::parse_class(&frame.payload[..]) {
-            Ok((rest, method)) if rest.is_empty() => method,
+            Ok(([], method)) => method,
             Ok(_) => {
                 return Err(Fault::Connection(
                     Close::new(reply::SYNTAX_ERROR, "method frame has trailing octets").on(ids),
@@ -509,7 +509,7 @@ impl<E: WireEnvelope> Conn<E> {
         };
         let header: AMQPContentHeader =
             match amq_protocol::frame::parsing::parse_content_header(&frame.payload[..]) {
-                Ok((rest, h)) if rest.is_empty() => h,
+                Ok(([], h)) => h,
                 _ => {
                     return Err(Fault::connection(
                         reply::SYNTAX_ERROR,

@@ -257,7 +257,7 @@ async fn expect(reader: &mut Reader) -> Result<connection::AMQPMethod, Refused> 
             )));
         }
         match amq_protocol::protocol::parse_class(&frame.payload[..]) {
-            Ok((rest, AMQPClass::Connection(m))) if rest.is_empty() => return Ok(m),
+            Ok(([], AMQPClass::Connection(m))) => return Ok(m),
             Ok(_) => {
                 return Err(Refused::Closed(Close::new(
                     reply::COMMAND_INVALID,
