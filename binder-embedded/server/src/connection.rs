@@ -207,7 +207,15 @@ impl<E: WireEnvelope> Conn<E> {
         }
         conn.teardown().await;
         drop(conn);
-        let _ = tokio::time::timeout(Duration::from_secs(5), writer).await;
+        // Flushed once every sender is gone; a confirm still waiting for a slow store must not
+        // keep the socket open for long.
+        let abort = writer.abort_handle();
+        if tokio::time::timeout(Duration::from_secs(5), writer)
+            .await
+            .is_err()
+        {
+            abort.abort();
+        }
         ended
     }
 

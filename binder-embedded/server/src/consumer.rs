@@ -62,6 +62,10 @@ pub async fn pump<E: WireEnvelope>(
         if consumer.recv_many(&mut batch, BATCH).await == 0 {
             break;
         }
+        // Flow may have been turned off while the pump waited: the batch waits with it.
+        if flow.wait_for(|active| *active).await.is_err() {
+            return;
+        }
         for d in batch.drain(..) {
             encode_delivery(&mut e, channel, &d, frame_max);
             if e.len() >= CHUNK && out.send(e.take()).await.is_err() {

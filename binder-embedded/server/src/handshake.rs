@@ -233,8 +233,12 @@ fn is_close_ok(frame: &wire::RawFrame) -> bool {
         && frame.payload.get(..4) == Some(&[0, 10, 0, 51])
 }
 
-/// Reads the next method on channel 0 of the handshake; heartbeats are skipped.
-async fn expect(reader: &mut Reader) -> Result<connection::AMQPMethod, Refused> {
+/// Reads the next method on channel 0 of the handshake; heartbeats are skipped, and a
+/// client's `connection.close` is answered.
+async fn expect(
+    reader: &mut Reader,
+    socket: &mut OwnedWriteHalf,
+) -> Result<connection::AMQPMethod, Refused> {
     loop {
         let frame = match reader.next().await {
             Ok(Some(f)) => f,
@@ -257,6 +261,12 @@ async fn expect(reader: &mut Reader) -> Result<connection::AMQPMethod, Refused> 
             )));
         }
         match amq_protocol::protocol::parse_class(&frame.payload[..]) {
+            Ok(([], AMQPClass::Connection(connection::AMQPMethod::Close(_)))) => {
+                let ok = connection::AMQPMethod::CloseOk(connection::CloseOk {});
+                send(socket, AMQPClass::Connection(ok)).await?;
+                let _ = socket.shutdown().await;
+                return Err(Refused::ClientClosed);
+            }
             Ok(([], AMQPClass::Connection(m))) => return Ok(m),
             Ok(_) => {
                 return Err(Refused::Closed(Close::new(
@@ -322,7 +332,7 @@ pub async fn run(
         AMQPClass::Connection(connection::AMQPMethod::Start(start)),
     )
     .await?;
-    let start_ok = match expect(reader).await? {
+    let start_ok = match expect(reader, socket).await? {
         connection::AMQPMethod::StartOk(s) => s,
         _ => {
             return Err(Refused::Closed(Close::new(
@@ -373,7 +383,7 @@ pub async fn run(
         AMQPClass::Connection(connection::AMQPMethod::Tune(tune)),
     )
     .await?;
-    let tune_ok = match expect(reader).await? {
+    let tune_ok = match expect(reader, socket).await? {
         connection::AMQPMethod::TuneOk(t) => t,
         _ => {
             return Err(Refused::Closed(Close::new(
@@ -397,7 +407,7 @@ pub async fn run(
     )
     .map_err(Refused::Closed)?;
     reader.frame_max = frame_max as usize;
-    let open = match expect(reader).await? {
+    let open = match expect(reader, socket).await? {
         connection::AMQPMethod::Open(o) => o,
         _ => {
             return Err(Refused::Closed(Close::new(

@@ -571,3 +571,216 @@ async fn a_deleted_queue_cancels_its_consumer_with_notification() {
     assert!(ch.status().connected());
     server.shutdown().await;
 }
+
+#[tokio::test]
+async fn amqplain_authenticates() {
+    let server = server(config()).await;
+    let conn = lapin::Connection::connect(
+        &uri(&server, "guest", "guest", "?auth_mechanism=amqplain"),
+        Default::default(),
+    )
+    .await
+    .unwrap();
+    conn.create_channel().await.unwrap();
+    let e = lapin::Connection::connect(
+        &uri(&server, "guest", "bad", "?auth_mechanism=amqplain"),
+        Default::default(),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(protocol_code(&e), Some(403), "{e:?}");
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn channel_flow_off_stops_deliveries_until_on() {
+    let server = server(config()).await;
+    let conn = lapin(&server).await;
+    let ch = conn.create_channel().await.unwrap();
+    queue(&ch, "flowq").await;
+    let mut consumer = ch
+        .basic_consume(
+            "flowq".into(),
+            "".into(),
+            BasicConsumeOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+        .unwrap();
+    assert!(
+        !ch.channel_flow(ChannelFlowOptions { active: false })
+            .await
+            .unwrap()
+    );
+    let other = conn.create_channel().await.unwrap();
+    publish(&other, "", "flowq", b"later").await;
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), consumer.next())
+            .await
+            .is_err(),
+        "delivered with flow off"
+    );
+    assert!(
+        ch.channel_flow(ChannelFlowOptions { active: true })
+            .await
+            .unwrap()
+    );
+    let d = tokio::time::timeout(Duration::from_secs(5), consumer.next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(d.data, b"later");
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn server_named_and_exclusive_queues() {
+    let server = server(config()).await;
+    let conn = lapin(&server).await;
+    let ch = conn.create_channel().await.unwrap();
+    let q = ch
+        .queue_declare(
+            "".into(),
+            QueueDeclareOptions {
+                exclusive: true,
+                ..Default::default()
+            },
+            FieldTable::default(),
+        )
+        .await
+        .unwrap();
+    assert!(q.name().as_str().starts_with("amq.gen-"), "{}", q.name());
+    // Another connection may not use it: 405 RESOURCE_LOCKED.
+    let conn2 = lapin(&server).await;
+    let ch2 = conn2.create_channel().await.unwrap();
+    let e = ch2
+        .basic_consume(
+            q.name().clone(),
+            "".into(),
+            BasicConsumeOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(protocol_code(&e), Some(405), "{e:?}");
+    // The owner closes: the queue goes with it.
+    conn.close(200, "bye".into()).await.unwrap();
+    let ch3 = conn2.create_channel().await.unwrap();
+    let e = ch3
+        .queue_declare(
+            q.name().clone(),
+            QueueDeclareOptions {
+                passive: true,
+                ..Default::default()
+            },
+            FieldTable::default(),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(protocol_code(&e), Some(404), "{e:?}");
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_cancelled_consumer_gets_nothing_more() {
+    let server = server(config()).await;
+    let conn = lapin(&server).await;
+    let ch = conn.create_channel().await.unwrap();
+    queue(&ch, "cq").await;
+    let mut consumer = ch
+        .basic_consume(
+            "cq".into(),
+            "tag-1".into(),
+            BasicConsumeOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+        .unwrap();
+    publish(&ch, "", "cq", b"1").await;
+    let d = consumer.next().await.unwrap().unwrap();
+    ch.basic_cancel("tag-1".into(), BasicCancelOptions::default())
+        .await
+        .unwrap();
+    // Its unacked delivery can still be acked after the cancel, as on RabbitMQ.
+    d.ack(BasicAckOptions::default()).await.unwrap();
+    publish(&ch, "", "cq", b"2").await;
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), consumer.next())
+            .await
+            .map_or(true, |next| next.is_none()),
+        "delivered after cancel"
+    );
+    assert_eq!(ready_count(&ch, "cq").await, 1);
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_connection_limit_refuses_with_530() {
+    let mut config = config();
+    config.limits.max_connections = Some(1);
+    let server = server(config).await;
+    let first = lapin(&server).await;
+    let e = lapin::Connection::connect(&uri(&server, "guest", "guest", ""), Default::default())
+        .await
+        .unwrap_err();
+    assert_eq!(protocol_code(&e), Some(530), "{e:?}");
+    first.close(200, "bye".into()).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    lapin(&server).await;
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_message_over_max_message_size_is_refused_with_406() {
+    let mut config = config();
+    config.limits.max_message_size = 1000;
+    let server = server(config).await;
+    let conn = lapin(&server).await;
+    let ch = conn.create_channel().await.unwrap();
+    queue(&ch, "small").await;
+    ch.confirm_select(ConfirmSelectOptions::default())
+        .await
+        .unwrap();
+    assert!(publish(&ch, "", "small", &[0; 1000]).await.is_ack());
+    let _ = ch
+        .basic_publish(
+            "".into(),
+            "small".into(),
+            BasicPublishOptions::default(),
+            &[0; 1001],
+            BasicProperties::default(),
+        )
+        .await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!ch.status().connected());
+    assert!(conn.status().connected());
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn bind_checks_the_brokers_against_the_vhosts() {
+    use std::collections::HashMap;
+    let brokers: HashMap<String, stream_engine::Broker> = HashMap::new();
+    let e = stream_broker::Server::bind(config(), brokers)
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("has no broker"), "{e}");
+    let brokers: HashMap<String, stream_engine::Broker> = [
+        ("/".to_owned(), stream_engine::Broker::new()),
+        ("extra".to_owned(), stream_engine::Broker::new()),
+    ]
+    .into();
+    let e = stream_broker::Server::bind(config(), brokers)
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("not configured"), "{e}");
+    let mut with_watermark = config();
+    with_watermark.memory_high_watermark = Some(1);
+    let brokers: HashMap<String, stream_engine::Broker> =
+        [("/".to_owned(), stream_engine::Broker::new())].into();
+    let e = stream_broker::Server::bind(with_watermark, brokers)
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("memory_high_watermark"), "{e}");
+}
