@@ -180,7 +180,9 @@ impl<E: WireEnvelope> Conn<E> {
         let (out, rx) = mpsc::channel(OUTPUT_DEPTH);
         let heartbeat =
             (agreed.heartbeat > 0).then(|| Duration::from_secs(agreed.heartbeat.into()));
-        let writer = spawn_writer(socket, rx, heartbeat);
+        // As RabbitMQ: a heartbeat after half an interval without output; the client is
+        // dropped after two intervals without input.
+        let writer = spawn_writer(socket, rx, heartbeat.map(|h| h / 2));
         let engine = broker.connect();
         let mut conn = Conn {
             peer,

@@ -483,3 +483,60 @@ async fn the_memory_alarm_blocks_a_publishing_connection() {
     );
     server.shutdown().await;
 }
+
+/// A client that did not announce `consumer_cancel_notify` is not sent `basic.cancel` when
+/// its consumer's queue is deleted (it would not know the method).
+#[tokio::test]
+async fn cancel_notifications_go_only_to_clients_that_announce_them() {
+    let server = server(config()).await;
+    let mut raw = Raw::connect(&server).await;
+    raw.handshake(131072, 2047, 0).await;
+    raw.open_channel(1).await;
+    raw.method(
+        1,
+        AMQPClass::Queue(queue::AMQPMethod::Declare(queue::Declare {
+            queue: "gone".into(),
+            ..Default::default()
+        })),
+    )
+    .await;
+    raw.next_method().await.unwrap();
+    raw.method(
+        1,
+        AMQPClass::Basic(basic::AMQPMethod::Consume(basic::Consume {
+            queue: "gone".into(),
+            consumer_tag: "t".into(),
+            ..Default::default()
+        })),
+    )
+    .await;
+    raw.next_method().await.unwrap();
+    raw.method(
+        1,
+        AMQPClass::Queue(queue::AMQPMethod::Delete(queue::Delete {
+            queue: "gone".into(),
+            ..Default::default()
+        })),
+    )
+    .await;
+    let (_, m) = raw.next_method().await.unwrap();
+    assert!(
+        matches!(m, AMQPClass::Queue(queue::AMQPMethod::DeleteOk(_))),
+        "{m:?}"
+    );
+    // The next thing on the channel is the reply to a later method, not a basic.cancel.
+    raw.method(
+        1,
+        AMQPClass::Basic(basic::AMQPMethod::Qos(basic::Qos {
+            prefetch_count: 1,
+            global: false,
+        })),
+    )
+    .await;
+    let (_, m) = raw.next_method().await.unwrap();
+    assert!(
+        matches!(m, AMQPClass::Basic(basic::AMQPMethod::QosOk(_))),
+        "{m:?}"
+    );
+    server.shutdown().await;
+}
