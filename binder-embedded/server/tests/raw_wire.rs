@@ -540,3 +540,47 @@ async fn cancel_notifications_go_only_to_clients_that_announce_them() {
     );
     server.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_channel_error_carries_rabbitmqs_text_and_the_failing_method() {
+    let server = server(config()).await;
+    let mut raw = Raw::connect(&server).await;
+    raw.handshake(131072, 2047, 0).await;
+    raw.open_channel(1).await;
+    raw.method(
+        1,
+        AMQPClass::Queue(queue::AMQPMethod::Declare(queue::Declare {
+            queue: "missing".into(),
+            passive: true,
+            ..Default::default()
+        })),
+    )
+    .await;
+    let (ch, m) = raw.next_method().await.unwrap();
+    let AMQPClass::Channel(channel::AMQPMethod::Close(close)) = m else {
+        panic!("expected channel.close, got {m:?}");
+    };
+    assert_eq!(ch, 1);
+    assert_eq!(close.reply_code, 404);
+    assert_eq!(
+        close.reply_text.as_str(),
+        "NOT_FOUND - no queue 'missing' in vhost '/'"
+    );
+    assert_eq!((close.class_id, close.method_id), (50, 10));
+    // Frames before close-ok are dropped; close-ok frees the number for a new channel.
+    raw.method(
+        1,
+        AMQPClass::Queue(queue::AMQPMethod::Declare(queue::Declare {
+            queue: "ignored".into(),
+            ..Default::default()
+        })),
+    )
+    .await;
+    raw.method(
+        1,
+        AMQPClass::Channel(channel::AMQPMethod::CloseOk(channel::CloseOk {})),
+    )
+    .await;
+    raw.open_channel(1).await;
+    server.shutdown().await;
+}
