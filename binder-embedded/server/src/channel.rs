@@ -65,6 +65,19 @@ impl<E: WireEnvelope> Conn<E> {
     }
 
     async fn channel_open(&mut self, id: u16, ids: (u16, u16)) -> Result<(), Fault> {
+        let open = self.channels.len();
+        if open >= usize::from(self.channel_max) {
+            return Err(Fault::Connection(
+                Close::new(
+                    reply::NOT_ALLOWED,
+                    format!(
+                        "number of channels opened ({open}) has reached the negotiated channel_max ({})",
+                        self.channel_max
+                    ),
+                )
+                .on(ids),
+            ));
+        }
         if id > self.channel_max {
             return Err(Fault::Connection(
                 Close::new(

@@ -385,13 +385,14 @@ impl<E: WireEnvelope> Conn<E> {
             wire::FRAME_HEARTBEAT => {
                 if frame.channel != 0 {
                     return Err(Fault::connection(
-                        reply::FRAME_ERROR,
+                        reply::UNEXPECTED_FRAME,
                         format!("heartbeat frame on channel {}", frame.channel),
                     ));
                 }
                 Ok(false)
             }
             wire::FRAME_METHOD => self.on_method_frame(frame).await,
+            _ if frame.channel == 0 => Err(Self::unexpected("content frame on channel 0")),
             wire::FRAME_HEADER => self.on_header(frame).await.map(|()| false),
             _ => self.on_body(frame).await.map(|()| false),
         }
@@ -474,18 +475,20 @@ impl<E: WireEnvelope> Conn<E> {
             // A reply to a close we sent is handled where we wait for it.
             AMQPClass::Connection(connection::AMQPMethod::CloseOk(_)) => Ok(true),
             AMQPClass::Connection(connection::AMQPMethod::UpdateSecret(_)) => {
+                // RabbitMQ's answer when a backend refuses the new secret: passwords from
+                // the configuration are not renewable secrets.
                 Err(Fault::Connection(
                     Close::new(
-                        reply::NOT_IMPLEMENTED,
-                        "update-secret is not supported by the configured authentication backend",
+                        reply::NOT_ALLOWED,
+                        "New secret was refused by one of the backends",
                     )
                     .on(ids),
                 ))
             }
             AMQPClass::Connection(_) => Err(Fault::Connection(
                 Close::new(
-                    reply::COMMAND_INVALID,
-                    "connection method not valid after open",
+                    reply::CHANNEL_ERROR,
+                    "unexpected method in connection state running",
                 )
                 .on(ids),
             )),

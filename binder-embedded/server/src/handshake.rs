@@ -315,7 +315,8 @@ pub async fn run(
     terms: &Terms<'_>,
 ) -> Result<Agreed, Refused> {
     let header = reader.header().await?;
-    if &header != PROTOCOL_HEADER {
+    // RabbitMQ takes AMQP 0-9's header as 0-9-1 too.
+    if &header != PROTOCOL_HEADER && &header != b"AMQP\x01\x01\x00\x09" {
         socket.write_all(PROTOCOL_HEADER).await?;
         let _ = socket.shutdown().await;
         return Err(Refused::BadHeader(header.to_vec()));
@@ -356,15 +357,11 @@ pub async fn run(
         }
         Err(e) => {
             if caps.auth_failure_close {
-                let text = match &e {
-                    AuthError::LoopbackOnly(u) => {
-                        format!("User '{u}' can only connect via localhost")
-                    }
-                    _ => format!(
-                        "Login was refused using authentication mechanism {}. For details see the broker logfile.",
-                        start_ok.mechanism.as_str()
-                    ),
-                };
+                // RabbitMQ's safe text, whatever the reason (the log has it).
+                let text = format!(
+                    "Login was refused using authentication mechanism {}. For details see the broker logfile.",
+                    start_ok.mechanism.as_str()
+                );
                 close(reader, socket, &Close::new(reply::ACCESS_REFUSED, text)).await;
             } else {
                 let _ = socket.shutdown().await;
@@ -398,14 +395,14 @@ pub async fn run(
         tune_ok.frame_max,
         FRAME_MIN_SIZE,
     )
-    .map_err(Refused::Closed)?;
+    .map_err(|c| Refused::Closed(c.on((10, 30))))?;
     let channel_max = negotiate(
         "channel_max",
         u32::from(limits.channel_max),
         u32::from(tune_ok.channel_max),
         0,
     )
-    .map_err(Refused::Closed)?;
+    .map_err(|c| Refused::Closed(c.on((10, 30))))?;
     reader.frame_max = frame_max as usize;
     let open = match expect(reader, socket).await? {
         connection::AMQPMethod::Open(o) => o,
@@ -436,7 +433,8 @@ pub async fn run(
             Close::new(
                 reply::NOT_ALLOWED,
                 format!(
-                    "connection limit ({}) is reached",
+                    "access to vhost '{vhost}' refused for user '{}': connection limit ({}) is reached",
+                    user.name,
                     limits.max_connections.unwrap_or(0)
                 ),
             )

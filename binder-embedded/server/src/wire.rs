@@ -37,7 +37,7 @@ pub struct RawFrame {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum FrameError {
     /// Larger than the negotiated `frame_max`.
-    #[error("frame size {size} exceeds the negotiated frame_max {max}")]
+    #[error("frame of {size} octets is too large for the negotiated frame_max {max}")]
     TooLarge {
         /// The payload size plus overhead.
         size: usize,
@@ -53,7 +53,9 @@ pub enum FrameError {
 }
 
 /// Takes one frame off the front of `buf`, if a whole one is there. `frame_max` counts the
-/// whole frame (header, payload and frame end), as AMQP and RabbitMQ do.
+/// whole frame (header, payload and frame end), as AMQP does; like RabbitMQ the decoder
+/// forgives clients that count only the payload (a typical off-by-8): it refuses a payload
+/// larger than `frame_max` itself.
 pub fn decode(buf: &mut BytesMut, frame_max: usize) -> Result<Option<RawFrame>, FrameError> {
     if buf.len() < 7 {
         return Ok(None);
@@ -68,7 +70,7 @@ pub fn decode(buf: &mut BytesMut, frame_max: usize) -> Result<Option<RawFrame>, 
     let channel = u16::from_be_bytes([buf[1], buf[2]]);
     let size = u32::from_be_bytes([buf[3], buf[4], buf[5], buf[6]]) as usize;
     let total = size.saturating_add(FRAME_OVERHEAD);
-    if total > frame_max {
+    if size > frame_max {
         return Err(FrameError::TooLarge {
             size: total,
             max: frame_max,
@@ -201,14 +203,17 @@ mod tests {
 
     #[test]
     fn refuses_oversized_bad_end_and_bad_type() {
-        let mut big = BytesMut::from(&[1u8, 0, 1, 0, 0, 0x10, 0][..]);
+        let mut big = BytesMut::from(&[1u8, 0, 1, 0, 0, 0x10, 1][..]);
         assert_eq!(
             decode(&mut big, 4096),
             Err(FrameError::TooLarge {
-                size: 4096 + 8,
+                size: 4097 + 8,
                 max: 4096
             })
         );
+        // A payload of exactly frame_max is forgiven, as RabbitMQ forgives it.
+        let mut fudge = BytesMut::from(&[3u8, 0, 1, 0, 0, 0x10, 0][..]);
+        assert_eq!(decode(&mut fudge, 4096), Ok(None));
         let mut bad_end = BytesMut::from(&[8u8, 0, 0, 0, 0, 0, 0, 0xCD][..]);
         assert_eq!(decode(&mut bad_end, 4096), Err(FrameError::BadEnd(0xCD)));
         let mut bad_type = BytesMut::from(&[9u8, 0, 0, 0, 0, 0, 0, 0xCE][..]);
