@@ -228,8 +228,12 @@ impl<E: WireEnvelope> Conn<E> {
         shutdown: &mut watch::Receiver<bool>,
     ) -> Ended {
         let mut last_read = Instant::now();
-        let tick = heartbeat.unwrap_or(Duration::from_secs(3600)) / 2;
-        let mut ticker = tokio::time::interval(tick.max(Duration::from_millis(10)));
+        // Half a heartbeat interval, and at least once a second while a publish is held back
+        // by the memory alarm (its Unblocked event is what normally resumes it).
+        let tick = heartbeat
+            .map_or(Duration::from_secs(1), |h| h / 2)
+            .clamp(Duration::from_millis(10), Duration::from_secs(1));
+        let mut ticker = tokio::time::interval(tick);
         loop {
             let reading = self.stalled.is_none();
             tokio::select! {

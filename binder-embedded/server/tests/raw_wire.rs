@@ -592,3 +592,52 @@ async fn a_channel_error_carries_rabbitmqs_text_and_the_failing_method() {
     raw.open_channel(1).await;
     server.shutdown().await;
 }
+
+#[tokio::test]
+async fn connection_level_engine_errors_close_the_connection() {
+    let server = server(config()).await;
+    let mut raw = Raw::connect(&server).await;
+    raw.handshake(131072, 2047, 0).await;
+    raw.open_channel(1).await;
+    raw.method(
+        1,
+        AMQPClass::Queue(queue::AMQPMethod::Declare(queue::Declare {
+            queue: "twice".into(),
+            ..Default::default()
+        })),
+    )
+    .await;
+    raw.next_method().await.unwrap();
+    let consume = AMQPClass::Basic(basic::AMQPMethod::Consume(basic::Consume {
+        queue: "twice".into(),
+        consumer_tag: "same".into(),
+        ..Default::default()
+    }));
+    raw.method(1, consume.clone()).await;
+    raw.next_method().await.unwrap();
+    raw.method(1, consume).await;
+    let text = raw.expect_connection_close(530).await;
+    assert_eq!(text, "NOT_ALLOWED - attempt to reuse consumer tag 'same'");
+    still_serving(&server).await;
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_prefetch_size_is_not_implemented() {
+    let server = server(config()).await;
+    let mut raw = Raw::connect(&server).await;
+    raw.handshake(131072, 2047, 0).await;
+    raw.open_channel(1).await;
+    // basic.qos with prefetch-size 1 (amq-protocol cannot encode it: by hand).
+    let mut payload = vec![0u8, 60, 0, 10];
+    payload.extend_from_slice(&1u32.to_be_bytes());
+    payload.extend_from_slice(&[0, 0, 0]);
+    let mut frame = vec![1u8, 0, 1];
+    frame.extend_from_slice(&(payload.len() as u32).to_be_bytes());
+    frame.extend_from_slice(&payload);
+    frame.push(0xCE);
+    raw.send_bytes(&frame).await;
+    let text = raw.expect_connection_close(540).await;
+    assert_eq!(text, "NOT_IMPLEMENTED - prefetch_size!=0 (1)");
+    server.shutdown().await;
+}
