@@ -1,0 +1,348 @@
+//! What the server is told: listen address, virtual hosts, users and their permissions,
+//! limits. [`ServerConfig::from_toml`] reads the standalone server's TOML file, refusing
+//! unknown keys by name.
+//!
+//! ```toml
+//! listen = "127.0.0.1:5673"
+//! vhosts = ["/"]
+//! loopback_users = ["guest"]
+//!
+//! [limits]
+//! frame_max = 131072
+//! channel_max = 2047
+//! heartbeat = 60
+//!
+//! [[users]]
+//! name = "guest"
+//! password = "guest"
+//! tags = ["administrator"]
+//! permissions = { "/" = { configure = ".*", write = ".*", read = ".*" } }
+//! ```
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+/// The smallest `frame_max` AMQP allows (RabbitMQ's `FRAME_MIN_SIZE`).
+pub const FRAME_MIN_SIZE: u32 = 4096;
+
+/// The server's configuration.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ServerConfig {
+    /// Where to listen. Default `127.0.0.1:5673` (5672 is usually RabbitMQ's).
+    #[serde(default = "default_listen")]
+    pub listen: SocketAddr,
+    /// The virtual hosts. Default `["/"]`.
+    #[serde(default = "default_vhosts")]
+    pub vhosts: Vec<String>,
+    /// Users allowed to connect from loopback addresses only (RabbitMQ's `loopback_users`).
+    /// Default `["guest"]`.
+    #[serde(default = "default_loopback_users")]
+    pub loopback_users: Vec<String>,
+    /// The users. Default: `guest` with password `guest`, full permissions on `/`.
+    #[serde(default = "default_users")]
+    pub users: Vec<UserConfig>,
+    /// Protocol and resource limits.
+    #[serde(default)]
+    pub limits: Limits,
+    /// Memory high watermark in bytes for the brokers the standalone server creates (`None`:
+    /// the engine's default, 400 MiB). A server given its brokers refuses this setting.
+    #[serde(default)]
+    pub memory_high_watermark: Option<usize>,
+}
+
+/// Protocol and resource limits; defaults are RabbitMQ's.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Limits {
+    /// Largest frame in bytes, offered in `connection.tune` (RabbitMQ: 131072).
+    pub frame_max: u32,
+    /// Highest channel number, offered in `connection.tune` (RabbitMQ: 2047).
+    pub channel_max: u16,
+    /// Heartbeat interval in seconds offered in `connection.tune`; 0 disables (RabbitMQ: 60).
+    pub heartbeat: u16,
+    /// Time from the TCP accept to `connection.open-ok`, in milliseconds (RabbitMQ: 10000).
+    pub handshake_timeout_ms: u64,
+    /// Most connections at once; further ones are refused at `connection.open` with 530
+    /// (`None`: no limit).
+    pub max_connections: Option<usize>,
+    /// Largest message body in bytes; larger publishes fail with 406 (RabbitMQ: 128 MiB).
+    pub max_message_size: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            frame_max: 131_072,
+            channel_max: 2047,
+            heartbeat: 60,
+            handshake_timeout_ms: 10_000,
+            max_connections: None,
+            max_message_size: 128 * 1024 * 1024,
+        }
+    }
+}
+
+impl Limits {
+    /// The handshake timeout as a duration.
+    pub fn handshake_timeout(&self) -> Duration {
+        Duration::from_millis(self.handshake_timeout_ms)
+    }
+}
+
+/// A user.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct UserConfig {
+    /// The user name.
+    pub name: String,
+    /// A RabbitMQ-style password hash (`rabbit_password_hashing_sha256`: base64 of a 4-byte
+    /// salt followed by SHA-256 of the salt and the password).
+    #[serde(default)]
+    pub password_hash: Option<String>,
+    /// A plain password (for development); exactly one of `password` and `password_hash`.
+    #[serde(default)]
+    pub password: Option<String>,
+    /// Tags (`administrator`, `management`, ...), kept for operators and logs.
+    #[serde(default)]
+    pub tags: Vec<String>,
+    /// Permissions per virtual host.
+    #[serde(default)]
+    pub permissions: BTreeMap<String, PermissionConfig>,
+}
+
+/// RabbitMQ permissions on one virtual host: regular expressions over resource names (an
+/// empty one matches nothing).
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct PermissionConfig {
+    /// Declare and delete.
+    pub configure: String,
+    /// Publish to an exchange, bind to a destination.
+    pub write: String,
+    /// Consume, get, purge, bind from a source.
+    pub read: String,
+}
+
+impl PermissionConfig {
+    /// Everything (`.*` for all three).
+    pub fn all() -> Self {
+        PermissionConfig {
+            configure: ".*".into(),
+            write: ".*".into(),
+            read: ".*".into(),
+        }
+    }
+}
+
+fn default_listen() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 5673))
+}
+
+fn default_vhosts() -> Vec<String> {
+    vec!["/".to_owned()]
+}
+
+fn default_loopback_users() -> Vec<String> {
+    vec!["guest".to_owned()]
+}
+
+fn default_users() -> Vec<UserConfig> {
+    vec![UserConfig {
+        name: "guest".into(),
+        password_hash: None,
+        password: Some("guest".into()),
+        tags: vec!["administrator".into()],
+        permissions: [("/".to_owned(), PermissionConfig::all())].into(),
+    }]
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            listen: default_listen(),
+            vhosts: default_vhosts(),
+            loopback_users: default_loopback_users(),
+            users: default_users(),
+            limits: Limits::default(),
+            memory_high_watermark: None,
+        }
+    }
+}
+
+/// A configuration the server refuses.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read {path}: {source}")]
+    Read {
+        /// The file.
+        path: String,
+        /// The system's error.
+        source: std::io::Error,
+    },
+    /// The TOML is malformed or has an unknown key (named in the message).
+    #[error("invalid configuration: {0}")]
+    Parse(#[from] toml::de::Error),
+    /// A value is out of range or inconsistent.
+    #[error("invalid configuration: {0}")]
+    Invalid(String),
+}
+
+impl ServerConfig {
+    /// Parses a TOML configuration and checks it.
+    pub fn from_toml(text: &str) -> Result<Self, ConfigError> {
+        let config: ServerConfig = toml::from_str(text)?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Reads and checks a TOML configuration file.
+    pub fn from_file(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
+        Self::from_toml(&text)
+    }
+
+    /// Checks ranges and consistency (users' passwords, permissions on known vhosts, regular
+    /// expressions that compile).
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = |s: String| Err(ConfigError::Invalid(s));
+        if self.limits.frame_max < FRAME_MIN_SIZE {
+            return invalid(format!(
+                "limits.frame_max {} is below the minimum {FRAME_MIN_SIZE}",
+                self.limits.frame_max
+            ));
+        }
+        if self.limits.max_message_size == 0 {
+            return invalid("limits.max_message_size must be positive".into());
+        }
+        if self.vhosts.is_empty() {
+            return invalid("vhosts is empty".into());
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for vhost in &self.vhosts {
+            if !seen.insert(vhost) {
+                return invalid(format!("vhost '{vhost}' is listed twice"));
+            }
+        }
+        let mut names = std::collections::BTreeSet::new();
+        for user in &self.users {
+            if !names.insert(&user.name) {
+                return invalid(format!("user '{}' is listed twice", user.name));
+            }
+            match (&user.password, &user.password_hash) {
+                (Some(_), Some(_)) => {
+                    return invalid(format!(
+                        "user '{}' has both password and password_hash",
+                        user.name
+                    ));
+                }
+                (None, None) => {
+                    return invalid(format!(
+                        "user '{}' has neither password nor password_hash",
+                        user.name
+                    ));
+                }
+                (None, Some(hash)) => {
+                    crate::auth::PasswordHash::parse(hash)
+                        .map_err(|e| ConfigError::Invalid(format!("user '{}': {e}", user.name)))?;
+                }
+                (Some(_), None) => {}
+            }
+            for (vhost, perms) in &user.permissions {
+                if !self.vhosts.contains(vhost) {
+                    return invalid(format!(
+                        "user '{}' has permissions on unknown vhost '{vhost}'",
+                        user.name
+                    ));
+                }
+                crate::auth::Permissions::compile(perms).map_err(|e| {
+                    ConfigError::Invalid(format!("user '{}' on vhost '{vhost}': {e}", user.name))
+                })?;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_rabbitmqs() {
+        let c = ServerConfig::from_toml("").unwrap();
+        assert_eq!(c.listen, "127.0.0.1:5673".parse().unwrap());
+        assert_eq!(c.limits.frame_max, 131_072);
+        assert_eq!(c.limits.channel_max, 2047);
+        assert_eq!(c.limits.heartbeat, 60);
+        assert_eq!(c.limits.handshake_timeout_ms, 10_000);
+        assert_eq!(c.vhosts, vec!["/"]);
+        assert_eq!(c.loopback_users, vec!["guest"]);
+        assert_eq!(c.users[0].name, "guest");
+    }
+
+    #[test]
+    fn unknown_keys_are_refused_by_name() {
+        let e = ServerConfig::from_toml("listen = \"127.0.0.1:1\"\ntls = true\n").unwrap_err();
+        assert!(e.to_string().contains("tls"), "{e}");
+        let e = ServerConfig::from_toml("[limits]\nframe_maximum = 5\n").unwrap_err();
+        assert!(e.to_string().contains("frame_maximum"), "{e}");
+    }
+
+    #[test]
+    fn a_full_file_parses() {
+        let c = ServerConfig::from_toml(
+            r#"
+            listen = "0.0.0.0:5800"
+            vhosts = ["/", "prod"]
+            loopback_users = []
+            [limits]
+            frame_max = 8192
+            channel_max = 16
+            heartbeat = 5
+            max_connections = 10
+            [[users]]
+            name = "app"
+            password_hash = "kI3GCqG+cq65rBQ9tiUUCREygKhmilKrZEWKSz+H0FJ1fk4/"
+            tags = ["management"]
+            permissions = { prod = { configure = "^app\\.", write = ".*", read = ".*" } }
+            "#,
+        )
+        .unwrap();
+        assert_eq!(c.limits.frame_max, 8192);
+        assert_eq!(c.limits.max_connections, Some(10));
+        assert_eq!(c.users[0].permissions["prod"].configure, "^app\\.");
+    }
+
+    #[test]
+    fn inconsistent_files_are_refused() {
+        for (text, needle) in [
+            ("[limits]\nframe_max = 100\n", "frame_max"),
+            ("[[users]]\nname = \"a\"\n", "neither"),
+            (
+                "[[users]]\nname = \"a\"\npassword = \"x\"\npassword_hash = \"y\"\n",
+                "both",
+            ),
+            (
+                "[[users]]\nname = \"a\"\npassword = \"x\"\npermissions = { nope = { configure = \"\", write = \"\", read = \"\" } }\n",
+                "unknown vhost",
+            ),
+            (
+                "[[users]]\nname = \"a\"\npassword = \"x\"\npermissions = { \"/\" = { configure = \"(\", write = \"\", read = \"\" } }\n",
+                "regex",
+            ),
+            ("[[users]]\nname = \"a\"\npassword_hash = \"!!\"\n", "hash"),
+        ] {
+            let e = ServerConfig::from_toml(text).unwrap_err().to_string();
+            assert!(e.contains(needle), "{text}: {e}");
+        }
+    }
+}

@@ -1,0 +1,898 @@
+//! One connection's life after the handshake: the read loop (frames to methods, content
+//! assembly, publishing, the memory alarm), the channels' engine events, heartbeats, the
+//! writer task with its bounded output, and closing in both directions.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::task::Poll;
+use std::time::Duration;
+
+use amq_protocol::frame::AMQPContentHeader;
+use amq_protocol::protocol::{AMQPClass, BasicProperties, basic, connection};
+use bytes::{Bytes, BytesMut};
+use stream_engine::{
+    Broker, Channel, ChannelEvent, ChannelEvents, Connection, PublishOptions, TryPublish,
+};
+use tokio::io::AsyncWriteExt;
+use tokio::net::tcp::OwnedWriteHalf;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use crate::auth::User;
+use crate::convert::{message_from_wire, properties_to_wire, short};
+use crate::envelope::WireEnvelope;
+use crate::handshake::{Agreed, ClientCaps, ReadError, Reader};
+use crate::reply::{self, Close, Fault};
+use crate::wire::{self, Encoder, RawFrame};
+
+/// Entries (each a batch of encoded frames) the writer may have queued: with the consumer
+/// pumps' chunk size this bounds what a connection buffers for a socket that does not drain.
+const OUTPUT_DEPTH: usize = 32;
+
+/// A publish being assembled from its method, content header and body frames.
+#[derive(Debug)]
+pub struct Assembly {
+    pub exchange: String,
+    pub routing_key: String,
+    pub mandatory: bool,
+    pub header: Option<(BasicProperties, u64)>,
+    pub body: BytesMut,
+}
+
+/// A publish the memory alarm holds back: the connection stops reading until it goes.
+#[derive(Debug)]
+struct Stalled<E: WireEnvelope> {
+    channel: u16,
+    exchange: String,
+    routing_key: String,
+    mandatory: bool,
+    message: Box<E::Message>,
+}
+
+/// An open channel.
+#[derive(Debug)]
+pub struct ChannelState<E: WireEnvelope> {
+    pub engine: Channel<E>,
+    pub events: ChannelEvents<E>,
+    pub assembly: Option<Assembly>,
+    pub flow: watch::Sender<bool>,
+    pub consumers: HashMap<String, JoinHandle<()>>,
+    /// Confirms of immediate publishes not yet sent: the first and last sequence number of a
+    /// contiguous run of acks (sent as one `multiple` ack).
+    pub acks: Option<(u64, u64)>,
+    /// Confirms waiting for the message store; while any is out, acks are sent singly.
+    pub pending_confirms: Arc<std::sync::atomic::AtomicUsize>,
+    /// The queue last declared on the channel (what an empty queue name means).
+    pub last_queue: Option<String>,
+}
+
+/// A channel number's state.
+#[derive(Debug)]
+pub enum Slot<E: WireEnvelope> {
+    /// Open.
+    Open(Box<ChannelState<E>>),
+    /// We sent `channel.close` and wait for `close-ok`; other frames are dropped.
+    Closing,
+}
+
+/// A connection after its handshake.
+#[derive(Debug)]
+pub struct Conn<E: WireEnvelope> {
+    pub peer: SocketAddr,
+    pub user: Arc<User>,
+    pub vhost: String,
+    pub broker: Broker<E>,
+    pub engine: Connection<E>,
+    pub out: mpsc::Sender<Bytes>,
+    pub frame_max: usize,
+    pub channel_max: u16,
+    pub max_message_size: u64,
+    pub caps: ClientCaps,
+    pub channels: HashMap<u16, Slot<E>>,
+    blocked_sent: bool,
+    stalled: Option<Stalled<E>>,
+}
+
+/// How a connection ended, for the log.
+#[derive(Debug)]
+pub enum Ended {
+    /// The client closed it (`connection.close`).
+    ClientClosed,
+    /// The socket closed or failed.
+    Dropped(String),
+    /// We closed it with this reply.
+    Closed(Close),
+    /// Missed heartbeats.
+    HeartbeatTimeout,
+}
+
+impl std::fmt::Display for Ended {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Ended::ClientClosed => f.write_str("closed by the client"),
+            Ended::Dropped(why) => write!(f, "socket closed: {why}"),
+            Ended::Closed(c) => write!(f, "closed by the server: {}", c.reply_text()),
+            Ended::HeartbeatTimeout => f.write_str("missed heartbeats from the client"),
+        }
+    }
+}
+
+/// The writer task: writes what the connection and its consumers queue, and a heartbeat when
+/// nothing was written for an interval. Returns when every sender is gone (after flushing).
+fn spawn_writer(
+    mut socket: OwnedWriteHalf,
+    mut rx: mpsc::Receiver<Bytes>,
+    heartbeat: Option<Duration>,
+) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut bufw = tokio::io::BufWriter::with_capacity(64 * 1024, &mut socket);
+        loop {
+            let next = match heartbeat {
+                Some(interval) => match tokio::time::timeout(interval, rx.recv()).await {
+                    Ok(next) => next,
+                    Err(_) => {
+                        let mut e = Encoder::new();
+                        e.heartbeat();
+                        Some(e.take())
+                    }
+                },
+                None => rx.recv().await,
+            };
+            let Some(bytes) = next else { break };
+            if bufw.write_all(&bytes).await.is_err() {
+                return;
+            }
+            while let Ok(more) = rx.try_recv() {
+                if bufw.write_all(&more).await.is_err() {
+                    return;
+                }
+            }
+            if bufw.flush().await.is_err() {
+                return;
+            }
+        }
+        let _ = bufw.flush().await;
+        let _ = socket.shutdown().await;
+    })
+}
+
+/// The class and method ids at the front of a method frame's payload.
+fn method_ids(payload: &[u8]) -> (u16, u16) {
+    match payload {
+        [a, b, c, d, ..] => (u16::from_be_bytes([*a, *b]), u16::from_be_bytes([*c, *d])),
+        _ => (0, 0),
+    }
+}
+
+impl<E: WireEnvelope> Conn<E> {
+    /// Serves an opened connection until it ends.
+    pub async fn serve(
+        agreed: Agreed,
+        mut reader: Reader,
+        socket: OwnedWriteHalf,
+        peer: SocketAddr,
+        broker: Broker<E>,
+        max_message_size: u64,
+        mut shutdown: watch::Receiver<bool>,
+    ) -> Ended {
+        let (out, rx) = mpsc::channel(OUTPUT_DEPTH);
+        let heartbeat =
+            (agreed.heartbeat > 0).then(|| Duration::from_secs(agreed.heartbeat.into()));
+        // As RabbitMQ: a heartbeat after half an interval without output; the client is
+        // dropped after two intervals without input.
+        let writer = spawn_writer(socket, rx, heartbeat.map(|h| h / 2));
+        let engine = broker.connect();
+        let mut conn = Conn {
+            peer,
+            user: agreed.user,
+            vhost: agreed.vhost,
+            broker,
+            engine,
+            out,
+            frame_max: agreed.frame_max,
+            channel_max: if agreed.channel_max == 0 {
+                u16::MAX
+            } else {
+                agreed.channel_max
+            },
+            max_message_size,
+            caps: agreed.caps,
+            channels: HashMap::new(),
+            blocked_sent: false,
+            stalled: None,
+        };
+        let ended = conn.run(&mut reader, heartbeat, &mut shutdown).await;
+        if let Ended::Closed(close) = &ended {
+            conn.close_connection(&mut reader, close).await;
+        }
+        conn.teardown().await;
+        drop(conn);
+        // Flushed once every sender is gone; a confirm still waiting for a slow store must not
+        // keep the socket open for long.
+        let abort = writer.abort_handle();
+        if tokio::time::timeout(Duration::from_secs(5), writer)
+            .await
+            .is_err()
+        {
+            abort.abort();
+        }
+        ended
+    }
+
+    async fn run(
+        &mut self,
+        reader: &mut Reader,
+        heartbeat: Option<Duration>,
+        shutdown: &mut watch::Receiver<bool>,
+    ) -> Ended {
+        let mut last_read = Instant::now();
+        // Half a heartbeat interval, and at least once a second while a publish is held back
+        // by the memory alarm (its Unblocked event is what normally resumes it).
+        let tick = heartbeat
+            .map_or(Duration::from_secs(1), |h| h / 2)
+            .clamp(Duration::from_millis(10), Duration::from_secs(1));
+        let mut ticker = tokio::time::interval(tick);
+        loop {
+            let reading = self.stalled.is_none();
+            tokio::select! {
+                _ = crate::server::stopped(shutdown) => {
+                    return Ended::Closed(Close::new(
+                        reply::CONNECTION_FORCED,
+                        "broker forced connection closure with reason 'shutdown'",
+                    ));
+                }
+                (channel, event) = next_event(&mut self.channels) => {
+                    if let Err(fault) = self.on_event(channel, event).await {
+                        if let Some(end) = self.fault(fault).await { return end; }
+                    }
+                }
+                read = reader.next(), if reading => {
+                    last_read = Instant::now();
+                    let frame = match read {
+                        Ok(Some(frame)) => frame,
+                        Ok(None) => return Ended::Dropped("end of stream".into()),
+                        Err(ReadError::Io(e)) => return Ended::Dropped(e.to_string()),
+                        Err(ReadError::Frame(e)) => {
+                            return Ended::Closed(Close::new(reply::FRAME_ERROR, e.to_string()));
+                        }
+                    };
+                    match self.on_frame(frame).await {
+                        Ok(true) => return Ended::ClientClosed,
+                        Ok(false) => {}
+                        Err(fault) => if let Some(end) = self.fault(fault).await { return end; },
+                    }
+                    if !reader.has_frame()
+                        && let Err(fault) = self.flush_acks().await
+                        && let Some(end) = self.fault(fault).await
+                    {
+                        return end;
+                    }
+                }
+                _ = ticker.tick() => {
+                    if let Some(interval) = heartbeat
+                        && reading
+                        && last_read.elapsed() > interval * 2
+                    {
+                        return Ended::HeartbeatTimeout;
+                    }
+                    if !reading && !self.broker.is_blocked()
+                        && let Err(fault) = self.retry_stalled().await
+                        && let Some(end) = self.fault(fault).await
+                    {
+                        return end;
+                    }
+                    if !reading {
+                        // Reading resumes with heartbeats counted afresh.
+                        last_read = Instant::now();
+                    }
+                }
+            }
+        }
+    }
+
+    /// Handles a fault: a channel close is sent and the connection goes on; otherwise the
+    /// connection ends.
+    async fn fault(&mut self, fault: Fault) -> Option<Ended> {
+        match fault {
+            Fault::Channel(channel, close) => {
+                tracing::debug!(peer = %self.peer, channel, reason = %close.reply_text(), "closing channel");
+                self.drop_channel(channel).await;
+                self.channels.insert(channel, Slot::Closing);
+                let method =
+                    AMQPClass::Channel(amq_protocol::protocol::channel::AMQPMethod::Close(
+                        amq_protocol::protocol::channel::Close {
+                            reply_code: close.code,
+                            reply_text: short(&close.reply_text()),
+                            class_id: close.class_id,
+                            method_id: close.method_id,
+                        },
+                    ));
+                match self.send_method(channel, method).await {
+                    Ok(()) => None,
+                    Err(_) => Some(Ended::Dropped("output closed".into())),
+                }
+            }
+            Fault::Connection(close) => Some(Ended::Closed(close)),
+            Fault::Gone => Some(Ended::Dropped("output closed".into())),
+        }
+    }
+
+    /// Sends `connection.close` and waits briefly for `close-ok`, dropping other frames.
+    async fn close_connection(&mut self, reader: &mut Reader, close: &Close) {
+        let method = AMQPClass::Connection(connection::AMQPMethod::Close(connection::Close {
+            reply_code: close.code,
+            reply_text: short(&close.reply_text()),
+            class_id: close.class_id,
+            method_id: close.method_id,
+        }));
+        if self.send_method(0, method).await.is_err() {
+            return;
+        }
+        let wait = async {
+            loop {
+                match reader.next().await {
+                    Ok(Some(f))
+                        if f.kind == wire::FRAME_METHOD
+                            && f.channel == 0
+                            && method_ids(&f.payload) == (10, 51) =>
+                    {
+                        return;
+                    }
+                    Ok(Some(_)) => continue,
+                    _ => return,
+                }
+            }
+        };
+        let _ = tokio::time::timeout(Duration::from_secs(3), wait).await;
+    }
+
+    /// Stops every consumer pump and closes every channel.
+    async fn teardown(&mut self) {
+        let ids: Vec<u16> = self.channels.keys().copied().collect();
+        for id in ids {
+            self.drop_channel(id).await;
+        }
+    }
+
+    /// Stops a channel's pumps and closes its engine channel (requeueing its unacked
+    /// deliveries); the slot is removed.
+    pub async fn drop_channel(&mut self, channel: u16) {
+        if let Some(Slot::Open(state)) = self.channels.remove(&channel) {
+            for (_, pump) in state.consumers {
+                pump.abort();
+                let _ = pump.await;
+            }
+            drop(state.engine);
+        }
+        if self.stalled.as_ref().is_some_and(|s| s.channel == channel) {
+            self.stalled = None;
+        }
+    }
+
+    /// Queues encoded frames for the writer.
+    pub async fn send(&mut self, bytes: Bytes) -> Result<(), Fault> {
+        self.out.send(bytes).await.map_err(|_| Fault::Gone)
+    }
+
+    /// Queues one method.
+    pub async fn send_method(&mut self, channel: u16, method: AMQPClass) -> Result<(), Fault> {
+        let mut e = Encoder::new();
+        e.method(channel, method);
+        self.send(e.take()).await
+    }
+
+    /// Handles a frame; `Ok(true)` when the client closed the connection.
+    async fn on_frame(&mut self, frame: RawFrame) -> Result<bool, Fault> {
+        match frame.kind {
+            wire::FRAME_HEARTBEAT => {
+                if frame.channel != 0 {
+                    return Err(Fault::connection(
+                        reply::UNEXPECTED_FRAME,
+                        format!("heartbeat frame on channel {}", frame.channel),
+                    ));
+                }
+                Ok(false)
+            }
+            wire::FRAME_METHOD => self.on_method_frame(frame).await,
+            _ if frame.channel == 0 => Err(Self::unexpected("content frame on channel 0")),
+            wire::FRAME_HEADER => self.on_header(frame).await.map(|()| false),
+            _ => self.on_body(frame).await.map(|()| false),
+        }
+    }
+
+    async fn on_method_frame(&mut self, frame: RawFrame) -> Result<bool, Fault> {
+        let ids = method_ids(&frame.payload);
+        let method = match amq_protocol::protocol::parse_class(&frame.payload[..]) {
+            Ok(([], method)) => method,
+            Ok(_) => {
+                return Err(Fault::Connection(
+                    Close::new(reply::SYNTAX_ERROR, "method frame has trailing octets").on(ids),
+                ));
+            }
+            Err(_) => {
+                return Err(Fault::Connection(
+                    Close::new(
+                        reply::COMMAND_INVALID,
+                        format!(
+                            "unknown or malformed method (class {}, method {})",
+                            ids.0, ids.1
+                        ),
+                    )
+                    .on(ids),
+                ));
+            }
+        };
+        let channel = frame.channel;
+        if ids == (60, 10) && frame.payload.get(4..8) != Some(&[0, 0, 0, 0]) {
+            // amq-protocol drops basic.qos's prefetch-size; RabbitMQ refuses a non-zero one.
+            let size = frame
+                .payload
+                .get(4..8)
+                .map_or(0, |b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]));
+            return Err(Fault::Connection(
+                Close::new(reply::NOT_IMPLEMENTED, format!("prefetch_size!=0 ({size})")).on(ids),
+            ));
+        }
+        if channel == 0 {
+            return self.on_connection_method(method, ids).await;
+        }
+        if let AMQPClass::Connection(_) = method {
+            return Err(Fault::Connection(
+                Close::new(
+                    reply::COMMAND_INVALID,
+                    format!("connection method on channel {channel}"),
+                )
+                .on(ids),
+            ));
+        }
+        if let Some(Slot::Open(state)) = self.channels.get(&channel)
+            && state.assembly.is_some()
+        {
+            return Err(Fault::Connection(
+                Close::new(
+                    reply::UNEXPECTED_FRAME,
+                    "expected content header for class 60, got non content header frame instead",
+                )
+                .on(ids),
+            ));
+        }
+        self.on_channel_method(channel, method, ids).await?;
+        Ok(false)
+    }
+
+    async fn on_connection_method(
+        &mut self,
+        method: AMQPClass,
+        ids: (u16, u16),
+    ) -> Result<bool, Fault> {
+        match method {
+            AMQPClass::Connection(connection::AMQPMethod::Close(_)) => {
+                self.send_method(
+                    0,
+                    AMQPClass::Connection(connection::AMQPMethod::CloseOk(connection::CloseOk {})),
+                )
+                .await?;
+                Ok(true)
+            }
+            // A reply to a close we sent is handled where we wait for it.
+            AMQPClass::Connection(connection::AMQPMethod::CloseOk(_)) => Ok(true),
+            AMQPClass::Connection(connection::AMQPMethod::UpdateSecret(_)) => {
+                // RabbitMQ's answer when a backend refuses the new secret: passwords from
+                // the configuration are not renewable secrets.
+                Err(Fault::Connection(
+                    Close::new(
+                        reply::NOT_ALLOWED,
+                        "New secret was refused by one of the backends",
+                    )
+                    .on(ids),
+                ))
+            }
+            AMQPClass::Connection(_) => Err(Fault::Connection(
+                Close::new(
+                    reply::CHANNEL_ERROR,
+                    "unexpected method in connection state running",
+                )
+                .on(ids),
+            )),
+            _ => Err(Fault::Connection(
+                Close::new(reply::COMMAND_INVALID, "non-connection method on channel 0").on(ids),
+            )),
+        }
+    }
+
+    fn unexpected(text: &str) -> Fault {
+        Fault::connection(reply::UNEXPECTED_FRAME, text)
+    }
+
+    async fn on_header(&mut self, frame: RawFrame) -> Result<(), Fault> {
+        let channel = frame.channel;
+        let max = self.max_message_size;
+        let state = match self.channels.get_mut(&channel) {
+            Some(Slot::Closing) => return Ok(()),
+            Some(Slot::Open(state)) => state,
+            None => {
+                return Err(Fault::connection(
+                    reply::CHANNEL_ERROR,
+                    format!("expected 'channel.open' on channel {channel}"),
+                ));
+            }
+        };
+        let Some(assembly) = state.assembly.as_mut().filter(|a| a.header.is_none()) else {
+            return Err(Self::unexpected(
+                "expected method frame, got non method frame instead",
+            ));
+        };
+        let header: AMQPContentHeader =
+            match amq_protocol::frame::parsing::parse_content_header(&frame.payload[..]) {
+                Ok(([], h)) => h,
+                _ => {
+                    return Err(Fault::connection(
+                        reply::SYNTAX_ERROR,
+                        "cannot decode the content header",
+                    ));
+                }
+            };
+        if header.class_id != 60 {
+            return Err(Self::unexpected(&format!(
+                "content header for class {} does not match method class 60",
+                header.class_id
+            )));
+        }
+        if header.body_size > max {
+            state.assembly = None;
+            return Err(Fault::Channel(
+                channel,
+                Close::new(
+                    reply::PRECONDITION_FAILED,
+                    format!(
+                        "message size {} is larger than configured max size {max}",
+                        header.body_size
+                    ),
+                )
+                .on((60, 40)),
+            ));
+        }
+        let size = header.body_size;
+        assembly.header = Some((header.properties, size));
+        // Grown as body frames arrive, not trusted from the header.
+        assembly.body.reserve((size as usize).min(1 << 20));
+        if size == 0 {
+            return self.publish(channel).await;
+        }
+        Ok(())
+    }
+
+    async fn on_body(&mut self, frame: RawFrame) -> Result<(), Fault> {
+        let channel = frame.channel;
+        let state = match self.channels.get_mut(&channel) {
+            Some(Slot::Closing) => return Ok(()),
+            Some(Slot::Open(state)) => state,
+            None => {
+                return Err(Fault::connection(
+                    reply::CHANNEL_ERROR,
+                    format!("expected 'channel.open' on channel {channel}"),
+                ));
+            }
+        };
+        let Some(assembly) = state.assembly.as_mut() else {
+            return Err(Self::unexpected(
+                "expected method frame, got non method frame instead",
+            ));
+        };
+        let Some((_, size)) = assembly.header.as_ref() else {
+            return Err(Self::unexpected(
+                "expected content header for class 60, got non content header frame instead",
+            ));
+        };
+        let size = *size;
+        if assembly.body.len() as u64 + frame.payload.len() as u64 > size {
+            return Err(Self::unexpected(&format!(
+                "content body exceeds the declared size {size}"
+            )));
+        }
+        assembly.body.extend_from_slice(&frame.payload);
+        if assembly.body.len() as u64 == size {
+            return self.publish(channel).await;
+        }
+        Ok(())
+    }
+
+    /// Publishes the assembled message of a channel.
+    async fn publish(&mut self, channel: u16) -> Result<(), Fault> {
+        let Some(Slot::Open(state)) = self.channels.get_mut(&channel) else {
+            return Ok(());
+        };
+        let Some(Assembly {
+            exchange,
+            routing_key,
+            mandatory,
+            header: Some((properties, _)),
+            body,
+        }) = state.assembly.take()
+        else {
+            return Ok(());
+        };
+        let message = E::from_wire(message_from_wire(&properties, body.freeze()));
+        self.try_publish(channel, exchange, routing_key, mandatory, message)
+            .await
+    }
+
+    async fn try_publish(
+        &mut self,
+        channel: u16,
+        exchange: String,
+        routing_key: String,
+        mandatory: bool,
+        message: E::Message,
+    ) -> Result<(), Fault> {
+        let Some(Slot::Open(state)) = self.channels.get_mut(&channel) else {
+            return Ok(());
+        };
+        let published = state.engine.try_basic_publish(
+            &exchange,
+            &routing_key,
+            PublishOptions { mandatory },
+            message,
+        );
+        match published {
+            TryPublish::Done(Ok(outcome)) => {
+                // Returns of this publish go out before its confirm.
+                self.drain_events(channel).await?;
+                if let Some(seq) = outcome.seq {
+                    self.confirm(channel, seq, outcome.is_ack()).await?;
+                }
+                Ok(())
+            }
+            TryPublish::Done(Err(e)) => Err(Fault::engine(channel, e, (60, 40))),
+            TryPublish::Pending(pending) => {
+                self.drain_events(channel).await?;
+                self.flush_acks().await?;
+                let Some(Slot::Open(state)) = self.channels.get_mut(&channel) else {
+                    return Ok(());
+                };
+                let out = self.out.clone();
+                let counter = state.pending_confirms.clone();
+                counter.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+                tokio::spawn(async move {
+                    let (seq, ack) = match pending.wait().await {
+                        Ok(o) => (o.seq, o.is_ack()),
+                        Err(_) => (None, false),
+                    };
+                    counter.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+                    if let Some(seq) = seq {
+                        let _ = out.send(confirm_frame(channel, seq, false, ack)).await;
+                    }
+                });
+                Ok(())
+            }
+            TryPublish::Blocked(message) => {
+                self.stalled = Some(Stalled {
+                    channel,
+                    exchange,
+                    routing_key,
+                    mandatory,
+                    message,
+                });
+                self.notify_blocked("low on memory").await
+            }
+        }
+    }
+
+    async fn retry_stalled(&mut self) -> Result<(), Fault> {
+        if let Some(s) = self.stalled.take() {
+            self.try_publish(
+                s.channel,
+                s.exchange,
+                s.routing_key,
+                s.mandatory,
+                *s.message,
+            )
+            .await?;
+        }
+        Ok(())
+    }
+
+    async fn notify_blocked(&mut self, reason: &str) -> Result<(), Fault> {
+        if self.caps.blocked && !self.blocked_sent {
+            self.blocked_sent = true;
+            self.send_method(
+                0,
+                AMQPClass::Connection(connection::AMQPMethod::Blocked(connection::Blocked {
+                    reason: short(reason),
+                })),
+            )
+            .await?;
+        }
+        Ok(())
+    }
+
+    /// Records an immediate confirm: acks in a row are sent as one `multiple` ack.
+    async fn confirm(&mut self, channel: u16, seq: u64, ack: bool) -> Result<(), Fault> {
+        let Some(Slot::Open(state)) = self.channels.get_mut(&channel) else {
+            return Ok(());
+        };
+        let no_pending = state
+            .pending_confirms
+            .load(std::sync::atomic::Ordering::Acquire)
+            == 0;
+        if ack && no_pending {
+            match &mut state.acks {
+                Some((_, last)) if *last + 1 == seq => {
+                    *last = seq;
+                    return Ok(());
+                }
+                None => {
+                    state.acks = Some((seq, seq));
+                    return Ok(());
+                }
+                Some(_) => {}
+            }
+        }
+        let before = state.acks.take();
+        if let Some((first, last)) = before {
+            self.send(confirm_frame(channel, last, first != last, true))
+                .await?;
+        }
+        if ack && no_pending {
+            if let Some(Slot::Open(state)) = self.channels.get_mut(&channel) {
+                state.acks = Some((seq, seq));
+            }
+            Ok(())
+        } else {
+            self.send(confirm_frame(channel, seq, false, ack)).await
+        }
+    }
+
+    /// Sends the acks held back for coalescing.
+    pub async fn flush_acks(&mut self) -> Result<(), Fault> {
+        let mut e = Encoder::new();
+        for (id, slot) in self.channels.iter_mut() {
+            if let Slot::Open(state) = slot
+                && let Some((first, last)) = state.acks.take()
+            {
+                e.method(*id, confirm_method(last, first != last, true));
+            }
+        }
+        if e.is_empty() {
+            return Ok(());
+        }
+        self.send(e.take()).await
+    }
+
+    /// Handles the events a channel has queued now (returns after a publish).
+    pub async fn drain_events(&mut self, channel: u16) -> Result<(), Fault> {
+        loop {
+            let Some(Slot::Open(state)) = self.channels.get_mut(&channel) else {
+                return Ok(());
+            };
+            match state.events.try_recv() {
+                Ok(event) => Box::pin(self.on_event(channel, Some(event))).await?,
+                Err(_) => return Ok(()),
+            }
+        }
+    }
+
+    async fn on_event(
+        &mut self,
+        channel: u16,
+        event: Option<ChannelEvent<E>>,
+    ) -> Result<(), Fault> {
+        let Some(event) = event else {
+            return Ok(());
+        };
+        match event {
+            ChannelEvent::Return {
+                reply_code,
+                reply_text,
+                body,
+            } => {
+                self.flush_acks().await?;
+                let message = E::to_wire(&body);
+                let mut e = Encoder::new();
+                e.method(
+                    channel,
+                    AMQPClass::Basic(basic::AMQPMethod::Return(basic::Return {
+                        reply_code,
+                        reply_text: short(&reply_text),
+                        exchange: short(E::exchange(&body)),
+                        routing_key: short(E::routing_key(&body)),
+                    })),
+                );
+                e.content(
+                    channel,
+                    properties_to_wire(&message),
+                    &message.payload,
+                    self.frame_max,
+                );
+                self.send(e.take()).await
+            }
+            ChannelEvent::ConsumerCancelled { consumer_tag } => {
+                if let Some(Slot::Open(state)) = self.channels.get_mut(&channel) {
+                    state.consumers.remove(&consumer_tag);
+                }
+                if self.caps.cancel_notify {
+                    self.send_method(
+                        channel,
+                        AMQPClass::Basic(basic::AMQPMethod::Cancel(basic::Cancel {
+                            consumer_tag: short(&consumer_tag),
+                            nowait: true,
+                        })),
+                    )
+                    .await?;
+                }
+                Ok(())
+            }
+            ChannelEvent::Blocked { reason } => {
+                // RabbitMQ tells a client that can take it as the alarm goes off.
+                self.notify_blocked(&reason).await
+            }
+            ChannelEvent::Unblocked => {
+                if self.blocked_sent {
+                    self.blocked_sent = false;
+                    self.send_method(
+                        0,
+                        AMQPClass::Connection(connection::AMQPMethod::Unblocked(
+                            connection::Unblocked {},
+                        )),
+                    )
+                    .await?;
+                }
+                self.retry_stalled().await
+            }
+            ChannelEvent::Closed { error } => Err(Fault::engine(channel, error, (0, 0))),
+            ChannelEvent::Ack { seq, multiple } => {
+                self.flush_acks().await?;
+                self.send(confirm_frame(channel, seq, multiple, true)).await
+            }
+            ChannelEvent::Nack { seq, multiple } => {
+                self.flush_acks().await?;
+                self.send(confirm_frame(channel, seq, multiple, false))
+                    .await
+            }
+        }
+    }
+}
+
+fn confirm_method(seq: u64, multiple: bool, ack: bool) -> AMQPClass {
+    AMQPClass::Basic(if ack {
+        basic::AMQPMethod::Ack(basic::Ack {
+            delivery_tag: seq,
+            multiple,
+        })
+    } else {
+        basic::AMQPMethod::Nack(basic::Nack {
+            delivery_tag: seq,
+            multiple,
+            requeue: false,
+        })
+    })
+}
+
+fn confirm_frame(channel: u16, seq: u64, multiple: bool, ack: bool) -> Bytes {
+    let mut e = Encoder::new();
+    e.method(channel, confirm_method(seq, multiple, ack));
+    e.take()
+}
+
+/// The next engine event of any open channel (pending while there is none).
+async fn next_event<E: WireEnvelope>(
+    channels: &mut HashMap<u16, Slot<E>>,
+) -> (u16, Option<ChannelEvent<E>>) {
+    std::future::poll_fn(|cx| {
+        for (id, slot) in channels.iter_mut() {
+            if let Slot::Open(state) = slot
+                && let Poll::Ready(event) = state.events.poll_recv(cx)
+            {
+                if event.is_none() {
+                    // The engine dropped the channel's sender; nothing more will come.
+                    continue;
+                }
+                return Poll::Ready((*id, event));
+            }
+        }
+        Poll::Pending
+    })
+    .await
+}

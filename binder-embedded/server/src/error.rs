@@ -1,0 +1,28 @@
+//! The server's own errors (a refused configuration, a listener that cannot bind).
+
+use std::io;
+
+/// Why a [`Server`](crate::Server) could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    /// The configuration is invalid.
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
+    /// A configured virtual host has no broker, or a broker was given for a virtual host the
+    /// configuration does not name.
+    #[error("virtual host '{vhost}' {problem}")]
+    VhostMismatch {
+        /// The virtual host.
+        vhost: String,
+        /// What is wrong with it.
+        problem: &'static str,
+    },
+    /// The listen address could not be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: std::net::SocketAddr,
+        /// The system's error.
+        source: io::Error,
+    },
+}

@@ -1,0 +1,37 @@
+//! `stream-broker`: an AMQP 0-9-1 listener in front of the [`stream_engine`] broker.
+//!
+//! A [`Server`] accepts TCP connections and speaks AMQP 0-9-1 to them as RabbitMQ does
+//! (connection handshake with SASL `PLAIN`/`AMQPLAIN`, tune, heartbeats, channels, exchanges,
+//! queues, basic, confirm, tx), driving one engine [`Broker`](stream_engine::Broker) per
+//! virtual host. Users, permissions and limits come from a [`ServerConfig`]; the standalone
+//! `stream-broker` binary reads one from a TOML file, a service embedding the engine passes
+//! its own brokers to [`Server::bind`].
+//!
+//! Modules, one concept each:
+//! * [`config`]: what the server is told (listen address, vhosts, users, limits) and its TOML
+//!   form;
+//! * [`auth`]: SASL mechanisms, password hashes, permissions and the loopback rule;
+//! * `wire`: frames on the socket (decoding with the size limit, encoding with body
+//!   splitting);
+//! * `convert`: engine messages and field tables to and from amq-protocol's types;
+//! * [`envelope`]: how a broker's records become wire messages ([`WireEnvelope`]);
+//! * `handshake`, `connection`, `channel`, `consumer`: one connection's life;
+//! * [`server`]: the listener and graceful shutdown.
+
+pub mod auth;
+mod channel;
+pub mod config;
+mod connection;
+mod consumer;
+mod convert;
+pub mod envelope;
+mod error;
+mod handshake;
+mod reply;
+pub mod server;
+mod wire;
+
+pub use config::{ConfigError, Limits, PermissionConfig, ServerConfig, UserConfig};
+pub use envelope::WireEnvelope;
+pub use error::ServerError;
+pub use server::Server;

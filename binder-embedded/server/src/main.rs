@@ -1,0 +1,79 @@
+//! `stream-broker`: the bundled broker as a standalone AMQP 0-9-1 server.
+//!
+//! `stream-broker [--config FILE] [--listen ADDR]`; ctrl-c or SIGTERM shuts it down
+//! gracefully (connections are closed with 320 CONNECTION_FORCED).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Parser;
+use stream_broker::{Server, ServerConfig};
+
+/// The bundled broker on the network: an AMQP 0-9-1 server.
+#[derive(Debug, Parser)]
+#[command(name = "stream-broker", version)]
+struct Args {
+    /// A TOML configuration file (listen address, vhosts, users, limits).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Where to listen (overrides the file's `listen`; default 127.0.0.1:5673).
+    #[arg(long)]
+    listen: Option<SocketAddr>,
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::INFO)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
+        .init();
+    let args = Args::parse();
+    let mut config = match &args.config {
+        Some(path) => match ServerConfig::from_file(path) {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("stream-broker: {e}");
+                return ExitCode::FAILURE;
+            }
+        },
+        None => ServerConfig::default(),
+    };
+    if let Some(listen) = args.listen {
+        config.listen = listen;
+    }
+    let server = match Server::standalone(config).await {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("stream-broker: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    wait_for_signal().await;
+    tracing::info!("shutting down");
+    server.shutdown().await;
+    ExitCode::SUCCESS
+}
+
+/// Ctrl-c, or SIGTERM on Unix.
+async fn wait_for_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}

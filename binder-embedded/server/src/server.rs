@@ -1,0 +1,246 @@
+//! The listener: accepts connections, runs each one's handshake and life, and shuts down
+//! gracefully (stop accepting, close every connection with 320 CONNECTION_FORCED, flush).
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use stream_engine::{Broker, BrokerConfig, Native};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+use tokio::task::{JoinHandle, JoinSet};
+
+use crate::auth::Users;
+use crate::config::{Limits, ServerConfig};
+use crate::connection::Conn;
+use crate::envelope::WireEnvelope;
+use crate::error::ServerError;
+use crate::handshake::{self, Reader, Refused, Terms};
+
+#[derive(Debug)]
+struct Shared<E: WireEnvelope> {
+    users: Users,
+    limits: Limits,
+    brokers: HashMap<String, Broker<E>>,
+    open: AtomicUsize,
+}
+
+/// A running AMQP 0-9-1 listener over one engine broker per virtual host.
+///
+/// ```no_run
+/// # async fn run() -> Result<(), stream_broker::ServerError> {
+/// use stream_broker::{Server, ServerConfig};
+/// let server = Server::standalone(ServerConfig::default()).await?;
+/// println!("listening on {}", server.local_addr());
+/// server.shutdown().await;
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct Server<E: WireEnvelope = Native> {
+    local_addr: SocketAddr,
+    stop: watch::Sender<bool>,
+    accept: JoinHandle<()>,
+    shared: Arc<Shared<E>>,
+}
+
+impl Server<Native> {
+    /// Binds a server that creates its own brokers, one per configured virtual host (with
+    /// the configuration's `memory_high_watermark`).
+    pub async fn standalone(config: ServerConfig) -> Result<Self, ServerError> {
+        let mut brokers = HashMap::new();
+        for vhost in &config.vhosts {
+            let mut engine = BrokerConfig {
+                vhost: vhost.clone(),
+                ..BrokerConfig::default()
+            };
+            if let Some(watermark) = config.memory_high_watermark {
+                engine.memory_high_watermark = Some(watermark);
+            }
+            brokers.insert(vhost.clone(), Broker::with_config(engine));
+        }
+        let config = ServerConfig {
+            memory_high_watermark: None,
+            ..config
+        };
+        Self::bind(config, brokers).await
+    }
+}
+
+impl<E: WireEnvelope> Server<E> {
+    /// Binds a server over these brokers, one per virtual host; the configuration's
+    /// `vhosts` must name exactly them. `memory_high_watermark` belongs to brokers the
+    /// server creates ([`Server::standalone`]) and is refused here: set it on the brokers.
+    pub async fn bind(
+        config: ServerConfig,
+        brokers: HashMap<String, Broker<E>>,
+    ) -> Result<Self, ServerError> {
+        if config.memory_high_watermark.is_some() {
+            return Err(crate::ConfigError::Invalid(
+                "memory_high_watermark is set on the brokers passed to Server::bind, not in its configuration".into(),
+            )
+            .into());
+        }
+        for vhost in &config.vhosts {
+            if !brokers.contains_key(vhost) {
+                return Err(ServerError::VhostMismatch {
+                    vhost: vhost.clone(),
+                    problem: "is configured but has no broker",
+                });
+            }
+        }
+        for vhost in brokers.keys() {
+            if !config.vhosts.contains(vhost) {
+                return Err(ServerError::VhostMismatch {
+                    vhost: vhost.clone(),
+                    problem: "has a broker but is not configured",
+                });
+            }
+        }
+        let users = Users::from_config(&config)?;
+        let listener =
+            TcpListener::bind(config.listen)
+                .await
+                .map_err(|source| ServerError::Bind {
+                    addr: config.listen,
+                    source,
+                })?;
+        let local_addr = listener.local_addr().map_err(|source| ServerError::Bind {
+            addr: config.listen,
+            source,
+        })?;
+        let shared = Arc::new(Shared {
+            users,
+            limits: config.limits,
+            brokers,
+            open: AtomicUsize::new(0),
+        });
+        let (stop, stop_rx) = watch::channel(false);
+        let accept = tokio::spawn(accept_loop(listener, shared.clone(), stop_rx));
+        tracing::info!(%local_addr, "stream-broker listening");
+        Ok(Server {
+            local_addr,
+            stop,
+            accept,
+            shared,
+        })
+    }
+
+    /// The address the server listens on (with the port chosen when bound to port 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// Connections open now (past their handshake).
+    pub fn connections(&self) -> usize {
+        self.shared.open.load(Ordering::Acquire)
+    }
+
+    /// Stops accepting, closes every connection with 320 CONNECTION_FORCED (waiting briefly
+    /// for each client's close-ok), flushes, and returns once every connection has ended.
+    pub async fn shutdown(self) {
+        self.stop.send_replace(true);
+        let _ = self.accept.await;
+        tracing::info!(local_addr = %self.local_addr, "stream-broker stopped");
+    }
+}
+
+async fn accept_loop<E: WireEnvelope>(
+    listener: TcpListener,
+    shared: Arc<Shared<E>>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut connections = JoinSet::new();
+    loop {
+        tokio::select! {
+            _ = stopped(&mut stop) => break,
+            accepted = listener.accept() => match accepted {
+                Ok((socket, peer)) => {
+                    connections.spawn(connection(socket, peer, shared.clone(), stop.clone()));
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept failed");
+                    // Out of descriptors and the like: do not spin.
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                }
+            },
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+        }
+    }
+    drop(listener);
+    while connections.join_next().await.is_some() {}
+}
+
+async fn connection<E: WireEnvelope>(
+    socket: TcpStream,
+    peer: SocketAddr,
+    shared: Arc<Shared<E>>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let _ = socket.set_nodelay(true);
+    let (read, mut write) = socket.into_split();
+    let mut reader = Reader::new(read, shared.limits.frame_max as usize);
+    let vhost_exists = |v: &str| shared.brokers.contains_key(v);
+    let max = shared.limits.max_connections;
+    let take_slot = || {
+        shared
+            .open
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (max.is_none_or(|m| n < m)).then_some(n + 1)
+            })
+            .is_ok()
+    };
+    let terms = Terms {
+        users: &shared.users,
+        limits: &shared.limits,
+        vhost_exists: &vhost_exists,
+        take_slot: &take_slot,
+    };
+    let handshake = tokio::time::timeout(
+        shared.limits.handshake_timeout(),
+        handshake::run(&mut reader, &mut write, peer, &terms),
+    );
+    let agreed = tokio::select! {
+        _ = stopped(&mut stop) => return,
+        result = handshake => match result {
+            Err(_) => {
+                tracing::info!(%peer, "closing connection: handshake timeout");
+                return;
+            }
+            Ok(Err(Refused::Closed(close))) => {
+                tracing::info!(%peer, reason = %close.reply_text(), "refused connection");
+                handshake::close(&mut reader, &mut write, &close).await;
+                return;
+            }
+            Ok(Err(e)) => {
+                tracing::info!(%peer, reason = %e, "refused connection");
+                return;
+            }
+            Ok(Ok(agreed)) => agreed,
+        },
+    };
+    let user = agreed.user.name.clone();
+    let vhost = agreed.vhost.clone();
+    let Some(broker) = shared.brokers.get(&vhost).cloned() else {
+        shared.open.fetch_sub(1, Ordering::AcqRel);
+        return;
+    };
+    tracing::info!(%peer, %user, %vhost, "connection opened");
+    let ended = Conn::serve(
+        agreed,
+        reader,
+        write,
+        peer,
+        broker,
+        shared.limits.max_message_size,
+        stop,
+    )
+    .await;
+    shared.open.fetch_sub(1, Ordering::AcqRel);
+    tracing::info!(%peer, %user, %vhost, reason = %ended, "connection closed");
+}
+
+/// Resolves once the stop signal is set (or its sender is gone).
+pub(crate) async fn stopped(stop: &mut watch::Receiver<bool>) {
+    let _ = stop.wait_for(|s| *s).await;
+}

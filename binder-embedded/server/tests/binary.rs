@@ -1,0 +1,75 @@
+//! The `stream-broker` binary: starts from a TOML file, serves, and shuts down gracefully on
+//! SIGTERM.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+#[test]
+fn the_binary_serves_and_stops_on_sigterm() {
+    let dir = std::env::temp_dir().join(format!("stream-broker-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("broker.toml");
+    std::fs::write(
+        &file,
+        "vhosts = [\"/\"]\n[limits]\nheartbeat = 30\n[[users]]\nname = \"guest\"\npassword = \"guest\"\npermissions = { \"/\" = { configure = \".*\", write = \".*\", read = \".*\" } }\n",
+    )
+    .unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_stream-broker"))
+        .args([
+            "--config",
+            file.to_str().unwrap(),
+            "--listen",
+            "127.0.0.1:0",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut addr = None;
+    for line in stdout.lines() {
+        let line = line.unwrap();
+        if let Some(rest) = line.split("local_addr=").nth(1) {
+            addr = Some(rest.split_whitespace().next().unwrap().to_owned());
+            break;
+        }
+    }
+    let addr = addr.expect("no listening line");
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let conn = lapin::Connection::connect(
+            &format!("amqp://guest:guest@{addr}/%2f"),
+            Default::default(),
+        )
+        .await
+        .unwrap();
+        conn.create_channel().await.unwrap();
+        let status = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert!(!conn.status().connected());
+    });
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{status:?}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn an_unknown_key_stops_the_binary_with_its_name() {
+    let dir = std::env::temp_dir().join(format!("stream-broker-bad-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("broker.toml");
+    std::fs::write(&file, "listen = \"127.0.0.1:0\"\nlisten_backlog = 5\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_stream-broker"))
+        .args(["--config", file.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("listen_backlog"), "{err}");
+    let _ = std::fs::remove_dir_all(dir);
+}
