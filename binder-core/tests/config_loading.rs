@@ -57,11 +57,7 @@ server:
     assert_eq!(input.destination, "mqTestProduct");
     assert_eq!(input.group.as_deref(), Some("addProductHandler"));
     assert_eq!(
-        rabbit(input)
-            .consumer
-            .common
-            .binding_routing_key
-            .as_deref(),
+        rabbit(input).consumer.common.binding_routing_key.as_deref(),
         Some("addProduct.*")
     );
     let output = &cfg.bindings["outputProductAdd"];

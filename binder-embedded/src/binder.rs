@@ -25,6 +25,7 @@ use crate::engine::{
     ExchangeOptions, PublishOptions, PublishOutcome, QueueOptions, ReplyCode, TryPublish,
 };
 use crate::envelope as convert;
+use crate::listen::Listener;
 use crate::settings::{EmbeddedSettings, MemoryWatermark, PREFIX};
 
 /// The broker every `embedded` binder created from configuration shares, so services in one
@@ -60,7 +61,9 @@ fn create(environment: &config::Value) -> BinderResult<Arc<dyn Binder>> {
     if let Some(watermark) = settings.memory_high_watermark {
         share_watermark(watermark)?;
     }
-    Ok(Arc::new(EmbeddedBinder::new(SHARED.clone())))
+    let binder = EmbeddedBinder::new(SHARED.clone());
+    binder.listener.serve(&binder.broker, &settings)?;
+    Ok(Arc::new(binder))
 }
 
 inventory::submit! { BinderRegistration::new("embedded", create) }
@@ -90,16 +93,30 @@ pub struct EmbeddedBinder {
     connection: Arc<Mutex<Option<Connection>>>,
     /// Bindings already warned about (durability the engine cannot keep): once each.
     warned: Arc<Mutex<HashSet<String>>>,
+    /// The broker served on the network (`spring.embedded.listen`), if it is.
+    listener: Arc<Listener>,
 }
 
 impl EmbeddedBinder {
     /// A binder on this broker (tests give each their own; configuration uses a shared one).
     pub fn new(broker: Broker) -> Self {
+        let listener = if broker.same_as(&SHARED) {
+            crate::listen::shared()
+        } else {
+            Arc::default()
+        };
         EmbeddedBinder {
             broker,
             connection: Arc::new(Mutex::new(None)),
             warned: Arc::new(Mutex::new(HashSet::new())),
+            listener,
         }
+    }
+
+    /// Where the binder's broker is served on the network (`spring.embedded.listen`), with
+    /// the port chosen when the address gave port 0; `None` when it is not served.
+    pub fn local_addr(&self) -> Option<std::net::SocketAddr> {
+        self.listener.local_addr()
     }
 
     /// What durable storage a binding asks for, which the in-memory engine cannot give
@@ -178,7 +195,10 @@ impl Binder for EmbeddedBinder {
     }
 
     fn describe(&self) -> String {
-        IN_PROCESS.to_owned()
+        match self.local_addr() {
+            Some(addr) => format!("{IN_PROCESS}, served on amqp://{addr}"),
+            None => IN_PROCESS.to_owned(),
+        }
     }
 
     /// An instance given in code applies `spring.embedded.*` to its own broker; one on the
@@ -187,14 +207,13 @@ impl Binder for EmbeddedBinder {
     fn configure(&self, environment: &config::Value) -> BinderResult<()> {
         let settings = EmbeddedSettings::from_config(environment)?;
         match settings.memory_high_watermark {
-            Some(watermark) if self.broker.same_as(&SHARED) => share_watermark(watermark),
-            Some(watermark) => {
-                self.broker
-                    .set_memory_high_watermark(Some(watermark.bytes()?));
-                Ok(())
-            }
-            None => Ok(()),
+            Some(watermark) if self.broker.same_as(&SHARED) => share_watermark(watermark)?,
+            Some(watermark) => self
+                .broker
+                .set_memory_high_watermark(Some(watermark.bytes()?)),
+            None => {}
         }
+        self.listener.serve(&self.broker, &settings)
     }
 
     async fn bind_consumer(&self, binding: &BindingConfig) -> BinderResult<Box<dyn BoundConsumer>> {
@@ -232,6 +251,7 @@ impl Binder for EmbeddedBinder {
     }
 
     async fn close(&self) {
+        self.listener.stop().await;
         let conn = self
             .connection
             .lock()

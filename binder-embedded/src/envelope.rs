@@ -6,8 +6,8 @@
 //! moves the framework's [`Message`] into the record the queues share, and a delivery hands
 //! the runtime that very record (`Inbound::content`), so the hot path converts and copies
 //! nothing. The engine converts a record to its own types only where it rewrites or inspects
-//! headers (dead-lettering, headers exchanges) and at the store seam; those conversions, and
-//! the arguments of declarations, are here.
+//! headers (dead-lettering, headers exchanges), at the store seam and for network clients
+//! (`spring.embedded.listen`); those conversions, and the arguments of declarations, are here.
 
 use std::borrow::Cow;
 use std::mem::size_of;
@@ -137,6 +137,19 @@ impl engine::Envelope for Framework {
             routing_key: published.routing_key,
             message: to_framework(published.message),
         }
+    }
+}
+
+/// The in-process broker served on the network (`spring.embedded.listen`): a message a
+/// client publishes becomes a framework message, and a record is encoded from the engine's
+/// types (a delivery to a network client converts; one in process does not).
+impl stream_broker::WireEnvelope for Framework {
+    fn from_wire(message: engine::Message) -> Message {
+        to_framework(message)
+    }
+
+    fn to_wire(record: &Published) -> Cow<'_, engine::Message> {
+        Cow::Owned(to_engine(record.message.clone()))
     }
 }
 

@@ -10,6 +10,7 @@
 
 mod binder;
 mod envelope;
+mod listen;
 mod settings;
 
 pub use envelope::Framework;

@@ -2,6 +2,8 @@
 //! configuration sees (the whole configuration, or a binder's `environment` over it).
 
 use std::fmt;
+use std::net::SocketAddr;
+use std::path::PathBuf;
 
 #[cfg(test)]
 use binder_core::binder::BinderErrorKind;
@@ -12,12 +14,21 @@ use config::{Value, ValueKind};
 pub const PREFIX: &str = "spring.embedded";
 
 const WATERMARK_KEY: &str = "memory-high-watermark";
+const LISTEN_KEY: &str = "listen";
+const SERVER_CONFIG_KEY: &str = "server-config";
 
 /// The embedded binder's settings, as written.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct EmbeddedSettings {
     /// `spring.embedded.memory-high-watermark`, if set.
     pub memory_high_watermark: Option<MemoryWatermark>,
+    /// `spring.embedded.listen`: serve the in-process broker on the network at this address
+    /// (AMQP 0-9-1, as `stream-broker` does), so other processes reach it with the `rabbit`
+    /// binder.
+    pub listen: Option<SocketAddr>,
+    /// `spring.embedded.server-config`: a `stream-broker` TOML file (users, permissions,
+    /// limits) for the listener; `listen` overrides its address.
+    pub server_config: Option<PathBuf>,
 }
 
 /// The memory high watermark of the engine, in the spirit of RabbitMQ's
@@ -229,25 +240,64 @@ impl EmbeddedSettings {
         };
         let ValueKind::Table(table) = &section.kind else {
             return Err(BinderError::config(format!(
-                "`{PREFIX}` is `{section}`; it holds settings (`{WATERMARK_KEY}`)"
+                "`{PREFIX}` is `{section}`; it holds settings (`{WATERMARK_KEY}`, \
+                 `{LISTEN_KEY}`, `{SERVER_CONFIG_KEY}`)"
             )));
         };
         for (k, v) in table {
             match relaxed(k).as_str() {
                 "memoryhighwatermark" => settings.memory_high_watermark = Some(watermark(v)?),
+                "listen" => settings.listen = Some(listen(k, v)?),
+                "serverconfig" => {
+                    settings.server_config = Some(PathBuf::from(text(k, v, "a file's path")?))
+                }
                 _ => {
                     return Err(config_error(
                         k,
                         format_args!(
                             "is not a setting of the embedded binder (it has \
-                             `{WATERMARK_KEY}`)"
+                             `{WATERMARK_KEY}`, `{LISTEN_KEY}`, `{SERVER_CONFIG_KEY}`)"
                         ),
                     ));
                 }
             }
         }
+        if settings.server_config.is_some() && settings.listen.is_none() {
+            return Err(config_error(
+                SERVER_CONFIG_KEY,
+                format_args!(
+                    "configures the network listener, which only runs when `{PREFIX}.{LISTEN_KEY}` \
+                     gives its address"
+                ),
+            ));
+        }
         Ok(settings)
     }
+}
+
+/// A string setting (YAML may have typed it as something else).
+fn text(key: &str, value: &Value, what: &str) -> BinderResult<String> {
+    match &value.kind {
+        ValueKind::String(s) if !s.trim().is_empty() => Ok(s.trim().to_owned()),
+        _ => Err(config_error(
+            key,
+            format_args!("is `{value}`; expected {what}"),
+        )),
+    }
+}
+
+/// `listen`: a socket address (`127.0.0.1:5673`, `[::1]:5673`, `0.0.0.0:5673`).
+fn listen(key: &str, value: &Value) -> BinderResult<SocketAddr> {
+    let written = text(key, value, "an address and port, e.g. `127.0.0.1:5673`")?;
+    written.parse().map_err(|_| {
+        config_error(
+            key,
+            format_args!(
+                "is `{written}`, which is not an address and port (e.g. `127.0.0.1:5673`; \
+                 port 5672 is usually RabbitMQ's)"
+            ),
+        )
+    })
 }
 
 #[cfg(test)]
@@ -275,6 +325,25 @@ mod tests {
                 .to_owned(),
             other => panic!("{yaml}: expected a configuration error, got {other:?}"),
         }
+    }
+
+    #[test]
+    fn the_listener_settings_read_an_address_and_a_file() {
+        let s = EmbeddedSettings::from_config(&tree(
+            "spring.embedded: {listen: '127.0.0.1:5673', server-config: broker.toml}",
+        ))
+        .unwrap();
+        assert_eq!(s.listen, Some("127.0.0.1:5673".parse().unwrap()));
+        assert_eq!(s.server_config, Some(PathBuf::from("broker.toml")));
+        assert_eq!(
+            refused("spring.embedded.listen: localhost"),
+            "`spring.embedded.listen` is `localhost`, which is not an address and port (e.g. `127.0.0.1:5673`; port 5672 is usually RabbitMQ's)"
+        );
+        assert!(
+            refused("spring.embedded.server-config: broker.toml")
+                .starts_with("`spring.embedded.server-config` configures the network listener"),
+        );
+        assert!(refused("spring.embedded.listn: '127.0.0.1:5673'").contains("`listen`"));
     }
 
     #[test]

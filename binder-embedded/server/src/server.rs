@@ -75,6 +75,16 @@ impl<E: WireEnvelope> Server<E> {
         config: ServerConfig,
         brokers: HashMap<String, Broker<E>>,
     ) -> Result<Self, ServerError> {
+        Self::bind_now(config, brokers)
+    }
+
+    /// [`Server::bind`] for a caller that cannot wait (a binder created from configuration):
+    /// the socket is bound at once, and the server runs on the current Tokio runtime, which
+    /// must exist (outside one this panics, as `tokio::spawn` does).
+    pub fn bind_now(
+        config: ServerConfig,
+        brokers: HashMap<String, Broker<E>>,
+    ) -> Result<Self, ServerError> {
         if config.memory_high_watermark.is_some() {
             return Err(crate::ConfigError::Invalid(
                 "memory_high_watermark is set on the brokers passed to Server::bind, not in its configuration".into(),
@@ -98,13 +108,14 @@ impl<E: WireEnvelope> Server<E> {
             }
         }
         let users = Users::from_config(&config)?;
-        let listener =
-            TcpListener::bind(config.listen)
-                .await
-                .map_err(|source| ServerError::Bind {
-                    addr: config.listen,
-                    source,
-                })?;
+        let bind_error = |source| ServerError::Bind {
+            addr: config.listen,
+            source,
+        };
+        // Bound with the standard library (binding does not block), then handed to Tokio.
+        let listener = std::net::TcpListener::bind(config.listen).map_err(bind_error)?;
+        listener.set_nonblocking(true).map_err(bind_error)?;
+        let listener = TcpListener::from_std(listener).map_err(bind_error)?;
         let local_addr = listener.local_addr().map_err(|source| ServerError::Bind {
             addr: config.listen,
             source,
