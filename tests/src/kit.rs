@@ -30,6 +30,9 @@ pub struct KitBinder {
     pub binder: Arc<dyn Binder>,
     /// The same binder as an AMQP broker, if it is one.
     pub amqp: Option<Arc<dyn AmqpBroker>>,
+    /// The broker the binder talks to, when the target runs one for the case (a
+    /// `stream-broker` server): kept until the case has cleaned up.
+    pub server: Option<stream_broker::Server>,
 }
 
 impl KitBinder {
@@ -39,6 +42,7 @@ impl KitBinder {
         KitBinder {
             binder: binder.clone(),
             amqp: Some(binder),
+            server: None,
         }
     }
 
@@ -47,6 +51,7 @@ impl KitBinder {
         KitBinder {
             binder: Arc::new(binder),
             amqp: None,
+            server: None,
         }
     }
 }
@@ -290,6 +295,7 @@ pub async fn run(target: &dyn Target, name: &str, case: Case) {
         .unwrap_or(1)
         .max(1);
     let mut envs = Vec::new();
+    let mut servers = Vec::new();
     for _ in 0..runs {
         let binder = match target.binder().await {
             Ok(b) => b,
@@ -307,6 +313,7 @@ pub async fn run(target: &dyn Target, name: &str, case: Case) {
                 return;
             }
         };
+        servers.extend(binder.server);
         envs.push(Env {
             binder: binder.binder,
             amqp: binder.amqp,
@@ -318,6 +325,10 @@ pub async fn run(target: &dyn Target, name: &str, case: Case) {
     futures::future::join_all(envs.iter().map(case)).await;
     for env in &envs {
         env.cleanup().await;
+    }
+    drop(envs);
+    for server in servers {
+        server.shutdown().await;
     }
 }
 

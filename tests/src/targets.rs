@@ -61,6 +61,38 @@ impl Target for Rabbit {
     }
 }
 
+/// The `rabbit` binder against our own broker on the network: a `stream-broker` server on a
+/// free loopback port, started for each case (the third target beside `embedded` and
+/// RabbitMQ).
+#[derive(Debug, Clone, Copy)]
+pub struct StreamBroker;
+
+#[async_trait]
+impl Target for StreamBroker {
+    fn binder_type(&self) -> &'static str {
+        "rabbit"
+    }
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::default()
+    }
+    async fn binder(&self) -> Result<KitBinder, String> {
+        let config = stream_broker::ServerConfig {
+            listen: "127.0.0.1:0".parse().expect("an address"),
+            ..Default::default()
+        };
+        let server = stream_broker::Server::standalone(config)
+            .await
+            .map_err(|e| format!("stream-broker does not start: {e}"))?;
+        let url = format!("amqp://guest:guest@{}/%2f", server.local_addr());
+        let mut kit = KitBinder::amqp(RabbitBinder::new(RabbitSettings::from_uri(&url)));
+        kit.server = Some(server);
+        Ok(kit)
+    }
+    fn required(&self) -> bool {
+        true
+    }
+}
+
 /// The broker the rabbit tests use: `AMQP_URL`, by default the local RabbitMQ.
 pub fn amqp_url() -> String {
     std::env::var("AMQP_URL").unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".to_owned())
