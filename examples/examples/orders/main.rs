@@ -7,6 +7,10 @@
 //! cargo run --example orders
 //! ```
 //!
+//! `cargo run --example orders -- <service>` runs one of them alone (`order`, `stock`,
+//! `invoice`, `coupon`, `sms`), for the demo as separate processes on a broker they share:
+//! `multi-process.sh` beside this file starts `stream-broker` and each service on its own.
+//!
 //! The wiring is in `application.yaml` beside this file (or the file `STREAM_CONFIG` names).
 
 use std::sync::Arc;
@@ -193,7 +197,7 @@ async fn start(
     bindings: &[&str],
     counts: &Arc<Counts>,
     build: impl FnOnce(binder_core::runtime::AppBuilder) -> binder_core::runtime::AppBuilder,
-) -> Result<RunningApp, Box<dyn std::error::Error + Send + Sync>> {
+) -> Result<RunningApp, Error> {
     // Every service counts into the same totals.
     let builder = App::builder(config.select(bindings)).shared_state(counts.clone());
     Ok(build(builder).start().await?)
@@ -205,7 +209,12 @@ async fn main() -> binder_core::runtime::ServiceExit {
     run().await.into()
 }
 
-async fn run() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+type Error = Box<dyn std::error::Error + Send + Sync>;
+
+/// The services of the demo, each its own application.
+const SERVICES: &[&str] = &["order", "stock", "invoice", "coupon", "sms"];
+
+async fn run() -> Result<(), Error> {
     // Both binders are available; the configuration picks one
     // (SPRING_CLOUD_STREAM_DEFAULTBINDER=rabbit runs the same services on RabbitMQ).
     binder_embedded::link();
@@ -214,17 +223,131 @@ async fn run() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     // Logs to stderr (RUST_LOG or logging.level.* choose what), as run_service does.
     binder_core::runtime::init_logging(&config)?;
     let counts = Arc::new(Counts::default());
+    match std::env::args().nth(1).as_deref() {
+        None | Some("all") => all_in_one(&config, &counts).await,
+        Some(service) if SERVICES.contains(&service) => one(service, &config, &counts).await,
+        Some(other) => Err(format!(
+            "no service `{other}`: give one of {} (or `all`, the default)",
+            SERVICES.join(", ")
+        )
+        .into()),
+    }
+}
 
-    let stock = start(&config, &["placed-in", "reserved-out"], &counts, |b| {
+/// The orders that fail the fraud check: every sixth.
+fn suspicious() -> u32 {
+    ORDERS / 6
+}
+
+/// Every service in this process, then the summary line.
+async fn all_in_one(config: &StreamConfig, counts: &Arc<Counts>) -> Result<(), Error> {
+    let stock = stock_service(config, counts).await?;
+    let invoicing = invoice_service(config, counts).await?;
+    let coupons = coupon_service(config, counts).await?;
+    let sms = sms_service(config, counts).await?;
+    let orders = order_service(config, counts).await?;
+    place_orders(&orders, counts).await?;
+
+    // Wait until every order went all the way, or was dead-lettered.
+    let finished = wait_for(counts, |c| {
+        let [placed, reserved, invoiced, couponed, notified, dead] = c;
+        reserved == placed
+            && invoiced + dead == placed
+            && couponed == invoiced
+            && notified == invoiced
+    })
+    .await;
+
+    for app in [orders, stock, coupons, sms].into_iter().chain(invoicing) {
+        app.shutdown().await;
+    }
+    let [placed, reserved, invoiced, couponed, notified, dead] = counts.get();
+    println!(
+        "summary: placed={placed} reserved={reserved} invoiced={invoiced} couponed={couponed} notified={notified} dead-lettered={dead}"
+    );
+    if !finished {
+        return Err("the demo did not complete within 30 s".into());
+    }
+    Ok(())
+}
+
+/// One service in this process (the others run in their own, on a broker they share, e.g.
+/// `stream-broker`): it says `ready` once its bindings are up, does its share of the fixed
+/// workload, and ends with a `done:` line of its counts (`multi-process.sh` sums them into
+/// the summary line).
+async fn one(service: &str, config: &StreamConfig, counts: &Arc<Counts>) -> Result<(), Error> {
+    let expected_invoices = ORDERS - suspicious();
+    let (apps, done): (Vec<RunningApp>, fn([u32; 6], u32) -> bool) = match service {
+        "stock" => (vec![stock_service(config, counts).await?], |c, _| {
+            c[1] == ORDERS
+        }),
+        "invoice" => (invoice_service(config, counts).await?, |c, _| {
+            c[2] + c[5] == ORDERS
+        }),
+        "coupon" => (vec![coupon_service(config, counts).await?], |c, n| c[3] == n),
+        "sms" => (vec![sms_service(config, counts).await?], |c, n| c[4] == n),
+        _ => {
+            let orders = order_service(config, counts).await?;
+            println!("[{service}] ready");
+            place_orders(&orders, counts).await?;
+            orders.shutdown().await;
+            println!("done: placed={}", counts.get()[0]);
+            return Ok(());
+        }
+    };
+    println!("[{service}] ready");
+    let finished = wait_for(counts, |c| done(c, expected_invoices)).await;
+    for app in apps {
+        app.shutdown().await;
+    }
+    let [_, reserved, invoiced, couponed, notified, dead] = counts.get();
+    match service {
+        "stock" => println!("done: reserved={reserved}"),
+        "invoice" => println!("done: invoiced={invoiced} dead-lettered={dead}"),
+        "coupon" => println!("done: couponed={couponed}"),
+        _ => println!("done: notified={notified}"),
+    }
+    if !finished {
+        return Err(format!("the {service} service did not finish its share within 30 s").into());
+    }
+    Ok(())
+}
+
+/// Waits (30 s at most) until the counts satisfy `done`; whether they did.
+async fn wait_for(counts: &Counts, done: impl Fn([u32; 6]) -> bool) -> bool {
+    tokio::time::timeout(Duration::from_secs(30), async {
+        loop {
+            let changed = counts.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            if done(counts.get()) {
+                break;
+            }
+            changed.await;
+        }
+    })
+    .await
+    .is_ok()
+}
+
+/// stock-service.
+async fn stock_service(config: &StreamConfig, counts: &Arc<Counts>) -> Result<RunningApp, Error> {
+    start(config, &["placed-in", "reserved-out"], counts, |b| {
         b.register(&reserve_stock_listener)
     })
-    .await?;
-    // Two invoicing instances in one group compete for reservations.
+    .await
+}
+
+/// invoice-service: two instances in one group compete for reservations.
+async fn invoice_service(
+    config: &StreamConfig,
+    counts: &Arc<Counts>,
+) -> Result<Vec<RunningApp>, Error> {
     let mut invoicing = Vec::new();
     for _ in 0..2 {
         let c = counts.clone();
         invoicing.push(
-            start(&config, &["reserved-in", "invoices-out"], &counts, |b| {
+            start(config, &["reserved-in", "invoices-out"], counts, |b| {
                 b.register(&create_invoice_listener).on_error(move |f| {
                     if f.action == FailureAction::Republished {
                         println!(
@@ -238,21 +361,30 @@ async fn run() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
             .await?,
         );
     }
-    let coupons = start(&config, &["coupons-in"], &counts, |b| {
+    Ok(invoicing)
+}
+
+/// coupon-service.
+async fn coupon_service(config: &StreamConfig, counts: &Arc<Counts>) -> Result<RunningApp, Error> {
+    start(config, &["coupons-in"], counts, |b| {
         b.register(&grant_coupon_listener)
     })
-    .await?;
-    let sms = start(&config, &["sms-in"], &counts, |b| {
-        b.register(&send_sms_listener)
-    })
-    .await?;
-    let orders = start(&config, &["placed-out"], &counts, |b| {
-        b.output(PlacedOut::NAME)
-    })
-    .await?;
+    .await
+}
 
-    // order-service: place a bounded workload; every sixth order is suspicious.
-    let out = orders.output(PlacedOut::NAME).expect("declared above");
+/// sms-service.
+async fn sms_service(config: &StreamConfig, counts: &Arc<Counts>) -> Result<RunningApp, Error> {
+    start(config, &["sms-in"], counts, |b| b.register(&send_sms_listener)).await
+}
+
+/// order-service's output.
+async fn order_service(config: &StreamConfig, counts: &Arc<Counts>) -> Result<RunningApp, Error> {
+    start(config, &["placed-out"], counts, |b| b.output(PlacedOut::NAME)).await
+}
+
+/// order-service: places a bounded workload; every sixth order is suspicious.
+async fn place_orders(orders: &RunningApp, counts: &Counts) -> Result<(), Error> {
+    let out = orders.output(PlacedOut::NAME).expect("declared by order_service");
     for id in 1..=ORDERS {
         let order = Order {
             id,
@@ -271,39 +403,6 @@ async fn run() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         );
         out.send(&order).await?;
         counts.bump(&counts.placed);
-    }
-
-    // Wait until every order went all the way, or was dead-lettered.
-    let done = |c: [u32; 6]| {
-        let [placed, reserved, invoiced, couponed, notified, dead] = c;
-        reserved == placed
-            && invoiced + dead == placed
-            && couponed == invoiced
-            && notified == invoiced
-    };
-    let finished = tokio::time::timeout(Duration::from_secs(30), async {
-        loop {
-            let changed = counts.changed.notified();
-            tokio::pin!(changed);
-            changed.as_mut().enable();
-            if done(counts.get()) {
-                break;
-            }
-            changed.await;
-        }
-    })
-    .await
-    .is_ok();
-
-    for app in [orders, stock, coupons, sms].into_iter().chain(invoicing) {
-        app.shutdown().await;
-    }
-    let [placed, reserved, invoiced, couponed, notified, dead] = counts.get();
-    println!(
-        "summary: placed={placed} reserved={reserved} invoiced={invoiced} couponed={couponed} notified={notified} dead-lettered={dead}"
-    );
-    if !finished {
-        return Err("the demo did not complete within 30 s".into());
     }
     Ok(())
 }
