@@ -263,7 +263,9 @@ impl<E: WireEnvelope> Conn<E> {
                         Ok(false) => {}
                         Err(fault) => if let Some(end) = self.fault(fault).await { return end; },
                     }
-                    if !reader.has_frame()
+                    // Confirms held for coalescing go out once the frames at hand are
+                    // handled, or when reading stops for the memory alarm.
+                    if (!reader.has_frame() || self.stalled.is_some())
                         && let Err(fault) = self.flush_acks().await
                         && let Some(end) = self.fault(fault).await
                     {
