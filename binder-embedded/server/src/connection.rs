@@ -177,6 +177,8 @@ impl<E: WireEnvelope> Conn<E> {
         max_message_size: u64,
         mut shutdown: watch::Receiver<bool>,
     ) -> Ended {
+        // Counted against the connection limit until the connection has ended.
+        let slot = agreed.slot;
         let (out, rx) = mpsc::channel(OUTPUT_DEPTH);
         let heartbeat =
             (agreed.heartbeat > 0).then(|| Duration::from_secs(agreed.heartbeat.into()));
@@ -218,6 +220,7 @@ impl<E: WireEnvelope> Conn<E> {
         {
             abort.abort();
         }
+        drop(slot);
         ended
     }
 
