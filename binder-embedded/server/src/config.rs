@@ -107,7 +107,8 @@ pub struct UserConfig {
     /// A plain password (for development); exactly one of `password` and `password_hash`.
     #[serde(default)]
     pub password: Option<String>,
-    /// Tags (`administrator`, `management`, ...), kept for operators and logs.
+    /// Tags (`administrator`, `management`, ...). As in RabbitMQ they grant nothing over
+    /// AMQP (there they govern the management UI); the server logs them with each connection.
     #[serde(default)]
     pub tags: Vec<String>,
     /// Permissions per virtual host.

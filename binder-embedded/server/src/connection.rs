@@ -177,6 +177,8 @@ impl<E: WireEnvelope> Conn<E> {
         max_message_size: u64,
         mut shutdown: watch::Receiver<bool>,
     ) -> Ended {
+        // Counted against the connection limit until the connection has ended.
+        let slot = agreed.slot;
         let (out, rx) = mpsc::channel(OUTPUT_DEPTH);
         let heartbeat =
             (agreed.heartbeat > 0).then(|| Duration::from_secs(agreed.heartbeat.into()));
@@ -218,6 +220,7 @@ impl<E: WireEnvelope> Conn<E> {
         {
             abort.abort();
         }
+        drop(slot);
         ended
     }
 
@@ -263,7 +266,9 @@ impl<E: WireEnvelope> Conn<E> {
                         Ok(false) => {}
                         Err(fault) => if let Some(end) = self.fault(fault).await { return end; },
                     }
-                    if !reader.has_frame()
+                    // Confirms held for coalescing go out once the frames at hand are
+                    // handled, or when reading stops for the memory alarm.
+                    if (!reader.has_frame() || self.stalled.is_some())
                         && let Err(fault) = self.flush_acks().await
                         && let Some(end) = self.fault(fault).await
                     {

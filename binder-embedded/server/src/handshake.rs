@@ -56,6 +56,33 @@ pub struct Agreed {
     pub heartbeat: u16,
     /// The client's capabilities.
     pub caps: ClientCaps,
+    /// The connection's place under the connection limit, given back when dropped.
+    pub slot: ConnectionSlot,
+}
+
+/// One open connection counted against the limit; dropping it gives the place back.
+#[derive(Debug)]
+pub struct ConnectionSlot(std::sync::Arc<std::sync::atomic::AtomicUsize>);
+
+impl ConnectionSlot {
+    /// Takes a place if fewer than `max` are taken.
+    pub fn take(
+        open: &std::sync::Arc<std::sync::atomic::AtomicUsize>,
+        max: Option<usize>,
+    ) -> Option<Self> {
+        use std::sync::atomic::Ordering;
+        open.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+            max.is_none_or(|m| n < m).then_some(n + 1)
+        })
+        .ok()
+        .map(|_| ConnectionSlot(open.clone()))
+    }
+}
+
+impl Drop for ConnectionSlot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    }
 }
 
 /// The limits and users the handshake checks against.
@@ -66,8 +93,8 @@ pub struct Terms<'a> {
     pub limits: &'a crate::config::Limits,
     /// Whether a virtual host exists.
     pub vhost_exists: &'a (dyn Fn(&str) -> bool + Sync),
-    /// Takes a connection slot (false: the connection limit is reached).
-    pub take_slot: &'a (dyn Fn() -> bool + Sync),
+    /// Takes a connection slot (`None`: the connection limit is reached).
+    pub take_slot: &'a (dyn Fn() -> Option<ConnectionSlot> + Sync),
 }
 
 impl std::fmt::Debug for Terms<'_> {
@@ -428,7 +455,7 @@ pub async fn run(
             .on((10, 40)),
         ));
     }
-    if !(terms.take_slot)() {
+    let Some(slot) = (terms.take_slot)() else {
         return Err(Refused::Closed(
             Close::new(
                 reply::NOT_ALLOWED,
@@ -440,12 +467,9 @@ pub async fn run(
             )
             .on((10, 40)),
         ));
-    }
-    send(
-        socket,
-        AMQPClass::Connection(connection::AMQPMethod::OpenOk(connection::OpenOk {})),
-    )
-    .await?;
+    };
+    let open_ok = AMQPClass::Connection(connection::AMQPMethod::OpenOk(connection::OpenOk {}));
+    send(socket, open_ok).await?;
     Ok(Agreed {
         user,
         vhost,
@@ -453,6 +477,7 @@ pub async fn run(
         channel_max: channel_max as u16,
         heartbeat: tune_ok.heartbeat,
         caps,
+        slot,
     })
 }
 

@@ -16,14 +16,14 @@ use crate::config::{Limits, ServerConfig};
 use crate::connection::Conn;
 use crate::envelope::WireEnvelope;
 use crate::error::ServerError;
-use crate::handshake::{self, Reader, Refused, Terms};
+use crate::handshake::{self, ConnectionSlot, Reader, Refused, Terms};
 
 #[derive(Debug)]
 struct Shared<E: WireEnvelope> {
     users: Users,
     limits: Limits,
     brokers: HashMap<String, Broker<E>>,
-    open: AtomicUsize,
+    open: Arc<AtomicUsize>,
 }
 
 /// A running AMQP 0-9-1 listener over one engine broker per virtual host.
@@ -124,7 +124,7 @@ impl<E: WireEnvelope> Server<E> {
             users,
             limits: config.limits,
             brokers,
-            open: AtomicUsize::new(0),
+            open: Arc::new(AtomicUsize::new(0)),
         });
         let (stop, stop_rx) = watch::channel(false);
         let accept = tokio::spawn(accept_loop(listener, shared.clone(), stop_rx));
@@ -193,14 +193,7 @@ async fn connection<E: WireEnvelope>(
     let mut reader = Reader::new(read, shared.limits.frame_max as usize);
     let vhost_exists = |v: &str| shared.brokers.contains_key(v);
     let max = shared.limits.max_connections;
-    let take_slot = || {
-        shared
-            .open
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                (max.is_none_or(|m| n < m)).then_some(n + 1)
-            })
-            .is_ok()
-    };
+    let take_slot = || ConnectionSlot::take(&shared.open, max);
     let terms = Terms {
         users: &shared.users,
         limits: &shared.limits,
@@ -233,10 +226,10 @@ async fn connection<E: WireEnvelope>(
     let user = agreed.user.name.clone();
     let vhost = agreed.vhost.clone();
     let Some(broker) = shared.brokers.get(&vhost).cloned() else {
-        shared.open.fetch_sub(1, Ordering::AcqRel);
         return;
     };
-    tracing::info!(%peer, %user, %vhost, "connection opened");
+    let tags = agreed.user.tags.join(",");
+    tracing::info!(%peer, %user, %vhost, %tags, "connection opened");
     let ended = Conn::serve(
         agreed,
         reader,
@@ -247,7 +240,6 @@ async fn connection<E: WireEnvelope>(
         stop,
     )
     .await;
-    shared.open.fetch_sub(1, Ordering::AcqRel);
     tracing::info!(%peer, %user, %vhost, reason = %ended, "connection closed");
 }
 

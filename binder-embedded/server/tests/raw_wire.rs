@@ -248,7 +248,7 @@ async fn a_client_that_never_finishes_the_handshake_is_dropped() {
     raw.next_method().await.unwrap();
     let started = std::time::Instant::now();
     assert!(raw.next().await.is_none());
-    assert!(started.elapsed() < Duration::from_secs(3));
+    assert!(started.elapsed() < Duration::from_secs(5));
     still_serving(&server).await;
     server.shutdown().await;
 }
@@ -269,7 +269,7 @@ async fn a_client_without_heartbeats_is_dropped() {
     }
     assert!(heartbeats >= 1);
     assert!(started.elapsed() >= Duration::from_secs(2));
-    assert!(started.elapsed() < Duration::from_secs(5));
+    assert!(started.elapsed() < Duration::from_secs(10));
     server.shutdown().await;
 }
 
@@ -358,12 +358,21 @@ async fn a_consumer_that_does_not_read_leaves_messages_in_the_engine() {
         })),
     )
     .await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let held_a = broker.memory_used();
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let held_b = broker.memory_used();
+    // The pump fills the bounded output and the socket's buffers, then stops: wait until
+    // what the engine holds no longer changes (a server that kept pulling would reach 0).
+    let mut held_b = broker.memory_used();
+    for _ in 0..50 {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let now = broker.memory_used();
+        if now == held_b {
+            break;
+        }
+        held_b = now;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(
-        held_a, held_b,
+        broker.memory_used(),
+        held_b,
         "the server keeps pulling for a stalled socket"
     );
     // 64 MiB of 16 KiB messages; what left the engine is a bounded buffer's worth.
