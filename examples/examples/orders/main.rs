@@ -277,14 +277,18 @@ async fn all_in_one(config: &StreamConfig, counts: &Arc<Counts>) -> Result<(), E
 /// the summary line).
 async fn one(service: &str, config: &StreamConfig, counts: &Arc<Counts>) -> Result<(), Error> {
     let expected_invoices = ORDERS - suspicious();
-    let (apps, done): (Vec<RunningApp>, fn([u32; 6], u32) -> bool) = match service {
+    /// Whether a service's counts show its share done, given the invoices expected.
+    type Done = fn([u32; 6], u32) -> bool;
+    let (apps, done): (Vec<RunningApp>, Done) = match service {
         "stock" => (vec![stock_service(config, counts).await?], |c, _| {
             c[1] == ORDERS
         }),
         "invoice" => (invoice_service(config, counts).await?, |c, _| {
             c[2] + c[5] == ORDERS
         }),
-        "coupon" => (vec![coupon_service(config, counts).await?], |c, n| c[3] == n),
+        "coupon" => (vec![coupon_service(config, counts).await?], |c, n| {
+            c[3] == n
+        }),
         "sms" => (vec![sms_service(config, counts).await?], |c, n| c[4] == n),
         _ => {
             let orders = order_service(config, counts).await?;
@@ -374,17 +378,25 @@ async fn coupon_service(config: &StreamConfig, counts: &Arc<Counts>) -> Result<R
 
 /// sms-service.
 async fn sms_service(config: &StreamConfig, counts: &Arc<Counts>) -> Result<RunningApp, Error> {
-    start(config, &["sms-in"], counts, |b| b.register(&send_sms_listener)).await
+    start(config, &["sms-in"], counts, |b| {
+        b.register(&send_sms_listener)
+    })
+    .await
 }
 
 /// order-service's output.
 async fn order_service(config: &StreamConfig, counts: &Arc<Counts>) -> Result<RunningApp, Error> {
-    start(config, &["placed-out"], counts, |b| b.output(PlacedOut::NAME)).await
+    start(config, &["placed-out"], counts, |b| {
+        b.output(PlacedOut::NAME)
+    })
+    .await
 }
 
 /// order-service: places a bounded workload; every sixth order is suspicious.
 async fn place_orders(orders: &RunningApp, counts: &Counts) -> Result<(), Error> {
-    let out = orders.output(PlacedOut::NAME).expect("declared by order_service");
+    let out = orders
+        .output(PlacedOut::NAME)
+        .expect("declared by order_service");
     for id in 1..=ORDERS {
         let order = Order {
             id,
