@@ -39,8 +39,9 @@ impl<E: WireEnvelope> Conn<E> {
                 return Ok(());
             }
             (AMQPClass::Channel(channel::AMQPMethod::Close(_)), Some(Slot::Closing)) => {
-                // Both sides closed at once: answer, and the channel is gone.
-                self.channels.remove(&id);
+                // Both sides closed at once: answer, and keep the channel closing until the
+                // client's close-ok for our close arrives (as RabbitMQ does), so that frame
+                // is not taken for a method on a channel never opened.
                 return self.reply(id, channel_close_ok()).await;
             }
             (_, Some(Slot::Closing)) => return Ok(()),

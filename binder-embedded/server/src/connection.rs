@@ -31,6 +31,9 @@ use crate::wire::{self, Encoder, RawFrame};
 /// pumps' chunk size this bounds what a connection buffers for a socket that does not drain.
 const OUTPUT_DEPTH: usize = 32;
 
+/// How long a connection the client closed keeps its socket, for the client's own end.
+const LINGER: Duration = Duration::from_secs(3);
+
 /// A publish being assembled from its method, content header and body frames.
 #[derive(Debug)]
 pub struct Assembly {
@@ -210,6 +213,9 @@ impl<E: WireEnvelope> Conn<E> {
             conn.close_connection(&mut reader, close).await;
         }
         conn.teardown().await;
+        if matches!(ended, Ended::ClientClosed) {
+            conn.linger(&mut reader).await;
+        }
         drop(conn);
         // Flushed once every sender is gone; a confirm still waiting for a slow store must not
         // keep the socket open for long.
@@ -361,6 +367,26 @@ impl<E: WireEnvelope> Conn<E> {
         }
     }
 
+    /// After the client's `connection.close` was answered (and the channels torn down): the
+    /// socket stays open until the client closes it, at most [`LINGER`], as RabbitMQ keeps
+    /// it. A client whose threads close concurrently sends more than one `connection.close`;
+    /// each gets its close-ok, and any other frame is discarded.
+    async fn linger(&mut self, reader: &mut Reader) {
+        let until = tokio::time::Instant::now() + LINGER;
+        while let Ok(Ok(Some(frame))) = tokio::time::timeout_at(until, reader.next()).await {
+            let close = frame.kind == wire::FRAME_METHOD
+                && frame.channel == 0
+                && method_ids(&frame.payload) == (10, 50);
+            if close {
+                let ok =
+                    AMQPClass::Connection(connection::AMQPMethod::CloseOk(connection::CloseOk {}));
+                if self.send_method(0, ok).await.is_err() {
+                    return;
+                }
+            }
+        }
+    }
+
     /// Stops a channel's pumps and closes its engine channel (requeueing its unacked
     /// deliveries); the slot is removed.
     pub async fn drop_channel(&mut self, channel: u16) {
@@ -484,15 +510,16 @@ impl<E: WireEnvelope> Conn<E> {
             // A reply to a close we sent is handled where we wait for it.
             AMQPClass::Connection(connection::AMQPMethod::CloseOk(_)) => Ok(true),
             AMQPClass::Connection(connection::AMQPMethod::UpdateSecret(_)) => {
-                // RabbitMQ's answer when a backend refuses the new secret: passwords from
-                // the configuration are not renewable secrets.
-                Err(Fault::Connection(
-                    Close::new(
-                        reply::NOT_ALLOWED,
-                        "New secret was refused by one of the backends",
-                    )
-                    .on(ids),
-                ))
+                // As RabbitMQ with its internal user database: a password does not expire,
+                // so the new secret is accepted and changes nothing.
+                self.send_method(
+                    0,
+                    AMQPClass::Connection(connection::AMQPMethod::UpdateSecretOk(
+                        connection::UpdateSecretOk {},
+                    )),
+                )
+                .await?;
+                Ok(false)
             }
             AMQPClass::Connection(_) => Err(Fault::Connection(
                 Close::new(

@@ -291,7 +291,9 @@ async fn shutdown_closes_connections_with_320() {
 }
 
 #[tokio::test]
-async fn update_secret_is_refused_as_rabbitmq_refuses_it() {
+async fn update_secret_is_accepted_as_rabbitmq_accepts_it() {
+    // RabbitMQ's internal user database has nothing to renew: it answers update-secret-ok
+    // and the connection goes on (pika's and the Java client's tests expect this).
     let server = server(config()).await;
     let mut raw = Raw::connect(&server).await;
     raw.handshake(131072, 2047, 0).await;
@@ -305,11 +307,92 @@ async fn update_secret_is_refused_as_rabbitmq_refuses_it() {
         )),
     )
     .await;
-    let text = raw.expect_connection_close(530).await;
-    assert_eq!(
-        text,
-        "NOT_ALLOWED - New secret was refused by one of the backends"
-    );
+    match raw.next_method().await {
+        Some((0, AMQPClass::Connection(connection::AMQPMethod::UpdateSecretOk(_)))) => {}
+        other => panic!("expected update-secret-ok, got {other:?}"),
+    }
+    raw.open_channel(1).await;
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn closes_crossing_on_a_channel_leave_the_connection_usable() {
+    // The server closes channel 1 (404) while the client closes it too: the server answers
+    // the client's close, then takes the client's close-ok for its own close without
+    // calling it a method on a channel never opened (amqp091-go's issue 43).
+    let server = server(config()).await;
+    let mut raw = Raw::connect(&server).await;
+    raw.handshake(131072, 2047, 0).await;
+    raw.open_channel(1).await;
+    raw.method(
+        1,
+        AMQPClass::Queue(amq_protocol::protocol::queue::AMQPMethod::Declare(
+            amq_protocol::protocol::queue::Declare {
+                queue: "no-such-queue".into(),
+                passive: true,
+                ..Default::default()
+            },
+        )),
+    )
+    .await;
+    raw.method(
+        1,
+        AMQPClass::Channel(channel::AMQPMethod::Close(channel::Close {
+            reply_code: 200,
+            reply_text: "bye".into(),
+            class_id: 0,
+            method_id: 0,
+        })),
+    )
+    .await;
+    let mut got_close = false;
+    let mut got_close_ok = false;
+    while !(got_close && got_close_ok) {
+        match raw.next_method().await {
+            Some((1, AMQPClass::Channel(channel::AMQPMethod::Close(c)))) => {
+                assert_eq!(c.reply_code, 404);
+                got_close = true;
+            }
+            Some((1, AMQPClass::Channel(channel::AMQPMethod::CloseOk(_)))) => got_close_ok = true,
+            other => panic!("expected the server's close and close-ok, got {other:?}"),
+        }
+    }
+    // The close-ok the client owes for the server's close.
+    raw.method(
+        1,
+        AMQPClass::Channel(channel::AMQPMethod::CloseOk(channel::CloseOk {})),
+    )
+    .await;
+    // The connection is still fine: channel 2 opens (a 504 would close it instead).
+    raw.open_channel(2).await;
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_closed_connection_keeps_its_socket_for_a_second_close() {
+    // Concurrent closers (amqp091-go's TestConcurrentClose) send connection.close twice:
+    // each gets close-ok, and the socket is not dropped under the second.
+    let server = server(config()).await;
+    let mut raw = Raw::connect(&server).await;
+    raw.handshake(131072, 2047, 0).await;
+    let close = || {
+        AMQPClass::Connection(connection::AMQPMethod::Close(connection::Close {
+            reply_code: 200,
+            reply_text: "bye".into(),
+            class_id: 0,
+            method_id: 0,
+        }))
+    };
+    raw.method(0, close()).await;
+    raw.method(0, close()).await;
+    for n in 1..=2 {
+        match raw.next_method().await {
+            Some((0, AMQPClass::Connection(connection::AMQPMethod::CloseOk(_)))) => {}
+            other => panic!("close {n}: expected close-ok, got {other:?}"),
+        }
+    }
+    drop(raw);
+    still_serving(&server).await;
     server.shutdown().await;
 }
 
