@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use stream_engine::{
-    BindingDef, Decimal, DestinationKind, ExchangeDef, ExchangeKind, ExchangeOptions,
-    FieldTable, FieldValue, Message, Properties, Published, QueueDef, QueueOptions,
+    BindingDef, Decimal, DestinationKind, ExchangeDef, ExchangeKind, ExchangeOptions, FieldTable,
+    FieldValue, Message, Properties, Published, QueueDef, QueueOptions,
 };
 
 /// A payload could not be decoded.
@@ -325,7 +325,10 @@ pub(crate) fn put_exchange(out: &mut Out, x: &ExchangeDef) {
         ExchangeKind::Headers => 3,
     });
     let o = x.options;
-    out.u8(u8::from(o.passive) | u8::from(o.durable) << 1 | u8::from(o.auto_delete) << 2 | u8::from(o.internal) << 3);
+    out.u8(u8::from(o.passive)
+        | u8::from(o.durable) << 1
+        | u8::from(o.auto_delete) << 2
+        | u8::from(o.internal) << 3);
     put_table(out, &x.arguments);
 }
 
@@ -356,7 +359,10 @@ pub(crate) fn get_exchange(inp: &mut In<'_>) -> Decoded<ExchangeDef> {
 pub(crate) fn put_queue(out: &mut Out, q: &QueueDef) {
     out.str(&q.name);
     let o = q.options;
-    out.u8(u8::from(o.passive) | u8::from(o.durable) << 1 | u8::from(o.exclusive) << 2 | u8::from(o.auto_delete) << 3);
+    out.u8(u8::from(o.passive)
+        | u8::from(o.durable) << 1
+        | u8::from(o.exclusive) << 2
+        | u8::from(o.auto_delete) << 3);
     put_table(out, &q.arguments);
 }
 
@@ -414,7 +420,10 @@ mod tests {
         headers.insert("n", FieldValue::I64(-3));
         headers.insert(
             "nested",
-            FieldValue::Array(vec![FieldValue::Decimal(Decimal { scale: 2, value: -5 })]),
+            FieldValue::Array(vec![FieldValue::Decimal(Decimal {
+                scale: 2,
+                value: -5,
+            })]),
         );
         let p = Published {
             exchange: Arc::from("x"),

@@ -80,6 +80,15 @@ impl FaultFs {
             .insert(path.to_owned(), Content { data, synced });
     }
 
+    /// The paths of the files directly in `dir`.
+    pub fn list_paths(&self, dir: &Path) -> Vec<PathBuf> {
+        self.lock()
+            .keys()
+            .filter(|p| p.parent() == Some(dir))
+            .cloned()
+            .collect()
+    }
+
     /// The total size of every file under `dir`.
     pub fn size_under(&self, dir: &Path) -> u64 {
         self.lock()

@@ -97,7 +97,8 @@ impl Meta {
             }
             MetaOp::QueueDeclared(incarnation, q) => {
                 self.next_incarnation = self.next_incarnation.max(incarnation + 1);
-                self.queues.insert(q.name.clone(), (*incarnation, q.clone()));
+                self.queues
+                    .insert(q.name.clone(), (*incarnation, q.clone()));
             }
             MetaOp::QueueDeleted(name) => {
                 self.queues.remove(name);

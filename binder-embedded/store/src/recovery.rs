@@ -6,7 +6,6 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
 
-
 use stream_engine::{Recovered, RecoveredMessage, StoreError};
 
 use crate::clean::CleanIndex;
@@ -58,8 +57,8 @@ fn read_meta(fs: &dyn FileSystem, dir: &Path) -> Result<(Meta, u64, usize, u64),
     let scan = frame::scan(&data);
     let mut records = 0;
     for f in &scan.frames {
-        let op = MetaOp::decode(f.payload)
-            .map_err(|e| corrupt(format!("{}: {e}", path.display())))?;
+        let op =
+            MetaOp::decode(f.payload).map_err(|e| corrupt(format!("{}: {e}", path.display())))?;
         meta.apply(&op);
         records += 1;
     }
@@ -372,4 +371,3 @@ fn from_clean(
         truncated: 0,
     }))
 }
-

@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
 use stream_engine::{
-    BindingDef, Durability, ExchangeDef, MessageStore, QueueDef, Recovered, Removal,
-    StoreError, StoredMessage,
+    BindingDef, Durability, ExchangeDef, MessageStore, QueueDef, Recovered, Removal, StoreError,
+    StoredMessage,
 };
 use tokio::sync::oneshot;
 
@@ -236,9 +236,8 @@ impl MessageStore for DiskStore {
         let (waiter, durability) = match self.0.mode {
             SyncMode::Sync => {
                 let (tx, rx) = oneshot::channel();
-                let durability = Durability::pending(async move {
-                    rx.await.unwrap_or_else(|_| Err(closed()))
-                });
+                let durability =
+                    Durability::pending(async move { rx.await.unwrap_or_else(|_| Err(closed())) });
                 (Some(tx), durability)
             }
             SyncMode::Interval(_) | SyncMode::None => (None, Durability::Durable),

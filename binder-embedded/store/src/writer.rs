@@ -89,7 +89,10 @@ pub(crate) struct Shared {
 
 impl Shared {
     pub fn failure(&self) -> Option<String> {
-        self.failed.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.failed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 }
 
@@ -359,7 +362,8 @@ impl Writer {
 
     fn message(&mut self, id: u64, queue: &str, seq: u64, body: &[u8], waiter: Option<Waiter>) {
         let Some(key) = self.key(queue, seq) else {
-            let _ = waiter.map(|w| w.send(Err(failed("message for a queue the store does not know"))));
+            let _ =
+                waiter.map(|w| w.send(Err(failed("message for a queue the store does not know"))));
             return;
         };
         if let Err(e) = self.roll_if_full() {
@@ -403,7 +407,8 @@ impl Writer {
             return;
         }
         let Some(key) = self.key(queue, seq) else {
-            let _ = waiter.map(|w| w.send(Err(failed("message for a queue the store does not know"))));
+            let _ =
+                waiter.map(|w| w.send(Err(failed("message for a queue the store does not know"))));
             return;
         };
         if let Err(e) = self.roll_if_full() {
@@ -460,13 +465,9 @@ impl Writer {
                     }
                 }
             };
-            let written = self.write_out().and_then(|()| {
-                if sync {
-                    self.sync_all()
-                } else {
-                    Ok(())
-                }
-            });
+            let written =
+                self.write_out()
+                    .and_then(|()| if sync { self.sync_all() } else { Ok(()) });
             match written {
                 Ok(()) => {
                     for w in self.waiters.drain(..) {

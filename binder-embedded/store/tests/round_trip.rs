@@ -12,10 +12,20 @@ use stream_store::{FaultFs, StoreConfig};
 async fn fill(broker: &Broker) {
     let conn = broker.connect();
     let ch = conn.open_channel().unwrap();
-    ch.exchange_declare("orders", ExchangeKind::Topic, durable_exchange(), FieldTable::new())
-        .unwrap();
-    ch.exchange_declare("fan", ExchangeKind::Fanout, durable_exchange(), FieldTable::new())
-        .unwrap();
+    ch.exchange_declare(
+        "orders",
+        ExchangeKind::Topic,
+        durable_exchange(),
+        FieldTable::new(),
+    )
+    .unwrap();
+    ch.exchange_declare(
+        "fan",
+        ExchangeKind::Fanout,
+        durable_exchange(),
+        FieldTable::new(),
+    )
+    .unwrap();
     let mut args = FieldTable::new();
     args.insert("x-max-priority", FieldValue::U8(5));
     ch.queue_declare("work", durable_queue(), args).unwrap();
@@ -25,9 +35,11 @@ async fn fill(broker: &Broker) {
         .unwrap();
     ch.queue_bind("work", "orders", "order.*", FieldTable::new())
         .unwrap();
-    ch.queue_bind("audit", "fan", "", FieldTable::new()).unwrap();
+    ch.queue_bind("audit", "fan", "", FieldTable::new())
+        .unwrap();
     ch.queue_bind("work", "fan", "", FieldTable::new()).unwrap();
-    ch.queue_bind("scratch", "fan", "", FieldTable::new()).unwrap();
+    ch.queue_bind("scratch", "fan", "", FieldTable::new())
+        .unwrap();
     ch.confirm_select().unwrap();
     for i in 0..50 {
         let m = persistent(format!("w{i}")).with_header("n", FieldValue::I64(i));
@@ -38,9 +50,14 @@ async fn fill(broker: &Broker) {
         assert_eq!(outcome.status, PublishStatus::Routed(1));
     }
     // Transient: not kept.
-    ch.basic_publish("orders", "order.created", Default::default(), Message::new("t"))
-        .await
-        .unwrap();
+    ch.basic_publish(
+        "orders",
+        "order.created",
+        Default::default(),
+        Message::new("t"),
+    )
+    .await
+    .unwrap();
     // One publish reaching three queues (two durable).
     ch.basic_publish("fan", "", Default::default(), persistent("fanned"))
         .await
@@ -59,7 +76,11 @@ async fn fill(broker: &Broker) {
 async fn check(broker: &Broker) {
     assert!(broker.exchange_exists("orders"));
     assert!(broker.exchange_exists("fan"));
-    assert_eq!(broker.queue_counts("scratch"), None, "a transient queue is gone");
+    assert_eq!(
+        broker.queue_counts("scratch"),
+        None,
+        "a transient queue is gone"
+    );
     assert_eq!(broker.queue_counts("work"), Some((31, 0)));
     assert_eq!(broker.queue_counts("audit"), Some((1, 0)));
     let conn = broker.connect();
@@ -92,7 +113,10 @@ async fn a_clean_restart_from_the_same_directory_keeps_everything_but_the_acked(
     drop(broker);
     drop(store);
     let (store, broker) = open_real(dir.path(), StoreConfig::default());
-    assert!(store.started_clean(), "the clean-shutdown marker spares the scan");
+    assert!(
+        store.started_clean(),
+        "the clean-shutdown marker spares the scan"
+    );
     check(&broker).await;
     store.close().unwrap();
 }
@@ -120,10 +144,16 @@ async fn a_message_reaching_several_durable_queues_is_written_once() {
     let (store, broker) = open_fault(&fs, dir, StoreConfig::default());
     let conn = broker.connect();
     let ch = conn.open_channel().unwrap();
-    ch.exchange_declare("fan", ExchangeKind::Fanout, durable_exchange(), FieldTable::new())
-        .unwrap();
+    ch.exchange_declare(
+        "fan",
+        ExchangeKind::Fanout,
+        durable_exchange(),
+        FieldTable::new(),
+    )
+    .unwrap();
     for q in ["a", "b", "c", "d"] {
-        ch.queue_declare(q, durable_queue(), FieldTable::new()).unwrap();
+        ch.queue_declare(q, durable_queue(), FieldTable::new())
+            .unwrap();
         ch.queue_bind(q, "fan", "", FieldTable::new()).unwrap();
     }
     ch.confirm_select().unwrap();
@@ -159,7 +189,8 @@ async fn a_queue_deleted_and_declared_again_does_not_get_the_old_messages() {
     let (store, broker) = open_fault(&fs, dir, StoreConfig::default());
     let conn = broker.connect();
     let ch = conn.open_channel().unwrap();
-    ch.queue_declare("q", durable_queue(), FieldTable::new()).unwrap();
+    ch.queue_declare("q", durable_queue(), FieldTable::new())
+        .unwrap();
     ch.confirm_select().unwrap();
     for body in ["old1", "old2"] {
         ch.basic_publish("", "q", Default::default(), persistent(body))
@@ -167,7 +198,8 @@ async fn a_queue_deleted_and_declared_again_does_not_get_the_old_messages() {
             .unwrap();
     }
     ch.queue_delete("q", false, false).unwrap();
-    ch.queue_declare("q", durable_queue(), FieldTable::new()).unwrap();
+    ch.queue_declare("q", durable_queue(), FieldTable::new())
+        .unwrap();
     ch.basic_publish("", "q", Default::default(), persistent("new"))
         .await
         .unwrap();
