@@ -1,7 +1,9 @@
 //! The writer's picture of what is on disk: where each live message and reference is, and
 //! how much of each segment is still live (for whole-segment deletion and compaction).
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::BTreeMap;
+
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use std::sync::Arc;
 
 use crate::layout::Key;

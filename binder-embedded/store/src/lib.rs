@@ -8,7 +8,7 @@
 //! use stream_store::{DiskStore, StoreConfig};
 //!
 //! let store = DiskStore::open("/var/lib/app/broker", StoreConfig::default())?;
-//! let broker = Broker::with_store(BrokerConfig::default(), store.clone())?;
+//! let broker: Broker = Broker::with_store(BrokerConfig::default(), store.clone())?;
 //! // … use the broker; at the end:
 //! drop(broker);
 //! store.close()?;

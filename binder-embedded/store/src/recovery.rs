@@ -3,7 +3,9 @@
 //! ignored, and a clean-shutdown marker (a snapshot of the index) spares the scan of every
 //! record.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::BTreeMap;
+
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use std::path::Path;
 
 use stream_engine::{Recovered, RecoveredMessage, StoreError};
@@ -134,11 +136,11 @@ fn full_scan(
     segments: &[u32],
 ) -> Result<Rebuilt, StoreError> {
     let mut truncated = 0u64;
-    let mut bodies: HashMap<u64, (u32, u64, u32)> = HashMap::new();
-    let mut candidates: HashMap<Key, Candidate> = HashMap::new();
-    let mut removed: HashSet<Key> = HashSet::new();
-    let mut delivered: HashSet<Key> = HashSet::new();
-    let mut data: HashMap<u32, Vec<u8>> = HashMap::new();
+    let mut bodies: HashMap<u64, (u32, u64, u32)> = HashMap::default();
+    let mut candidates: HashMap<Key, Candidate> = HashMap::default();
+    let mut removed: HashSet<Key> = HashSet::default();
+    let mut delivered: HashSet<Key> = HashSet::default();
+    let mut data: HashMap<u32, Vec<u8>> = HashMap::default();
     let mut stats: BTreeMap<u32, SegStat> = BTreeMap::new();
     let mut max_id = 0u64;
     for &n in segments {
@@ -227,7 +229,7 @@ fn full_scan(
         })
         .collect();
     live.sort_by(|a, b| (&a.0.queue, a.0.seq).cmp(&(&b.0.queue, b.0.seq)));
-    let mut keys_of: HashMap<u64, Vec<Key>> = HashMap::new();
+    let mut keys_of: HashMap<u64, Vec<Key>> = HashMap::default();
     for (key, c) in &live {
         keys_of.entry(c.id).or_default().push(key.clone());
     }
@@ -235,7 +237,7 @@ fn full_scan(
         let (seg, offset, len) = bodies[&id];
         index.add_message(id, seg, offset, len, keys);
     }
-    let mut decoded = HashMap::new();
+    let mut decoded = HashMap::default();
     let mut messages = Vec::with_capacity(live.len());
     for (key, c) in live {
         let was_delivered = c.delivered || delivered.contains(&key);
@@ -315,7 +317,7 @@ fn from_clean(
     if listed != segments {
         return Ok(None);
     }
-    let mut data = HashMap::new();
+    let mut data = HashMap::default();
     for (n, stat) in &clean.segments {
         let bytes = fs.read(&layout::segment_path(dir, *n))?.unwrap_or_default();
         if bytes.len() as u64 != stat.bytes {
@@ -331,7 +333,7 @@ fn from_clean(
         s.live = 0;
         s.live_bytes = 0;
     }
-    let mut decoded = HashMap::new();
+    let mut decoded = HashMap::default();
     for m in &clean.messages {
         let Some(seg) = data.get(&m.seg) else {
             return Ok(None);
@@ -342,8 +344,11 @@ fn from_clean(
         decoded.insert(m.id, p);
         index.add_message(m.id, m.seg, m.offset, m.len, m.keys.clone());
     }
-    let mut messages = Vec::with_capacity(clean.refs.len());
-    for (key, loc) in clean.refs {
+    let mut refs = clean.refs;
+    // Sorted here, while the entries are small: the broker then finds the messages in order.
+    refs.sort_unstable_by(|a, b| (&a.0.queue, a.0.seq).cmp(&(&b.0.queue, b.0.seq)));
+    let mut messages = Vec::with_capacity(refs.len());
+    for (key, loc) in refs {
         let Some(published) = decoded.get(&loc.id) else {
             return Ok(None);
         };
@@ -358,7 +363,6 @@ fn from_clean(
         });
         index.add_ref(key, loc);
     }
-    messages.sort_by(|a, b| (&a.queue, a.seq).cmp(&(&b.queue, b.seq)));
     Ok(Some(Rebuilt {
         recovered: recovered(meta, messages),
         meta: Meta::default(),

@@ -465,9 +465,9 @@ impl Writer {
                     }
                 }
             };
-            let written =
-                self.write_out()
-                    .and_then(|()| if sync { self.sync_all() } else { Ok(()) });
+            let written = self
+                .write_out()
+                .and_then(|()| if sync { self.sync_all() } else { Ok(()) });
             match written {
                 Ok(()) => {
                     for w in self.waiters.drain(..) {
