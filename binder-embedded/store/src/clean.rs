@@ -3,12 +3,10 @@
 //! every record and ack file. It is removed at start, so a crash afterwards means a full
 //! scan.
 
-use std::sync::Arc;
-
-use crate::codec::{Decoded, In, Out};
+use crate::codec::{Decoded, In, Interner, Out};
 use crate::frame;
 use crate::index::{Index, RefLoc, SegStat};
-use crate::layout::Key;
+use crate::layout::{Key, get_key};
 
 /// A live message in the snapshot.
 #[derive(Debug)]
@@ -33,14 +31,6 @@ fn put_key(out: &mut Out, k: &Key) {
     out.str(&k.queue);
     out.u64(k.incarnation);
     out.u64(k.seq);
-}
-
-fn get_key(inp: &mut In<'_>) -> Decoded<Key> {
-    Ok(Key {
-        queue: Arc::from(inp.string()?),
-        incarnation: inp.u64()?,
-        seq: inp.u64()?,
-    })
 }
 
 fn len32(n: usize) -> u32 {
@@ -91,15 +81,15 @@ pub(crate) fn encode(index: &Index, next_id: u64) -> Vec<u8> {
 
 impl CleanIndex {
     /// Reads a marker; `None` if it is damaged (then the full scan runs).
-    pub fn decode(data: &[u8]) -> Option<CleanIndex> {
+    pub fn decode(data: &[u8], names: &mut Interner) -> Option<CleanIndex> {
         let f = frame::read_at(data, 0)?;
         if f.len as usize != data.len() {
             return None;
         }
-        Self::parse(&mut In(f.payload)).ok()
+        Self::parse(&mut In(f.payload), names).ok()
     }
 
-    fn parse(inp: &mut In<'_>) -> Decoded<CleanIndex> {
+    fn parse(inp: &mut In<'_>, names: &mut Interner) -> Decoded<CleanIndex> {
         let next_id = inp.u64()?;
         let n = inp.u32()? as usize;
         let mut segments = Vec::with_capacity(n.min(inp.0.len()));
@@ -125,7 +115,7 @@ impl CleanIndex {
             let k = inp.u32()? as usize;
             let mut keys = Vec::with_capacity(k.min(inp.0.len()));
             for _ in 0..k {
-                keys.push(get_key(inp)?);
+                keys.push(get_key(inp, names)?);
             }
             messages.push(CleanMessage {
                 id,
@@ -138,7 +128,7 @@ impl CleanIndex {
         let n = inp.u32()? as usize;
         let mut refs = Vec::with_capacity(n.min(inp.0.len()));
         for _ in 0..n {
-            let key = get_key(inp)?;
+            let key = get_key(inp, names)?;
             let id = inp.u64()?;
             let home = inp.u32()?;
             let delivered = inp.u8()? == 1;

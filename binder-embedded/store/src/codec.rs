@@ -49,6 +49,22 @@ impl Out {
     }
 }
 
+/// Shares one `Arc<str>` among the equal names a recovery decodes (queue names, exchanges,
+/// routing keys): a million messages of one queue hold one copy of its name.
+#[derive(Debug, Default)]
+pub(crate) struct Interner(rustc_hash::FxHashSet<Arc<str>>);
+
+impl Interner {
+    pub fn get(&mut self, s: &str) -> Arc<str> {
+        if let Some(shared) = self.0.get(s) {
+            return shared.clone();
+        }
+        let shared: Arc<str> = Arc::from(s);
+        self.0.insert(shared.clone());
+        shared
+    }
+}
+
 /// Reads encoded values from a payload.
 #[derive(Debug)]
 pub(crate) struct In<'a>(pub &'a [u8]);
@@ -78,10 +94,14 @@ impl<'a> In<'a> {
         let n = self.u32()? as usize;
         self.take(n)
     }
+    pub fn str(&mut self) -> Decoded<&'a str> {
+        std::str::from_utf8(self.bytes()?).map_err(|_| Malformed("string is not UTF-8"))
+    }
     pub fn string(&mut self) -> Decoded<String> {
-        std::str::from_utf8(self.bytes()?)
-            .map(str::to_owned)
-            .map_err(|_| Malformed("string is not UTF-8"))
+        self.str().map(str::to_owned)
+    }
+    pub fn shared(&mut self, names: &mut Interner) -> Decoded<Arc<str>> {
+        Ok(names.get(self.str()?))
     }
     fn opt_string(&mut self) -> Decoded<Option<String>> {
         match self.u8()? {
@@ -275,9 +295,9 @@ pub(crate) fn put_published(out: &mut Out, p: &Published) {
 }
 
 /// Decodes a published message.
-pub(crate) fn get_published(inp: &mut In<'_>) -> Decoded<Published> {
-    let exchange: Arc<str> = Arc::from(inp.string()?);
-    let routing_key: Arc<str> = Arc::from(inp.string()?);
+pub(crate) fn get_published(inp: &mut In<'_>, names: &mut Interner) -> Decoded<Published> {
+    let exchange = inp.shared(names)?;
+    let routing_key = inp.shared(names)?;
     let content_type = inp.opt_string()?.map(Arc::from);
     let content_encoding = inp.opt_string()?;
     let correlation_id = inp.opt_string()?;
@@ -441,10 +461,11 @@ mod tests {
         };
         let mut out = Out::default();
         put_published(&mut out, &p);
-        let back = get_published(&mut In(&out.0)).unwrap();
+        let names = &mut Interner::default();
+        let back = get_published(&mut In(&out.0), names).unwrap();
         assert_eq!(back, p);
         for cut in 0..out.0.len() {
-            assert!(get_published(&mut In(&out.0[..cut])).is_err());
+            assert!(get_published(&mut In(&out.0[..cut]), names).is_err());
         }
     }
 }

@@ -10,7 +10,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::codec::{Decoded, In, Malformed, Out};
+use crate::codec::{Decoded, In, Interner, Malformed, Out};
 
 pub(crate) const META: &str = "meta.log";
 pub(crate) const META_TMP: &str = "meta.tmp";
@@ -54,9 +54,9 @@ fn put_key(out: &mut Out, k: &Key) {
     out.u64(k.seq);
 }
 
-fn get_key(inp: &mut In<'_>) -> Decoded<Key> {
+pub(crate) fn get_key(inp: &mut In<'_>, names: &mut Interner) -> Decoded<Key> {
     Ok(Key {
-        queue: Arc::from(inp.string()?),
+        queue: inp.shared(names)?,
         incarnation: inp.u64()?,
         seq: inp.u64()?,
     })
@@ -105,8 +105,8 @@ pub(crate) fn encode_ref(id: u64, entry: &RefEntry) -> Vec<u8> {
     out.0
 }
 
-fn get_entry(inp: &mut In<'_>) -> Decoded<RefEntry> {
-    let key = get_key(inp)?;
+fn get_entry(inp: &mut In<'_>, names: &mut Interner) -> Decoded<RefEntry> {
+    let key = get_key(inp, names)?;
     let delivered = match inp.u8()? {
         0 => false,
         1 => true,
@@ -115,7 +115,10 @@ fn get_entry(inp: &mut In<'_>) -> Decoded<RefEntry> {
     Ok(RefEntry { key, delivered })
 }
 
-pub(crate) fn decode_segment(payload: &[u8]) -> Decoded<SegRecord<'_>> {
+pub(crate) fn decode_segment<'a>(
+    payload: &'a [u8],
+    names: &mut Interner,
+) -> Decoded<SegRecord<'a>> {
     let mut inp = In(payload);
     match inp.u8()? {
         1 => {
@@ -123,7 +126,7 @@ pub(crate) fn decode_segment(payload: &[u8]) -> Decoded<SegRecord<'_>> {
             let n = inp.u32()? as usize;
             let mut refs = Vec::with_capacity(n.min(1024));
             for _ in 0..n {
-                refs.push(get_entry(&mut inp)?);
+                refs.push(get_entry(&mut inp, names)?);
             }
             Ok(SegRecord::Message {
                 id,
@@ -135,7 +138,7 @@ pub(crate) fn decode_segment(payload: &[u8]) -> Decoded<SegRecord<'_>> {
             let id = inp.u64()?;
             Ok(SegRecord::Ref {
                 id,
-                entry: get_entry(&mut inp)?,
+                entry: get_entry(&mut inp, names)?,
             })
         }
         _ => Err(Malformed("unknown segment record")),
@@ -159,12 +162,12 @@ pub(crate) fn encode_ack(kind: AckKind, key: &Key) -> Vec<u8> {
     out.0
 }
 
-pub(crate) fn decode_ack(payload: &[u8]) -> Decoded<(AckKind, Key)> {
+pub(crate) fn decode_ack(payload: &[u8], names: &mut Interner) -> Decoded<(AckKind, Key)> {
     let mut inp = In(payload);
     let kind = match inp.u8()? {
         1 => AckKind::Delivered,
         2 => AckKind::Removed,
         _ => return Err(Malformed("unknown ack record")),
     };
-    Ok((kind, get_key(&mut inp)?))
+    Ok((kind, get_key(&mut inp, names)?))
 }

@@ -11,7 +11,7 @@ use std::path::Path;
 use stream_engine::{Recovered, RecoveredMessage, StoreError};
 
 use crate::clean::CleanIndex;
-use crate::codec::{self, In};
+use crate::codec::{self, In, Interner};
 use crate::frame;
 use crate::fs::FileSystem;
 use crate::index::{Index, RefLoc, SegStat};
@@ -100,8 +100,9 @@ pub(crate) fn recover(fs: &dyn FileSystem, dir: &Path) -> Result<Rebuilt, StoreE
     }
     let segments: Vec<u32> = names.iter().filter(|(_, e)| e.0).map(|(n, _)| *n).collect();
     let next_segment = segments.last().map_or(1, |n| n + 1);
-    if let Some(clean) = marker.as_deref().and_then(CleanIndex::decode) {
-        if let Some(rebuilt) = from_clean(fs, dir, &meta, &segments, clean)? {
+    let names = &mut Interner::default();
+    if let Some(clean) = marker.as_deref().and_then(|m| CleanIndex::decode(m, names)) {
+        if let Some(rebuilt) = from_clean(fs, dir, &meta, &segments, clean, names)? {
             return Ok(Rebuilt {
                 meta,
                 meta_seq,
@@ -112,7 +113,7 @@ pub(crate) fn recover(fs: &dyn FileSystem, dir: &Path) -> Result<Rebuilt, StoreE
             });
         }
     }
-    let mut full = full_scan(fs, dir, &meta, &segments)?;
+    let mut full = full_scan(fs, dir, &meta, &segments, names)?;
     full.meta = meta;
     full.meta_seq = meta_seq;
     full.meta_records = meta_records;
@@ -134,6 +135,7 @@ fn full_scan(
     dir: &Path,
     meta: &Meta,
     segments: &[u32],
+    names: &mut Interner,
 ) -> Result<Rebuilt, StoreError> {
     let mut truncated = 0u64;
     let mut bodies: HashMap<u64, (u32, u64, u32)> = HashMap::default();
@@ -148,7 +150,7 @@ fn full_scan(
         let bytes = fs.read(&path)?.unwrap_or_default();
         let scan = frame::scan(&bytes);
         for f in &scan.frames {
-            let record = layout::decode_segment(f.payload)
+            let record = layout::decode_segment(f.payload, names)
                 .map_err(|e| corrupt(format!("{}@{}: {e}", path.display(), f.offset)))?;
             match record {
                 SegRecord::Message { id, refs, .. } => {
@@ -190,7 +192,7 @@ fn full_scan(
         if let Some(acks) = fs.read(&ack_path)? {
             let scan = frame::scan(&acks);
             for f in &scan.frames {
-                let (kind, key) = layout::decode_ack(f.payload)
+                let (kind, key) = layout::decode_ack(f.payload, names)
                     .map_err(|e| corrupt(format!("{}: {e}", ack_path.display())))?;
                 match kind {
                     AckKind::Delivered => delivered.insert(key),
@@ -245,7 +247,7 @@ fn full_scan(
             Some(p) => Clone::clone(p),
             None => {
                 let (seg, offset, _) = bodies[&c.id];
-                let p = decode_body(&data[&seg], offset)?;
+                let p = decode_body(&data[&seg], offset, names)?;
                 decoded.insert(c.id, p.clone());
                 p
             }
@@ -289,14 +291,18 @@ fn recovered(meta: &Meta, messages: Vec<RecoveredMessage>) -> Recovered {
 }
 
 /// The message encoded in the record at `offset` of a segment's contents.
-fn decode_body(data: &[u8], offset: u64) -> Result<stream_engine::Published, StoreError> {
+fn decode_body(
+    data: &[u8],
+    offset: u64,
+    names: &mut Interner,
+) -> Result<stream_engine::Published, StoreError> {
     let frame = usize::try_from(offset)
         .ok()
         .and_then(|at| frame::read_at(data, at))
         .ok_or_else(|| corrupt(format!("no valid record at offset {offset}")))?;
-    match layout::decode_segment(frame.payload).map_err(|e| corrupt(e.to_string()))? {
+    match layout::decode_segment(frame.payload, names).map_err(|e| corrupt(e.to_string()))? {
         SegRecord::Message { body, .. } => {
-            codec::get_published(&mut In(body)).map_err(|e| corrupt(e.to_string()))
+            codec::get_published(&mut In(body), names).map_err(|e| corrupt(e.to_string()))
         }
         SegRecord::Ref { .. } => Err(corrupt(format!(
             "record at offset {offset} is not a message"
@@ -312,6 +318,7 @@ fn from_clean(
     meta: &Meta,
     segments: &[u32],
     clean: CleanIndex,
+    names: &mut Interner,
 ) -> Result<Option<Rebuilt>, StoreError> {
     let listed: Vec<u32> = clean.segments.iter().map(|(n, _)| *n).collect();
     if listed != segments {
@@ -333,12 +340,14 @@ fn from_clean(
         s.live = 0;
         s.live_bytes = 0;
     }
+    index.msgs.reserve(clean.messages.len());
+    index.refs.reserve(clean.refs.len());
     let mut decoded = HashMap::default();
     for m in &clean.messages {
         let Some(seg) = data.get(&m.seg) else {
             return Ok(None);
         };
-        let Ok(p) = decode_body(seg, m.offset) else {
+        let Ok(p) = decode_body(seg, m.offset, names) else {
             return Ok(None);
         };
         decoded.insert(m.id, p);

@@ -696,7 +696,8 @@ fn record_body(data: &[u8], offset: u64) -> Result<&[u8], StoreError> {
         .ok()
         .and_then(|at| frame::read_at(data, at))
         .ok_or_else(|| corrupt(format!("no valid record at offset {offset}")))?;
-    match layout::decode_segment(frame.payload).map_err(|e| corrupt(e.to_string()))? {
+    let names = &mut crate::codec::Interner::default();
+    match layout::decode_segment(frame.payload, names).map_err(|e| corrupt(e.to_string()))? {
         SegRecord::Message { body, .. } => Ok(body),
         SegRecord::Ref { .. } => Err(corrupt(format!("record at {offset} is not a message"))),
     }
