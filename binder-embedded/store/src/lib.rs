@@ -1,5 +1,5 @@
 //! A durable message store on disk for `stream-engine`: it implements the engine's
-//! [`MessageStore`] seam so that durable exchanges, queues, bindings and persistent messages
+//! [`MessageStore`](stream_engine::MessageStore) seam so that durable exchanges, queues, bindings and persistent messages
 //! survive a restart (or a crash: a confirm is released only once its message is synced).
 //!
 //! ```no_run
