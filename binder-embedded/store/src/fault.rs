@@ -24,6 +24,8 @@ struct Inner {
     /// After a crash the old handles refuse everything (the process is gone).
     crashed: AtomicBool,
     syncs: AtomicU64,
+    /// How long each sync takes, in microseconds (a slow disk).
+    sync_delay_us: AtomicU64,
 }
 
 /// Files in memory with crash and sync-failure injection. Clones share the files.
@@ -61,6 +63,12 @@ impl FaultFs {
     /// Makes every sync from now on fail (or succeed again).
     pub fn fail_syncs(&self, fail: bool) {
         self.0.fail_syncs.store(fail, Ordering::SeqCst);
+    }
+
+    /// Makes every sync take this long (as a real disk's does).
+    pub fn set_sync_delay(&self, delay: std::time::Duration) {
+        let us = u64::try_from(delay.as_micros()).unwrap_or(u64::MAX);
+        self.0.sync_delay_us.store(us, Ordering::SeqCst);
     }
 
     /// How many syncs succeeded.
@@ -190,6 +198,10 @@ impl StoreFile for FaultFile {
     }
 
     fn sync(&mut self) -> io::Result<()> {
+        let delay = self.fs.0.sync_delay_us.load(Ordering::SeqCst);
+        if delay > 0 {
+            std::thread::sleep(std::time::Duration::from_micros(delay));
+        }
         let fail = self.fs.0.fail_syncs.load(Ordering::SeqCst);
         let syncs = &self.fs.0.syncs;
         self.with(|c| {

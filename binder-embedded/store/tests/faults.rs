@@ -125,6 +125,8 @@ async fn a_failed_sync_fails_the_publish_and_keeps_what_was_confirmed() {
 #[tokio::test]
 async fn concurrent_publishers_share_syncs() {
     let fs = FaultFs::new();
+    // A sync takes as long as a real disk's, so publishers arrive while one is under way.
+    fs.set_sync_delay(Duration::from_millis(5));
     let (store, broker) = open_fault(&fs, Path::new(DIR), StoreConfig::default());
     declare(&broker);
     let conn = broker.connect();
@@ -142,7 +144,7 @@ async fn concurrent_publishers_share_syncs() {
         p.wait().await.unwrap();
     }
     let syncs = store.syncs() - before;
-    assert!((1..100).contains(&syncs), "500 confirms took {syncs} syncs");
+    assert!((1..50).contains(&syncs), "500 confirms took {syncs} syncs");
 }
 
 #[tokio::test]
