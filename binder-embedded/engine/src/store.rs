@@ -156,6 +156,11 @@ pub struct StoredMessage<'a> {
     /// Its position in the queue's arrival order: with the queue name, its identity in
     /// later calls.
     pub seq: u64,
+    /// The publication it came from: every queue one publish (or one dead-lettering)
+    /// reaches is told the same number, in consecutive calls, so a store can write the
+    /// message once and refer to it from each queue. Numbers grow for the broker's life
+    /// and start again after a restart.
+    pub publication: u64,
     pub(crate) record: &'a dyn RecordView,
 }
 
@@ -172,6 +177,7 @@ impl fmt::Debug for StoredMessage<'_> {
         f.debug_struct("StoredMessage")
             .field("queue", &self.queue)
             .field("seq", &self.seq)
+            .field("publication", &self.publication)
             .finish_non_exhaustive()
     }
 }

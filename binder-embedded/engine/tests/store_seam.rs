@@ -35,6 +35,8 @@ struct Kept {
     pending: Vec<oneshot::Sender<Result<(), StoreError>>>,
     /// Make every message durable at once instead.
     immediate: bool,
+    /// `(queue, seq, publication)` of every `enqueued` call.
+    publications: Vec<(String, u64, u64)>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -142,6 +144,7 @@ impl MessageStore for RecordingStore {
     fn enqueued(&self, m: &StoredMessage<'_>) -> Durability {
         let mut k = self.kept();
         k.calls.push(Call::Enqueued(m.queue.into(), m.seq));
+        k.publications.push((m.queue.into(), m.seq, m.publication));
         k.messages
             .insert((m.queue.into(), m.seq), (m.published(), false));
         if k.immediate {
@@ -447,4 +450,41 @@ async fn a_failed_commit_leaves_no_durability_point_for_the_next_publisher() {
             panic!("a transient publish confirms at once, not after the commit's writes: {other:?}")
         }
     }
+}
+
+#[tokio::test]
+async fn the_queues_of_one_publish_share_its_publication_number() {
+    let store = RecordingStore::default();
+    store.kept().immediate = true;
+    let broker = broker(&store);
+    let conn = broker.connect();
+    let ch = conn.open_channel().unwrap();
+    let durable_x = ExchangeOptions {
+        durable: true,
+        ..Default::default()
+    };
+    ch.exchange_declare("fan", ExchangeKind::Fanout, durable_x, FieldTable::new())
+        .unwrap();
+    for q in ["a", "b"] {
+        ch.queue_declare(q, durable(), FieldTable::new()).unwrap();
+        ch.queue_bind(q, "fan", "", FieldTable::new()).unwrap();
+    }
+    for body in ["1", "2"] {
+        ch.basic_publish("fan", "", Default::default(), persistent(body))
+            .await
+            .unwrap();
+    }
+    ch.basic_publish("", "a", Default::default(), persistent("3"))
+        .await
+        .unwrap();
+    let p = store.kept().publications.clone();
+    assert_eq!(p.len(), 5);
+    assert_eq!(p[0].2, p[1].2, "one fanout publish, one number: {p:?}");
+    assert_eq!(p[2].2, p[3].2, "{p:?}");
+    assert_ne!(p[1].2, p[2].2, "each publish has its own: {p:?}");
+    assert_ne!(p[3].2, p[4].2, "{p:?}");
+    let queues: Vec<&str> = p.iter().map(|(q, _, _)| q.as_str()).collect();
+    let mut first = queues[..2].to_vec();
+    first.sort();
+    assert_eq!(first, ["a", "b"]);
 }

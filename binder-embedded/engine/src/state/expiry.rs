@@ -118,6 +118,7 @@ impl<E: Envelope> State<E> {
             routing_key: key,
             message: body.message,
         }));
+        self.publication += 1;
         for (target, cycle) in targets.into_iter().zip(cycles) {
             if cycle {
                 continue;

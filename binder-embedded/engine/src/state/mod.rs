@@ -57,6 +57,9 @@ pub(crate) struct State<E: Envelope> {
     store: Arc<dyn MessageStore>,
     /// The store keeps messages (asked once): otherwise no per-message calls are made.
     keeps_messages: bool,
+    /// Counts publications (a publish, or one dead-lettering): the queues one publication
+    /// reaches share its number ([`crate::StoredMessage::publication`]).
+    publication: u64,
 }
 
 /// A record as the store reads it: converted to the engine's types only when asked.
@@ -78,6 +81,7 @@ impl<E: Envelope> State<E> {
             memory: MemoryCount::default(),
             keeps_messages: store.keeps_messages(),
             store,
+            publication: 0,
         }
     }
 

@@ -120,6 +120,7 @@ impl<E: Envelope> State<E> {
         }
         let mut rejected = false;
         let count = targets.len();
+        self.publication += 1;
         for queue in targets.drain(..) {
             rejected |= !self.enqueue(&queue, body.clone(), false);
         }
@@ -180,6 +181,7 @@ impl<E: Envelope> State<E> {
             let durability = self.store.enqueued(&StoredMessage {
                 queue: &q.name,
                 seq: message.seq,
+                publication: self.publication,
                 record: &View::<E>(&message.body),
             });
             message.stored = true;

@@ -1,0 +1,144 @@
+//! The metadata log: durable exchanges, queues and bindings, one record per change, replayed
+//! at start and rewritten (compacted) as a snapshot once it holds much more than the state.
+
+use std::collections::BTreeMap;
+
+use stream_engine::{BindingDef, DestinationKind, ExchangeDef, QueueDef};
+
+use crate::codec::{self, Decoded, In, Malformed, Out};
+
+/// One change to the durable declarations.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum MetaOp {
+    ExchangeDeclared(ExchangeDef),
+    ExchangeDeleted(String),
+    /// A queue, with its incarnation: a queue deleted and declared again under the same name
+    /// is a new incarnation, and the old one's messages are not its.
+    QueueDeclared(u64, QueueDef),
+    QueueDeleted(String),
+    BindingAdded(BindingDef),
+    BindingRemoved(BindingDef),
+}
+
+impl MetaOp {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Out::default();
+        match self {
+            MetaOp::ExchangeDeclared(x) => {
+                out.u8(1);
+                codec::put_exchange(&mut out, x);
+            }
+            MetaOp::ExchangeDeleted(name) => {
+                out.u8(2);
+                out.str(name);
+            }
+            MetaOp::QueueDeclared(incarnation, q) => {
+                out.u8(3);
+                out.u64(*incarnation);
+                codec::put_queue(&mut out, q);
+            }
+            MetaOp::QueueDeleted(name) => {
+                out.u8(4);
+                out.str(name);
+            }
+            MetaOp::BindingAdded(b) => {
+                out.u8(5);
+                codec::put_binding(&mut out, b);
+            }
+            MetaOp::BindingRemoved(b) => {
+                out.u8(6);
+                codec::put_binding(&mut out, b);
+            }
+        }
+        out.0
+    }
+
+    pub fn decode(payload: &[u8]) -> Decoded<MetaOp> {
+        let mut inp = In(payload);
+        Ok(match inp.u8()? {
+            1 => MetaOp::ExchangeDeclared(codec::get_exchange(&mut inp)?),
+            2 => MetaOp::ExchangeDeleted(inp.string()?),
+            3 => {
+                let incarnation = inp.u64()?;
+                MetaOp::QueueDeclared(incarnation, codec::get_queue(&mut inp)?)
+            }
+            4 => MetaOp::QueueDeleted(inp.string()?),
+            5 => MetaOp::BindingAdded(codec::get_binding(&mut inp)?),
+            6 => MetaOp::BindingRemoved(codec::get_binding(&mut inp)?),
+            _ => return Err(Malformed("unknown metadata record")),
+        })
+    }
+}
+
+/// The durable declarations, as the log's records so far make them.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct Meta {
+    pub exchanges: BTreeMap<String, ExchangeDef>,
+    /// Queues with their incarnation.
+    pub queues: BTreeMap<String, (u64, QueueDef)>,
+    pub bindings: Vec<BindingDef>,
+    /// The next queue incarnation to hand out.
+    pub next_incarnation: u64,
+}
+
+impl Meta {
+    pub fn apply(&mut self, op: &MetaOp) {
+        match op {
+            MetaOp::ExchangeDeclared(x) => {
+                self.exchanges.insert(x.name.clone(), x.clone());
+            }
+            MetaOp::ExchangeDeleted(name) => {
+                self.exchanges.remove(name);
+                self.bindings.retain(|b| {
+                    b.source != *name
+                        && !(b.destination_kind == DestinationKind::Exchange
+                            && b.destination == *name)
+                });
+            }
+            MetaOp::QueueDeclared(incarnation, q) => {
+                self.next_incarnation = self.next_incarnation.max(incarnation + 1);
+                self.queues
+                    .insert(q.name.clone(), (*incarnation, q.clone()));
+            }
+            MetaOp::QueueDeleted(name) => {
+                self.queues.remove(name);
+                self.bindings.retain(|b| {
+                    !(b.destination_kind == DestinationKind::Queue && b.destination == *name)
+                });
+            }
+            MetaOp::BindingAdded(b) => {
+                if !self.bindings.contains(b) {
+                    self.bindings.push(b.clone());
+                }
+            }
+            MetaOp::BindingRemoved(b) => self.bindings.retain(|kept| kept != b),
+        }
+    }
+
+    /// The records that declare the state as it is (what a compacted log holds).
+    pub fn snapshot(&self) -> Vec<MetaOp> {
+        let mut ops: Vec<MetaOp> = self
+            .exchanges
+            .values()
+            .cloned()
+            .map(MetaOp::ExchangeDeclared)
+            .collect();
+        ops.extend(
+            self.queues
+                .values()
+                .map(|(i, q)| MetaOp::QueueDeclared(*i, q.clone())),
+        );
+        ops.extend(self.bindings.iter().cloned().map(MetaOp::BindingAdded));
+        ops
+    }
+
+    /// How many records a compacted log holds.
+    pub fn live_records(&self) -> usize {
+        self.exchanges.len() + self.queues.len() + self.bindings.len()
+    }
+
+    /// A queue's current incarnation.
+    pub fn incarnation(&self, queue: &str) -> Option<u64> {
+        self.queues.get(queue).map(|(i, _)| *i)
+    }
+}

@@ -1,0 +1,715 @@
+//! The writer thread: the only code that writes the store's files. The trait's calls hand it
+//! commands through a channel; it takes every command waiting, appends their records, syncs
+//! once for all of them (group commit), then releases their durability points, and between
+//! batches deletes dead segments and compacts sparse ones.
+
+use std::collections::{BTreeSet, HashMap};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use stream_engine::StoreError;
+use tokio::sync::oneshot;
+
+use crate::clean;
+use crate::config::{StoreConfig, SyncMode};
+use crate::frame;
+use crate::fs::{FileSystem, StoreFile};
+use crate::index::{Index, RefLoc};
+use crate::layout::{self, AckKind, Key, RefEntry, SegRecord};
+use crate::meta::{Meta, MetaOp};
+use crate::recovery::Rebuilt;
+
+/// Resolved once the record it waits for is synced.
+pub(crate) type Waiter = oneshot::Sender<Result<(), StoreError>>;
+
+/// What the trait's calls hand the writer.
+#[derive(Debug)]
+pub(crate) enum Cmd {
+    /// A change of the durable declarations (a queue's incarnation is assigned here).
+    Meta(MetaOp),
+    /// A message, first queue of its publication: `body` is the encoded `Published`.
+    Message {
+        id: u64,
+        queue: String,
+        seq: u64,
+        body: Vec<u8>,
+        waiter: Option<Waiter>,
+    },
+    /// Another queue of message `id`'s publication.
+    Ref {
+        id: u64,
+        queue: String,
+        seq: u64,
+        waiter: Option<Waiter>,
+    },
+    Delivered {
+        queue: String,
+        seq: u64,
+    },
+    Removed {
+        queue: String,
+        seq: u64,
+    },
+    /// What the store holds now (answered in order with the other commands).
+    Stats(Sender<StoreStats>),
+    /// Flush, sync, write the clean-shutdown marker and stop.
+    Close(Sender<Result<(), StoreError>>),
+}
+
+/// Figures about a store's files, for tests and measurements.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StoreStats {
+    /// Segment files on disk.
+    pub segments: usize,
+    /// Their total size in bytes.
+    pub segment_bytes: u64,
+    /// Messages with at least one live reference.
+    pub live_messages: usize,
+    /// Live references (a message in each durable queue holding it).
+    pub live_references: usize,
+    /// Segments compacted so far.
+    pub compactions: u64,
+    /// Segments deleted so far.
+    pub deleted_segments: u64,
+}
+
+/// State the writer shares with the trait's calls.
+#[derive(Debug, Default)]
+pub(crate) struct Shared {
+    /// Why the store stopped keeping messages, once a write or sync failed.
+    pub failed: Mutex<Option<String>>,
+    /// Successful syncs of a batch.
+    pub syncs: AtomicU64,
+    /// Batches written.
+    pub batches: AtomicU64,
+}
+
+impl Shared {
+    pub fn failure(&self) -> Option<String> {
+        self.failed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+}
+
+fn failed(detail: &str) -> StoreError {
+    StoreError::Failed {
+        detail: detail.to_owned(),
+    }
+}
+
+#[derive(Debug)]
+pub(crate) struct Writer {
+    fs: Arc<dyn FileSystem>,
+    dir: PathBuf,
+    config: StoreConfig,
+    shared: Arc<Shared>,
+    meta: Meta,
+    meta_file: Box<dyn StoreFile>,
+    meta_seq: u64,
+    meta_records: usize,
+    meta_buf: Vec<u8>,
+    index: Index,
+    active: u32,
+    active_file: Box<dyn StoreFile>,
+    seg_buf: Vec<u8>,
+    ack_files: HashMap<u32, Box<dyn StoreFile>>,
+    ack_bufs: HashMap<u32, Vec<u8>>,
+    /// Files appended to since their last sync (segments, ack files) and the metadata log.
+    dirty_segs: BTreeSet<u32>,
+    dirty_acks: BTreeSet<u32>,
+    dirty_meta: bool,
+    dirty_dir: bool,
+    waiters: Vec<Waiter>,
+    /// The last message's id and body: a later queue of its publication may refer to it
+    /// after the first queue already dropped it.
+    last_message: Option<(u64, Vec<u8>)>,
+    max_id: u64,
+    failure: Option<String>,
+    next_sync: Option<Instant>,
+    compactions: u64,
+    deleted: u64,
+}
+
+impl Writer {
+    /// Sets up the writer on what recovery rebuilt: a fresh active segment.
+    pub fn new(
+        fs: Arc<dyn FileSystem>,
+        dir: PathBuf,
+        config: StoreConfig,
+        shared: Arc<Shared>,
+        rebuilt: Rebuilt,
+    ) -> Result<Writer, StoreError> {
+        let meta_file = fs.open(&dir.join(layout::META))?;
+        let active = rebuilt.next_segment;
+        let active_file = fs.open(&layout::segment_path(&dir, active))?;
+        fs.sync_dir(&dir.join(layout::SEGMENTS))?;
+        let mut index = rebuilt.index;
+        index.segs.insert(active, Default::default());
+        let mut writer = Writer {
+            fs,
+            dir,
+            config,
+            shared,
+            meta: rebuilt.meta,
+            meta_file,
+            meta_seq: rebuilt.meta_seq,
+            meta_records: rebuilt.meta_records,
+            meta_buf: Vec::new(),
+            index,
+            active,
+            active_file,
+            seg_buf: Vec::new(),
+            ack_files: HashMap::new(),
+            ack_bufs: HashMap::new(),
+            dirty_segs: BTreeSet::new(),
+            dirty_acks: BTreeSet::new(),
+            dirty_meta: false,
+            dirty_dir: false,
+            waiters: Vec::new(),
+            last_message: None,
+            max_id: rebuilt.next_id.saturating_sub(1),
+            failure: None,
+            next_sync: None,
+            compactions: 0,
+            deleted: 0,
+        };
+        writer.maintain()?;
+        Ok(writer)
+    }
+
+    /// Runs until closed (or until every sender is gone).
+    pub fn run(mut self, rx: Receiver<Cmd>) {
+        loop {
+            let first = match self.next_sync {
+                Some(at) => match rx.recv_timeout(at.saturating_duration_since(Instant::now())) {
+                    Ok(cmd) => Some(cmd),
+                    Err(RecvTimeoutError::Timeout) => None,
+                    Err(RecvTimeoutError::Disconnected) => {
+                        let _ = self.close();
+                        return;
+                    }
+                },
+                None => match rx.recv() {
+                    Ok(cmd) => Some(cmd),
+                    Err(_) => {
+                        let _ = self.close();
+                        return;
+                    }
+                },
+            };
+            let mut next = first;
+            let mut taken = 0;
+            while let Some(cmd) = next {
+                match cmd {
+                    Cmd::Close(reply) => {
+                        let _ = reply.send(self.close());
+                        return;
+                    }
+                    Cmd::Stats(reply) => {
+                        self.end_batch();
+                        let _ = reply.send(self.stats());
+                    }
+                    other => self.handle(other),
+                }
+                taken += 1;
+                next = if taken < self.config.max_batch {
+                    rx.try_recv().ok()
+                } else {
+                    None
+                };
+            }
+            self.end_batch();
+        }
+    }
+
+    fn stats(&self) -> StoreStats {
+        StoreStats {
+            segments: self.index.segs.len(),
+            segment_bytes: self.index.segment_bytes(),
+            live_messages: self.index.msgs.len(),
+            live_references: self.index.refs.len(),
+            compactions: self.compactions,
+            deleted_segments: self.deleted,
+        }
+    }
+
+    fn key(&self, queue: &str, seq: u64) -> Option<Key> {
+        Some(Key {
+            queue: Arc::from(queue),
+            incarnation: self.meta.incarnation(queue)?,
+            seq,
+        })
+    }
+
+    fn handle(&mut self, cmd: Cmd) {
+        if self.failure.is_some() {
+            if let Cmd::Message { waiter, .. } | Cmd::Ref { waiter, .. } = cmd {
+                self.fail_waiter(waiter);
+            }
+            return;
+        }
+        match cmd {
+            Cmd::Meta(op) => self.meta_op(op),
+            Cmd::Message {
+                id,
+                queue,
+                seq,
+                body,
+                waiter,
+            } => {
+                self.message(id, &queue, seq, &body, waiter);
+                self.last_message = Some((id, body));
+            }
+            Cmd::Ref {
+                id,
+                queue,
+                seq,
+                waiter,
+            } => self.reference(id, &queue, seq, waiter),
+            Cmd::Delivered { queue, seq } => {
+                let Some(key) = self.key(&queue, seq) else {
+                    return;
+                };
+                let Some(loc) = self.index.refs.get_mut(&key) else {
+                    return;
+                };
+                if !loc.delivered {
+                    loc.delivered = true;
+                    let home = loc.home;
+                    self.ack(home, AckKind::Delivered, &key);
+                }
+            }
+            Cmd::Removed { queue, seq } => {
+                let Some(key) = self.key(&queue, seq) else {
+                    return;
+                };
+                if let Some(home) = self.index.remove_ref(&key) {
+                    self.ack(home, AckKind::Removed, &key);
+                }
+            }
+            Cmd::Stats(_) | Cmd::Close(_) => {}
+        }
+    }
+
+    fn fail_waiter(&self, waiter: Option<Waiter>) {
+        if let Some(w) = waiter {
+            let detail = self.failure.as_deref().unwrap_or("the store failed");
+            let _ = w.send(Err(failed(detail)));
+        }
+    }
+
+    fn meta_op(&mut self, op: MetaOp) {
+        let op = match op {
+            MetaOp::QueueDeclared(_, q) => MetaOp::QueueDeclared(self.meta.next_incarnation, q),
+            MetaOp::QueueDeleted(name) => {
+                for key in self.index.queue_refs(&name) {
+                    self.index.remove_ref(&key);
+                }
+                MetaOp::QueueDeleted(name)
+            }
+            other => other,
+        };
+        self.meta.apply(&op);
+        self.meta_seq += 1;
+        self.meta_records += 1;
+        frame::push(&mut self.meta_buf, self.meta_seq, &op.encode());
+        self.dirty_meta = true;
+    }
+
+    /// Appends a segment record to the active segment; returns its offset and length.
+    fn push_segment(&mut self, payload: &[u8]) -> (u64, u32) {
+        let stat = self.index.segs.entry(self.active).or_default();
+        stat.seq += 1;
+        let offset = stat.bytes;
+        let before = self.seg_buf.len();
+        frame::push(&mut self.seg_buf, stat.seq, payload);
+        let len = (self.seg_buf.len() - before) as u32;
+        stat.bytes += u64::from(len);
+        self.dirty_segs.insert(self.active);
+        (offset, len)
+    }
+
+    /// Starts a new active segment once the current one is full.
+    fn roll_if_full(&mut self) -> Result<(), StoreError> {
+        let bytes = self.index.segs.get(&self.active).map_or(0, |s| s.bytes);
+        if bytes < self.config.segment_bytes {
+            return Ok(());
+        }
+        self.active_file.append(&self.seg_buf)?;
+        self.seg_buf.clear();
+        if self.config.mode != SyncMode::None {
+            self.active_file.sync()?;
+        }
+        self.dirty_segs.remove(&self.active);
+        let next = self.active + 1;
+        self.active_file = self.fs.open(&layout::segment_path(&self.dir, next))?;
+        self.active = next;
+        self.index.segs.insert(next, Default::default());
+        self.dirty_dir = true;
+        Ok(())
+    }
+
+    fn fail(&mut self, e: &StoreError) {
+        let detail = format!("{e}: {}", source_text(e));
+        *self.shared.failed.lock().unwrap_or_else(|p| p.into_inner()) = Some(detail.clone());
+        self.failure = Some(detail);
+    }
+
+    fn message(&mut self, id: u64, queue: &str, seq: u64, body: &[u8], waiter: Option<Waiter>) {
+        let Some(key) = self.key(queue, seq) else {
+            let _ =
+                waiter.map(|w| w.send(Err(failed("message for a queue the store does not know"))));
+            return;
+        };
+        if let Err(e) = self.roll_if_full() {
+            self.fail(&e);
+            self.fail_waiter(waiter);
+            return;
+        }
+        self.max_id = self.max_id.max(id);
+        let entry = RefEntry {
+            key: key.clone(),
+            delivered: false,
+        };
+        let (offset, len) = self.push_segment(&layout::encode_message(id, &[entry], body));
+        self.index
+            .add_message(id, self.active, offset, len, vec![key.clone()]);
+        self.index.add_ref(
+            key,
+            RefLoc {
+                id,
+                home: self.active,
+                delivered: false,
+                record: None,
+            },
+        );
+        self.waiters.extend(waiter);
+    }
+
+    fn reference(&mut self, id: u64, queue: &str, seq: u64, waiter: Option<Waiter>) {
+        if !self.index.msgs.contains_key(&id) {
+            // Its first queue dropped it already: write it again for this one.
+            match self.last_message.take() {
+                Some((last, body)) if last == id => {
+                    self.message(id, queue, seq, &body, waiter);
+                    self.last_message = Some((last, body));
+                }
+                other => {
+                    self.last_message = other;
+                    let _ = waiter.map(|w| w.send(Err(failed("reference to an unknown message"))));
+                }
+            }
+            return;
+        }
+        let Some(key) = self.key(queue, seq) else {
+            let _ =
+                waiter.map(|w| w.send(Err(failed("message for a queue the store does not know"))));
+            return;
+        };
+        if let Err(e) = self.roll_if_full() {
+            self.fail(&e);
+            self.fail_waiter(waiter);
+            return;
+        }
+        let entry = RefEntry {
+            key: key.clone(),
+            delivered: false,
+        };
+        let (offset, len) = self.push_segment(&layout::encode_ref(id, &entry));
+        if let Some(m) = self.index.msgs.get_mut(&id) {
+            m.keys.push(key.clone());
+        }
+        self.index.add_ref(
+            key,
+            RefLoc {
+                id,
+                home: self.active,
+                delivered: false,
+                record: Some((offset, len)),
+            },
+        );
+        self.waiters.extend(waiter);
+    }
+
+    fn ack(&mut self, home: u32, kind: AckKind, key: &Key) {
+        let Some(stat) = self.index.segs.get_mut(&home) else {
+            return;
+        };
+        stat.ack_seq += 1;
+        let buf = self.ack_bufs.entry(home).or_default();
+        frame::push(buf, stat.ack_seq, &layout::encode_ack(kind, key));
+        self.dirty_acks.insert(home);
+    }
+
+    /// Writes what the batch buffered, syncs per the mode, releases the waiters, then
+    /// deletes and compacts segments.
+    fn end_batch(&mut self) {
+        if self.failure.is_none() {
+            let sync = match self.config.mode {
+                SyncMode::Sync => true,
+                SyncMode::None => false,
+                SyncMode::Interval(every) => {
+                    let now = Instant::now();
+                    match self.next_sync {
+                        Some(at) if now >= at => true,
+                        Some(_) => false,
+                        None => {
+                            self.next_sync = Some(now + every);
+                            false
+                        }
+                    }
+                }
+            };
+            let written = self
+                .write_out()
+                .and_then(|()| if sync { self.sync_all() } else { Ok(()) });
+            match written {
+                Ok(()) => {
+                    for w in self.waiters.drain(..) {
+                        let _ = w.send(Ok(()));
+                    }
+                    if let Err(e) = self.maintain() {
+                        self.fail(&e);
+                    }
+                }
+                Err(e) => self.fail(&e),
+            }
+            self.shared.batches.fetch_add(1, Ordering::Relaxed);
+        }
+        if self.failure.is_some() {
+            for w in std::mem::take(&mut self.waiters) {
+                self.fail_waiter(Some(w));
+            }
+        }
+    }
+
+    /// Appends the buffered records to their files.
+    fn write_out(&mut self) -> Result<(), StoreError> {
+        if !self.seg_buf.is_empty() {
+            self.active_file.append(&self.seg_buf)?;
+            self.seg_buf.clear();
+        }
+        for (seg, buf) in self.ack_bufs.iter_mut() {
+            if buf.is_empty() {
+                continue;
+            }
+            let file = match self.ack_files.entry(*seg) {
+                std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+                std::collections::hash_map::Entry::Vacant(v) => {
+                    self.dirty_dir = true;
+                    v.insert(self.fs.open(&layout::ack_path(&self.dir, *seg))?)
+                }
+            };
+            file.append(buf)?;
+            buf.clear();
+        }
+        if !self.meta_buf.is_empty() {
+            self.meta_file.append(&self.meta_buf)?;
+            self.meta_buf.clear();
+        }
+        Ok(())
+    }
+
+    /// Syncs every file written since its last sync.
+    fn sync_all(&mut self) -> Result<(), StoreError> {
+        let any = !self.dirty_segs.is_empty()
+            || !self.dirty_acks.is_empty()
+            || self.dirty_meta
+            || self.dirty_dir;
+        for seg in std::mem::take(&mut self.dirty_segs) {
+            if seg == self.active {
+                self.active_file.sync()?;
+            }
+        }
+        for seg in std::mem::take(&mut self.dirty_acks) {
+            if let Some(f) = self.ack_files.get_mut(&seg) {
+                f.sync()?;
+            }
+        }
+        if std::mem::take(&mut self.dirty_dir) {
+            self.fs.sync_dir(&self.dir.join(layout::SEGMENTS))?;
+        }
+        if std::mem::take(&mut self.dirty_meta) {
+            self.meta_file.sync()?;
+        }
+        if let SyncMode::Interval(_) = self.config.mode {
+            self.next_sync = None;
+        }
+        if any {
+            self.shared.syncs.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    /// Deletes segments with nothing live, compacts one sparse segment, and rewrites the
+    /// metadata log once it is mostly history.
+    fn maintain(&mut self) -> Result<(), StoreError> {
+        self.delete_dead()?;
+        if let Some(seg) = self.index.sparse_segment(self.active) {
+            self.compact(seg)?;
+            self.delete_dead()?;
+        }
+        if self.meta_records > 2 * self.meta.live_records() + 256 {
+            self.rewrite_meta()?;
+        }
+        Ok(())
+    }
+
+    fn delete_dead(&mut self) -> Result<(), StoreError> {
+        let dead = self.index.dead_segments(self.active);
+        if dead.is_empty() {
+            return Ok(());
+        }
+        for seg in dead {
+            self.ack_files.remove(&seg);
+            self.ack_bufs.remove(&seg);
+            self.dirty_acks.remove(&seg);
+            self.fs.delete(&layout::segment_path(&self.dir, seg))?;
+            self.fs.delete(&layout::ack_path(&self.dir, seg))?;
+            self.index.forget_segment(seg);
+            self.deleted += 1;
+        }
+        if self.config.mode != SyncMode::None {
+            self.fs.sync_dir(&self.dir.join(layout::SEGMENTS))?;
+        }
+        Ok(())
+    }
+
+    /// Copies a segment's live records into the active segment, syncs them, and leaves the
+    /// old segment dead (deleted next).
+    fn compact(&mut self, seg: u32) -> Result<(), StoreError> {
+        let path = layout::segment_path(&self.dir, seg);
+        let data = self.fs.read(&path)?.unwrap_or_default();
+        let mut ids: Vec<u64> = self
+            .index
+            .msgs_in
+            .get(&seg)
+            .map(|s| s.iter().copied().collect())
+            .unwrap_or_default();
+        ids.sort_unstable();
+        for id in ids {
+            let Some(m) = self.index.msgs.get(&id) else {
+                continue;
+            };
+            let body = record_body(&data, m.offset)?;
+            let refs: Vec<RefEntry> = m
+                .keys
+                .iter()
+                .map(|k| RefEntry {
+                    key: k.clone(),
+                    delivered: self.index.refs.get(k).is_some_and(|r| r.delivered),
+                })
+                .collect();
+            self.roll_if_full()?;
+            let (offset, len) = self.push_segment(&layout::encode_message(id, &refs, body));
+            self.index.move_message(id, self.active, offset, len);
+        }
+        let keys: Vec<Key> = self
+            .index
+            .ref_records_in
+            .get(&seg)
+            .map(|s| s.iter().cloned().collect())
+            .unwrap_or_default();
+        for key in keys {
+            let Some(loc) = self.index.refs.get(&key).cloned() else {
+                continue;
+            };
+            self.roll_if_full()?;
+            let entry = RefEntry {
+                key: key.clone(),
+                delivered: loc.delivered,
+            };
+            let (offset, len) = self.push_segment(&layout::encode_ref(loc.id, &entry));
+            self.index.add_ref(
+                key,
+                RefLoc {
+                    home: self.active,
+                    record: Some((offset, len)),
+                    ..loc
+                },
+            );
+        }
+        self.active_file.append(&self.seg_buf)?;
+        self.seg_buf.clear();
+        if self.config.mode != SyncMode::None {
+            self.active_file.sync()?;
+            self.dirty_segs.remove(&self.active);
+        }
+        self.compactions += 1;
+        Ok(())
+    }
+
+    fn rewrite_meta(&mut self) -> Result<(), StoreError> {
+        let tmp = self.dir.join(layout::META_TMP);
+        self.fs.delete(&tmp)?;
+        let mut file = self.fs.open(&tmp)?;
+        let mut buf = Vec::new();
+        let ops = self.meta.snapshot();
+        for (i, op) in ops.iter().enumerate() {
+            frame::push(&mut buf, i as u64 + 1, &op.encode());
+        }
+        file.append(&buf)?;
+        file.sync()?;
+        let path = self.dir.join(layout::META);
+        self.fs.rename(&tmp, &path)?;
+        self.fs.sync_dir(&self.dir)?;
+        self.meta_file = self.fs.open(&path)?;
+        self.meta_seq = ops.len() as u64;
+        self.meta_records = ops.len();
+        self.dirty_meta = false;
+        Ok(())
+    }
+
+    /// Writes and syncs everything, then the clean-shutdown marker.
+    fn close(&mut self) -> Result<(), StoreError> {
+        if let Some(f) = &self.failure {
+            return Err(failed(f));
+        }
+        self.write_out()?;
+        self.dirty_segs.insert(self.active);
+        self.dirty_meta = true;
+        self.sync_all()?;
+        for w in self.waiters.drain(..) {
+            let _ = w.send(Ok(()));
+        }
+        let marker = clean::encode(&self.index, self.max_id + 1);
+        let tmp = self.dir.join("clean.tmp");
+        self.fs.delete(&tmp)?;
+        let mut file = self.fs.open(&tmp)?;
+        file.append(&marker)?;
+        file.sync()?;
+        self.fs.rename(&tmp, &self.dir.join(layout::CLEAN))?;
+        self.fs.sync_dir(&self.dir)?;
+        Ok(())
+    }
+}
+
+/// The encoded message of the message record at `offset`.
+fn record_body(data: &[u8], offset: u64) -> Result<&[u8], StoreError> {
+    let corrupt = |detail: String| StoreError::Corrupt { detail };
+    let frame = usize::try_from(offset)
+        .ok()
+        .and_then(|at| frame::read_at(data, at))
+        .ok_or_else(|| corrupt(format!("no valid record at offset {offset}")))?;
+    let names = &mut crate::codec::Interner::default();
+    match layout::decode_segment(frame.payload, names).map_err(|e| corrupt(e.to_string()))? {
+        SegRecord::Message { body, .. } => Ok(body),
+        SegRecord::Ref { .. } => Err(corrupt(format!("record at {offset} is not a message"))),
+    }
+}
+
+/// The innermost cause of a store error, for failure texts.
+fn source_text(e: &StoreError) -> String {
+    let mut text = String::new();
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        text = s.to_string();
+        source = s.source();
+    }
+    text
+}

@@ -1,0 +1,54 @@
+//! Helpers the store's tests share: a broker on a store, persistent messages, confirms.
+#![allow(dead_code)]
+
+use std::path::Path;
+use std::sync::Arc;
+
+use stream_engine::*;
+use stream_store::{DiskStore, FaultFs, StoreConfig};
+
+pub fn durable_queue() -> QueueOptions {
+    QueueOptions {
+        durable: true,
+        ..Default::default()
+    }
+}
+
+pub fn durable_exchange() -> ExchangeOptions {
+    ExchangeOptions {
+        durable: true,
+        ..Default::default()
+    }
+}
+
+pub fn persistent(body: impl Into<bytes::Bytes>) -> Message {
+    let mut m = Message::new(body);
+    m.properties.delivery_mode = Some(2);
+    m
+}
+
+pub fn text(d: &Delivery) -> String {
+    String::from_utf8(d.message().payload.to_vec()).unwrap()
+}
+
+/// A store on `fs` in `dir`, and a broker on it.
+pub fn open_fault(fs: &FaultFs, dir: &Path, config: StoreConfig) -> (DiskStore, Broker) {
+    let store = DiskStore::open_with(Arc::new(fs.clone()), dir, config).expect("store opens");
+    let broker = Broker::with_store(BrokerConfig::default(), store.clone()).expect("recovers");
+    (store, broker)
+}
+
+pub fn open_real(dir: &Path, config: StoreConfig) -> (DiskStore, Broker) {
+    let store = DiskStore::open(dir, config).expect("store opens");
+    let broker = Broker::with_store(BrokerConfig::default(), store.clone()).expect("recovers");
+    (store, broker)
+}
+
+/// Every message left in `queue`, fetched without acknowledging (body, redelivered).
+pub fn drain(ch: &Channel, queue: &str) -> Vec<(String, bool)> {
+    let mut out = Vec::new();
+    while let Some(got) = ch.basic_get(queue, false).unwrap() {
+        out.push((text(&got.delivery), got.delivery.redelivered));
+    }
+    out
+}

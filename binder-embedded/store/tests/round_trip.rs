@@ -1,0 +1,212 @@
+//! Through `Broker::with_store`: what is declared durable and published persistent comes
+//! back after a restart from the same directory; what was acknowledged does not.
+
+mod common;
+
+use common::*;
+use stream_engine::*;
+use stream_store::{FaultFs, StoreConfig};
+
+/// Declares, publishes with confirms, acknowledges some and leaves one delivered but
+/// unacknowledged; returns nothing, the broker is left for the caller to stop.
+async fn fill(broker: &Broker) {
+    let conn = broker.connect();
+    let ch = conn.open_channel().unwrap();
+    ch.exchange_declare(
+        "orders",
+        ExchangeKind::Topic,
+        durable_exchange(),
+        FieldTable::new(),
+    )
+    .unwrap();
+    ch.exchange_declare(
+        "fan",
+        ExchangeKind::Fanout,
+        durable_exchange(),
+        FieldTable::new(),
+    )
+    .unwrap();
+    let mut args = FieldTable::new();
+    args.insert("x-max-priority", FieldValue::U8(5));
+    ch.queue_declare("work", durable_queue(), args).unwrap();
+    ch.queue_declare("audit", durable_queue(), FieldTable::new())
+        .unwrap();
+    ch.queue_declare("scratch", QueueOptions::default(), FieldTable::new())
+        .unwrap();
+    ch.queue_bind("work", "orders", "order.*", FieldTable::new())
+        .unwrap();
+    ch.queue_bind("audit", "fan", "", FieldTable::new())
+        .unwrap();
+    ch.queue_bind("work", "fan", "", FieldTable::new()).unwrap();
+    ch.queue_bind("scratch", "fan", "", FieldTable::new())
+        .unwrap();
+    ch.confirm_select().unwrap();
+    for i in 0..50 {
+        let m = persistent(format!("w{i}")).with_header("n", FieldValue::I64(i));
+        let outcome = ch
+            .basic_publish("orders", "order.created", Default::default(), m)
+            .await
+            .unwrap();
+        assert_eq!(outcome.status, PublishStatus::Routed(1));
+    }
+    // Transient: not kept.
+    ch.basic_publish(
+        "orders",
+        "order.created",
+        Default::default(),
+        Message::new("t"),
+    )
+    .await
+    .unwrap();
+    // One publish reaching three queues (two durable).
+    ch.basic_publish("fan", "", Default::default(), persistent("fanned"))
+        .await
+        .unwrap();
+    for _ in 0..20 {
+        let got = ch.basic_get("work", false).unwrap().unwrap();
+        ch.basic_ack(got.delivery.delivery_tag, false).unwrap();
+    }
+    // Delivered, never acknowledged.
+    let held = ch.basic_get("work", false).unwrap().unwrap();
+    assert_eq!(text(&held.delivery), "w20");
+    std::mem::forget(ch);
+    std::mem::forget(conn);
+}
+
+async fn check(broker: &Broker) {
+    assert!(broker.exchange_exists("orders"));
+    assert!(broker.exchange_exists("fan"));
+    assert_eq!(
+        broker.queue_counts("scratch"),
+        None,
+        "a transient queue is gone"
+    );
+    assert_eq!(broker.queue_counts("work"), Some((31, 0)));
+    assert_eq!(broker.queue_counts("audit"), Some((1, 0)));
+    let conn = broker.connect();
+    let ch = conn.open_channel().unwrap();
+    let first = ch.basic_get("work", false).unwrap().unwrap().delivery;
+    assert_eq!(text(&first), "w20");
+    assert!(first.redelivered, "delivered before the restart");
+    assert_eq!(first.message().headers.get("n"), Some(&FieldValue::I64(20)));
+    assert_eq!(first.exchange(), "orders");
+    assert_eq!(first.routing_key(), "order.created");
+    let rest = drain(&ch, "work");
+    assert_eq!(rest.len(), 30);
+    assert_eq!(rest[0], ("w21".to_owned(), false));
+    assert_eq!(rest.last().unwrap().0, "fanned");
+    assert_eq!(drain(&ch, "audit"), vec![("fanned".to_owned(), false)]);
+    // The bindings came back: a new publish routes to both durable queues.
+    ch.basic_publish("fan", "", Default::default(), persistent("after"))
+        .await
+        .unwrap();
+    assert_eq!(drain(&ch, "audit").len(), 1);
+}
+
+#[tokio::test]
+async fn a_clean_restart_from_the_same_directory_keeps_everything_but_the_acked() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, broker) = open_real(dir.path(), StoreConfig::default());
+    assert!(!store.started_clean());
+    fill(&broker).await;
+    store.close().unwrap();
+    drop(broker);
+    drop(store);
+    let (store, broker) = open_real(dir.path(), StoreConfig::default());
+    assert!(
+        store.started_clean(),
+        "the clean-shutdown marker spares the scan"
+    );
+    check(&broker).await;
+    store.close().unwrap();
+}
+
+#[tokio::test]
+async fn a_crash_restart_scans_and_keeps_everything_but_the_acked() {
+    let fs = FaultFs::new();
+    let dir = std::path::Path::new("/data");
+    let (store, broker) = open_fault(&fs, dir, StoreConfig::default());
+    fill(&broker).await;
+    // Acks are not waited for: let the writer take them before the crash.
+    store.stats().unwrap();
+    let after = fs.crash();
+    drop(broker);
+    drop(store);
+    let (store, broker) = open_fault(&after, dir, StoreConfig::default());
+    assert!(!store.started_clean(), "no marker after a crash: full scan");
+    check(&broker).await;
+}
+
+#[tokio::test]
+async fn a_message_reaching_several_durable_queues_is_written_once() {
+    let fs = FaultFs::new();
+    let dir = std::path::Path::new("/data");
+    let (store, broker) = open_fault(&fs, dir, StoreConfig::default());
+    let conn = broker.connect();
+    let ch = conn.open_channel().unwrap();
+    ch.exchange_declare(
+        "fan",
+        ExchangeKind::Fanout,
+        durable_exchange(),
+        FieldTable::new(),
+    )
+    .unwrap();
+    for q in ["a", "b", "c", "d"] {
+        ch.queue_declare(q, durable_queue(), FieldTable::new())
+            .unwrap();
+        ch.queue_bind(q, "fan", "", FieldTable::new()).unwrap();
+    }
+    ch.confirm_select().unwrap();
+    let body = vec![7u8; 64 * 1024];
+    ch.basic_publish("fan", "", Default::default(), persistent(body))
+        .await
+        .unwrap();
+    let stats = store.stats().unwrap();
+    assert_eq!(stats.live_messages, 1);
+    assert_eq!(stats.live_references, 4);
+    let on_disk = fs.size_under(&dir.join("segments"));
+    assert!(
+        on_disk < 66 * 1024,
+        "one copy of the 64 KiB body, not four: {on_disk} bytes"
+    );
+    // Acked in three queues, the message stays for the fourth, across a crash.
+    for q in ["a", "b", "c"] {
+        let got = ch.basic_get(q, false).unwrap().unwrap();
+        ch.basic_ack(got.delivery.delivery_tag, false).unwrap();
+    }
+    store.stats().unwrap();
+    let after = fs.crash();
+    let (_store, broker) = open_fault(&after, dir, StoreConfig::default());
+    for (q, n) in [("a", 0), ("b", 0), ("c", 0), ("d", 1)] {
+        assert_eq!(broker.queue_counts(q), Some((n, 0)), "{q}");
+    }
+}
+
+#[tokio::test]
+async fn a_queue_deleted_and_declared_again_does_not_get_the_old_messages() {
+    let fs = FaultFs::new();
+    let dir = std::path::Path::new("/data");
+    let (store, broker) = open_fault(&fs, dir, StoreConfig::default());
+    let conn = broker.connect();
+    let ch = conn.open_channel().unwrap();
+    ch.queue_declare("q", durable_queue(), FieldTable::new())
+        .unwrap();
+    ch.confirm_select().unwrap();
+    for body in ["old1", "old2"] {
+        ch.basic_publish("", "q", Default::default(), persistent(body))
+            .await
+            .unwrap();
+    }
+    ch.queue_delete("q", false, false).unwrap();
+    ch.queue_declare("q", durable_queue(), FieldTable::new())
+        .unwrap();
+    ch.basic_publish("", "q", Default::default(), persistent("new"))
+        .await
+        .unwrap();
+    store.stats().unwrap();
+    let after = fs.crash();
+    let (_store, broker) = open_fault(&after, dir, StoreConfig::default());
+    let conn = broker.connect();
+    let ch = conn.open_channel().unwrap();
+    assert_eq!(drain(&ch, "q"), vec![("new".to_owned(), false)]);
+}
