@@ -45,7 +45,10 @@ pub fn session_prefix(mode: u8) -> Vec<u8> {
             response: LongString::from(b"\0guest\0guest".to_vec()),
             locale: "en_US".into(),
         };
-        e.method(0, AMQPClass::Connection(connection::AMQPMethod::StartOk(start_ok)));
+        e.method(
+            0,
+            AMQPClass::Connection(connection::AMQPMethod::StartOk(start_ok)),
+        );
     }
     if mode >= 2 {
         let tune_ok = connection::TuneOk {
@@ -53,7 +56,10 @@ pub fn session_prefix(mode: u8) -> Vec<u8> {
             frame_max: PREFIX_FRAME_MAX,
             heartbeat: 0,
         };
-        e.method(0, AMQPClass::Connection(connection::AMQPMethod::TuneOk(tune_ok)));
+        e.method(
+            0,
+            AMQPClass::Connection(connection::AMQPMethod::TuneOk(tune_ok)),
+        );
     }
     if mode >= 3 {
         let open = connection::Open {
@@ -62,7 +68,10 @@ pub fn session_prefix(mode: u8) -> Vec<u8> {
         e.method(0, AMQPClass::Connection(connection::AMQPMethod::Open(open)));
     }
     if mode >= 4 {
-        e.method(1, AMQPClass::Channel(channel::AMQPMethod::Open(channel::Open {})));
+        e.method(
+            1,
+            AMQPClass::Channel(channel::AMQPMethod::Open(channel::Open {})),
+        );
     }
     if mode >= 5 {
         let declare = queue::Declare {

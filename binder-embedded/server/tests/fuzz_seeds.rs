@@ -78,7 +78,11 @@ async fn every_seed_session_ends_and_is_closed_with_the_right_code() {
         .map(|e| e.unwrap().path())
         .collect();
     seeds.sort();
-    assert!(seeds.len() >= 30, "seed corpus missing in {}", dir.display());
+    assert!(
+        seeds.len() >= 30,
+        "seed corpus missing in {}",
+        dir.display()
+    );
     let mut failures = Vec::new();
     for path in &seeds {
         let name = path.file_name().unwrap().to_string_lossy().into_owned();
