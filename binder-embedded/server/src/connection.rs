@@ -14,8 +14,7 @@ use bytes::{Bytes, BytesMut};
 use stream_engine::{
     Broker, Channel, ChannelEvent, ChannelEvents, Connection, PublishOptions, TryPublish,
 };
-use tokio::io::AsyncWriteExt;
-use tokio::net::tcp::OwnedWriteHalf;
+use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -125,7 +124,7 @@ impl std::fmt::Display for Ended {
 /// The writer task: writes what the connection and its consumers queue, and a heartbeat when
 /// nothing was written for an interval. Returns when every sender is gone (after flushing).
 fn spawn_writer(
-    mut socket: OwnedWriteHalf,
+    mut socket: impl AsyncWrite + Send + Unpin + 'static,
     mut rx: mpsc::Receiver<Bytes>,
     heartbeat: Option<Duration>,
 ) -> JoinHandle<()> {
@@ -169,12 +168,40 @@ fn method_ids(payload: &[u8]) -> (u16, u16) {
     }
 }
 
+/// Decodes a method frame's payload; the close a connection sends when it cannot.
+pub(crate) fn decode_method(payload: &[u8]) -> Result<AMQPClass, Close> {
+    let ids = method_ids(payload);
+    match amq_protocol::protocol::parse_class(payload) {
+        Ok(([], method)) => Ok(method),
+        Ok(_) => Err(Close::new(reply::SYNTAX_ERROR, "method frame has trailing octets").on(ids)),
+        Err(_) => Err(Close::new(
+            reply::COMMAND_INVALID,
+            format!(
+                "unknown or malformed method (class {}, method {})",
+                ids.0, ids.1
+            ),
+        )
+        .on(ids)),
+    }
+}
+
+/// Decodes a content header frame's payload; the close a connection sends when it cannot.
+pub(crate) fn decode_header(payload: &[u8]) -> Result<AMQPContentHeader, Close> {
+    match amq_protocol::frame::parsing::parse_content_header(payload) {
+        Ok(([], header)) => Ok(header),
+        _ => Err(Close::new(
+            reply::SYNTAX_ERROR,
+            "cannot decode the content header",
+        )),
+    }
+}
+
 impl<E: WireEnvelope> Conn<E> {
     /// Serves an opened connection until it ends.
     pub async fn serve(
         agreed: Agreed,
         mut reader: Reader,
-        socket: OwnedWriteHalf,
+        socket: impl AsyncWrite + Send + Unpin + 'static,
         peer: SocketAddr,
         broker: Broker<E>,
         max_message_size: u64,
@@ -435,26 +462,7 @@ impl<E: WireEnvelope> Conn<E> {
 
     async fn on_method_frame(&mut self, frame: RawFrame) -> Result<bool, Fault> {
         let ids = method_ids(&frame.payload);
-        let method = match amq_protocol::protocol::parse_class(&frame.payload[..]) {
-            Ok(([], method)) => method,
-            Ok(_) => {
-                return Err(Fault::Connection(
-                    Close::new(reply::SYNTAX_ERROR, "method frame has trailing octets").on(ids),
-                ));
-            }
-            Err(_) => {
-                return Err(Fault::Connection(
-                    Close::new(
-                        reply::COMMAND_INVALID,
-                        format!(
-                            "unknown or malformed method (class {}, method {})",
-                            ids.0, ids.1
-                        ),
-                    )
-                    .on(ids),
-                ));
-            }
-        };
+        let method = decode_method(&frame.payload).map_err(Fault::Connection)?;
         let channel = frame.channel;
         if ids == (60, 10) && frame.payload.get(4..8) != Some(&[0, 0, 0, 0]) {
             // amq-protocol drops basic.qos's prefetch-size; RabbitMQ refuses a non-zero one.
@@ -556,16 +564,7 @@ impl<E: WireEnvelope> Conn<E> {
                 "expected method frame, got non method frame instead",
             ));
         };
-        let header: AMQPContentHeader =
-            match amq_protocol::frame::parsing::parse_content_header(&frame.payload[..]) {
-                Ok(([], h)) => h,
-                _ => {
-                    return Err(Fault::connection(
-                        reply::SYNTAX_ERROR,
-                        "cannot decode the content header",
-                    ));
-                }
-            };
+        let header = decode_header(&frame.payload).map_err(Fault::Connection)?;
         if header.class_id != 60 {
             return Err(Self::unexpected(&format!(
                 "content header for class {} does not match method class 60",

@@ -7,8 +7,7 @@ use std::sync::Arc;
 
 use amq_protocol::protocol::{AMQPClass, connection};
 use amq_protocol::types::{AMQPValue, FieldTable, LongString};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use crate::auth::{AuthError, MECHANISMS, User};
 use crate::config::FRAME_MIN_SIZE;
@@ -152,10 +151,13 @@ fn server_properties() -> FieldTable {
     props
 }
 
+/// The read side of a connection's transport (a TCP socket's read half, or an in-memory
+/// stream in the fuzz harness).
+pub type ReadSocket = Box<dyn AsyncRead + Send + Unpin>;
+
 /// A frame reader for the handshake and the connection's life.
-#[derive(Debug)]
 pub struct Reader {
-    socket: OwnedReadHalf,
+    socket: ReadSocket,
     buf: bytes::BytesMut,
     /// Frames larger than this are refused (501).
     pub frame_max: usize,
@@ -172,11 +174,20 @@ pub enum ReadError {
     Frame(#[from] wire::FrameError),
 }
 
+impl std::fmt::Debug for Reader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Reader")
+            .field("buffered", &self.buf.len())
+            .field("frame_max", &self.frame_max)
+            .finish_non_exhaustive()
+    }
+}
+
 impl Reader {
     /// A reader on a socket's read half.
-    pub fn new(socket: OwnedReadHalf, frame_max: usize) -> Self {
+    pub fn new(socket: impl AsyncRead + Send + Unpin + 'static, frame_max: usize) -> Self {
         Reader {
-            socket,
+            socket: Box::new(socket),
             buf: bytes::BytesMut::with_capacity(16 * 1024),
             frame_max,
         }
@@ -224,14 +235,14 @@ impl Reader {
 }
 
 /// Writes frames during the handshake (before the connection's writer task exists).
-async fn send(socket: &mut OwnedWriteHalf, method: AMQPClass) -> std::io::Result<()> {
+async fn send<W: AsyncWrite + Unpin>(socket: &mut W, method: AMQPClass) -> std::io::Result<()> {
     let mut e = Encoder::new();
     e.method(0, method);
     socket.write_all(&e.take()).await
 }
 
 /// Sends `connection.close` and waits briefly for `close-ok`.
-pub async fn close(reader: &mut Reader, socket: &mut OwnedWriteHalf, close: &Close) {
+pub async fn close<W: AsyncWrite + Unpin>(reader: &mut Reader, socket: &mut W, close: &Close) {
     let method = AMQPClass::Connection(connection::AMQPMethod::Close(connection::Close {
         reply_code: close.code,
         reply_text: short(&close.reply_text()),
@@ -262,9 +273,9 @@ fn is_close_ok(frame: &wire::RawFrame) -> bool {
 
 /// Reads the next method on channel 0 of the handshake; heartbeats are skipped, and a
 /// client's `connection.close` is answered.
-async fn expect(
+async fn expect<W: AsyncWrite + Unpin>(
     reader: &mut Reader,
-    socket: &mut OwnedWriteHalf,
+    socket: &mut W,
 ) -> Result<connection::AMQPMethod, Refused> {
     loop {
         let frame = match reader.next().await {
@@ -335,9 +346,9 @@ fn negotiate(field: &str, server: u32, client: u32, min: u32) -> Result<u32, Clo
 }
 
 /// Runs the handshake up to `connection.open-ok`.
-pub async fn run(
+pub async fn run<W: AsyncWrite + Unpin>(
     reader: &mut Reader,
-    socket: &mut OwnedWriteHalf,
+    socket: &mut W,
     peer: SocketAddr,
     terms: &Terms<'_>,
 ) -> Result<Agreed, Refused> {

@@ -16,7 +16,8 @@
 //! * `convert`: engine messages and field tables to and from amq-protocol's types;
 //! * [`envelope`]: how a broker's records become wire messages ([`WireEnvelope`]);
 //! * `handshake`, `connection`, `channel`, `consumer`: one connection's life;
-//! * [`server`]: the listener and graceful shutdown.
+//! * [`server`]: the listener and graceful shutdown;
+//! * `fuzzing` (hidden): what the fuzz targets in `fuzz/` drive.
 
 pub mod auth;
 mod channel;
@@ -26,6 +27,8 @@ mod consumer;
 mod convert;
 pub mod envelope;
 mod error;
+#[doc(hidden)]
+pub mod fuzzing;
 mod handshake;
 mod reply;
 pub mod server;

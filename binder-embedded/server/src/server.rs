@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use stream_engine::{Broker, BrokerConfig, Native};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::{JoinHandle, JoinSet};
@@ -19,11 +20,53 @@ use crate::error::ServerError;
 use crate::handshake::{self, ConnectionSlot, Reader, Refused, Terms};
 
 #[derive(Debug)]
-struct Shared<E: WireEnvelope> {
+pub(crate) struct Shared<E: WireEnvelope> {
     users: Users,
     limits: Limits,
     brokers: HashMap<String, Broker<E>>,
     open: Arc<AtomicUsize>,
+}
+
+impl<E: WireEnvelope> Shared<E> {
+    /// Checks the configuration against the brokers and builds what every connection reads.
+    pub(crate) fn new(
+        config: &ServerConfig,
+        brokers: HashMap<String, Broker<E>>,
+    ) -> Result<Self, ServerError> {
+        if config.memory_high_watermark.is_some() {
+            return Err(crate::ConfigError::Invalid(
+                "memory_high_watermark is set on the brokers passed to Server::bind, not in its configuration".into(),
+            )
+            .into());
+        }
+        for vhost in &config.vhosts {
+            if !brokers.contains_key(vhost) {
+                return Err(ServerError::VhostMismatch {
+                    vhost: vhost.clone(),
+                    problem: "is configured but has no broker",
+                });
+            }
+        }
+        for vhost in brokers.keys() {
+            if !config.vhosts.contains(vhost) {
+                return Err(ServerError::VhostMismatch {
+                    vhost: vhost.clone(),
+                    problem: "has a broker but is not configured",
+                });
+            }
+        }
+        Ok(Shared {
+            users: Users::from_config(config)?,
+            limits: config.limits.clone(),
+            brokers,
+            open: Arc::new(AtomicUsize::new(0)),
+        })
+    }
+
+    /// Connections open now (past their handshake).
+    pub(crate) fn connections(&self) -> usize {
+        self.open.load(Ordering::Acquire)
+    }
 }
 
 /// A running AMQP 0-9-1 listener over one engine broker per virtual host.
@@ -85,29 +128,7 @@ impl<E: WireEnvelope> Server<E> {
         config: ServerConfig,
         brokers: HashMap<String, Broker<E>>,
     ) -> Result<Self, ServerError> {
-        if config.memory_high_watermark.is_some() {
-            return Err(crate::ConfigError::Invalid(
-                "memory_high_watermark is set on the brokers passed to Server::bind, not in its configuration".into(),
-            )
-            .into());
-        }
-        for vhost in &config.vhosts {
-            if !brokers.contains_key(vhost) {
-                return Err(ServerError::VhostMismatch {
-                    vhost: vhost.clone(),
-                    problem: "is configured but has no broker",
-                });
-            }
-        }
-        for vhost in brokers.keys() {
-            if !config.vhosts.contains(vhost) {
-                return Err(ServerError::VhostMismatch {
-                    vhost: vhost.clone(),
-                    problem: "has a broker but is not configured",
-                });
-            }
-        }
-        let users = Users::from_config(&config)?;
+        let shared = Arc::new(Shared::new(&config, brokers)?);
         let bind_error = |source| ServerError::Bind {
             addr: config.listen,
             source,
@@ -120,12 +141,6 @@ impl<E: WireEnvelope> Server<E> {
             addr: config.listen,
             source,
         })?;
-        let shared = Arc::new(Shared {
-            users,
-            limits: config.limits,
-            brokers,
-            open: Arc::new(AtomicUsize::new(0)),
-        });
         let (stop, stop_rx) = watch::channel(false);
         let accept = tokio::spawn(accept_loop(listener, shared.clone(), stop_rx));
         tracing::info!(%local_addr, "stream-broker listening");
@@ -144,7 +159,7 @@ impl<E: WireEnvelope> Server<E> {
 
     /// Connections open now (past their handshake).
     pub fn connections(&self) -> usize {
-        self.shared.open.load(Ordering::Acquire)
+        self.shared.connections()
     }
 
     /// Stops accepting, closes every connection with 320 CONNECTION_FORCED (waiting briefly
@@ -186,10 +201,21 @@ async fn connection<E: WireEnvelope>(
     socket: TcpStream,
     peer: SocketAddr,
     shared: Arc<Shared<E>>,
-    mut stop: watch::Receiver<bool>,
+    stop: watch::Receiver<bool>,
 ) {
     let _ = socket.set_nodelay(true);
-    let (read, mut write) = socket.into_split();
+    let (read, write) = socket.into_split();
+    serve(read, write, peer, shared, stop).await;
+}
+
+/// One connection's handshake and life over any transport.
+pub(crate) async fn serve<E: WireEnvelope>(
+    read: impl AsyncRead + Send + Unpin + 'static,
+    mut write: impl AsyncWrite + Send + Unpin + 'static,
+    peer: SocketAddr,
+    shared: Arc<Shared<E>>,
+    mut stop: watch::Receiver<bool>,
+) {
     let mut reader = Reader::new(read, shared.limits.frame_max as usize);
     let vhost_exists = |v: &str| shared.brokers.contains_key(v);
     let max = shared.limits.max_connections;
