@@ -50,8 +50,14 @@ fn the_binary_serves_and_stops_on_sigterm() {
             .status()
             .unwrap();
         assert!(status.success());
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        assert!(!conn.status().connected());
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while conn.status().connected() {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "SIGTERM did not close the connection within 5 s"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
     });
     let status = child.wait().unwrap();
     assert!(status.success(), "{status:?}");

@@ -419,8 +419,7 @@ async fn a_channel_error_closes_the_channel_not_the_connection() {
     queue(&ch2, "fine").await;
     // An unknown delivery tag is a 406 on the channel.
     ch2.basic_ack(99, BasicAckOptions::default()).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    assert!(!ch2.status().connected());
+    eventually("the 406 closes the channel", || !ch2.status().connected()).await;
     assert!(conn.status().connected());
     server.shutdown().await;
 }
@@ -503,11 +502,10 @@ async fn permissions_refuse_with_403() {
             BasicProperties::default(),
         )
         .await;
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    assert!(
-        !ch.status().connected(),
-        "publish to amq.default was allowed"
-    );
+    eventually("the publish to amq.default is refused", || {
+        !ch.status().connected()
+    })
+    .await;
     assert!(conn.status().connected());
     server.shutdown().await;
 }
@@ -540,8 +538,7 @@ async fn shutdown_closes_lapin_connections() {
     tokio::time::timeout(Duration::from_secs(10), server.shutdown())
         .await
         .expect("shutdown hangs");
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    assert!(!conn.status().connected());
+    eventually("the connection is closed", || !conn.status().connected()).await;
 }
 
 #[tokio::test]
@@ -726,7 +723,10 @@ async fn the_connection_limit_refuses_with_530() {
         .unwrap_err();
     assert_eq!(protocol_code(&e), Some(530), "{e:?}");
     first.close(200, "bye".into()).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    eventually("the closed connection frees its slot", || {
+        server.connections() == 0
+    })
+    .await;
     lapin(&server).await;
     server.shutdown().await;
 }
@@ -752,8 +752,10 @@ async fn a_message_over_max_message_size_is_refused_with_406() {
             BasicProperties::default(),
         )
         .await;
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    assert!(!ch.status().connected());
+    eventually("the oversized message closes the channel", || {
+        !ch.status().connected()
+    })
+    .await;
     assert!(conn.status().connected());
     server.shutdown().await;
 }

@@ -191,6 +191,19 @@ impl Raw {
     }
 }
 
+/// Waits (5 s at most) until `done` holds, checking every 10 ms; panics naming `what`
+/// otherwise. For what a client learns asynchronously (a channel closed by the server).
+pub async fn eventually(what: &str, done: impl Fn() -> bool) {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
+    while !done() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not within 5 s: {what}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+}
+
 /// The server still completes a handshake and opens a channel.
 pub async fn still_serving(server: &Server) {
     let mut raw = Raw::connect(server).await;
