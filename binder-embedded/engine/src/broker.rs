@@ -319,6 +319,11 @@ pub struct PendingConfirm {
 }
 
 impl PendingConfirm {
+    /// The confirm's sequence number (known before the wait: a failed wait is nacked with it).
+    pub fn seq(&self) -> Option<u64> {
+        self.outcome.seq
+    }
+
     /// The outcome, once the store has made the message durable in every queue it reached;
     /// a store failure is an `INTERNAL_ERROR` (the channel stays open).
     pub async fn wait(self) -> AmqpResult<PublishOutcome> {
@@ -601,10 +606,16 @@ impl<E: Envelope> Channel<E> {
         self.shared.channel_op(id, |s| s.tx_select(id))
     }
 
-    /// `tx.commit`: applies what the transaction holds, together.
-    pub fn tx_commit(&self) -> AmqpResult<()> {
+    /// `tx.commit`: applies what the transaction holds, together, and returns once the
+    /// message store has made the persistent messages it enqueued durable (a store failure
+    /// is an `INTERNAL_ERROR`). The broker's lock is not held while waiting.
+    pub async fn tx_commit(&self) -> AmqpResult<()> {
         let id = self.id;
-        self.shared.channel_op(id, |s| s.tx_commit(id))
+        let durability = self.shared.channel_op(id, |s| s.tx_commit(id))?;
+        for point in durability {
+            point.await.map_err(|e| AmqpError::store_failed(&e))?;
+        }
+        Ok(())
     }
 
     /// `tx.rollback`: forgets what the transaction holds.

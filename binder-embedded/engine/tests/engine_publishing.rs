@@ -116,7 +116,7 @@ async fn transactions_apply_publishes_and_acks_together() {
     // The ack was rolled back too: the delivery is still unacked, so ack it for real.
     tx.basic_ack(got.delivery.delivery_tag, false).unwrap();
     publish(&tx, "", "out", "result").await;
-    tx.tx_commit().unwrap();
+    tx.tx_commit().await.unwrap();
     assert_eq!(drain(&ch, "out"), ["result"]);
     assert!(drain(&ch, "in").is_empty());
 }
@@ -145,7 +145,7 @@ async fn confirm_and_tx_modes_exclude_each_other() {
     );
     let ch = conn.open_channel().unwrap();
     assert_eq!(
-        ch.tx_commit().unwrap_err().text,
+        ch.tx_commit().await.unwrap_err().text,
         "channel is not transactional"
     );
 }

@@ -412,6 +412,55 @@ async fn recover_restores_exchanges_queues_bindings_and_messages() {
 }
 
 #[tokio::test]
+async fn a_commit_returns_once_the_store_has_its_persistent_messages() {
+    let store = RecordingStore::default();
+    let broker = broker(&store);
+    let conn = broker.connect();
+    let tx = conn.open_channel().unwrap();
+    tx.queue_declare("orders", durable(), FieldTable::new())
+        .unwrap();
+    tx.tx_select().unwrap();
+    for text in ["one", "two"] {
+        let _ = tx.try_basic_publish("", "orders", Default::default(), persistent(text));
+    }
+    assert_eq!(
+        store.kept().pending.len(),
+        0,
+        "nothing is written before the commit"
+    );
+
+    let commit = tx.tx_commit();
+    tokio::pin!(commit);
+    assert!(
+        tokio::time::timeout(Duration::from_millis(50), &mut commit)
+            .await
+            .is_err(),
+        "tx.commit waits for the store"
+    );
+    assert_eq!(
+        broker.queue_counts("orders"),
+        Some((2, 0)),
+        "applied meanwhile"
+    );
+    assert_eq!(store.release_all(), 2);
+    commit.await.expect("committed once both are durable");
+
+    // A store that fails to keep a committed message fails the commit.
+    let _ = tx.try_basic_publish("", "orders", Default::default(), persistent("three"));
+    let commit = tx.tx_commit();
+    tokio::pin!(commit);
+    assert!(
+        tokio::time::timeout(Duration::from_millis(50), &mut commit)
+            .await
+            .is_err()
+    );
+    store.fail_all();
+    let error = commit.await.unwrap_err();
+    assert_eq!(error.code, ReplyCode::InternalError);
+    assert!(error.text.contains("disk full"), "{error}");
+}
+
+#[tokio::test]
 async fn a_failed_commit_leaves_no_durability_point_for_the_next_publisher() {
     let store = RecordingStore::default();
     let broker = broker(&store);
@@ -433,7 +482,7 @@ async fn a_failed_commit_leaves_no_durability_point_for_the_next_publisher() {
     tx.basic_ack(got.delivery.delivery_tag, false).unwrap();
     tx.basic_ack(got.delivery.delivery_tag, false).unwrap();
     assert!(
-        tx.tx_commit().is_err(),
+        tx.tx_commit().await.is_err(),
         "the commit fails on the second ack"
     );
     assert_eq!(

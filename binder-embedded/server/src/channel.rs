@@ -216,7 +216,8 @@ impl<E: WireEnvelope> Conn<E> {
                         tx::AMQPMethod::SelectOk(tx::SelectOk {})
                     }
                     tx::AMQPMethod::Commit(_) => {
-                        state.engine.tx_commit().map_err(engine_err)?;
+                        // Answered once the store has the committed persistent messages.
+                        state.engine.tx_commit().await.map_err(engine_err)?;
                         // Returns of the committed publishes go first.
                         self.drain_events(id).await?;
                         tx::AMQPMethod::CommitOk(tx::CommitOk {})

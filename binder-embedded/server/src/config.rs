@@ -5,6 +5,8 @@
 //! ```toml
 //! listen = "127.0.0.1:5673"
 //! vhosts = ["/"]
+//! data_dir = "/var/lib/stream-broker"
+//! durability = "sync"
 //! loopback_users = ["guest"]
 //!
 //! [limits]
@@ -21,10 +23,11 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::Deserialize;
+use stream_store::SyncMode;
 
 /// The smallest `frame_max` AMQP allows (RabbitMQ's `FRAME_MIN_SIZE`).
 pub const FRAME_MIN_SIZE: u32 = 4096;
@@ -53,6 +56,41 @@ pub struct ServerConfig {
     /// the engine's default, 400 MiB). A server given its brokers refuses this setting.
     #[serde(default)]
     pub memory_high_watermark: Option<usize>,
+    /// Where the standalone server keeps durable exchanges, queues and bindings and the
+    /// persistent messages of durable queues, one directory per virtual host under it (see
+    /// [`vhost_dir`]). `None`: memory only, nothing survives a restart. A server given its
+    /// brokers refuses this setting (give them their stores instead).
+    #[serde(default)]
+    pub data_dir: Option<PathBuf>,
+    /// When a persistent message's publisher confirm (and a `tx.commit`) is released:
+    /// `sync` (after the `fdatasync` that covers it; the default), `interval:<ms>` (the
+    /// store syncs every so often, confirms at once) or `none` (never syncs until a clean
+    /// shutdown). Needs `data_dir`.
+    #[serde(default, deserialize_with = "sync_mode")]
+    pub durability: Option<SyncMode>,
+}
+
+fn sync_mode<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<SyncMode>, D::Error> {
+    let text = String::deserialize(d)?;
+    text.parse().map(Some).map_err(serde::de::Error::custom)
+}
+
+/// The directory under `data_dir` that holds a virtual host's store: its name with every
+/// byte outside `[A-Za-z0-9._-]` written as `%XX` (the default vhost `/` is `%2F`).
+pub fn vhost_dir(data_dir: &Path, vhost: &str) -> PathBuf {
+    let mut name = String::with_capacity(vhost.len());
+    for byte in vhost.bytes() {
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'.' | b'_' | b'-') {
+            name.push(char::from(byte));
+        } else {
+            name.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    // `.` and `..` would not be directories of their own.
+    if name.bytes().all(|b| b == b'.') {
+        name = name.replace('.', "%2E");
+    }
+    data_dir.join(name)
 }
 
 /// Protocol and resource limits; defaults are RabbitMQ's.
@@ -171,6 +209,8 @@ impl Default for ServerConfig {
             users: default_users(),
             limits: Limits::default(),
             memory_high_watermark: None,
+            data_dir: None,
+            durability: None,
         }
     }
 }
@@ -223,6 +263,13 @@ impl ServerConfig {
         }
         if self.limits.max_message_size == 0 {
             return invalid("limits.max_message_size must be positive".into());
+        }
+        if self.durability.is_some() && self.data_dir.is_none() {
+            return invalid(
+                "durability is set but data_dir is not: without a data directory nothing is \
+                 kept on disk"
+                    .into(),
+            );
         }
         if self.vhosts.is_empty() {
             return invalid("vhosts is empty".into());
@@ -296,6 +343,37 @@ mod tests {
         assert!(e.to_string().contains("tls"), "{e}");
         let e = ServerConfig::from_toml("[limits]\nframe_maximum = 5\n").unwrap_err();
         assert!(e.to_string().contains("frame_maximum"), "{e}");
+    }
+
+    #[test]
+    fn durability_is_read_and_needs_a_data_dir() {
+        let c =
+            ServerConfig::from_toml("data_dir = \"/var/lib/sb\"\ndurability = \"interval:20\"\n")
+                .unwrap();
+        assert_eq!(c.data_dir, Some(PathBuf::from("/var/lib/sb")));
+        assert_eq!(
+            c.durability,
+            Some(SyncMode::Interval(Duration::from_millis(20)))
+        );
+        let c = ServerConfig::from_toml("data_dir = \"d\"\n").unwrap();
+        assert_eq!(c.durability, None, "sync is the store's default");
+        let e = ServerConfig::from_toml("data_dir = \"d\"\ndurability = \"fast\"\n").unwrap_err();
+        assert!(
+            e.to_string().contains("durability") && e.to_string().contains("'fast'"),
+            "{e}"
+        );
+        let e = ServerConfig::from_toml("durability = \"none\"\n").unwrap_err();
+        assert!(e.to_string().contains("data_dir is not"), "{e}");
+    }
+
+    #[test]
+    fn each_vhost_has_a_directory_of_its_own() {
+        let root = Path::new("/data");
+        assert_eq!(vhost_dir(root, "/"), Path::new("/data/%2F"));
+        assert_eq!(vhost_dir(root, "prod-1.eu"), Path::new("/data/prod-1.eu"));
+        assert_eq!(vhost_dir(root, "a/b c"), Path::new("/data/a%2Fb%20c"));
+        assert_eq!(vhost_dir(root, ".."), Path::new("/data/%2E%2E"));
+        assert_eq!(vhost_dir(root, "é"), Path::new("/data/%C3%A9"));
     }
 
     #[test]

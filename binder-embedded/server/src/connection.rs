@@ -687,9 +687,14 @@ impl<E: WireEnvelope> Conn<E> {
                 let counter = state.pending_confirms.clone();
                 counter.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
                 tokio::spawn(async move {
-                    let (seq, ack) = match pending.wait().await {
-                        Ok(o) => (o.seq, o.is_ack()),
-                        Err(_) => (None, false),
+                    // A message the store failed to keep is nacked, as RabbitMQ does.
+                    let seq = pending.seq();
+                    let ack = match pending.wait().await {
+                        Ok(o) => o.is_ack(),
+                        Err(e) => {
+                            tracing::warn!(error = %e, "publish nacked: the message store failed");
+                            false
+                        }
                     };
                     counter.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
                     if let Some(seq) = seq {

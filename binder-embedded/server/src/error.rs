@@ -17,6 +17,19 @@ pub enum ServerError {
         /// What is wrong with it.
         problem: &'static str,
     },
+    /// A virtual host's message store could not be opened or recovered.
+    #[error("virtual host '{vhost}': cannot open its message store in {dir}: {detail}")]
+    Store {
+        /// The virtual host.
+        vhost: String,
+        /// The store's directory.
+        dir: std::path::PathBuf,
+        /// What went wrong.
+        detail: String,
+        /// The store's error.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     /// The listen address could not be bound.
     #[error("cannot listen on {addr}: {source}")]
     Bind {

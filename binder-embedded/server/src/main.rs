@@ -1,6 +1,6 @@
 //! `stream-broker`: the bundled broker as a standalone AMQP 0-9-1 server.
 //!
-//! `stream-broker [--config FILE] [--listen ADDR]`; ctrl-c or SIGTERM shuts it down
+//! `stream-broker [--config FILE] [--listen ADDR] [--data-dir DIR] [--durability MODE]`; ctrl-c or SIGTERM shuts it down
 //! gracefully (connections are closed with 320 CONNECTION_FORCED).
 
 use std::net::SocketAddr;
@@ -9,6 +9,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use stream_broker::{Server, ServerConfig};
+use stream_store::SyncMode;
 
 /// The bundled broker on the network: an AMQP 0-9-1 server.
 #[derive(Debug, Parser)]
@@ -20,6 +21,19 @@ struct Args {
     /// Where to listen (overrides the file's `listen`; default 127.0.0.1:5673).
     #[arg(long)]
     listen: Option<SocketAddr>,
+    /// Keep durable exchanges, queues, bindings and persistent messages in this directory
+    /// (overrides the file's `data_dir`; default: memory only).
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// When persistent messages are confirmed: `sync` (after their fsync, the default),
+    /// `interval:<ms>` or `none` (overrides the file's `durability`; needs a data directory).
+    #[arg(long, value_parser = parse_sync_mode)]
+    durability: Option<SyncMode>,
+}
+
+fn parse_sync_mode(text: &str) -> Result<SyncMode, String> {
+    text.parse()
+        .map_err(|e: stream_store::ConfigError| e.to_string())
 }
 
 #[tokio::main]
@@ -41,6 +55,22 @@ async fn main() -> ExitCode {
     };
     if let Some(listen) = args.listen {
         config.listen = listen;
+    }
+    if let Some(dir) = args.data_dir {
+        config.data_dir = Some(dir);
+    }
+    if let Some(mode) = args.durability {
+        config.durability = Some(mode);
+    }
+    if let Err(e) = config.validate() {
+        eprintln!("stream-broker: {e}");
+        return ExitCode::FAILURE;
+    }
+    if config.data_dir.is_none() {
+        tracing::warn!(
+            "no data directory (--data-dir): durable queues and persistent messages are kept in \
+             memory only and lost when the broker stops"
+        );
     }
     let server = match Server::standalone(config).await {
         Ok(s) => s,

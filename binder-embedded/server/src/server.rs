@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use stream_engine::{Broker, BrokerConfig, Native};
+use stream_store::{DiskStore, StoreConfig};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
@@ -33,6 +34,14 @@ impl<E: WireEnvelope> Shared<E> {
         config: &ServerConfig,
         brokers: HashMap<String, Broker<E>>,
     ) -> Result<Self, ServerError> {
+        if config.data_dir.is_some() || config.durability.is_some() {
+            return Err(crate::ConfigError::Invalid(
+                "data_dir and durability belong to the brokers the standalone server creates; \
+                 give the brokers passed to Server::bind their stores (Broker::with_store)"
+                    .into(),
+            )
+            .into());
+        }
         if config.memory_high_watermark.is_some() {
             return Err(crate::ConfigError::Invalid(
                 "memory_high_watermark is set on the brokers passed to Server::bind, not in its configuration".into(),
@@ -85,13 +94,19 @@ pub struct Server<E: WireEnvelope = Native> {
     stop: watch::Sender<bool>,
     accept: JoinHandle<()>,
     shared: Arc<Shared<E>>,
+    /// The stores of the brokers the server created ([`Server::standalone`] with
+    /// `data_dir`), closed at shutdown.
+    stores: Vec<DiskStore>,
 }
 
 impl Server<Native> {
     /// Binds a server that creates its own brokers, one per configured virtual host (with
-    /// the configuration's `memory_high_watermark`).
+    /// the configuration's `memory_high_watermark`). With `data_dir`, each broker keeps its
+    /// durable entities and persistent messages in a [`DiskStore`] of its own (recovered
+    /// before the server listens; closed cleanly by [`Server::shutdown`]).
     pub async fn standalone(config: ServerConfig) -> Result<Self, ServerError> {
         let mut brokers = HashMap::new();
+        let mut stores = Vec::new();
         for vhost in &config.vhosts {
             let mut engine = BrokerConfig {
                 vhost: vhost.clone(),
@@ -100,14 +115,68 @@ impl Server<Native> {
             if let Some(watermark) = config.memory_high_watermark {
                 engine.memory_high_watermark = Some(watermark);
             }
-            brokers.insert(vhost.clone(), Broker::with_config(engine));
+            let broker = match &config.data_dir {
+                None => Broker::with_config(engine),
+                Some(data_dir) => {
+                    let store_config = StoreConfig {
+                        mode: config.durability.unwrap_or_default(),
+                        ..StoreConfig::default()
+                    };
+                    let (broker, store) = open_store(engine, data_dir, vhost, store_config)?;
+                    stores.push(store);
+                    broker
+                }
+            };
+            brokers.insert(vhost.clone(), broker);
         }
         let config = ServerConfig {
             memory_high_watermark: None,
+            data_dir: None,
+            durability: None,
             ..config
         };
-        Self::bind(config, brokers).await
+        let mut server = Self::bind(config, brokers).await?;
+        server.stores = stores;
+        Ok(server)
     }
+}
+
+/// A vhost's broker over its store in `data_dir`, with what the store kept rebuilt.
+fn open_store(
+    engine: BrokerConfig,
+    data_dir: &std::path::Path,
+    vhost: &str,
+    config: StoreConfig,
+) -> Result<(Broker, DiskStore), ServerError> {
+    let dir = crate::config::vhost_dir(data_dir, vhost);
+    let failed = |source: Box<dyn std::error::Error + Send + Sync>| ServerError::Store {
+        vhost: vhost.to_owned(),
+        dir: dir.clone(),
+        detail: error_chain(source.as_ref()),
+        source,
+    };
+    let store = DiskStore::open(&dir, config).map_err(|e| failed(Box::new(e)))?;
+    let broker = Broker::with_store(engine, store.clone()).map_err(|e| failed(Box::new(e)))?;
+    tracing::info!(
+        vhost,
+        dir = %dir.display(),
+        clean = store.started_clean(),
+        truncated_bytes = store.truncated_at_start(),
+        "message store opened"
+    );
+    Ok((broker, store))
+}
+
+/// An error and its sources, `: `-separated.
+fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(e) = source {
+        text.push_str(": ");
+        text.push_str(&e.to_string());
+        source = e.source();
+    }
+    text
 }
 
 impl<E: WireEnvelope> Server<E> {
@@ -149,6 +218,7 @@ impl<E: WireEnvelope> Server<E> {
             stop,
             accept,
             shared,
+            stores: Vec::new(),
         })
     }
 
@@ -167,6 +237,13 @@ impl<E: WireEnvelope> Server<E> {
     pub async fn shutdown(self) {
         self.stop.send_replace(true);
         let _ = self.accept.await;
+        for store in &self.stores {
+            // Everything is written and synced, and the clean-shutdown marker spares the
+            // next start a full scan.
+            if let Err(e) = store.close() {
+                tracing::error!(dir = %store.dir().display(), error = %error_chain(&e), "message store did not close cleanly");
+            }
+        }
         tracing::info!(local_addr = %self.local_addr, "stream-broker stopped");
     }
 }

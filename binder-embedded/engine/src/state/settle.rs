@@ -8,7 +8,7 @@ use crate::dead_letter::DeathReason;
 use crate::envelope::Envelope;
 use crate::error::{AmqpError, AmqpResult};
 use crate::storage::QueuedMessage;
-use crate::store::Removal;
+use crate::store::{Durability, Removal};
 
 impl<E: Envelope> State<E> {
     // ---- settlement ---------------------------------------------------------------------
@@ -145,13 +145,15 @@ impl<E: Envelope> State<E> {
         }
     }
 
-    pub(crate) fn tx_commit(&mut self, channel: u64) -> AmqpResult<()> {
+    /// Applies the transaction; on success, the durability points of the persistent
+    /// messages it enqueued (the broker answers `commit-ok` once they are reached).
+    pub(crate) fn tx_commit(&mut self, channel: u64) -> AmqpResult<Vec<Durability>> {
         let committed = self.commit_ops(channel);
-        // `tx.commit` does not wait for the store: the writes go on, nobody waits for them.
-        // Cleared whether or not every operation applied, so that no later publish (of any
-        // channel) waits for this commit's writes.
-        self.work.durability.clear();
-        committed
+        // Taken whether or not every operation applied, so that no later publish (of any
+        // channel) waits for this commit's writes. A failed commit's writes go on, nobody
+        // waits for them.
+        let durability = std::mem::take(&mut self.work.durability);
+        committed.map(|()| durability)
     }
 
     /// Applies a transaction's operations in order, stopping at the first that fails.
