@@ -3,7 +3,8 @@
 //! [`bind_consumer`](binder_amqp::bind_consumer)).
 
 use std::collections::{HashSet, VecDeque};
-use std::sync::{Arc, LazyLock, Mutex};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use binder_amqp::topology::{
@@ -20,17 +21,104 @@ use binder_core::binder::{
 use binder_core::config::BindingConfig;
 use binder_core::message::{DeliveryMode, Message};
 
+use stream_store::{DiskStore, StoreConfig, SyncMode};
+
 use crate::engine::{
-    AmqpError, AmqpResult, Broker, Channel, Connection, ConsumeOptions, Consumer, Delivery,
-    ExchangeOptions, PublishOptions, PublishOutcome, QueueOptions, ReplyCode, TryPublish,
+    AmqpError, AmqpResult, Broker, BrokerConfig, Channel, Connection, ConsumeOptions, Consumer,
+    Delivery, ExchangeOptions, PublishOptions, PublishOutcome, QueueOptions, ReplyCode, TryPublish,
 };
 use crate::envelope as convert;
 use crate::listen::Listener;
 use crate::settings::{EmbeddedSettings, MemoryWatermark, PREFIX};
 
 /// The broker every `embedded` binder created from configuration shares, so services in one
-/// process meet on it: groups compete, anonymous consumers each get every message.
-static SHARED: LazyLock<Broker> = LazyLock::new(Broker::new);
+/// process meet on it: groups compete, anonymous consumers each get every message. Made by
+/// the first binder configuration (or [`EmbeddedBinder::shared_broker`]) that asks for it,
+/// over a [`DiskStore`] when that configuration gives `spring.embedded.data-dir`.
+static SHARED: Mutex<Option<SharedBroker>> = Mutex::new(None);
+
+#[derive(Debug)]
+struct SharedBroker {
+    broker: Broker,
+    /// The store's directory and durability mode (`None`: memory only).
+    storage: Option<(PathBuf, SyncMode)>,
+}
+
+/// The shared broker, made now if it does not exist yet: over a store when `settings` give
+/// a data directory. A configuration whose data directory (or durability mode) differs from
+/// the broker's is refused: one of them would not get what it asked for. A configuration
+/// that gives none accepts whatever the broker has.
+fn shared_broker(settings: &EmbeddedSettings) -> BinderResult<Broker> {
+    let mut shared = SHARED.lock().unwrap_or_else(|p| p.into_inner());
+    let asked = settings
+        .data_dir
+        .clone()
+        .map(|dir| (dir, settings.durability.unwrap_or_default()));
+    if let Some(existing) = shared.as_ref() {
+        return match (&asked, &existing.storage) {
+            (None, _) => Ok(existing.broker.clone()),
+            (Some(a), Some(e)) if a == e => Ok(existing.broker.clone()),
+            (Some((dir, mode)), storage) => Err(BinderError::config(format!(
+                "`{PREFIX}.data-dir` is `{}` (durability {mode:?}) here, but the broker every \
+                 embedded binder of this process shares was made {} already (by another \
+                 embedded binder configuration, or EmbeddedBinder::shared_broker); give \
+                 `{PREFIX}.data-dir` where every binder configuration sees it (the top-level \
+                 `spring.embedded`), or in one of them only",
+                dir.display(),
+                match storage {
+                    Some((d, m)) => format!("over `{}` (durability {m:?})", d.display()),
+                    None => "in memory only".to_owned(),
+                }
+            ))),
+        };
+    }
+    let broker = match &asked {
+        None => Broker::new(),
+        Some((dir, mode)) => open_store(dir, *mode)?,
+    };
+    *shared = Some(SharedBroker {
+        broker: broker.clone(),
+        storage: asked,
+    });
+    Ok(broker)
+}
+
+/// A broker over the store in `dir`, with what the store kept rebuilt.
+fn open_store(dir: &std::path::Path, mode: SyncMode) -> BinderResult<Broker> {
+    let failed = |e: &dyn std::error::Error| {
+        let mut text = e.to_string();
+        let mut source = e.source();
+        while let Some(s) = source {
+            text.push_str(": ");
+            text.push_str(&s.to_string());
+            source = s.source();
+        }
+        BinderError::config(format!(
+            "`{PREFIX}.data-dir` is `{}`, where the message store cannot be opened: {text}",
+            dir.display()
+        ))
+    };
+    let config = StoreConfig {
+        mode,
+        ..StoreConfig::default()
+    };
+    let store = DiskStore::open(dir, config).map_err(|e| failed(&e))?;
+    let broker =
+        Broker::with_store(BrokerConfig::default(), store.clone()).map_err(|e| failed(&e))?;
+    tracing::info!(
+        dir = %dir.display(),
+        clean = store.started_clean(),
+        truncated_bytes = store.truncated_at_start(),
+        "embedded broker's message store opened"
+    );
+    Ok(broker)
+}
+
+/// Whether `broker` is the shared one.
+fn is_shared(broker: &Broker) -> bool {
+    let shared = SHARED.lock().unwrap_or_else(|p| p.into_inner());
+    shared.as_ref().is_some_and(|s| s.broker.same_as(broker))
+}
 
 /// The memory high watermark a binder configuration set on the shared broker (in bytes), and
 /// how it was written. Every later configuration must agree with it.
@@ -45,7 +133,7 @@ fn share_watermark(watermark: MemoryWatermark) -> BinderResult<()> {
     let mut set = SHARED_WATERMARK.lock().unwrap_or_else(|p| p.into_inner());
     match *set {
         None => {
-            SHARED.set_memory_high_watermark(Some(bytes));
+            shared_broker(&EmbeddedSettings::default())?.set_memory_high_watermark(Some(bytes));
             *set = Some((bytes, watermark));
             Ok(())
         }
@@ -58,10 +146,11 @@ fn share_watermark(watermark: MemoryWatermark) -> BinderResult<()> {
 
 fn create(environment: &config::Value) -> BinderResult<Arc<dyn Binder>> {
     let settings = EmbeddedSettings::from_config(environment)?;
+    let broker = shared_broker(&settings)?;
     if let Some(watermark) = settings.memory_high_watermark {
         share_watermark(watermark)?;
     }
-    let binder = EmbeddedBinder::new(SHARED.clone());
+    let binder = EmbeddedBinder::new(broker);
     binder.listener.serve(&binder.broker, &settings)?;
     Ok(Arc::new(binder))
 }
@@ -100,7 +189,7 @@ pub struct EmbeddedBinder {
 impl EmbeddedBinder {
     /// A binder on this broker (tests give each their own; configuration uses a shared one).
     pub fn new(broker: Broker) -> Self {
-        let listener = if broker.same_as(&SHARED) {
+        let listener = if is_shared(&broker) {
             crate::listen::shared()
         } else {
             Arc::default()
@@ -168,7 +257,8 @@ impl EmbeddedBinder {
 
     /// The process-wide broker that configured `embedded` binders share.
     pub fn shared_broker() -> Broker {
-        SHARED.clone()
+        // Without settings nothing can conflict.
+        shared_broker(&EmbeddedSettings::default()).unwrap_or_else(|_| Broker::new())
     }
 
     /// The broker under this binder.
@@ -187,6 +277,8 @@ impl EmbeddedBinder {
 /// What the startup log says of an embedded binder's broker.
 const IN_PROCESS: &str =
     "in-process broker: messages stay inside this process and are lost when it exits";
+/// … when it keeps durable queues on disk.
+const IN_PROCESS_STORED: &str = "in-process broker: durable queues and persistent messages are kept on disk (spring.embedded.data-dir), the rest is lost when the process exits";
 
 #[async_trait]
 impl Binder for EmbeddedBinder {
@@ -195,9 +287,14 @@ impl Binder for EmbeddedBinder {
     }
 
     fn describe(&self) -> String {
+        let what = if self.broker.keeps_messages() {
+            IN_PROCESS_STORED
+        } else {
+            IN_PROCESS
+        };
         match self.local_addr() {
-            Some(addr) => format!("{IN_PROCESS}, served on amqp://{addr}"),
-            None => IN_PROCESS.to_owned(),
+            Some(addr) => format!("{what}, served on amqp://{addr}"),
+            None => what.to_owned(),
         }
     }
 
@@ -206,8 +303,19 @@ impl Binder for EmbeddedBinder {
     /// rule, as binders created from configuration do.
     fn configure(&self, environment: &config::Value) -> BinderResult<()> {
         let settings = EmbeddedSettings::from_config(environment)?;
+        let shared = is_shared(&self.broker);
+        if shared {
+            // The shared broker exists: its data directory must agree with the settings'.
+            shared_broker(&settings)?;
+        } else if settings.data_dir.is_some() {
+            return Err(BinderError::config(format!(
+                "`{PREFIX}.data-dir` is set for an embedded binder given in code, whose broker \
+                 exists already; open that broker over a store instead \
+                 (`Broker::with_store(config, stream_store::DiskStore::open(dir, ..)?)`)"
+            )));
+        }
         match settings.memory_high_watermark {
-            Some(watermark) if self.broker.same_as(&SHARED) => share_watermark(watermark)?,
+            Some(watermark) if shared => share_watermark(watermark)?,
             Some(watermark) => self
                 .broker
                 .set_memory_high_watermark(Some(watermark.bytes()?)),
@@ -230,8 +338,12 @@ impl Binder for EmbeddedBinder {
     }
 
     /// Warns, once per binding, when the binding asks for durable storage (see
-    /// `durability_asked`): the engine keeps messages in memory only.
+    /// `durability_asked`) and the broker keeps messages in memory only (no
+    /// `spring.embedded.data-dir`).
     fn bound(&self, binding: &BindingConfig, role: BindingRole) {
+        if self.broker.keeps_messages() {
+            return;
+        }
         let Some(asked) = self.durability_asked(binding, role) else {
             return;
         };
@@ -244,7 +356,8 @@ impl Binder for EmbeddedBinder {
             tracing::warn!(
                 binding = %binding.name,
                 "binding `{}` {asked}, but the embedded binder keeps messages in memory only: \
-                 they are lost when the process exits",
+                 they are lost when the process exits (set `spring.embedded.data-dir` to keep \
+                 them on disk)",
                 binding.name
             );
         }

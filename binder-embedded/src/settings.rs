@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use binder_core::binder::BinderErrorKind;
 use binder_core::binder::{BinderError, BinderResult};
 use config::{Value, ValueKind};
+use stream_store::SyncMode;
 
 /// The prefix of every setting the embedded binder reads.
 pub const PREFIX: &str = "spring.embedded";
@@ -16,6 +17,8 @@ pub const PREFIX: &str = "spring.embedded";
 const WATERMARK_KEY: &str = "memory-high-watermark";
 const LISTEN_KEY: &str = "listen";
 const SERVER_CONFIG_KEY: &str = "server-config";
+const DATA_DIR_KEY: &str = "data-dir";
+const DURABILITY_KEY: &str = "durability";
 
 /// The embedded binder's settings, as written.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -29,6 +32,14 @@ pub struct EmbeddedSettings {
     /// `spring.embedded.server-config`: a `stream-broker` TOML file (users, permissions,
     /// limits) for the listener; `listen` overrides its address.
     pub server_config: Option<PathBuf>,
+    /// `spring.embedded.data-dir`: keep durable exchanges, queues and bindings and the
+    /// persistent messages of durable queues in this directory, so they survive a restart
+    /// or a crash (none: memory only).
+    pub data_dir: Option<PathBuf>,
+    /// `spring.embedded.durability`: when a persistent message's confirm is released,
+    /// `sync` (after the fsync that covers it; the default), `interval:<ms>` or `none`.
+    /// Needs `data-dir`.
+    pub durability: Option<SyncMode>,
 }
 
 /// The memory high watermark of the engine, in the spirit of RabbitMQ's
@@ -241,7 +252,7 @@ impl EmbeddedSettings {
         let ValueKind::Table(table) = &section.kind else {
             return Err(BinderError::config(format!(
                 "`{PREFIX}` is `{section}`; it holds settings (`{WATERMARK_KEY}`, \
-                 `{LISTEN_KEY}`, `{SERVER_CONFIG_KEY}`)"
+                 `{LISTEN_KEY}`, `{SERVER_CONFIG_KEY}`, `{DATA_DIR_KEY}`, `{DURABILITY_KEY}`)"
             )));
         };
         for (k, v) in table {
@@ -251,16 +262,36 @@ impl EmbeddedSettings {
                 "serverconfig" => {
                     settings.server_config = Some(PathBuf::from(text(k, v, "a file's path")?))
                 }
+                "datadir" => {
+                    settings.data_dir = Some(PathBuf::from(text(k, v, "a directory's path")?))
+                }
+                "durability" => {
+                    let written = text(k, v, "`sync`, `interval:<ms>` or `none`")?;
+                    let mode = written
+                        .parse()
+                        .map_err(|e| config_error(k, format_args!("is `{written}`: {e}")))?;
+                    settings.durability = Some(mode);
+                }
                 _ => {
                     return Err(config_error(
                         k,
                         format_args!(
                             "is not a setting of the embedded binder (it has \
-                             `{WATERMARK_KEY}`, `{LISTEN_KEY}`, `{SERVER_CONFIG_KEY}`)"
+                             `{WATERMARK_KEY}`, `{LISTEN_KEY}`, `{SERVER_CONFIG_KEY}`, \
+                             `{DATA_DIR_KEY}`, `{DURABILITY_KEY}`)"
                         ),
                     ));
                 }
             }
+        }
+        if settings.durability.is_some() && settings.data_dir.is_none() {
+            return Err(config_error(
+                DURABILITY_KEY,
+                format_args!(
+                    "says when persistent messages are on disk, but `{PREFIX}.{DATA_DIR_KEY}` \
+                     gives no directory: the broker keeps them in memory only"
+                ),
+            ));
         }
         if settings.server_config.is_some() && settings.listen.is_none() {
             return Err(config_error(
@@ -314,6 +345,26 @@ mod tests {
 
     fn read(yaml: &str) -> BinderResult<Option<MemoryWatermark>> {
         EmbeddedSettings::from_config(&tree(yaml)).map(|s| s.memory_high_watermark)
+    }
+
+    #[test]
+    fn data_dir_and_durability_are_read_and_durability_needs_a_data_dir() {
+        let s = EmbeddedSettings::from_config(&tree(
+            "spring.embedded:\n  data-dir: /var/lib/orders\n  durability: interval:25\n",
+        ))
+        .unwrap();
+        assert_eq!(s.data_dir, Some(PathBuf::from("/var/lib/orders")));
+        assert_eq!(
+            s.durability,
+            Some(SyncMode::Interval(std::time::Duration::from_millis(25)))
+        );
+        let e = refused("spring.embedded:\n  data-dir: d\n  durability: fast\n");
+        assert!(
+            e.contains("spring.embedded.durability") && e.contains("fast"),
+            "{e}"
+        );
+        let e = refused("spring.embedded.durability: sync\n");
+        assert!(e.contains("spring.embedded.data-dir"), "{e}");
     }
 
     fn refused(yaml: &str) -> String {

@@ -114,7 +114,7 @@ async fn bindings_asking_for_durability_are_warned_about_once_at_startup() {
         "one warning per binding asking for durability: {got:#?}"
     );
     let lost = "but the embedded binder keeps messages in memory only: they are lost when the \
-                process exits";
+                process exits (set `spring.embedded.data-dir` to keep them on disk)";
     let expected = [
         "binding `billing-in` consumes from durable queues (`orders.billing`)",
         "binding `orders-out` sends persistent messages (deliveryMode PERSISTENT) to durable \

@@ -126,6 +126,12 @@ impl<E: Envelope> Broker<E> {
     pub fn same_as(&self, other: &Broker<E>) -> bool {
         Arc::ptr_eq(&self.shared, &other.shared)
     }
+
+    /// Whether the broker's message store keeps persistent messages (a broker made with
+    /// [`Broker::with_store`] over a store that does; not the in-memory default).
+    pub fn keeps_messages(&self) -> bool {
+        self.shared.lock().keeps_messages()
+    }
 }
 
 impl<E: Envelope> Default for Broker<E> {

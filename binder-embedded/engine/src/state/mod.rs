@@ -87,6 +87,11 @@ impl<E: Envelope> State<E> {
 
     /// The durability points of the publish just made, if it has any (see
     /// [`crate::store`]).
+    /// Whether the store keeps messages.
+    pub(crate) fn keeps_messages(&self) -> bool {
+        self.keeps_messages
+    }
+
     pub(crate) fn take_durability(&mut self) -> Option<Vec<Durability>> {
         if self.work.durability.is_empty() {
             None
