@@ -19,6 +19,15 @@
 //! password = "guest"
 //! tags = ["administrator"]
 //! permissions = { "/" = { configure = ".*", write = ".*", read = ".*" } }
+//!
+//! [tls]                                  # a second listener, AMQP over TLS (amqps)
+//! listen = "127.0.0.1:5671"
+//! certfile = "/etc/stream-broker/server.pem"
+//! keyfile = "/etc/stream-broker/server.key"
+//! cacertfile = "/etc/stream-broker/ca.pem"
+//! verify = "verify_peer"
+//! fail_if_no_peer_cert = true
+//! versions = ["tlsv1.3", "tlsv1.2"]
 //! ```
 
 use std::collections::BTreeMap;
@@ -68,6 +77,146 @@ pub struct ServerConfig {
     /// shutdown). Needs `data_dir`.
     #[serde(default, deserialize_with = "sync_mode")]
     pub durability: Option<SyncMode>,
+    /// A second listener speaking AMQP over TLS (RabbitMQ's `listeners.ssl.default` and
+    /// `ssl_options.*`); `None`: plain AMQP only.
+    #[serde(default)]
+    pub tls: Option<TlsConfig>,
+}
+
+/// The TLS listener (`[tls]`): RabbitMQ's `listeners.ssl.default` and `ssl_options.*`.
+/// Its files are read and checked when the server starts ([`Server::standalone`],
+/// [`Server::bind_now`]), not when the configuration is parsed.
+///
+/// [`Server::standalone`]: crate::Server::standalone
+/// [`Server::bind_now`]: crate::Server::bind_now
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct TlsConfig {
+    /// Where the TLS listener listens (`listeners.ssl.default`); required, since RabbitMQ's
+    /// 5671 is usually taken on a machine running RabbitMQ.
+    pub listen: SocketAddr,
+    /// The server's certificate, then the intermediate CAs of its chain, PEM
+    /// (`ssl_options.certfile`).
+    pub certfile: PathBuf,
+    /// The certificate's private key, PEM: PKCS#8, PKCS#1 (RSA) or SEC1 (EC), not encrypted
+    /// (`ssl_options.keyfile`).
+    pub keyfile: PathBuf,
+    /// The CA certificates a client's certificate must chain to, PEM
+    /// (`ssl_options.cacertfile`). Needed by, and only used with, `verify = "verify_peer"`.
+    #[serde(default)]
+    pub cacertfile: Option<PathBuf>,
+    /// Whether clients' certificates are asked for and checked (`ssl_options.verify`);
+    /// default `verify_none`, as in RabbitMQ.
+    #[serde(default)]
+    pub verify: TlsVerify,
+    /// With `verify_peer`: refuse a client that presents no certificate
+    /// (`ssl_options.fail_if_no_peer_cert`); default false, as in RabbitMQ.
+    #[serde(default)]
+    pub fail_if_no_peer_cert: bool,
+    /// The TLS versions offered (`ssl_options.versions`): `tlsv1.2`, `tlsv1.3`; default
+    /// both. Older versions are refused: rustls does not implement them.
+    #[serde(default = "default_tls_versions", deserialize_with = "tls_versions")]
+    pub versions: Vec<TlsVersion>,
+}
+
+/// `ssl_options.verify`.
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+pub enum TlsVerify {
+    /// Clients' certificates are not asked for.
+    #[default]
+    #[serde(rename = "verify_none")]
+    VerifyNone,
+    /// Clients are asked for a certificate, which must chain to `cacertfile`.
+    #[serde(rename = "verify_peer")]
+    VerifyPeer,
+}
+
+/// A TLS protocol version, as RabbitMQ's `ssl_options.versions` spells it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum TlsVersion {
+    /// `tlsv1.2`.
+    Tls12,
+    /// `tlsv1.3`.
+    Tls13,
+}
+
+impl std::fmt::Display for TlsVersion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            TlsVersion::Tls12 => "tlsv1.2",
+            TlsVersion::Tls13 => "tlsv1.3",
+        })
+    }
+}
+
+impl std::str::FromStr for TlsVersion {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        match text {
+            "tlsv1.2" => Ok(TlsVersion::Tls12),
+            "tlsv1.3" => Ok(TlsVersion::Tls13),
+            "tlsv1.1" | "tlsv1" | "sslv3" => Err(format!(
+                "'{text}' is not supported: rustls implements tlsv1.2 and tlsv1.3 only"
+            )),
+            _ => Err(format!(
+                "'{text}' is not a TLS version (expected 'tlsv1.2' or 'tlsv1.3')"
+            )),
+        }
+    }
+}
+
+fn default_tls_versions() -> Vec<TlsVersion> {
+    vec![TlsVersion::Tls13, TlsVersion::Tls12]
+}
+
+fn tls_versions<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<TlsVersion>, D::Error> {
+    let texts = Vec::<String>::deserialize(d)?;
+    let mut versions = Vec::with_capacity(texts.len());
+    for text in texts {
+        let version: TlsVersion = text.parse().map_err(serde::de::Error::custom)?;
+        if versions.contains(&version) {
+            return Err(serde::de::Error::custom(format!("'{text}' is listed twice")));
+        }
+        versions.push(version);
+    }
+    Ok(versions)
+}
+
+impl TlsConfig {
+    /// Checks the settings that can be checked without reading the files.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = |s: &str| Err(ConfigError::Invalid(format!("tls.{s}")));
+        if self.versions.is_empty() {
+            return invalid("versions is empty: give 'tlsv1.2', 'tlsv1.3' or both");
+        }
+        match self.verify {
+            TlsVerify::VerifyNone => {
+                if self.fail_if_no_peer_cert {
+                    return invalid(
+                        "fail_if_no_peer_cert = true needs verify = \"verify_peer\": with \
+                         verify_none no client certificate is asked for",
+                    );
+                }
+                if self.cacertfile.is_some() {
+                    return invalid(
+                        "cacertfile is only used with verify = \"verify_peer\" (to check \
+                         clients' certificates); with verify_none it would be ignored (put the \
+                         server's intermediate CAs in certfile, after its certificate)",
+                    );
+                }
+            }
+            TlsVerify::VerifyPeer => {
+                if self.cacertfile.is_none() {
+                    return invalid(
+                        "verify = \"verify_peer\" needs cacertfile: the CAs clients' \
+                         certificates must chain to",
+                    );
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 fn sync_mode<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<SyncMode>, D::Error> {
@@ -211,6 +360,7 @@ impl Default for ServerConfig {
             memory_high_watermark: None,
             data_dir: None,
             durability: None,
+            tls: None,
         }
     }
 }
@@ -270,6 +420,9 @@ impl ServerConfig {
                  kept on disk"
                     .into(),
             );
+        }
+        if let Some(tls) = &self.tls {
+            tls.validate()?;
         }
         if self.vhosts.is_empty() {
             return invalid("vhosts is empty".into());
@@ -339,8 +492,8 @@ mod tests {
 
     #[test]
     fn unknown_keys_are_refused_by_name() {
-        let e = ServerConfig::from_toml("listen = \"127.0.0.1:1\"\ntls = true\n").unwrap_err();
-        assert!(e.to_string().contains("tls"), "{e}");
+        let e = ServerConfig::from_toml("listen = \"127.0.0.1:1\"\nssl = true\n").unwrap_err();
+        assert!(e.to_string().contains("unknown field `ssl`"), "{e}");
         let e = ServerConfig::from_toml("[limits]\nframe_maximum = 5\n").unwrap_err();
         assert!(e.to_string().contains("frame_maximum"), "{e}");
     }

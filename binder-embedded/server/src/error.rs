@@ -30,6 +30,17 @@ pub enum ServerError {
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
+    /// The TLS listener's files could not be used (`[tls]`: certfile, keyfile, cacertfile).
+    #[error(transparent)]
+    Tls(#[from] crate::tls::TlsError),
+    /// The TLS listen address (`tls.listen`) could not be bound.
+    #[error("cannot listen for TLS (tls.listen) on {addr}: {source}")]
+    BindTls {
+        /// The address.
+        addr: std::net::SocketAddr,
+        /// The system's error.
+        source: io::Error,
+    },
     /// The listen address could not be bound.
     #[error("cannot listen on {addr}: {source}")]
     Bind {

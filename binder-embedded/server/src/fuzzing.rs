@@ -168,6 +168,7 @@ impl Harness {
             peer,
             self.shared.clone(),
             self.stop.subscribe(),
+            tokio::time::Instant::now() + self.shared.handshake_timeout(),
         )
         .await;
     }

@@ -16,7 +16,9 @@
 //! * `convert`: engine messages and field tables to and from amq-protocol's types;
 //! * [`envelope`]: how a broker's records become wire messages ([`WireEnvelope`]);
 //! * `handshake`, `connection`, `channel`, `consumer`: one connection's life;
-//! * [`server`]: the listener and graceful shutdown;
+//! * [`server`]: the listeners (plain and TLS) and graceful shutdown;
+//! * [`tls`]: the TLS listener's certificate, key, client verification and versions
+//!   (rustls);
 //! * `fuzzing` (hidden): what the fuzz targets in `fuzz/` drive.
 
 pub mod auth;
@@ -32,9 +34,13 @@ pub mod fuzzing;
 mod handshake;
 mod reply;
 pub mod server;
+pub mod tls;
 mod wire;
 
-pub use config::{ConfigError, Limits, PermissionConfig, ServerConfig, UserConfig};
+pub use config::{
+    ConfigError, Limits, PermissionConfig, ServerConfig, TlsConfig, TlsVerify, TlsVersion,
+    UserConfig,
+};
 pub use envelope::WireEnvelope;
 pub use error::ServerError;
 pub use server::Server;

@@ -1,7 +1,8 @@
 //! `stream-broker`: the bundled broker as a standalone AMQP 0-9-1 server.
 //!
-//! `stream-broker [--config FILE] [--listen ADDR] [--data-dir DIR] [--durability MODE]`; ctrl-c or SIGTERM shuts it down
-//! gracefully (connections are closed with 320 CONNECTION_FORCED).
+//! `stream-broker [--config FILE] [--listen ADDR] [--tls-listen ADDR] [--data-dir DIR]
+//! [--durability MODE]`; ctrl-c or SIGTERM shuts it down gracefully (connections, TLS ones
+//! included, are closed with 320 CONNECTION_FORCED).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -21,6 +22,10 @@ struct Args {
     /// Where to listen (overrides the file's `listen`; default 127.0.0.1:5673).
     #[arg(long)]
     listen: Option<SocketAddr>,
+    /// Where the TLS listener listens (overrides the file's `tls.listen`; needs a `[tls]`
+    /// table in the configuration file, which names the certificate and key).
+    #[arg(long)]
+    tls_listen: Option<SocketAddr>,
     /// Keep durable exchanges, queues, bindings and persistent messages in this directory
     /// (overrides the file's `data_dir`; default: memory only).
     #[arg(long)]
@@ -55,6 +60,18 @@ async fn main() -> ExitCode {
     };
     if let Some(listen) = args.listen {
         config.listen = listen;
+    }
+    if let Some(tls_listen) = args.tls_listen {
+        match &mut config.tls {
+            Some(tls) => tls.listen = tls_listen,
+            None => {
+                eprintln!(
+                    "stream-broker: --tls-listen needs a [tls] table in the configuration file \
+                     (--config), with certfile and keyfile"
+                );
+                return ExitCode::FAILURE;
+            }
+        }
     }
     if let Some(dir) = args.data_dir {
         config.data_dir = Some(dir);

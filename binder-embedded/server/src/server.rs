@@ -12,6 +12,8 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::{JoinHandle, JoinSet};
+use tokio::time::Instant;
+use tokio_rustls::TlsAcceptor;
 
 use crate::auth::Users;
 use crate::config::{Limits, ServerConfig};
@@ -72,6 +74,11 @@ impl<E: WireEnvelope> Shared<E> {
         })
     }
 
+    /// The time from accept to `connection.open-ok` (the TLS handshake included).
+    pub(crate) fn handshake_timeout(&self) -> std::time::Duration {
+        self.limits.handshake_timeout()
+    }
+
     /// Connections open now (past their handshake).
     pub(crate) fn connections(&self) -> usize {
         self.open.load(Ordering::Acquire)
@@ -91,6 +98,8 @@ impl<E: WireEnvelope> Shared<E> {
 #[derive(Debug)]
 pub struct Server<E: WireEnvelope = Native> {
     local_addr: SocketAddr,
+    /// The TLS listener's address (`[tls]`), with the port chosen for port 0.
+    tls_addr: Option<SocketAddr>,
     stop: watch::Sender<bool>,
     accept: JoinHandle<()>,
     shared: Arc<Shared<E>>,
@@ -197,24 +206,38 @@ impl<E: WireEnvelope> Server<E> {
         config: ServerConfig,
         brokers: HashMap<String, Broker<E>>,
     ) -> Result<Self, ServerError> {
+        config.validate()?;
         let shared = Arc::new(Shared::new(&config, brokers)?);
-        let bind_error = |source| ServerError::Bind {
-            addr: config.listen,
-            source,
+        // The TLS files are read and checked before anything listens.
+        let acceptor = match &config.tls {
+            Some(tls) => Some(crate::tls::acceptor(tls)?),
+            None => None,
         };
-        // Bound with the standard library (binding does not block), then handed to Tokio.
-        let listener = std::net::TcpListener::bind(config.listen).map_err(bind_error)?;
-        listener.set_nonblocking(true).map_err(bind_error)?;
-        let listener = TcpListener::from_std(listener).map_err(bind_error)?;
-        let local_addr = listener.local_addr().map_err(|source| ServerError::Bind {
+        let (listener, local_addr) = listen(config.listen).map_err(|source| ServerError::Bind {
             addr: config.listen,
             source,
         })?;
+        let tls = match (&config.tls, acceptor) {
+            (Some(tls), Some(acceptor)) => {
+                let (listener, addr) = listen(tls.listen).map_err(|source| ServerError::BindTls {
+                    addr: tls.listen,
+                    source,
+                })?;
+                Some((listener, addr, acceptor))
+            }
+            _ => None,
+        };
+        let tls_addr = tls.as_ref().map(|(_, addr, _)| *addr);
+        let tls = tls.map(|(listener, _, acceptor)| (listener, acceptor));
         let (stop, stop_rx) = watch::channel(false);
-        let accept = tokio::spawn(accept_loop(listener, shared.clone(), stop_rx));
-        tracing::info!(%local_addr, "stream-broker listening");
+        let accept = tokio::spawn(accept_loop(listener, tls, shared.clone(), stop_rx));
+        match tls_addr {
+            Some(tls_addr) => tracing::info!(%local_addr, %tls_addr, "stream-broker listening"),
+            None => tracing::info!(%local_addr, "stream-broker listening"),
+        }
         Ok(Server {
             local_addr,
+            tls_addr,
             stop,
             accept,
             shared,
@@ -225,6 +248,12 @@ impl<E: WireEnvelope> Server<E> {
     /// The address the server listens on (with the port chosen when bound to port 0).
     pub fn local_addr(&self) -> SocketAddr {
         self.local_addr
+    }
+
+    /// The address the TLS listener listens on (`[tls]`'s `listen`, with the port chosen
+    /// when bound to port 0); `None` without a `[tls]` table.
+    pub fn tls_addr(&self) -> Option<SocketAddr> {
+        self.tls_addr
     }
 
     /// Connections open now (past their handshake).
@@ -248,12 +277,41 @@ impl<E: WireEnvelope> Server<E> {
     }
 }
 
+/// A listening socket bound with the standard library (binding does not block), handed to
+/// Tokio, and the address it got.
+fn listen(addr: SocketAddr) -> std::io::Result<(TcpListener, SocketAddr)> {
+    let listener = std::net::TcpListener::bind(addr)?;
+    listener.set_nonblocking(true)?;
+    let listener = TcpListener::from_std(listener)?;
+    let local_addr = listener.local_addr()?;
+    Ok((listener, local_addr))
+}
+
+/// The next connection on the TLS listener; never resolves without one.
+async fn accept_tls(
+    tls: &Option<(TcpListener, TlsAcceptor)>,
+) -> std::io::Result<(TcpStream, SocketAddr, TlsAcceptor)> {
+    match tls {
+        Some((listener, acceptor)) => {
+            let (socket, peer) = listener.accept().await?;
+            Ok((socket, peer, acceptor.clone()))
+        }
+        None => std::future::pending().await,
+    }
+}
+
 async fn accept_loop<E: WireEnvelope>(
     listener: TcpListener,
+    tls: Option<(TcpListener, TlsAcceptor)>,
     shared: Arc<Shared<E>>,
     mut stop: watch::Receiver<bool>,
 ) {
     let mut connections = JoinSet::new();
+    let failed = |e: std::io::Error, tls: bool| async move {
+        tracing::warn!(error = %e, tls, "accept failed");
+        // Out of descriptors and the like: do not spin.
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
     loop {
         tokio::select! {
             _ = stopped(&mut stop) => break,
@@ -261,16 +319,25 @@ async fn accept_loop<E: WireEnvelope>(
                 Ok((socket, peer)) => {
                     connections.spawn(connection(socket, peer, shared.clone(), stop.clone()));
                 }
-                Err(e) => {
-                    tracing::warn!(error = %e, "accept failed");
-                    // Out of descriptors and the like: do not spin.
-                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                Err(e) => failed(e, false).await,
+            },
+            accepted = accept_tls(&tls) => match accepted {
+                Ok((socket, peer, acceptor)) => {
+                    connections.spawn(tls_connection(
+                        socket,
+                        peer,
+                        acceptor,
+                        shared.clone(),
+                        stop.clone(),
+                    ));
                 }
+                Err(e) => failed(e, true).await,
             },
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
         }
     }
     drop(listener);
+    drop(tls);
     while connections.join_next().await.is_some() {}
 }
 
@@ -280,9 +347,57 @@ async fn connection<E: WireEnvelope>(
     shared: Arc<Shared<E>>,
     stop: watch::Receiver<bool>,
 ) {
+    let deadline = Instant::now() + shared.limits.handshake_timeout();
     let _ = socket.set_nodelay(true);
     let (read, write) = socket.into_split();
-    serve(read, write, peer, shared, stop).await;
+    serve(read, write, peer, shared, stop, deadline).await;
+}
+
+/// A connection on the TLS listener: the TLS handshake, then AMQP over it. The TLS
+/// handshake counts toward the handshake timeout. A failed one closes this connection
+/// only, with one log line naming the peer.
+async fn tls_connection<E: WireEnvelope>(
+    socket: TcpStream,
+    peer: SocketAddr,
+    acceptor: TlsAcceptor,
+    shared: Arc<Shared<E>>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let deadline = Instant::now() + shared.limits.handshake_timeout();
+    let _ = socket.set_nodelay(true);
+    let accept = tokio::time::timeout_at(deadline, acceptor.accept(socket));
+    let stream = tokio::select! {
+        _ = stopped(&mut stop) => return,
+        accepted = accept => match accepted {
+            Err(_) => {
+                tracing::info!(%peer, "closing connection: TLS handshake timeout");
+                return;
+            }
+            Ok(Err(e)) => {
+                let hint = if e.to_string().contains("InvalidContentType") {
+                    " (not TLS: a plain AMQP client on the TLS port?)"
+                } else {
+                    ""
+                };
+                tracing::warn!(%peer, error = %e, "TLS handshake failed{hint}");
+                return;
+            }
+            Ok(Ok(stream)) => stream,
+        },
+    };
+    {
+        let (_, session) = stream.get_ref();
+        tracing::debug!(
+            %peer,
+            version = ?session.protocol_version(),
+            cipher_suite = ?session.negotiated_cipher_suite().map(|s| s.suite()),
+            client_certificate = session.peer_certificates().is_some_and(|c| !c.is_empty()),
+            "TLS handshake done"
+        );
+    }
+    // Shutting the write half down sends the TLS close_notify, then closes the socket.
+    let (read, write) = tokio::io::split(stream);
+    serve(read, write, peer, shared, stop, deadline).await;
 }
 
 /// One connection's handshake and life over any transport.
@@ -292,6 +407,7 @@ pub(crate) async fn serve<E: WireEnvelope>(
     peer: SocketAddr,
     shared: Arc<Shared<E>>,
     mut stop: watch::Receiver<bool>,
+    deadline: Instant,
 ) {
     let mut reader = Reader::new(read, shared.limits.frame_max as usize);
     let vhost_exists = |v: &str| shared.brokers.contains_key(v);
@@ -303,8 +419,8 @@ pub(crate) async fn serve<E: WireEnvelope>(
         vhost_exists: &vhost_exists,
         take_slot: &take_slot,
     };
-    let handshake = tokio::time::timeout(
-        shared.limits.handshake_timeout(),
+    let handshake = tokio::time::timeout_at(
+        deadline,
         handshake::run(&mut reader, &mut write, peer, &terms),
     );
     let agreed = tokio::select! {
