@@ -577,4 +577,55 @@ mod tests {
             assert!(e.contains(needle), "{text}: {e}");
         }
     }
+
+    const TLS: &str = "[tls]\nlisten = \"127.0.0.1:5671\"\ncertfile = \"s.pem\"\nkeyfile = \"s.key\"\n";
+
+    #[test]
+    fn a_tls_table_reads_rabbitmqs_ssl_options() {
+        let c = ServerConfig::from_toml(TLS).unwrap();
+        let tls = c.tls.unwrap();
+        assert_eq!(tls.listen, "127.0.0.1:5671".parse().unwrap());
+        assert_eq!(tls.certfile, PathBuf::from("s.pem"));
+        assert_eq!(tls.verify, TlsVerify::VerifyNone, "RabbitMQ's default");
+        assert!(!tls.fail_if_no_peer_cert);
+        assert_eq!(tls.versions, vec![TlsVersion::Tls13, TlsVersion::Tls12]);
+        let c = ServerConfig::from_toml(&format!(
+            "{TLS}cacertfile = \"ca.pem\"\nverify = \"verify_peer\"\nfail_if_no_peer_cert = true\nversions = [\"tlsv1.2\"]\n"
+        ))
+        .unwrap();
+        let tls = c.tls.unwrap();
+        assert_eq!(tls.verify, TlsVerify::VerifyPeer);
+        assert!(tls.fail_if_no_peer_cert);
+        assert_eq!(tls.versions, vec![TlsVersion::Tls12]);
+        assert_eq!(ServerConfig::from_toml("").unwrap().tls, None);
+    }
+
+    #[test]
+    fn tls_settings_that_cannot_be_honoured_are_refused_by_name() {
+        for (extra, needle) in [
+            ("fail_if_no_peer_cert = true\n", "tls.fail_if_no_peer_cert"),
+            ("verify = \"verify_peer\"\n", "verify_peer\" needs cacertfile"),
+            ("cacertfile = \"ca.pem\"\n", "tls.cacertfile is only used"),
+            ("versions = [\"tlsv1.1\"]\n", "'tlsv1.1' is not supported"),
+            ("versions = [\"tls1.3\"]\n", "'tls1.3' is not a TLS version"),
+            ("versions = []\n", "tls.versions is empty"),
+            ("versions = [\"tlsv1.2\", \"tlsv1.2\"]\n", "listed twice"),
+            ("verify = \"verify_always\"\n", "verify_always"),
+            ("password = \"secret\"\n", "unknown field `password`"),
+            ("ciphers = []\n", "unknown field `ciphers`"),
+        ] {
+            let e = ServerConfig::from_toml(&format!("{TLS}{extra}"))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(needle), "{extra}: {e}");
+        }
+        let e = ServerConfig::from_toml("[tls]\ncertfile = \"s.pem\"\nkeyfile = \"s.key\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("missing field `listen`"), "{e}");
+        let e = ServerConfig::from_toml("[tls]\nlisten = \"127.0.0.1:5671\"\nkeyfile = \"s.key\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("missing field `certfile`"), "{e}");
+    }
 }

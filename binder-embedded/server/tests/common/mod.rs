@@ -10,7 +10,7 @@ use amq_protocol::protocol::{AMQPClass, channel, connection};
 use amq_protocol::types::FieldTable;
 use stream_broker::{Server, ServerConfig};
 use stream_engine::Broker;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 /// A config listening on an ephemeral loopback port.
@@ -46,16 +46,23 @@ pub async fn lapin(server: &Server) -> lapin::Connection {
         .unwrap()
 }
 
-/// A raw client speaking frames by hand.
-pub struct Raw {
-    pub socket: TcpStream,
+/// A raw client speaking frames by hand, over TCP or another stream (TLS).
+pub struct Raw<S = TcpStream> {
+    pub socket: S,
     buf: Vec<u8>,
 }
 
 impl Raw {
     pub async fn connect(server: &Server) -> Raw {
+        Raw::over(TcpStream::connect(server.local_addr()).await.unwrap())
+    }
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> Raw<S> {
+    /// A raw client on a connected stream.
+    pub fn over(socket: S) -> Raw<S> {
         Raw {
-            socket: TcpStream::connect(server.local_addr()).await.unwrap(),
+            socket,
             buf: Vec::new(),
         }
     }

@@ -1,0 +1,785 @@
+//! The TLS listener (`[tls]`), driven by clients nobody here wrote (lapin over amqps with
+//! OpenSSL, the `rabbit` binder with `spring.rabbitmq.ssl.*`) and by a raw AMQP client over
+//! rustls, with a CA, server and client certificates made by the test (the `openssl` crate):
+//! messages cross with confirms; client certificates are asked for and checked as
+//! `verify`/`fail_if_no_peer_cert` say; a failed handshake (plain AMQP on the TLS port, a
+//! client that does not trust the server, a missing or foreign client certificate, silence)
+//! closes that connection only, with a log line naming the peer; bad files are refused at
+//! startup naming the key and the path; shutdown sends 320 then close_notify.
+
+mod common;
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use amq_protocol::protocol::{AMQPClass, connection};
+use futures::StreamExt;
+use lapin::options::*;
+use lapin::tcp::{OwnedIdentity, OwnedTLSConfig};
+use lapin::types::FieldTable;
+use lapin::{BasicProperties, Connection, ConnectionProperties};
+use openssl::asn1::Asn1Time;
+use openssl::bn::{BigNum, MsbOption};
+use openssl::ec::{EcGroup, EcKey};
+use openssl::hash::MessageDigest;
+use openssl::nid::Nid;
+use openssl::pkey::{PKey, Private};
+use openssl::symm::Cipher;
+use openssl::x509::extension::{
+    BasicConstraints, ExtendedKeyUsage, KeyUsage, SubjectAlternativeName,
+};
+use openssl::x509::{X509, X509NameBuilder};
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use stream_broker::{Server, ServerConfig, ServerError};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio_rustls::rustls;
+
+// ---------------------------------------------------------------------------------------
+// Certificates
+
+/// A P-256 key (fast to make; rustls and OpenSSL both take it).
+fn new_key() -> PKey<Private> {
+    let group = EcGroup::from_curve_name(Nid::X9_62_PRIME256V1).unwrap();
+    PKey::from_ec_key(EcKey::generate(&group).unwrap()).unwrap()
+}
+
+/// What a certificate is for.
+enum Role {
+    Ca,
+    /// A server certificate for `localhost` and 127.0.0.1.
+    Server,
+    Client,
+}
+
+/// A certificate for `key` named `cn`, signed by `issuer` (self-signed without one), valid
+/// from now for two days.
+fn certificate(cn: &str, key: &PKey<Private>, role: Role, issuer: Option<(&X509, &PKey<Private>)>) -> X509 {
+    let mut name = X509NameBuilder::new().unwrap();
+    name.append_entry_by_nid(Nid::COMMONNAME, cn).unwrap();
+    let name = name.build();
+    let mut b = X509::builder().unwrap();
+    b.set_version(2).unwrap();
+    let mut serial = BigNum::new().unwrap();
+    serial.rand(64, MsbOption::MAYBE_ZERO, false).unwrap();
+    b.set_serial_number(&serial.to_asn1_integer().unwrap()).unwrap();
+    b.set_subject_name(&name).unwrap();
+    b.set_issuer_name(issuer.map_or(&name, |(c, _)| c.subject_name()))
+        .unwrap();
+    b.set_pubkey(key).unwrap();
+    b.set_not_before(&Asn1Time::days_from_now(0).unwrap()).unwrap();
+    b.set_not_after(&Asn1Time::days_from_now(2).unwrap()).unwrap();
+    match role {
+        Role::Ca => {
+            b.append_extension(BasicConstraints::new().critical().ca().build().unwrap())
+                .unwrap();
+            b.append_extension(
+                KeyUsage::new()
+                    .critical()
+                    .key_cert_sign()
+                    .crl_sign()
+                    .build()
+                    .unwrap(),
+            )
+            .unwrap();
+        }
+        Role::Server | Role::Client => {
+            b.append_extension(BasicConstraints::new().build().unwrap())
+                .unwrap();
+            b.append_extension(KeyUsage::new().digital_signature().build().unwrap())
+                .unwrap();
+            let mut eku = ExtendedKeyUsage::new();
+            if matches!(role, Role::Server) {
+                eku.server_auth();
+            } else {
+                eku.client_auth();
+            }
+            b.append_extension(eku.build().unwrap()).unwrap();
+        }
+    }
+    if matches!(role, Role::Server) {
+        let san = SubjectAlternativeName::new()
+            .dns("localhost")
+            .ip("127.0.0.1")
+            .build(&b.x509v3_context(issuer.map(|(c, _)| &**c), None))
+            .unwrap();
+        b.append_extension(san).unwrap();
+    }
+    b.sign(issuer.map_or(key, |(_, k)| k), MessageDigest::sha256())
+        .unwrap();
+    b.build()
+}
+
+/// The files a test works with, in a directory of its own.
+struct Pki {
+    dir: tempfile::TempDir,
+}
+
+impl Pki {
+    /// `ca.pem`; `server.pem` and `server.key` (SEC1, "EC PRIVATE KEY") signed by it;
+    /// `client.pem` and `client.key` (PKCS#8) signed by it; `other-ca.pem` and a client
+    /// certificate it signed (`foreign-client.pem`, `.key`); `other.key` (a key no
+    /// certificate has); `encrypted.key` (`server.key`'s key under a password).
+    fn new() -> Pki {
+        let dir = tempfile::tempdir().unwrap();
+        let write = |name: &str, bytes: &[u8]| std::fs::write(dir.path().join(name), bytes).unwrap();
+        let ca_key = new_key();
+        let ca = certificate("rust-stream test CA", &ca_key, Role::Ca, None);
+        write("ca.pem", &ca.to_pem().unwrap());
+        let server_key = new_key();
+        let server = certificate("localhost", &server_key, Role::Server, Some((&ca, &ca_key)));
+        write("server.pem", &server.to_pem().unwrap());
+        write(
+            "server.key",
+            &server_key.ec_key().unwrap().private_key_to_pem().unwrap(),
+        );
+        write(
+            "encrypted.key",
+            &server_key
+                .private_key_to_pem_pkcs8_passphrase(Cipher::aes_256_cbc(), b"secret")
+                .unwrap(),
+        );
+        let client_key = new_key();
+        let client = certificate("rust-stream client", &client_key, Role::Client, Some((&ca, &ca_key)));
+        write("client.pem", &client.to_pem().unwrap());
+        write("client.key", &client_key.private_key_to_pem_pkcs8().unwrap());
+        let other_ca_key = new_key();
+        let other_ca = certificate("another CA", &other_ca_key, Role::Ca, None);
+        write("other-ca.pem", &other_ca.to_pem().unwrap());
+        let foreign_key = new_key();
+        let foreign = certificate(
+            "foreign client",
+            &foreign_key,
+            Role::Client,
+            Some((&other_ca, &other_ca_key)),
+        );
+        write("foreign-client.pem", &foreign.to_pem().unwrap());
+        write("foreign-client.key", &foreign_key.private_key_to_pem_pkcs8().unwrap());
+        write("other.key", &new_key().private_key_to_pem_pkcs8().unwrap());
+        Pki { dir }
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// A server configuration on port 0 for both listeners, `[tls]` with the server's
+    /// certificate and key and then `extra` lines.
+    fn config(&self, extra: &str) -> ServerConfig {
+        let text = format!(
+            "listen = \"127.0.0.1:0\"\n[tls]\nlisten = \"127.0.0.1:0\"\ncertfile = {:?}\nkeyfile = {:?}\n{extra}",
+            self.path("server.pem"),
+            self.path("server.key"),
+        );
+        ServerConfig::from_toml(&text).unwrap_or_else(|e| panic!("{e}\nin:\n{text}"))
+    }
+
+    /// `verify_peer` against `ca.pem`, a certificate required or not.
+    fn verify_peer(&self, required: bool) -> ServerConfig {
+        self.config(&format!(
+            "cacertfile = {:?}\nverify = \"verify_peer\"\nfail_if_no_peer_cert = {required}\n",
+            self.path("ca.pem")
+        ))
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Clients
+
+/// lapin over amqps (OpenSSL) trusting `ca`, with a client certificate if given.
+async fn amqps(
+    server: &Server,
+    ca: &Path,
+    client: Option<(&Path, &Path)>,
+) -> lapin::Result<Connection> {
+    let config = OwnedTLSConfig {
+        cert_chain: Some(std::fs::read_to_string(ca).unwrap()),
+        identity: client.map(|(pem, key)| OwnedIdentity::PKCS8 {
+            pem: std::fs::read(pem).unwrap(),
+            key: std::fs::read(key).unwrap(),
+        }),
+    };
+    let uri = format!("amqps://guest:guest@{}/%2f", tls_addr(server));
+    let connect = Connection::connect_with_config(
+        &uri,
+        ConnectionProperties::default(),
+        config,
+        lapin::runtime::default_runtime()?,
+    );
+    tokio::time::timeout(Duration::from_secs(10), connect)
+        .await
+        .expect("lapin's amqps connect answers within 10 s")
+}
+
+fn tls_addr(server: &Server) -> SocketAddr {
+    server.tls_addr().expect("the server has a TLS listener")
+}
+
+/// A rustls client session to the TLS listener trusting `ca.pem`, for raw AMQP.
+async fn rustls_client(
+    server: &Server,
+    pki: &Pki,
+) -> tokio_rustls::client::TlsStream<TcpStream> {
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_file_iter(pki.path("ca.pem")).unwrap() {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let tcp = TcpStream::connect(tls_addr(server)).await.unwrap();
+    connector
+        .connect(ServerName::try_from("localhost").unwrap(), tcp)
+        .await
+        .expect("TLS handshake with rustls")
+}
+
+/// Declares a queue, publishes `n` messages with confirms (all acked), consumes and acks
+/// them, in order.
+async fn round_trip(conn: &Connection, queue: &str, n: usize) {
+    let ch = conn.create_channel().await.unwrap();
+    ch.confirm_select(ConfirmSelectOptions::default())
+        .await
+        .unwrap();
+    ch.queue_declare(queue.into(), QueueDeclareOptions::default(), FieldTable::default())
+        .await
+        .unwrap();
+    let mut confirms = Vec::new();
+    for i in 0..n {
+        let body = format!("message {i}");
+        confirms.push(
+            ch.basic_publish(
+                "".into(),
+                queue.into(),
+                BasicPublishOptions::default(),
+                body.as_bytes(),
+                BasicProperties::default(),
+            )
+            .await
+            .unwrap(),
+        );
+    }
+    for c in confirms {
+        assert!(c.await.unwrap().is_ack(), "a publish over TLS was not acked");
+    }
+    let mut consumer = ch
+        .basic_consume(
+            queue.into(),
+            "tls-consumer".into(),
+            BasicConsumeOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+        .unwrap();
+    for i in 0..n {
+        let d = tokio::time::timeout(Duration::from_secs(5), consumer.next())
+            .await
+            .expect("a delivery over TLS within 5 s")
+            .expect("the consumer is open")
+            .unwrap();
+        assert_eq!(d.data, format!("message {i}").as_bytes());
+        d.ack(BasicAckOptions::default()).await.unwrap();
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Logs
+
+/// What the server logged in this test binary (every test's lines).
+fn logs() -> &'static Arc<Mutex<Vec<u8>>> {
+    static LOGS: OnceLock<Arc<Mutex<Vec<u8>>>> = OnceLock::new();
+    LOGS.get_or_init(|| {
+        let buffer = Arc::new(Mutex::new(Vec::new()));
+        let sink = buffer.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::INFO)
+            .with_ansi(false)
+            .with_writer(move || LogWriter(sink.clone()))
+            .finish();
+        tracing::subscriber::set_global_default(subscriber).unwrap();
+        buffer
+    })
+}
+
+struct LogWriter(Arc<Mutex<Vec<u8>>>);
+
+impl Write for LogWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        std::io::stderr().write_all(buf)?;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The log lines naming `peer` (as the server saw it) and containing `what`; waits up to 5 s
+/// for at least one.
+async fn logged(peer: SocketAddr, what: &str) -> Vec<String> {
+    let needle = format!("peer={peer}");
+    let lines = || {
+        let text = String::from_utf8_lossy(&logs().lock().unwrap()).into_owned();
+        text.lines()
+            .filter(|l| l.contains(&needle) && l.contains(what))
+            .map(str::to_owned)
+            .collect::<Vec<_>>()
+    };
+    common::eventually(&format!("a log line with {needle} and {what:?}"), || {
+        !lines().is_empty()
+    })
+    .await;
+    lines()
+}
+
+// ---------------------------------------------------------------------------------------
+// Tests
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lapin_over_amqps_publishes_and_consumes_with_confirms() {
+    let pki = Pki::new();
+    let server = Server::standalone(pki.config("")).await.unwrap();
+    assert_ne!(server.tls_addr(), Some(server.local_addr()));
+    let conn = amqps(&server, &pki.path("ca.pem"), None)
+        .await
+        .expect("amqps with the test CA");
+    round_trip(&conn, "tls.lapin", 200).await;
+    // The plain listener stays, over the same brokers: the queue declared over TLS is
+    // there, every message taken and acked.
+    let plain = common::lapin(&server).await;
+    let ch = plain.create_channel().await.unwrap();
+    let declared = ch
+        .queue_declare(
+            "tls.lapin".into(),
+            QueueDeclareOptions {
+                passive: true,
+                ..Default::default()
+            },
+            FieldTable::default(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(declared.message_count(), 0, "every message consumed over TLS");
+    assert_eq!(server.connections(), 2);
+    server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_versions_are_offered_as_configured() {
+    let pki = Pki::new();
+    for (versions, expected) in [
+        ("[\"tlsv1.2\"]", rustls::ProtocolVersion::TLSv1_2),
+        ("[\"tlsv1.3\"]", rustls::ProtocolVersion::TLSv1_3),
+        ("[\"tlsv1.2\", \"tlsv1.3\"]", rustls::ProtocolVersion::TLSv1_3),
+    ] {
+        let server = Server::standalone(pki.config(&format!("versions = {versions}\n")))
+            .await
+            .unwrap();
+        let mut raw = common::Raw::over(rustls_client(&server, &pki).await);
+        raw.handshake(131072, 2047, 0).await;
+        assert_eq!(
+            raw.socket.get_ref().1.protocol_version(),
+            Some(expected),
+            "versions = {versions}"
+        );
+        server.shutdown().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rabbit_binder_connects_with_its_trust_store() {
+    use binder_amqp::{AmqpBroker, ProducerSpec, SubscriptionSpec};
+    use binder_core::binder::{BinderErrorKind, Settlement};
+    use binder_core::message::{DeliveryMode, Message};
+    use binder_rabbit::{RabbitBinder, RabbitSettings};
+
+    let pki = Pki::new();
+    let server = Server::standalone(pki.verify_peer(true)).await.unwrap();
+    let port = tls_addr(&server).port();
+    let binder = |ssl: String| {
+        let yaml = format!(
+            "spring.rabbitmq:\n  host: localhost\n  port: {port}\n  ssl:\n    enabled: true\n    trust-store: {}\n{ssl}",
+            pki.path("ca.pem").display()
+        );
+        let cfg = binder_core::config::ConfigLoader::new()
+            .env(Vec::<(String, String)>::new())
+            .yaml_str(&yaml)
+            .load()
+            .unwrap();
+        let mut settings = RabbitSettings::from_config(&cfg.binder_environment("rabbit"))
+            .unwrap_or_else(|e| panic!("{e}\nin:\n{yaml}"));
+        settings.connection_timeout = Duration::from_secs(10);
+        RabbitBinder::new(settings)
+    };
+    // With the client certificate (`ssl.certificate`, `ssl.private-key`) messages cross.
+    let binder_ok = binder(format!(
+        "    certificate: {}\n    private-key: {}\n",
+        pki.path("client.pem").display(),
+        pki.path("client.key").display()
+    ));
+    let plan = binder_amqp::topology::TopologyPlan {
+        queues: vec![binder_amqp::topology::QueueDecl {
+            name: "tls.rabbit-binder".into(),
+            durable: false,
+            exclusive: false,
+            auto_delete: false,
+            arguments: Default::default(),
+        }],
+        ..Default::default()
+    };
+    tokio::time::timeout(Duration::from_secs(20), binder_ok.provision(&plan))
+        .await
+        .expect("the binder answers")
+        .expect("the rabbit binder provisions over TLS");
+    let producer = binder_ok
+        .producer(ProducerSpec {
+            exchange: String::new(),
+            delivery_mode: DeliveryMode::NonPersistent,
+        })
+        .await
+        .unwrap();
+    producer
+        .publish("tls.rabbit-binder", Message::new("over rustls"))
+        .await
+        .expect("confirmed over TLS");
+    let mut sub = binder_ok
+        .subscribe(SubscriptionSpec::manual_ack("tls.rabbit-binder", 1))
+        .await
+        .unwrap();
+    let delivery = tokio::time::timeout(Duration::from_secs(10), sub.next())
+        .await
+        .expect("the message arrives over TLS")
+        .expect("the subscription is open");
+    assert_eq!(delivery.message().payload.as_ref(), b"over rustls");
+    delivery.settler.settle(Settlement::Ack).await.unwrap();
+
+    // Without one, the binder is refused (and says it is a TLS refusal, not an unreachable
+    // broker).
+    let binder_refused = binder(String::new());
+    let answer = tokio::time::timeout(
+        Duration::from_secs(20),
+        binder_refused.inspect("amq.no-such"),
+    )
+    .await
+    .expect("the binder answers");
+    match answer {
+        Err(e) if e.kind() == BinderErrorKind::Refused => eprintln!("refused as expected: {e}"),
+        other => panic!("expected a TLS refusal, got {other:?}"),
+    }
+    server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fail_if_no_peer_cert_refuses_a_client_without_a_certificate() {
+    let pki = Pki::new();
+    logs();
+    let server = Server::standalone(pki.verify_peer(true)).await.unwrap();
+    let ca = pki.path("ca.pem");
+    let with_cert = amqps(&server, &ca, Some((&pki.path("client.pem"), &pki.path("client.key"))))
+        .await
+        .expect("a client certificate from the CA is taken");
+    round_trip(&with_cert, "tls.mutual", 10).await;
+
+    let refused = amqps(&server, &ca, None).await;
+    assert!(refused.is_err(), "connected without a client certificate");
+    let foreign = amqps(
+        &server,
+        &ca,
+        Some((&pki.path("foreign-client.pem"), &pki.path("foreign-client.key"))),
+    )
+    .await;
+    assert!(foreign.is_err(), "connected with another CA's certificate");
+
+    // Neither refusal touched the established connection; the listener still serves.
+    with_cert.create_channel().await.unwrap();
+    amqps(&server, &ca, Some((&pki.path("client.pem"), &pki.path("client.key"))))
+        .await
+        .expect("a new connection with a certificate");
+    common::eventually("the server logs the refusals", || {
+        let text = String::from_utf8_lossy(&logs().lock().unwrap()).into_owned();
+        text.contains("TLS handshake failed")
+    })
+    .await;
+    server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verify_peer_alone_takes_clients_without_a_certificate_but_checks_one_given() {
+    let pki = Pki::new();
+    let server = Server::standalone(pki.verify_peer(false)).await.unwrap();
+    let ca = pki.path("ca.pem");
+    let anonymous = amqps(&server, &ca, None)
+        .await
+        .expect("no certificate is fine without fail_if_no_peer_cert");
+    anonymous.create_channel().await.unwrap();
+    amqps(&server, &ca, Some((&pki.path("client.pem"), &pki.path("client.key"))))
+        .await
+        .expect("a certificate from the CA");
+    let foreign = amqps(
+        &server,
+        &ca,
+        Some((&pki.path("foreign-client.pem"), &pki.path("foreign-client.key"))),
+    )
+    .await;
+    assert!(foreign.is_err(), "a certificate from another CA is checked and refused");
+    server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_handshakes_close_that_connection_only_and_are_logged_with_the_peer() {
+    let pki = Pki::new();
+    logs();
+    let server = Server::standalone(pki.config("")).await.unwrap();
+    let ca = pki.path("ca.pem");
+    let established = amqps(&server, &ca, None).await.unwrap();
+
+    // Plain AMQP on the TLS port: the server answers with an alert (or nothing) and closes.
+    let mut plain = TcpStream::connect(tls_addr(&server)).await.unwrap();
+    let plain_peer = plain.local_addr().unwrap();
+    plain.write_all(b"AMQP\x00\x00\x09\x01").await.unwrap();
+    let mut answer = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), plain.read_to_end(&mut answer))
+        .await
+        .expect("the server closes a plain AMQP client on the TLS port")
+        .ok();
+    assert!(
+        !answer.starts_with(b"AMQP") && answer.len() < 64,
+        "not an AMQP answer, at most a TLS alert: {answer:?}"
+    );
+    let lines = logged(plain_peer, "TLS handshake failed").await;
+    assert_eq!(lines.len(), 1, "one line per failed handshake: {lines:?}");
+    assert!(lines[0].contains("WARN"), "{}", lines[0]);
+    assert!(lines[0].contains("plain AMQP client"), "{}", lines[0]);
+
+    // A client that does not trust the server's CA.
+    let untrusted = amqps(&server, &pki.path("other-ca.pem"), None).await;
+    assert!(untrusted.is_err(), "connected trusting another CA");
+
+    // Random bytes that are not a TLS record either.
+    let mut junk = TcpStream::connect(tls_addr(&server)).await.unwrap();
+    let junk_peer = junk.local_addr().unwrap();
+    junk.write_all(&[0x16, 0x03, 0x01, 0xff, 0xff, 1, 2, 3]).await.unwrap();
+    let _ = junk.shutdown().await;
+    let mut rest = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), junk.read_to_end(&mut rest))
+        .await
+        .expect("the server closes a client sending junk")
+        .ok();
+    logged(junk_peer, "TLS handshake failed").await;
+
+    // The established connection and the listener are unharmed.
+    round_trip(&established, "tls.after-failures", 5).await;
+    let again = amqps(&server, &ca, None).await.expect("a new TLS connection");
+    again.create_channel().await.unwrap();
+    common::still_serving(&server).await;
+    server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_tls_handshake_counts_toward_the_handshake_timeout() {
+    let pki = Pki::new();
+    logs();
+    let mut config = pki.config("");
+    config.limits.handshake_timeout_ms = 300;
+    let server = Server::standalone(config).await.unwrap();
+    // Silent: no ClientHello.
+    let mut silent = TcpStream::connect(tls_addr(&server)).await.unwrap();
+    let silent_peer = silent.local_addr().unwrap();
+    let started = tokio::time::Instant::now();
+    let mut buf = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), silent.read_to_end(&mut buf))
+        .await
+        .expect("a silent client is closed at the handshake timeout")
+        .ok();
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_millis(250) && waited < Duration::from_secs(3),
+        "closed after {waited:?}"
+    );
+    logged(silent_peer, "TLS handshake timeout").await;
+    // TLS done, then silent at the AMQP header: the same deadline, from the TCP accept.
+    let mut tls_only = rustls_client(&server, &pki).await;
+    let started = tokio::time::Instant::now();
+    let mut buf = [0u8; 64];
+    let read = tokio::time::timeout(Duration::from_secs(5), tls_only.read(&mut buf))
+        .await
+        .expect("a client silent after TLS is closed at the handshake timeout");
+    assert!(matches!(read, Ok(0) | Err(_)), "{read:?}");
+    assert!(started.elapsed() < Duration::from_secs(3));
+    server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_closes_tls_connections_with_320_then_close_notify() {
+    let pki = Pki::new();
+    let server = Server::standalone(pki.config("")).await.unwrap();
+    let mut raw = common::Raw::over(rustls_client(&server, &pki).await);
+    raw.handshake(131072, 2047, 0).await;
+    raw.open_channel(1).await;
+    let lapin = amqps(&server, &pki.path("ca.pem"), None).await.unwrap();
+    common::eventually("both connections open", || server.connections() == 2).await;
+    let stopping = tokio::spawn(server.shutdown());
+    let (ch, m) = raw.next_method().await.expect("connection.close");
+    let AMQPClass::Connection(connection::AMQPMethod::Close(close)) = m else {
+        panic!("expected connection.close, got {m:?}");
+    };
+    assert_eq!((ch, close.reply_code), (0, 320), "{close:?}");
+    assert!(close.reply_text.as_str().starts_with("CONNECTION_FORCED"));
+    raw.method(
+        0,
+        AMQPClass::Connection(connection::AMQPMethod::CloseOk(connection::CloseOk {})),
+    )
+    .await;
+    // rustls reads 0 only after the peer's close_notify; a bare TCP close is UnexpectedEof.
+    let mut rest = [0u8; 64];
+    let end = tokio::time::timeout(Duration::from_secs(5), raw.socket.read(&mut rest))
+        .await
+        .expect("the server ends the TLS session");
+    assert!(matches!(end, Ok(0)), "no close_notify: {end:?}");
+    tokio::time::timeout(Duration::from_secs(10), stopping)
+        .await
+        .expect("shutdown finishes")
+        .unwrap();
+    common::eventually("lapin's TLS connection is closed", || {
+        !lapin.status().connected()
+    })
+    .await;
+}
+
+// ---------------------------------------------------------------------------------------
+// Configuration refused at startup
+
+/// The error `Server::standalone` gives for this configuration.
+async fn refused(config: ServerConfig) -> String {
+    match Server::standalone(config).await {
+        Ok(server) => {
+            server.shutdown().await;
+            panic!("the server started");
+        }
+        Err(e) => {
+            assert!(
+                matches!(e, ServerError::Tls(_) | ServerError::Config(_)),
+                "{e:?}"
+            );
+            e.to_string()
+        }
+    }
+}
+
+#[tokio::test]
+async fn bad_tls_files_are_refused_at_startup_naming_the_key_and_the_path() {
+    let pki = Pki::new();
+    let path = |name: &str| pki.path(name).display().to_string();
+    let with = |certfile: &str, keyfile: &str, extra: &str| {
+        ServerConfig::from_toml(&format!(
+            "listen = \"127.0.0.1:0\"\n[tls]\nlisten = \"127.0.0.1:0\"\ncertfile = {:?}\nkeyfile = {:?}\n{extra}",
+            pki.path(certfile),
+            pki.path(keyfile)
+        ))
+        .unwrap()
+    };
+    let e = refused(with("server.pem", "missing.key", "")).await;
+    assert!(
+        e.starts_with("tls.keyfile: cannot read ") && e.contains(&path("missing.key")),
+        "{e}"
+    );
+    let e = refused(with("missing.pem", "server.key", "")).await;
+    assert!(e.starts_with("tls.certfile: cannot read ") && e.contains(&path("missing.pem")), "{e}");
+    let e = refused(with("server.pem", "other.key", "")).await;
+    assert!(
+        e.starts_with("tls.keyfile: ")
+            && e.contains("is not the key of the certificate")
+            && e.contains(&path("other.key"))
+            && e.contains(&path("server.pem")),
+        "{e}"
+    );
+    // A key where the certificate should be, a certificate where the key should be.
+    let e = refused(with("client.key", "server.key", "")).await;
+    assert!(
+        e.starts_with("tls.certfile: ") && e.contains("holds no PEM certificate") && e.contains(&path("client.key")),
+        "{e}"
+    );
+    let e = refused(with("server.pem", "server.pem", "")).await;
+    assert!(
+        e.starts_with("tls.keyfile: ") && e.contains("holds no PEM private key"),
+        "{e}"
+    );
+    let e = refused(with("server.pem", "encrypted.key", "")).await;
+    assert!(
+        e.starts_with("tls.keyfile: ") && e.contains("password-protected"),
+        "{e}"
+    );
+    let ca = |file: &str| {
+        format!(
+            "cacertfile = {:?}\nverify = \"verify_peer\"\n",
+            pki.path(file)
+        )
+    };
+    let e = refused(with("server.pem", "server.key", &ca("missing-ca.pem"))).await;
+    assert!(e.starts_with("tls.cacertfile: cannot read "), "{e}");
+    let e = refused(with("server.pem", "server.key", &ca("client.key"))).await;
+    assert!(
+        e.starts_with("tls.cacertfile: ") && e.contains("holds no PEM certificate"),
+        "{e}"
+    );
+    // Not PEM at all.
+    std::fs::write(pki.path("garbage.pem"), "-----BEGIN CERTIFICATE-----\n!!!\n").unwrap();
+    let e = refused(with("garbage.pem", "server.key", "")).await;
+    assert!(e.starts_with("tls.certfile: ") && e.contains("malformed PEM"), "{e}");
+    // A configuration built in code is checked too.
+    let mut config = pki.config("");
+    if let Some(tls) = config.tls.as_mut() {
+        tls.fail_if_no_peer_cert = true;
+    }
+    let e = refused(config).await;
+    assert!(e.contains("tls.fail_if_no_peer_cert"), "{e}");
+    // The TLS address taken: the error says it is the TLS listener's.
+    let holder = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let mut config = pki.config("");
+    if let Some(tls) = config.tls.as_mut() {
+        tls.listen = holder.local_addr().unwrap();
+    }
+    match Server::standalone(config).await {
+        Err(e @ ServerError::BindTls { .. }) => {
+            assert!(e.to_string().contains("tls.listen"), "{e}")
+        }
+        other => panic!("expected BindTls, got {other:?}"),
+    }
+}
+
+#[test]
+fn an_unknown_key_in_the_tls_table_is_refused_by_name() {
+    let e = ServerConfig::from_toml(
+        "[tls]\nlisten = \"127.0.0.1:0\"\ncertfile = \"a\"\nkeyfile = \"b\"\ndepth = 2\n",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("unknown field `depth`"), "{e}");
+}
+
+/// A key the checks above rely on parsing as rustls does: the server's SEC1 key and the
+/// client's PKCS#8 key are both read.
+#[test]
+fn the_generated_keys_are_the_formats_the_docs_name() {
+    let pki = Pki::new();
+    let server = std::fs::read_to_string(pki.path("server.key")).unwrap();
+    assert!(server.starts_with("-----BEGIN EC PRIVATE KEY-----"));
+    assert!(matches!(
+        PrivateKeyDer::from_pem_file(pki.path("server.key")).unwrap(),
+        PrivateKeyDer::Sec1(_)
+    ));
+    assert!(matches!(
+        PrivateKeyDer::from_pem_file(pki.path("client.key")).unwrap(),
+        PrivateKeyDer::Pkcs8(_)
+    ));
+}
