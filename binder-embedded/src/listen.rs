@@ -1,6 +1,8 @@
 //! `spring.embedded.listen`: the embedded binder's in-process broker served on the network
 //! by `stream-broker`'s server (the code the standalone `stream-broker` runs), so one service
 //! hosts the broker and services in other processes reach it with the `rabbit` binder.
+//! A `[tls]` table in `spring.embedded.server-config` adds the server's TLS listener (at its
+//! `tls.listen`), the same code path as the standalone server's.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -59,10 +61,17 @@ impl Listener {
         let brokers = HashMap::from([("/".to_owned(), broker.clone())]);
         let server = Server::bind_now(config, brokers)
             .map_err(|e| BinderError::config(format!("`{PREFIX}.listen`: {e}")).with_source(e))?;
-        tracing::info!(
-            address = %server.local_addr(),
-            "embedded broker served on the network (AMQP 0-9-1)"
-        );
+        match server.tls_addr() {
+            Some(tls_address) => tracing::info!(
+                address = %server.local_addr(),
+                %tls_address,
+                "embedded broker served on the network (AMQP 0-9-1, and over TLS at tls_address)"
+            ),
+            None => tracing::info!(
+                address = %server.local_addr(),
+                "embedded broker served on the network (AMQP 0-9-1)"
+            ),
+        }
         *running = Some(Running { asked, server });
         Ok(())
     }
@@ -87,7 +96,8 @@ impl Listener {
 }
 
 /// The server's configuration: `server-config`'s file (or the defaults: `guest`/`guest` from
-/// loopback only), listening at `listen`, serving the binder's one broker as vhost `/`.
+/// loopback only), listening at `listen` (and, with the file's `[tls]` table, over TLS at its
+/// `tls.listen`), serving the binder's one broker as vhost `/`.
 fn server_config(settings: &EmbeddedSettings, listen: SocketAddr) -> BinderResult<ServerConfig> {
     let mut config = match &settings.server_config {
         Some(path) => ServerConfig::from_file(path).map_err(|e| {
