@@ -26,23 +26,29 @@ use openssl::x509::{X509, X509NameBuilder};
 /// A self-signed certificate for 127.0.0.1 (`server.pem`, the client trusts it as its own
 /// anchor) and its key (`server.key`).
 fn self_signed(dir: &std::path::Path) {
-    let key =
-        PKey::from_ec_key(EcKey::generate(&EcGroup::from_curve_name(Nid::X9_62_PRIME256V1).unwrap()).unwrap())
-            .unwrap();
+    let key = PKey::from_ec_key(
+        EcKey::generate(&EcGroup::from_curve_name(Nid::X9_62_PRIME256V1).unwrap()).unwrap(),
+    )
+    .unwrap();
     let mut name = X509NameBuilder::new().unwrap();
-    name.append_entry_by_nid(Nid::COMMONNAME, "localhost").unwrap();
+    name.append_entry_by_nid(Nid::COMMONNAME, "localhost")
+        .unwrap();
     let name = name.build();
     let mut b = X509::builder().unwrap();
     b.set_version(2).unwrap();
     let mut serial = BigNum::new().unwrap();
     serial.rand(64, MsbOption::MAYBE_ZERO, false).unwrap();
-    b.set_serial_number(&serial.to_asn1_integer().unwrap()).unwrap();
+    b.set_serial_number(&serial.to_asn1_integer().unwrap())
+        .unwrap();
     b.set_subject_name(&name).unwrap();
     b.set_issuer_name(&name).unwrap();
     b.set_pubkey(&key).unwrap();
-    b.set_not_before(&Asn1Time::days_from_now(0).unwrap()).unwrap();
-    b.set_not_after(&Asn1Time::days_from_now(2).unwrap()).unwrap();
-    b.append_extension(BasicConstraints::new().build().unwrap()).unwrap();
+    b.set_not_before(&Asn1Time::days_from_now(0).unwrap())
+        .unwrap();
+    b.set_not_after(&Asn1Time::days_from_now(2).unwrap())
+        .unwrap();
+    b.append_extension(BasicConstraints::new().build().unwrap())
+        .unwrap();
     let san = SubjectAlternativeName::new()
         .ip("127.0.0.1")
         .build(&b.x509v3_context(None, None))
@@ -50,7 +56,11 @@ fn self_signed(dir: &std::path::Path) {
     b.append_extension(san).unwrap();
     b.sign(&key, MessageDigest::sha256()).unwrap();
     std::fs::write(dir.join("server.pem"), b.build().to_pem().unwrap()).unwrap();
-    std::fs::write(dir.join("server.key"), key.private_key_to_pem_pkcs8().unwrap()).unwrap();
+    std::fs::write(
+        dir.join("server.key"),
+        key.private_key_to_pem_pkcs8().unwrap(),
+    )
+    .unwrap();
 }
 
 /// A loopback port nothing listens on now (the binder does not report the TLS port it got
@@ -114,10 +124,16 @@ async fn a_tls_table_in_the_server_config_serves_the_broker_over_tls_too() {
     .expect("amqps answers")
     .expect("amqps to the served embedded broker");
     let ch = conn.create_channel().await.unwrap();
-    ch.confirm_select(ConfirmSelectOptions::default()).await.unwrap();
-    ch.queue_declare("tls-served".into(), QueueDeclareOptions::default(), FieldTable::default())
+    ch.confirm_select(ConfirmSelectOptions::default())
         .await
         .unwrap();
+    ch.queue_declare(
+        "tls-served".into(),
+        QueueDeclareOptions::default(),
+        FieldTable::default(),
+    )
+    .await
+    .unwrap();
     let confirm = ch
         .basic_publish(
             "".into(),
@@ -152,7 +168,10 @@ async fn a_tls_table_in_the_server_config_serves_the_broker_over_tls_too() {
     binder.close().await;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
     while conn.status().connected() {
-        assert!(tokio::time::Instant::now() < deadline, "still connected after close");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "still connected after close"
+        );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }

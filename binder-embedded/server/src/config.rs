@@ -176,7 +176,9 @@ fn tls_versions<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<TlsVersion
     for text in texts {
         let version: TlsVersion = text.parse().map_err(serde::de::Error::custom)?;
         if versions.contains(&version) {
-            return Err(serde::de::Error::custom(format!("'{text}' is listed twice")));
+            return Err(serde::de::Error::custom(format!(
+                "'{text}' is listed twice"
+            )));
         }
         versions.push(version);
     }
@@ -578,7 +580,8 @@ mod tests {
         }
     }
 
-    const TLS: &str = "[tls]\nlisten = \"127.0.0.1:5671\"\ncertfile = \"s.pem\"\nkeyfile = \"s.key\"\n";
+    const TLS: &str =
+        "[tls]\nlisten = \"127.0.0.1:5671\"\ncertfile = \"s.pem\"\nkeyfile = \"s.key\"\n";
 
     #[test]
     fn a_tls_table_reads_rabbitmqs_ssl_options() {
@@ -604,7 +607,10 @@ mod tests {
     fn tls_settings_that_cannot_be_honoured_are_refused_by_name() {
         for (extra, needle) in [
             ("fail_if_no_peer_cert = true\n", "tls.fail_if_no_peer_cert"),
-            ("verify = \"verify_peer\"\n", "verify_peer\" needs cacertfile"),
+            (
+                "verify = \"verify_peer\"\n",
+                "verify_peer\" needs cacertfile",
+            ),
             ("cacertfile = \"ca.pem\"\n", "tls.cacertfile is only used"),
             ("versions = [\"tlsv1.1\"]\n", "'tlsv1.1' is not supported"),
             ("versions = [\"tls1.3\"]\n", "'tls1.3' is not a TLS version"),
@@ -623,9 +629,10 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("missing field `listen`"), "{e}");
-        let e = ServerConfig::from_toml("[tls]\nlisten = \"127.0.0.1:5671\"\nkeyfile = \"s.key\"\n")
-            .unwrap_err()
-            .to_string();
+        let e =
+            ServerConfig::from_toml("[tls]\nlisten = \"127.0.0.1:5671\"\nkeyfile = \"s.key\"\n")
+                .unwrap_err()
+                .to_string();
         assert!(e.contains("missing field `certfile`"), "{e}");
     }
 }

@@ -219,10 +219,11 @@ impl<E: WireEnvelope> Server<E> {
         })?;
         let tls = match (&config.tls, acceptor) {
             (Some(tls), Some(acceptor)) => {
-                let (listener, addr) = listen(tls.listen).map_err(|source| ServerError::BindTls {
-                    addr: tls.listen,
-                    source,
-                })?;
+                let (listener, addr) =
+                    listen(tls.listen).map_err(|source| ServerError::BindTls {
+                        addr: tls.listen,
+                        source,
+                    })?;
                 Some((listener, addr, acceptor))
             }
             _ => None,

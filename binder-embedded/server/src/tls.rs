@@ -53,7 +53,9 @@ pub enum TlsError {
     },
     /// `verify = "verify_peer"` without `cacertfile` (the configuration's checks refuse it
     /// first; a configuration built in code may skip them).
-    #[error("tls.cacertfile is needed by verify = \"verify_peer\": the CAs clients' certificates must chain to")]
+    #[error(
+        "tls.cacertfile is needed by verify = \"verify_peer\": the CAs clients' certificates must chain to"
+    )]
     NoCacertfile,
     /// rustls refused the certificate and key together, for another reason.
     #[error("tls.certfile {} with tls.keyfile {}: {detail}", certfile.display(), keyfile.display())]

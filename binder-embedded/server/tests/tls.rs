@@ -58,7 +58,12 @@ enum Role {
 
 /// A certificate for `key` named `cn`, signed by `issuer` (self-signed without one), valid
 /// from now for two days.
-fn certificate(cn: &str, key: &PKey<Private>, role: Role, issuer: Option<(&X509, &PKey<Private>)>) -> X509 {
+fn certificate(
+    cn: &str,
+    key: &PKey<Private>,
+    role: Role,
+    issuer: Option<(&X509, &PKey<Private>)>,
+) -> X509 {
     let mut name = X509NameBuilder::new().unwrap();
     name.append_entry_by_nid(Nid::COMMONNAME, cn).unwrap();
     let name = name.build();
@@ -66,13 +71,16 @@ fn certificate(cn: &str, key: &PKey<Private>, role: Role, issuer: Option<(&X509,
     b.set_version(2).unwrap();
     let mut serial = BigNum::new().unwrap();
     serial.rand(64, MsbOption::MAYBE_ZERO, false).unwrap();
-    b.set_serial_number(&serial.to_asn1_integer().unwrap()).unwrap();
+    b.set_serial_number(&serial.to_asn1_integer().unwrap())
+        .unwrap();
     b.set_subject_name(&name).unwrap();
     b.set_issuer_name(issuer.map_or(&name, |(c, _)| c.subject_name()))
         .unwrap();
     b.set_pubkey(key).unwrap();
-    b.set_not_before(&Asn1Time::days_from_now(0).unwrap()).unwrap();
-    b.set_not_after(&Asn1Time::days_from_now(2).unwrap()).unwrap();
+    b.set_not_before(&Asn1Time::days_from_now(0).unwrap())
+        .unwrap();
+    b.set_not_after(&Asn1Time::days_from_now(2).unwrap())
+        .unwrap();
     match role {
         Role::Ca => {
             b.append_extension(BasicConstraints::new().critical().ca().build().unwrap())
@@ -126,7 +134,8 @@ impl Pki {
     /// certificate has); `encrypted.key` (`server.key`'s key under a password).
     fn new() -> Pki {
         let dir = tempfile::tempdir().unwrap();
-        let write = |name: &str, bytes: &[u8]| std::fs::write(dir.path().join(name), bytes).unwrap();
+        let write =
+            |name: &str, bytes: &[u8]| std::fs::write(dir.path().join(name), bytes).unwrap();
         let ca_key = new_key();
         let ca = certificate("rust-stream test CA", &ca_key, Role::Ca, None);
         write("ca.pem", &ca.to_pem().unwrap());
@@ -144,9 +153,17 @@ impl Pki {
                 .unwrap(),
         );
         let client_key = new_key();
-        let client = certificate("rust-stream client", &client_key, Role::Client, Some((&ca, &ca_key)));
+        let client = certificate(
+            "rust-stream client",
+            &client_key,
+            Role::Client,
+            Some((&ca, &ca_key)),
+        );
         write("client.pem", &client.to_pem().unwrap());
-        write("client.key", &client_key.private_key_to_pem_pkcs8().unwrap());
+        write(
+            "client.key",
+            &client_key.private_key_to_pem_pkcs8().unwrap(),
+        );
         let other_ca_key = new_key();
         let other_ca = certificate("another CA", &other_ca_key, Role::Ca, None);
         write("other-ca.pem", &other_ca.to_pem().unwrap());
@@ -158,7 +175,10 @@ impl Pki {
             Some((&other_ca, &other_ca_key)),
         );
         write("foreign-client.pem", &foreign.to_pem().unwrap());
-        write("foreign-client.key", &foreign_key.private_key_to_pem_pkcs8().unwrap());
+        write(
+            "foreign-client.key",
+            &foreign_key.private_key_to_pem_pkcs8().unwrap(),
+        );
         write("other.key", &new_key().private_key_to_pem_pkcs8().unwrap());
         Pki { dir }
     }
@@ -220,10 +240,7 @@ fn tls_addr(server: &Server) -> SocketAddr {
 }
 
 /// A rustls client session to the TLS listener trusting `ca.pem`, for raw AMQP.
-async fn rustls_client(
-    server: &Server,
-    pki: &Pki,
-) -> tokio_rustls::client::TlsStream<TcpStream> {
+async fn rustls_client(server: &Server, pki: &Pki) -> tokio_rustls::client::TlsStream<TcpStream> {
     let mut roots = rustls::RootCertStore::empty();
     for cert in CertificateDer::pem_file_iter(pki.path("ca.pem")).unwrap() {
         roots.add(cert.unwrap()).unwrap();
@@ -250,9 +267,13 @@ async fn round_trip(conn: &Connection, queue: &str, n: usize) {
     ch.confirm_select(ConfirmSelectOptions::default())
         .await
         .unwrap();
-    ch.queue_declare(queue.into(), QueueDeclareOptions::default(), FieldTable::default())
-        .await
-        .unwrap();
+    ch.queue_declare(
+        queue.into(),
+        QueueDeclareOptions::default(),
+        FieldTable::default(),
+    )
+    .await
+    .unwrap();
     let mut confirms = Vec::new();
     for i in 0..n {
         let body = format!("message {i}");
@@ -269,7 +290,10 @@ async fn round_trip(conn: &Connection, queue: &str, n: usize) {
         );
     }
     for c in confirms {
-        assert!(c.await.unwrap().is_ack(), "a publish over TLS was not acked");
+        assert!(
+            c.await.unwrap().is_ack(),
+            "a publish over TLS was not acked"
+        );
     }
     let mut consumer = ch
         .basic_consume(
@@ -369,7 +393,11 @@ async fn lapin_over_amqps_publishes_and_consumes_with_confirms() {
         )
         .await
         .unwrap();
-    assert_eq!(declared.message_count(), 0, "every message consumed over TLS");
+    assert_eq!(
+        declared.message_count(),
+        0,
+        "every message consumed over TLS"
+    );
     assert_eq!(server.connections(), 2);
     server.shutdown().await;
 }
@@ -380,7 +408,10 @@ async fn tls_versions_are_offered_as_configured() {
     for (versions, expected) in [
         ("[\"tlsv1.2\"]", rustls::ProtocolVersion::TLSv1_2),
         ("[\"tlsv1.3\"]", rustls::ProtocolVersion::TLSv1_3),
-        ("[\"tlsv1.2\", \"tlsv1.3\"]", rustls::ProtocolVersion::TLSv1_3),
+        (
+            "[\"tlsv1.2\", \"tlsv1.3\"]",
+            rustls::ProtocolVersion::TLSv1_3,
+        ),
     ] {
         let server = Server::standalone(pki.config(&format!("versions = {versions}\n")))
             .await
@@ -485,9 +516,13 @@ async fn fail_if_no_peer_cert_refuses_a_client_without_a_certificate() {
     logs();
     let server = Server::standalone(pki.verify_peer(true)).await.unwrap();
     let ca = pki.path("ca.pem");
-    let with_cert = amqps(&server, &ca, Some((&pki.path("client.pem"), &pki.path("client.key"))))
-        .await
-        .expect("a client certificate from the CA is taken");
+    let with_cert = amqps(
+        &server,
+        &ca,
+        Some((&pki.path("client.pem"), &pki.path("client.key"))),
+    )
+    .await
+    .expect("a client certificate from the CA is taken");
     round_trip(&with_cert, "tls.mutual", 10).await;
 
     let refused = amqps(&server, &ca, None).await;
@@ -495,16 +530,23 @@ async fn fail_if_no_peer_cert_refuses_a_client_without_a_certificate() {
     let foreign = amqps(
         &server,
         &ca,
-        Some((&pki.path("foreign-client.pem"), &pki.path("foreign-client.key"))),
+        Some((
+            &pki.path("foreign-client.pem"),
+            &pki.path("foreign-client.key"),
+        )),
     )
     .await;
     assert!(foreign.is_err(), "connected with another CA's certificate");
 
     // Neither refusal touched the established connection; the listener still serves.
     with_cert.create_channel().await.unwrap();
-    amqps(&server, &ca, Some((&pki.path("client.pem"), &pki.path("client.key"))))
-        .await
-        .expect("a new connection with a certificate");
+    amqps(
+        &server,
+        &ca,
+        Some((&pki.path("client.pem"), &pki.path("client.key"))),
+    )
+    .await
+    .expect("a new connection with a certificate");
     common::eventually("the server logs the refusals", || {
         let text = String::from_utf8_lossy(&logs().lock().unwrap()).into_owned();
         text.contains("TLS handshake failed")
@@ -522,16 +564,26 @@ async fn verify_peer_alone_takes_clients_without_a_certificate_but_checks_one_gi
         .await
         .expect("no certificate is fine without fail_if_no_peer_cert");
     anonymous.create_channel().await.unwrap();
-    amqps(&server, &ca, Some((&pki.path("client.pem"), &pki.path("client.key"))))
-        .await
-        .expect("a certificate from the CA");
+    amqps(
+        &server,
+        &ca,
+        Some((&pki.path("client.pem"), &pki.path("client.key"))),
+    )
+    .await
+    .expect("a certificate from the CA");
     let foreign = amqps(
         &server,
         &ca,
-        Some((&pki.path("foreign-client.pem"), &pki.path("foreign-client.key"))),
+        Some((
+            &pki.path("foreign-client.pem"),
+            &pki.path("foreign-client.key"),
+        )),
     )
     .await;
-    assert!(foreign.is_err(), "a certificate from another CA is checked and refused");
+    assert!(
+        foreign.is_err(),
+        "a certificate from another CA is checked and refused"
+    );
     server.shutdown().await;
 }
 
@@ -568,7 +620,9 @@ async fn failed_handshakes_close_that_connection_only_and_are_logged_with_the_pe
     // Random bytes that are not a TLS record either.
     let mut junk = TcpStream::connect(tls_addr(&server)).await.unwrap();
     let junk_peer = junk.local_addr().unwrap();
-    junk.write_all(&[0x16, 0x03, 0x01, 0xff, 0xff, 1, 2, 3]).await.unwrap();
+    junk.write_all(&[0x16, 0x03, 0x01, 0xff, 0xff, 1, 2, 3])
+        .await
+        .unwrap();
     let _ = junk.shutdown().await;
     let mut rest = Vec::new();
     tokio::time::timeout(Duration::from_secs(5), junk.read_to_end(&mut rest))
@@ -579,7 +633,9 @@ async fn failed_handshakes_close_that_connection_only_and_are_logged_with_the_pe
 
     // The established connection and the listener are unharmed.
     round_trip(&established, "tls.after-failures", 5).await;
-    let again = amqps(&server, &ca, None).await.expect("a new TLS connection");
+    let again = amqps(&server, &ca, None)
+        .await
+        .expect("a new TLS connection");
     again.create_channel().await.unwrap();
     common::still_serving(&server).await;
     server.shutdown().await;
@@ -694,7 +750,10 @@ async fn bad_tls_files_are_refused_at_startup_naming_the_key_and_the_path() {
         "{e}"
     );
     let e = refused(with("missing.pem", "server.key", "")).await;
-    assert!(e.starts_with("tls.certfile: cannot read ") && e.contains(&path("missing.pem")), "{e}");
+    assert!(
+        e.starts_with("tls.certfile: cannot read ") && e.contains(&path("missing.pem")),
+        "{e}"
+    );
     let e = refused(with("server.pem", "other.key", "")).await;
     assert!(
         e.starts_with("tls.keyfile: ")
@@ -706,7 +765,9 @@ async fn bad_tls_files_are_refused_at_startup_naming_the_key_and_the_path() {
     // A key where the certificate should be, a certificate where the key should be.
     let e = refused(with("client.key", "server.key", "")).await;
     assert!(
-        e.starts_with("tls.certfile: ") && e.contains("holds no PEM certificate") && e.contains(&path("client.key")),
+        e.starts_with("tls.certfile: ")
+            && e.contains("holds no PEM certificate")
+            && e.contains(&path("client.key")),
         "{e}"
     );
     let e = refused(with("server.pem", "server.pem", "")).await;
@@ -733,9 +794,16 @@ async fn bad_tls_files_are_refused_at_startup_naming_the_key_and_the_path() {
         "{e}"
     );
     // Not PEM at all.
-    std::fs::write(pki.path("garbage.pem"), "-----BEGIN CERTIFICATE-----\n!!!\n").unwrap();
+    std::fs::write(
+        pki.path("garbage.pem"),
+        "-----BEGIN CERTIFICATE-----\n!!!\n",
+    )
+    .unwrap();
     let e = refused(with("garbage.pem", "server.key", "")).await;
-    assert!(e.starts_with("tls.certfile: ") && e.contains("malformed PEM"), "{e}");
+    assert!(
+        e.starts_with("tls.certfile: ") && e.contains("malformed PEM"),
+        "{e}"
+    );
     // A configuration built in code is checked too.
     let mut config = pki.config("");
     if let Some(tls) = config.tls.as_mut() {
