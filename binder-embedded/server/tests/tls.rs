@@ -851,3 +851,164 @@ fn the_generated_keys_are_the_formats_the_docs_name() {
         PrivateKeyDer::Pkcs8(_)
     ));
 }
+
+// ---------------------------------------------------------------------------------------
+// The binary
+
+#[test]
+fn the_binary_serves_tls_at_tls_listen_and_refuses_the_flag_without_a_tls_table() {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+
+    let pki = Pki::new();
+    let file = pki.path("broker.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "listen = \"127.0.0.1:0\"\n[tls]\nlisten = \"127.0.0.1:1\"\ncertfile = {:?}\nkeyfile = {:?}\n",
+            pki.path("server.pem"),
+            pki.path("server.key")
+        ),
+    )
+    .unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_stream-broker"))
+        .args([
+            "--config",
+            file.to_str().unwrap(),
+            "--tls-listen",
+            "127.0.0.1:0",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut tls_addr = None;
+    for line in stdout.lines() {
+        let line = line.unwrap();
+        if let Some(rest) = line.split("tls_addr=").nth(1) {
+            tls_addr = Some(rest.split_whitespace().next().unwrap().to_owned());
+            break;
+        }
+    }
+    let tls_addr: SocketAddr = tls_addr
+        .expect("a listening line with tls_addr")
+        .parse()
+        .unwrap();
+    assert_ne!(tls_addr.port(), 1, "--tls-listen overrides tls.listen");
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let config = OwnedTLSConfig {
+            cert_chain: Some(std::fs::read_to_string(pki.path("ca.pem")).unwrap()),
+            identity: None,
+        };
+        let conn = Connection::connect_with_config(
+            &format!("amqps://guest:guest@{tls_addr}/%2f"),
+            ConnectionProperties::default(),
+            config,
+            lapin::runtime::default_runtime().unwrap(),
+        )
+        .await
+        .expect("amqps to the binary");
+        conn.create_channel().await.unwrap();
+        let status = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+        common::eventually("SIGTERM closes the TLS connection", || {
+            !conn.status().connected()
+        })
+        .await;
+    });
+    assert!(child.wait().unwrap().success());
+
+    let plain = pki.path("plain.toml");
+    std::fs::write(&plain, "listen = \"127.0.0.1:0\"\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_stream-broker"))
+        .args([
+            "--config",
+            plain.to_str().unwrap(),
+            "--tls-listen",
+            "127.0.0.1:0",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--tls-listen needs a [tls] table"), "{err}");
+}
+
+// ---------------------------------------------------------------------------------------
+// pika
+
+/// pika over TLS with a client certificate: publishes with confirms, gets and acks.
+const PIKA_TLS: &str = r#"
+import ssl, sys, pika
+port, ca, cert, key = sys.argv[1:5]
+context = ssl.create_default_context(cafile=ca)
+context.load_cert_chain(cert, key)
+params = pika.ConnectionParameters(
+    host="127.0.0.1", port=int(port),
+    ssl_options=pika.SSLOptions(context, "localhost"),
+    credentials=pika.PlainCredentials("guest", "guest"))
+conn = pika.BlockingConnection(params)
+ch = conn.channel()
+ch.confirm_delivery()
+ch.queue_declare("tls.pika")
+for i in range(50):
+    ch.basic_publish("", "tls.pika", f"m{i}".encode())
+got = []
+for i in range(50):
+    method, _, body = ch.basic_get("tls.pika", auto_ack=False)
+    got.append(body)
+    ch.basic_ack(method.delivery_tag)
+assert got == [f"m{i}".encode() for i in range(50)], got
+conn.close()
+print("pika_tls: 50 confirmed, 50 got")
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pika_over_tls_with_a_client_certificate() {
+    use std::process::Command;
+    let missing = match Command::new("python3").args(["-c", "import pika"]).output() {
+        Ok(out) if out.status.success() => None,
+        Ok(out) => Some(format!(
+            "python3 cannot import pika: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        )),
+        Err(e) => Some(format!("python3 cannot be run: {e}")),
+    };
+    if let Some(reason) = missing {
+        assert!(
+            std::env::var("REQUIRE_CLIENTS").as_deref() != Ok("1"),
+            "REQUIRE_CLIENTS=1 but {reason}"
+        );
+        eprintln!("skipped: {reason} (pip install pika; REQUIRE_CLIENTS=1 makes this fail)");
+        return;
+    }
+    let pki = Pki::new();
+    let server = Server::standalone(pki.verify_peer(true)).await.unwrap();
+    let args: Vec<String> = vec![
+        "-c".into(),
+        PIKA_TLS.into(),
+        tls_addr(&server).port().to_string(),
+        pki.path("ca.pem").display().to_string(),
+        pki.path("client.pem").display().to_string(),
+        pki.path("client.key").display().to_string(),
+    ];
+    let run = tokio::task::spawn_blocking(move || Command::new("python3").args(&args).output());
+    let out = tokio::time::timeout(Duration::from_secs(60), run)
+        .await
+        .expect("pika finishes within 60 s")
+        .unwrap()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("pika_tls: 50 confirmed, 50 got"),
+        "pika over TLS failed ({}):\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    server.shutdown().await;
+}
