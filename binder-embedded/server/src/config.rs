@@ -254,7 +254,8 @@ pub struct Limits {
     pub channel_max: u16,
     /// Heartbeat interval in seconds offered in `connection.tune`; 0 disables (RabbitMQ: 60).
     pub heartbeat: u16,
-    /// Time from the TCP accept to `connection.open-ok`, in milliseconds (RabbitMQ: 10000).
+    /// Time from the TCP accept to `connection.open-ok`, in milliseconds, a TLS handshake
+    /// included (RabbitMQ: 10000).
     pub handshake_timeout_ms: u64,
     /// Most connections at once; further ones are refused at `connection.open` with 530
     /// (`None`: no limit).
