@@ -169,6 +169,7 @@ impl Harness {
             self.shared.clone(),
             self.stop.subscribe(),
             tokio::time::Instant::now() + self.shared.handshake_timeout(),
+            None,
         )
         .await;
     }

@@ -351,7 +351,16 @@ async fn connection<E: WireEnvelope>(
     let deadline = Instant::now() + shared.limits.handshake_timeout();
     let _ = socket.set_nodelay(true);
     let (read, write) = socket.into_split();
-    serve(read, write, peer, shared, stop, deadline).await;
+    serve(read, write, peer, shared, stop, deadline, None).await;
+}
+
+/// What a connection's log lines say about its TLS session.
+#[derive(Debug)]
+pub(crate) struct TlsSession {
+    /// `TLSv1_2` or `TLSv1_3`.
+    version: String,
+    /// Whether the client gave a certificate (checked against `cacertfile`).
+    client_certificate: bool,
 }
 
 /// A connection on the TLS listener: the TLS handshake, then AMQP over it. The TLS
@@ -386,19 +395,20 @@ async fn tls_connection<E: WireEnvelope>(
             Ok(Ok(stream)) => stream,
         },
     };
-    {
+    let session = {
         let (_, session) = stream.get_ref();
-        tracing::debug!(
-            %peer,
-            version = ?session.protocol_version(),
-            cipher_suite = ?session.negotiated_cipher_suite().map(|s| s.suite()),
-            client_certificate = session.peer_certificates().is_some_and(|c| !c.is_empty()),
-            "TLS handshake done"
-        );
-    }
+        TlsSession {
+            version: session
+                .protocol_version()
+                .and_then(|v| v.as_str())
+                .unwrap_or("TLS")
+                .to_owned(),
+            client_certificate: session.peer_certificates().is_some_and(|c| !c.is_empty()),
+        }
+    };
     // Shutting the write half down sends the TLS close_notify, then closes the socket.
     let (read, write) = tokio::io::split(stream);
-    serve(read, write, peer, shared, stop, deadline).await;
+    serve(read, write, peer, shared, stop, deadline, Some(session)).await;
 }
 
 /// One connection's handshake and life over any transport.
@@ -409,6 +419,7 @@ pub(crate) async fn serve<E: WireEnvelope>(
     shared: Arc<Shared<E>>,
     mut stop: watch::Receiver<bool>,
     deadline: Instant,
+    tls: Option<TlsSession>,
 ) {
     let mut reader = Reader::new(read, shared.limits.frame_max as usize);
     let vhost_exists = |v: &str| shared.brokers.contains_key(v);
@@ -449,7 +460,13 @@ pub(crate) async fn serve<E: WireEnvelope>(
         return;
     };
     let tags = agreed.user.tags.join(",");
-    tracing::info!(%peer, %user, %vhost, %tags, "connection opened");
+    match &tls {
+        Some(t) => tracing::info!(
+            %peer, %user, %vhost, %tags, tls = %t.version, client_certificate = t.client_certificate,
+            "connection opened"
+        ),
+        None => tracing::info!(%peer, %user, %vhost, %tags, "connection opened"),
+    }
     let ended = Conn::serve(
         agreed,
         reader,
