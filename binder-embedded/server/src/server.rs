@@ -1,5 +1,7 @@
-//! The listener: accepts connections, runs each one's handshake and life, and shuts down
-//! gracefully (stop accepting, close every connection with 320 CONNECTION_FORCED, flush).
+//! The listeners: accept connections (plain, and over TLS with a `[tls]` table), run each
+//! one's handshake (the TLS one first) and life, and shut down gracefully (stop accepting,
+//! close every connection with 320 CONNECTION_FORCED, flush, and end TLS sessions with
+//! `close_notify`).
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -201,7 +203,9 @@ impl<E: WireEnvelope> Server<E> {
 
     /// [`Server::bind`] for a caller that cannot wait (a binder created from configuration):
     /// the socket is bound at once, and the server runs on the current Tokio runtime, which
-    /// must exist (outside one this panics, as `tokio::spawn` does).
+    /// must exist (outside one this panics, as `tokio::spawn` does). The configuration is
+    /// checked ([`ServerConfig::validate`]); with `[tls]`, its files are read and checked
+    /// before anything is bound, and the TLS listener is bound too.
     pub fn bind_now(
         config: ServerConfig,
         brokers: HashMap<String, Broker<E>>,
