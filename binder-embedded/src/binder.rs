@@ -21,7 +21,7 @@ use binder_core::binder::{
 use binder_core::config::BindingConfig;
 use binder_core::message::{DeliveryMode, Message};
 
-use stream_store::{DiskStore, StoreConfig, SyncMode};
+use stream_store::{DEFAULT_DISK_FREE_LIMIT, DiskMonitor, DiskStore, StoreConfig, SyncMode};
 
 use crate::engine::{
     AmqpError, AmqpResult, Broker, BrokerConfig, Channel, Connection, ConsumeOptions, Consumer,
@@ -40,8 +40,31 @@ static SHARED: Mutex<Option<SharedBroker>> = Mutex::new(None);
 #[derive(Debug)]
 struct SharedBroker {
     broker: Broker,
-    /// The store's directory and durability mode (`None`: memory only).
-    storage: Option<(PathBuf, SyncMode)>,
+    /// Where and how its store keeps messages (`None`: memory only).
+    storage: Option<Storage>,
+    /// Blocks the broker's publishers while the store's disk is nearly full; runs for the
+    /// process's life, as the shared broker does.
+    _disk_monitor: Option<DiskMonitor>,
+}
+
+/// What `spring.embedded.data-dir`, `durability` and `disk-free-limit` ask for.
+#[derive(Debug, Clone, PartialEq)]
+struct Storage {
+    dir: PathBuf,
+    mode: SyncMode,
+    disk_free_limit: u64,
+}
+
+impl std::fmt::Display for Storage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "over `{}` (durability {:?}, disk-free-limit {} bytes)",
+            self.dir.display(),
+            self.mode,
+            self.disk_free_limit
+        )
+    }
 }
 
 /// The shared broker, made now if it does not exist yet: over a store when `settings` give
@@ -50,35 +73,51 @@ struct SharedBroker {
 /// that gives none accepts whatever the broker has.
 fn shared_broker(settings: &EmbeddedSettings) -> BinderResult<Broker> {
     let mut shared = SHARED.lock().unwrap_or_else(|p| p.into_inner());
-    let asked = settings
-        .data_dir
-        .clone()
-        .map(|dir| (dir, settings.durability.unwrap_or_default()));
+    let asked = settings.data_dir.clone().map(|dir| Storage {
+        dir,
+        mode: settings.durability.unwrap_or_default(),
+        disk_free_limit: settings.disk_free_limit.unwrap_or(DEFAULT_DISK_FREE_LIMIT),
+    });
     if let Some(existing) = shared.as_ref() {
         return match (&asked, &existing.storage) {
             (None, _) => Ok(existing.broker.clone()),
             (Some(a), Some(e)) if a == e => Ok(existing.broker.clone()),
-            (Some((dir, mode)), storage) => Err(BinderError::config(format!(
-                "`{PREFIX}.data-dir` is `{}` (durability {mode:?}) here, but the broker every \
+            (Some(asked), storage) => Err(BinderError::config(format!(
+                "`{PREFIX}.data-dir` asks for a broker {asked} here, but the broker every \
                  embedded binder of this process shares was made {} already (by another \
                  embedded binder configuration, or EmbeddedBinder::shared_broker); give \
                  `{PREFIX}.data-dir` where every binder configuration sees it (the top-level \
                  `spring.embedded`), or in one of them only",
-                dir.display(),
                 match storage {
-                    Some((d, m)) => format!("over `{}` (durability {m:?})", d.display()),
+                    Some(storage) => storage.to_string(),
                     None => "in memory only".to_owned(),
                 }
             ))),
         };
     }
-    let broker = match &asked {
-        None => Broker::new(),
-        Some((dir, mode)) => open_store(dir, *mode)?,
+    let (broker, disk_monitor) = match &asked {
+        None => (Broker::new(), None),
+        Some(storage) => {
+            let broker = open_store(&storage.dir, storage.mode)?;
+            let monitor = DiskMonitor::for_brokers(
+                &storage.dir,
+                storage.disk_free_limit,
+                vec![broker.clone()],
+            )
+            .map_err(|e| {
+                BinderError::config(format!(
+                    "`{PREFIX}.data-dir` is `{}`, whose free disk space cannot be \
+                             measured (for `{PREFIX}.disk-free-limit`): {e}",
+                    storage.dir.display()
+                ))
+            })?;
+            (broker, Some(monitor))
+        }
     };
     *shared = Some(SharedBroker {
         broker: broker.clone(),
         storage: asked,
+        _disk_monitor: disk_monitor,
     });
     Ok(broker)
 }

@@ -19,6 +19,7 @@ const LISTEN_KEY: &str = "listen";
 const SERVER_CONFIG_KEY: &str = "server-config";
 const DATA_DIR_KEY: &str = "data-dir";
 const DURABILITY_KEY: &str = "durability";
+const DISK_FREE_LIMIT_KEY: &str = "disk-free-limit";
 
 /// The embedded binder's settings, as written.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -40,6 +41,10 @@ pub struct EmbeddedSettings {
     /// `sync` (after the fsync that covers it; the default), `interval:<ms>` or `none`.
     /// Needs `data-dir`.
     pub durability: Option<SyncMode>,
+    /// `spring.embedded.disk-free-limit`: publishers are blocked while the data directory's
+    /// disk has fewer free bytes than this (RabbitMQ's `disk_free_limit`; default 50 MB).
+    /// Needs `data-dir`.
+    pub disk_free_limit: Option<u64>,
 }
 
 /// The memory high watermark of the engine, in the spirit of RabbitMQ's
@@ -191,13 +196,18 @@ fn relative(key: &str, value: &Value) -> BinderResult<MemoryWatermark> {
 }
 
 fn absolute(key: &str, value: &Value) -> BinderResult<MemoryWatermark> {
+    size(key, value).map(MemoryWatermark::Absolute)
+}
+
+/// A size in bytes above zero: a number, or a string with a unit.
+fn size(key: &str, value: &Value) -> BinderResult<u64> {
     let bytes = match &value.kind {
         ValueKind::I64(i) if *i > 0 => Some(*i as u64),
         ValueKind::U64(u) if *u > 0 => Some(*u),
         ValueKind::String(s) => parse_size(s).filter(|b| *b > 0),
         _ => None,
     };
-    bytes.map(MemoryWatermark::Absolute).ok_or_else(|| {
+    bytes.ok_or_else(|| {
         config_error(
             key,
             format_args!(
@@ -252,7 +262,8 @@ impl EmbeddedSettings {
         let ValueKind::Table(table) = &section.kind else {
             return Err(BinderError::config(format!(
                 "`{PREFIX}` is `{section}`; it holds settings (`{WATERMARK_KEY}`, \
-                 `{LISTEN_KEY}`, `{SERVER_CONFIG_KEY}`, `{DATA_DIR_KEY}`, `{DURABILITY_KEY}`)"
+                 `{LISTEN_KEY}`, `{SERVER_CONFIG_KEY}`, `{DATA_DIR_KEY}`, `{DURABILITY_KEY}`, \
+                 `{DISK_FREE_LIMIT_KEY}`)"
             )));
         };
         for (k, v) in table {
@@ -272,13 +283,14 @@ impl EmbeddedSettings {
                         .map_err(|e| config_error(k, format_args!("is `{written}`: {e}")))?;
                     settings.durability = Some(mode);
                 }
+                "diskfreelimit" => settings.disk_free_limit = Some(size(k, v)?),
                 _ => {
                     return Err(config_error(
                         k,
                         format_args!(
                             "is not a setting of the embedded binder (it has \
                              `{WATERMARK_KEY}`, `{LISTEN_KEY}`, `{SERVER_CONFIG_KEY}`, \
-                             `{DATA_DIR_KEY}`, `{DURABILITY_KEY}`)"
+                             `{DATA_DIR_KEY}`, `{DURABILITY_KEY}`, `{DISK_FREE_LIMIT_KEY}`)"
                         ),
                     ));
                 }
@@ -290,6 +302,15 @@ impl EmbeddedSettings {
                 format_args!(
                     "says when persistent messages are on disk, but `{PREFIX}.{DATA_DIR_KEY}` \
                      gives no directory: the broker keeps them in memory only"
+                ),
+            ));
+        }
+        if settings.disk_free_limit.is_some() && settings.data_dir.is_none() {
+            return Err(config_error(
+                DISK_FREE_LIMIT_KEY,
+                format_args!(
+                    "guards the disk the message store writes to, but `{PREFIX}.{DATA_DIR_KEY}` \
+                     gives no directory: the broker writes nothing to disk"
                 ),
             ));
         }
@@ -348,7 +369,7 @@ mod tests {
     }
 
     #[test]
-    fn data_dir_and_durability_are_read_and_durability_needs_a_data_dir() {
+    fn data_dir_durability_and_disk_free_limit_are_read_and_need_a_data_dir() {
         let s = EmbeddedSettings::from_config(&tree(
             "spring.embedded:\n  data-dir: /var/lib/orders\n  durability: interval:25\n",
         ))
@@ -363,6 +384,18 @@ mod tests {
             e.contains("spring.embedded.durability") && e.contains("fast"),
             "{e}"
         );
+        let s = EmbeddedSettings::from_config(&tree(
+            "spring.embedded:\n  data-dir: d\n  disk-free-limit: 2GB\n",
+        ))
+        .unwrap();
+        assert_eq!(s.disk_free_limit, Some(2_000_000_000));
+        let e = refused("spring.embedded:\n  data-dir: d\n  disk-free-limit: lots\n");
+        assert!(
+            e.contains("spring.embedded.disk-free-limit") && e.contains("lots"),
+            "{e}"
+        );
+        let e = refused("spring.embedded.disk-free-limit: 1GB\n");
+        assert!(e.contains("gives no directory"), "{e}");
         let e = refused("spring.embedded.durability: sync\n");
         assert!(e.contains("spring.embedded.data-dir"), "{e}");
     }

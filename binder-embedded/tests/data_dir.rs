@@ -50,12 +50,13 @@ async fn configured_binders_share_one_broker_over_the_store() {
 
     // Another directory would be a second broker: refused, naming the setting.
     let other = tempfile::tempdir().unwrap();
-    let refused = App::builder(config(&producer_yaml(other.path())))
+    let Err(refused) = App::builder(config(&producer_yaml(other.path())))
         .output("orders-out")
         .start()
         .await
-        .err()
-        .expect("another data-dir is refused");
+    else {
+        panic!("another data-dir is refused");
+    };
     let text = refused.to_string();
     assert!(
         text.contains("spring.embedded.data-dir") && text.contains("already"),
@@ -120,14 +121,15 @@ async fn a_restarted_service_finds_what_it_left_in_the_data_dir() {
 #[tokio::test]
 async fn a_binder_given_in_code_refuses_a_data_dir_it_cannot_apply() {
     let binder = Arc::new(EmbeddedBinder::new(Broker::new()));
-    let refused = App::builder(config(
+    let Err(refused) = App::builder(config(
         "spring.embedded.data-dir: /tmp/never-used\nspring.cloud.stream.bindings:\n  out: {destination: x}\n",
     ))
     .binder("embedded", binder)
     .output("out")
     .start()
     .await
-    .err()
-    .expect("refused");
+    else {
+        panic!("a data-dir on a binder given in code is refused");
+    };
     assert!(refused.to_string().contains("given in code"), "{refused}");
 }

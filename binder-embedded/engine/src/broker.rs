@@ -30,7 +30,7 @@ fn unnamed() -> Arc<str> {
 #[derive(Debug)]
 struct Shared<E: Envelope> {
     state: Mutex<State<E>>,
-    /// Publishers are blocked by the memory alarm.
+    /// Publishers are blocked by the memory or disk alarm.
     blocked: AtomicBool,
     unblocked: Notify,
     /// Wakes the timer task when a new deadline may be earlier.
@@ -65,19 +65,27 @@ impl<E: Envelope> Shared<E> {
         out
     }
 
+    /// Recomputes the memory alarm (with its hysteresis) and, when whether publishers are
+    /// blocked changed (by it or by the disk alarm), tells every channel and wakes the
+    /// publishers waiting.
     fn memory_alarm(&self, state: &mut State<E>) {
         let used = state.memory_used();
         // Without a watermark nothing holds publishers back (it may have just been lifted).
         let high = state.config.memory_high_watermark.unwrap_or(usize::MAX);
-        if !state.is_blocked() && used > high {
-            state.set_blocked(true);
-            self.blocked.store(true, Ordering::Release);
-        } else if state.is_blocked()
+        if !state.memory_alarm() && used > high {
+            state.set_memory_alarm(true);
+        } else if state.memory_alarm()
             && (used as f64) <= high as f64 * state.config.memory_resume_ratio
         {
-            state.set_blocked(false);
-            self.blocked.store(false, Ordering::Release);
-            self.unblocked.notify_waiters();
+            state.set_memory_alarm(false);
+        }
+        let blocked = state.is_blocked();
+        if blocked != self.blocked.load(Ordering::Acquire) {
+            state.set_blocked(blocked);
+            self.blocked.store(blocked, Ordering::Release);
+            if !blocked {
+                self.unblocked.notify_waiters();
+            }
         }
     }
 
@@ -190,9 +198,34 @@ impl<E: Envelope> Broker<E> {
         }
     }
 
-    /// Whether publishers are currently blocked by the memory alarm.
+    /// Whether publishers are currently blocked, by the memory alarm or the disk alarm.
     pub fn is_blocked(&self) -> bool {
         self.shared.blocked.load(Ordering::Acquire)
+    }
+
+    /// Why publishers are blocked, in RabbitMQ's words: `low on memory`, `low on disk`, or
+    /// `low on memory & low on disk`; `None` when they are not.
+    pub fn blocked_reason(&self) -> Option<String> {
+        self.shared.lock().blocked_reason()
+    }
+
+    /// Sets or clears the disk alarm: while it is on, publishers are blocked as by the
+    /// memory alarm (consumers go on). Whoever watches the free space of the disk the
+    /// message store writes to calls it (RabbitMQ's `disk_free_limit`; the engine itself
+    /// does no I/O).
+    ///
+    /// ```
+    /// use stream_engine::Broker;
+    ///
+    /// let broker: Broker = Broker::new();
+    /// broker.set_disk_alarm(true);
+    /// assert!(broker.is_blocked());
+    /// assert_eq!(broker.blocked_reason().as_deref(), Some("low on disk"));
+    /// broker.set_disk_alarm(false);
+    /// assert!(!broker.is_blocked());
+    /// ```
+    pub fn set_disk_alarm(&self, on: bool) {
+        self.shared.with(|s| s.set_disk_alarm(on));
     }
 
     /// The memory counted against the high watermark: every message held in a queue,
@@ -309,7 +342,7 @@ pub type ChannelEvents<E = Native> = UnboundedReceiver<ChannelEvent<E>>;
 pub enum TryPublish<E: Envelope = Native> {
     /// Published (or refused with an error).
     Done(AmqpResult<PublishOutcome>),
-    /// Publishers are blocked by the memory alarm: the message, not published (boxed, so
+    /// Publishers are blocked by the memory or disk alarm: the message, not published (boxed, so
     /// the common outcome stays small).
     Blocked(Box<E::Message>),
     /// Published; its confirm waits for the message store to make it durable.
@@ -483,7 +516,7 @@ impl<E: Envelope> Channel<E> {
         self.shared.channel_op(id, |s| s.confirm_select(id))
     }
 
-    /// `basic.publish`. Waits while the memory alarm blocks publishers. In confirm mode the
+    /// `basic.publish`. Waits while an alarm (memory or disk) blocks publishers. In confirm mode the
     /// outcome carries the sequence number and whether the confirm is an ack.
     pub async fn basic_publish(
         &self,
@@ -511,7 +544,7 @@ impl<E: Envelope> Channel<E> {
         }
     }
 
-    /// `basic.publish` without waiting: done at once, unless the memory alarm blocks
+    /// `basic.publish` without waiting: done at once, unless an alarm (memory or disk) blocks
     /// publishers, in which case the message is handed back untouched, or the message store
     /// has yet to make the message durable ([`TryPublish::Pending`]: the confirm waits for
     /// it). It spends no cooperative budget: a caller that loops on it should (see

@@ -1,4 +1,4 @@
-//! Publishing: mandatory returns, confirms, transactions, memory back-pressure.
+//! Publishing: mandatory returns, confirms, transactions, memory and disk back-pressure.
 
 mod common;
 
@@ -189,6 +189,77 @@ async fn the_memory_watermark_blocks_publishers_until_consumers_catch_up() {
     let out = tokio::time::timeout(Duration::from_secs(5), blocked)
         .await
         .expect("unblocked")
+        .unwrap();
+    assert_eq!(out.status, PublishStatus::Routed(1));
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_disk_alarm_blocks_publishers_but_not_consumers_until_it_clears() {
+    let broker: Broker = Broker::with_config(BrokerConfig {
+        memory_high_watermark: Some(1500),
+        ..Default::default()
+    });
+    let conn = broker.connect();
+    let ch = conn.open_channel().unwrap();
+    let mut events = ch.events().unwrap();
+    declare(&ch, "q");
+    publish(&ch, "", "q", "before").await;
+
+    broker.set_disk_alarm(true);
+    assert!(broker.is_blocked());
+    match events.try_recv() {
+        Ok(ChannelEvent::Blocked { reason }) => assert_eq!(reason, "low on disk"),
+        other => panic!("no Blocked event: {other:?}"),
+    }
+    let late = conn.open_channel().unwrap();
+    match late.events().unwrap().try_recv() {
+        Ok(ChannelEvent::Blocked { reason }) => assert_eq!(reason, "low on disk"),
+        other => panic!("a channel opened under the alarm is not told: {other:?}"),
+    }
+    match ch.try_basic_publish("", "q", PublishOptions::default(), msg("handed back")) {
+        TryPublish::Blocked(m) => assert_eq!(&m.payload[..], b"handed back"),
+        other => panic!("published under the disk alarm: {other:?}"),
+    }
+    // Consumers go on.
+    let mut consumer = ch.basic_consume("q", ConsumeOptions::default()).unwrap();
+    let delivery = tokio::time::timeout(Duration::from_secs(5), consumer.recv())
+        .await
+        .expect("a delivery under the disk alarm")
+        .unwrap();
+    assert_eq!(&delivery.message().payload[..], b"before");
+    ch.basic_ack(delivery.delivery_tag, false).unwrap();
+
+    // Both alarms: both reasons, and clearing one leaves publishers blocked.
+    let big = "x".repeat(600);
+    let drainer = conn.open_channel().unwrap();
+    declare(&drainer, "held");
+    broker.set_disk_alarm(false);
+    assert!(matches!(events.try_recv(), Ok(ChannelEvent::Unblocked)));
+    publish(&ch, "", "held", &big).await;
+    publish(&ch, "", "held", &big).await; // crosses the memory watermark
+    assert_eq!(broker.blocked_reason().as_deref(), Some("low on memory"));
+    broker.set_disk_alarm(true);
+    assert_eq!(
+        broker.blocked_reason().as_deref(),
+        Some("low on memory & low on disk")
+    );
+    assert_eq!(drainer.queue_purge("held").unwrap(), 2);
+    assert!(broker.is_blocked(), "the disk alarm still blocks");
+    assert_eq!(broker.blocked_reason().as_deref(), Some("low on disk"));
+
+    let waiting = ch.basic_publish("", "q", PublishOptions::default(), msg("waits"));
+    tokio::pin!(waiting);
+    assert!(
+        tokio::time::timeout(Duration::from_millis(50), &mut waiting)
+            .await
+            .is_err(),
+        "the publisher waits under the disk alarm"
+    );
+    broker.set_disk_alarm(false);
+    assert!(!broker.is_blocked());
+    let out = tokio::time::timeout(Duration::from_secs(5), waiting)
+        .await
+        .expect("released when the alarm clears")
         .unwrap();
     assert_eq!(out.status, PublishStatus::Routed(1));
 }

@@ -7,6 +7,7 @@
 //! vhosts = ["/"]
 //! data_dir = "/var/lib/stream-broker"
 //! durability = "sync"
+//! disk_free_limit = 50000000
 //! loopback_users = ["guest"]
 //!
 //! [limits]
@@ -77,6 +78,12 @@ pub struct ServerConfig {
     /// shutdown). Needs `data_dir`.
     #[serde(default, deserialize_with = "sync_mode")]
     pub durability: Option<SyncMode>,
+    /// The free-disk watermark in bytes (RabbitMQ's `disk_free_limit.absolute`): while the
+    /// file system holding `data_dir` has less free space, publishers are blocked
+    /// (`connection.blocked`, reason `low on disk`). `None`: RabbitMQ's default, 50 MB
+    /// ([`stream_store::DEFAULT_DISK_FREE_LIMIT`]). Needs `data_dir`.
+    #[serde(default)]
+    pub disk_free_limit: Option<u64>,
     /// A second listener speaking AMQP over TLS (RabbitMQ's `listeners.ssl.default` and
     /// `ssl_options.*`); `None`: plain AMQP only.
     #[serde(default)]
@@ -363,6 +370,7 @@ impl Default for ServerConfig {
             memory_high_watermark: None,
             data_dir: None,
             durability: None,
+            disk_free_limit: None,
             tls: None,
         }
     }
@@ -421,6 +429,13 @@ impl ServerConfig {
             return invalid(
                 "durability is set but data_dir is not: without a data directory nothing is \
                  kept on disk"
+                    .into(),
+            );
+        }
+        if self.disk_free_limit.is_some() && self.data_dir.is_none() {
+            return invalid(
+                "disk_free_limit is set but data_dir is not: without a data directory the \
+                 server writes nothing to disk"
                     .into(),
             );
         }
@@ -499,6 +514,22 @@ mod tests {
         assert!(e.to_string().contains("unknown field `ssl`"), "{e}");
         let e = ServerConfig::from_toml("[limits]\nframe_maximum = 5\n").unwrap_err();
         assert!(e.to_string().contains("frame_maximum"), "{e}");
+    }
+
+    #[test]
+    fn disk_free_limit_is_read_and_needs_a_data_dir() {
+        let c =
+            ServerConfig::from_toml("data_dir = \"d\"\ndisk_free_limit = 1000000000\n").unwrap();
+        assert_eq!(c.disk_free_limit, Some(1_000_000_000));
+        let e = ServerConfig::from_toml("disk_free_limit = 1000\n").unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("disk_free_limit is set but data_dir is not"),
+            "{e}"
+        );
+        let e =
+            ServerConfig::from_toml("data_dir = \"d\"\ndisk_free_limit = \"1GB\"\n").unwrap_err();
+        assert!(e.to_string().contains("disk_free_limit"), "{e}");
     }
 
     #[test]

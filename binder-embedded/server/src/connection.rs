@@ -711,7 +711,12 @@ impl<E: WireEnvelope> Conn<E> {
                     mandatory,
                     message,
                 });
-                self.notify_blocked("low on memory").await
+                // The alarm may have cleared since: then nothing is told, and the stalled
+                // publish is retried as reading resumes.
+                match self.broker.blocked_reason() {
+                    Some(reason) => self.notify_blocked(&reason).await,
+                    None => Ok(()),
+                }
             }
         }
     }
@@ -860,9 +865,12 @@ impl<E: WireEnvelope> Conn<E> {
                 }
                 Ok(())
             }
-            ChannelEvent::Blocked { reason } => {
-                // RabbitMQ tells a client that can take it as the alarm goes off.
-                self.notify_blocked(&reason).await
+            ChannelEvent::Blocked { .. } => {
+                // As RabbitMQ's reader: a connection is told `connection.blocked` when it
+                // publishes under the alarm (see `try_publish`), not as the alarm goes off.
+                // A client told so stops writing altogether (lapin does), and a connection
+                // that only consumes must go on acknowledging.
+                Ok(())
             }
             ChannelEvent::Unblocked => {
                 if self.blocked_sent {

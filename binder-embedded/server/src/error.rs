@@ -30,6 +30,16 @@ pub enum ServerError {
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
+    /// The free space of the data directory's file system cannot be measured (for the
+    /// free-disk watermark).
+    #[error("cannot measure the free disk space of data_dir {dir}: {source}")]
+    DiskSpace {
+        /// The data directory.
+        dir: std::path::PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
     /// The TLS listener's files could not be used (`[tls]`: certfile, keyfile, cacertfile).
     #[error(transparent)]
     Tls(#[from] crate::tls::TlsError),

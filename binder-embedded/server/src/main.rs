@@ -1,8 +1,8 @@
 //! `stream-broker`: the bundled broker as a standalone AMQP 0-9-1 server.
 //!
 //! `stream-broker [--config FILE] [--listen ADDR] [--tls-listen ADDR] [--data-dir DIR]
-//! [--durability MODE]`; ctrl-c or SIGTERM shuts it down gracefully (connections, TLS ones
-//! included, are closed with 320 CONNECTION_FORCED).
+//! [--durability MODE] [--disk-free-limit BYTES]`; ctrl-c or SIGTERM shuts it down
+//! gracefully (connections, TLS ones included, are closed with 320 CONNECTION_FORCED).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -34,6 +34,10 @@ struct Args {
     /// `interval:<ms>` or `none` (overrides the file's `durability`; needs a data directory).
     #[arg(long, value_parser = parse_sync_mode)]
     durability: Option<SyncMode>,
+    /// Block publishers while the data directory's disk has fewer free bytes than this
+    /// (overrides the file's `disk_free_limit`; default 50000000, RabbitMQ's 50 MB).
+    #[arg(long, value_name = "BYTES")]
+    disk_free_limit: Option<u64>,
 }
 
 fn parse_sync_mode(text: &str) -> Result<SyncMode, String> {
@@ -78,6 +82,9 @@ async fn main() -> ExitCode {
     }
     if let Some(mode) = args.durability {
         config.durability = Some(mode);
+    }
+    if let Some(limit) = args.disk_free_limit {
+        config.disk_free_limit = Some(limit);
     }
     if let Err(e) = config.validate() {
         eprintln!("stream-broker: {e}");

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use stream_engine::{Broker, BrokerConfig, Native};
-use stream_store::{DiskStore, StoreConfig};
+use stream_store::{DEFAULT_DISK_FREE_LIMIT, DiskMonitor, DiskStore, StoreConfig};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
@@ -38,9 +38,13 @@ impl<E: WireEnvelope> Shared<E> {
         config: &ServerConfig,
         brokers: HashMap<String, Broker<E>>,
     ) -> Result<Self, ServerError> {
-        if config.data_dir.is_some() || config.durability.is_some() {
+        if config.data_dir.is_some()
+            || config.durability.is_some()
+            || config.disk_free_limit.is_some()
+        {
             return Err(crate::ConfigError::Invalid(
-                "data_dir and durability belong to the brokers the standalone server creates; \
+                "data_dir, durability and disk_free_limit belong to the brokers the standalone \
+                 server creates; \
                  give the brokers passed to Server::bind their stores (Broker::with_store)"
                     .into(),
             )
@@ -108,6 +112,9 @@ pub struct Server<E: WireEnvelope = Native> {
     /// The stores of the brokers the server created ([`Server::standalone`] with
     /// `data_dir`), closed at shutdown.
     stores: Vec<DiskStore>,
+    /// Blocks the stores' brokers' publishers while the disk is nearly full (`data_dir`'s
+    /// `disk_free_limit`); stopped at shutdown.
+    disk_monitor: Option<DiskMonitor>,
 }
 
 impl Server<Native> {
@@ -116,6 +123,7 @@ impl Server<Native> {
     /// durable entities and persistent messages in a [`DiskStore`] of its own (recovered
     /// before the server listens; closed cleanly by [`Server::shutdown`]).
     pub async fn standalone(config: ServerConfig) -> Result<Self, ServerError> {
+        config.validate()?;
         let mut brokers = HashMap::new();
         let mut stores = Vec::new();
         for vhost in &config.vhosts {
@@ -140,14 +148,31 @@ impl Server<Native> {
             };
             brokers.insert(vhost.clone(), broker);
         }
+        let disk_monitor = match &config.data_dir {
+            None => None,
+            Some(data_dir) => {
+                let limit = config.disk_free_limit.unwrap_or(DEFAULT_DISK_FREE_LIMIT);
+                let watched = brokers.values().cloned().collect();
+                let monitor =
+                    DiskMonitor::for_brokers(data_dir, limit, watched).map_err(|source| {
+                        ServerError::DiskSpace {
+                            dir: data_dir.clone(),
+                            source,
+                        }
+                    })?;
+                Some(monitor)
+            }
+        };
         let config = ServerConfig {
             memory_high_watermark: None,
             data_dir: None,
             durability: None,
+            disk_free_limit: None,
             ..config
         };
         let mut server = Self::bind(config, brokers).await?;
         server.stores = stores;
+        server.disk_monitor = disk_monitor;
         Ok(server)
     }
 }
@@ -247,6 +272,7 @@ impl<E: WireEnvelope> Server<E> {
             accept,
             shared,
             stores: Vec::new(),
+            disk_monitor: None,
         })
     }
 
@@ -271,6 +297,7 @@ impl<E: WireEnvelope> Server<E> {
     pub async fn shutdown(self) {
         self.stop.send_replace(true);
         let _ = self.accept.await;
+        drop(self.disk_monitor);
         for store in &self.stores {
             // Everything is written and synced, and the clean-shutdown marker spares the
             // next start a full scan.

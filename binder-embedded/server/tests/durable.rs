@@ -1,7 +1,7 @@
 //! `data_dir`: what a restarted server keeps. Durable exchanges, queues and bindings and the
 //! persistent messages of durable queues come back (delivered-but-unacknowledged ones flagged
 //! redelivered); transient messages and non-durable queues do not; `tx.commit` works over
-//! the store.
+//! the store; the free-disk watermark blocks publishers.
 
 mod common;
 
@@ -245,4 +245,64 @@ async fn a_data_dir_that_cannot_be_opened_stops_the_server_with_its_path() {
         text.contains("not-a-directory") && text.contains("'/'"),
         "{text}"
     );
+}
+
+#[tokio::test]
+async fn a_disk_with_less_free_space_than_disk_free_limit_blocks_publishers_not_consumers() {
+    let dir = tempfile::tempdir().unwrap();
+    let free = stream_store::free_space(dir.path()).unwrap();
+    let first = server(durable_config(dir.path())).await;
+    let conn = lapin(&first).await;
+    let ch = conn.create_channel().await.unwrap();
+    ch.confirm_select(ConfirmSelectOptions::default())
+        .await
+        .unwrap();
+    declare(&ch, "kept", true).await;
+    publish(&ch, "", "kept", b"before", persistent()).await;
+    first.shutdown().await;
+    drop(conn);
+
+    // More than the disk has free: the alarm is on from the start.
+    let config = ServerConfig {
+        disk_free_limit: Some(free.saturating_mul(2)),
+        ..durable_config(dir.path())
+    };
+    let second = server(config).await;
+    let conn = lapin(&second).await;
+    let ch = conn.create_channel().await.unwrap();
+    ch.confirm_select(ConfirmSelectOptions::default())
+        .await
+        .unwrap();
+    let confirm = ch
+        .basic_publish(
+            "".into(),
+            "kept".into(),
+            BasicPublishOptions::default(),
+            b"held",
+            persistent(),
+        )
+        .await
+        .unwrap();
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), confirm)
+            .await
+            .is_err(),
+        "a publish was confirmed under the disk alarm"
+    );
+    // Consumers go on: another connection still gets what the queue holds.
+    let reader = lapin(&second).await;
+    let rch = reader.create_channel().await.unwrap();
+    assert_eq!(get(&rch, "kept").await, Some((b"before".to_vec(), false)));
+    second.shutdown().await;
+}
+
+#[tokio::test]
+async fn disk_free_limit_without_a_data_dir_is_refused_by_name() {
+    let e = stream_broker::Server::standalone(ServerConfig {
+        disk_free_limit: Some(1),
+        ..config()
+    })
+    .await
+    .expect_err("disk_free_limit without data_dir");
+    assert!(e.to_string().contains("disk_free_limit"), "{e}");
 }

@@ -9,6 +9,7 @@ use amq_protocol::frame::{AMQPContentHeader, AMQPFrame};
 use amq_protocol::protocol::{AMQPClass, BasicProperties, basic, channel, connection, queue};
 use amq_protocol::types::FieldTable;
 use common::*;
+use stream_broker::Server;
 use stream_engine::Broker;
 use tokio::io::AsyncReadExt;
 
@@ -477,12 +478,10 @@ async fn a_consumer_that_does_not_read_leaves_messages_in_the_engine() {
     server.shutdown().await;
 }
 
-#[tokio::test]
-async fn the_memory_alarm_blocks_a_publishing_connection() {
-    let broker: Broker = Broker::new();
-    broker.set_memory_high_watermark(Some(64 * 1024));
-    let server = server_with(config(), broker.clone()).await;
-    let mut raw = Raw::connect(&server).await;
+/// A connection that announces the `connection.blocked` capability, with channel 1 open and
+/// the queue `fill` declared.
+async fn blocked_aware(server: &Server) -> Raw {
+    let mut raw = Raw::connect(server).await;
     // Announce connection.blocked.
     raw.send_bytes(b"AMQP\x00\x00\x09\x01").await;
     raw.next_method().await.unwrap();
@@ -534,37 +533,53 @@ async fn the_memory_alarm_blocks_a_publishing_connection() {
     )
     .await;
     raw.next_method().await.unwrap();
+    raw
+}
+
+/// A publish of `size` bytes to the queue `fill` on channel 1.
+async fn publish_fill(raw: &mut Raw, size: usize) {
+    let frames = vec![
+        AMQPFrame::Method(
+            1,
+            AMQPClass::Basic(basic::AMQPMethod::Publish(basic::Publish {
+                exchange: "".into(),
+                routing_key: "fill".into(),
+                mandatory: false,
+                immediate: false,
+            })),
+        ),
+        AMQPFrame::Header(
+            1,
+            AMQPContentHeader {
+                class_id: 60,
+                body_size: size as u64,
+                properties: BasicProperties::default(),
+            },
+        ),
+        AMQPFrame::Body(1, vec![1u8; size]),
+    ];
+    for f in frames {
+        raw.send(f).await;
+    }
+}
+
+#[tokio::test]
+async fn the_memory_alarm_blocks_a_publishing_connection() {
+    let broker: Broker = Broker::new();
+    broker.set_memory_high_watermark(Some(64 * 1024));
+    let server = server_with(config(), broker.clone()).await;
+    let mut raw = blocked_aware(&server).await;
     for _ in 0..10 {
-        let frames = vec![
-            AMQPFrame::Method(
-                1,
-                AMQPClass::Basic(basic::AMQPMethod::Publish(basic::Publish {
-                    exchange: "".into(),
-                    routing_key: "fill".into(),
-                    mandatory: false,
-                    immediate: false,
-                })),
-            ),
-            AMQPFrame::Header(
-                1,
-                AMQPContentHeader {
-                    class_id: 60,
-                    body_size: 10_000,
-                    properties: BasicProperties::default(),
-                },
-            ),
-            AMQPFrame::Body(1, vec![1u8; 10_000]),
-        ];
-        for f in frames {
-            raw.send(f).await;
-        }
+        publish_fill(&mut raw, 10_000).await;
     }
     let (ch, m) = raw.next_method().await.unwrap();
     assert_eq!(ch, 0);
-    assert!(
-        matches!(m, AMQPClass::Connection(connection::AMQPMethod::Blocked(_))),
-        "{m:?}"
-    );
+    match m {
+        AMQPClass::Connection(connection::AMQPMethod::Blocked(b)) => {
+            assert_eq!(b.reason.as_str(), "low on memory")
+        }
+        other => panic!("{other:?}"),
+    }
     tokio::time::sleep(Duration::from_millis(200)).await;
     let (held, _) = broker.queue_counts("fill").unwrap();
     assert!(held < 10, "every publish went through while blocked");
@@ -580,6 +595,51 @@ async fn the_memory_alarm_blocks_a_publishing_connection() {
             AMQPClass::Connection(connection::AMQPMethod::Unblocked(_))
         ),
         "{m:?}"
+    );
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_disk_alarm_blocks_a_publishing_connection_until_it_clears() {
+    let broker: Broker = Broker::new();
+    let server = server_with(config(), broker.clone()).await;
+    let mut raw = blocked_aware(&server).await;
+    broker.set_disk_alarm(true);
+    publish_fill(&mut raw, 100).await;
+    let (ch, m) = raw.next_method().await.unwrap();
+    assert_eq!(ch, 0);
+    match m {
+        AMQPClass::Connection(connection::AMQPMethod::Blocked(b)) => {
+            assert_eq!(b.reason.as_str(), "low on disk")
+        }
+        other => panic!("{other:?}"),
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(
+        broker.queue_counts("fill"),
+        Some((0, 0)),
+        "held while blocked"
+    );
+    broker.set_disk_alarm(false);
+    let (ch0, m) = raw.next_method().await.unwrap();
+    assert_eq!(ch0, 0);
+    assert!(
+        matches!(
+            m,
+            AMQPClass::Connection(connection::AMQPMethod::Unblocked(_))
+        ),
+        "{m:?}"
+    );
+    for _ in 0..200 {
+        if broker.queue_counts("fill") == Some((1, 0)) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(
+        broker.queue_counts("fill"),
+        Some((1, 0)),
+        "published once cleared"
     );
     server.shutdown().await;
 }

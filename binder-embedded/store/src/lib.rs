@@ -20,6 +20,7 @@
 mod clean;
 mod codec;
 mod config;
+mod disk;
 mod fault;
 mod frame;
 mod fs;
@@ -31,6 +32,7 @@ mod store;
 mod writer;
 
 pub use config::{ConfigError, StoreConfig, SyncMode};
+pub use disk::{DEFAULT_DISK_FREE_LIMIT, DISK_CHECK_INTERVAL, DiskAlarm, DiskMonitor, free_space};
 pub use fault::FaultFs;
 pub use fs::{FileSystem, RealFs, StoreFile};
 pub use store::{DiskStore, OpenError};

@@ -53,6 +53,9 @@ pub(crate) struct State<E: Envelope> {
     sessions: Sessions<E>,
     work: Work<E>,
     memory: MemoryCount,
+    /// Publishers are blocked because the disk the store writes to is nearly full
+    /// ([`Broker::set_disk_alarm`](crate::Broker::set_disk_alarm)).
+    disk_alarm: bool,
     /// Where durable declarations and persistent messages are reported.
     store: Arc<dyn MessageStore>,
     /// The store keeps messages (asked once): otherwise no per-message calls are made.
@@ -79,19 +82,20 @@ impl<E: Envelope> State<E> {
             sessions: Sessions::new(),
             work: Work::new(),
             memory: MemoryCount::default(),
+            disk_alarm: false,
             keeps_messages: store.keeps_messages(),
             store,
             publication: 0,
         }
     }
 
-    /// The durability points of the publish just made, if it has any (see
-    /// [`crate::store`]).
     /// Whether the store keeps messages.
     pub(crate) fn keeps_messages(&self) -> bool {
         self.keeps_messages
     }
 
+    /// The durability points of the publish just made, if it has any (see
+    /// [`crate::store`]).
     pub(crate) fn take_durability(&mut self) -> Option<Vec<Durability>> {
         if self.work.durability.is_empty() {
             None
@@ -108,21 +112,45 @@ impl<E: Envelope> State<E> {
         self.memory.used
     }
 
-    /// Whether publishers are blocked by the memory alarm.
+    /// Whether publishers are blocked: by the memory alarm, the disk alarm or both.
     pub(crate) fn is_blocked(&self) -> bool {
+        self.memory.blocked || self.disk_alarm
+    }
+
+    /// Whether the memory alarm is on (the count went above the high watermark and has not
+    /// yet come down to the low one).
+    pub(crate) fn memory_alarm(&self) -> bool {
         self.memory.blocked
     }
 
-    /// Sets whether publishers are blocked, telling every channel.
+    /// Sets the memory alarm (not telling anyone: see [`State::set_blocked`]).
+    pub(crate) fn set_memory_alarm(&mut self, on: bool) {
+        self.memory.blocked = on;
+    }
+
+    /// Sets the disk alarm (not telling anyone: see [`State::set_blocked`]).
+    pub(crate) fn set_disk_alarm(&mut self, on: bool) {
+        self.disk_alarm = on;
+    }
+
+    /// Why publishers are blocked, in RabbitMQ's words (`connection.blocked`'s reason):
+    /// `low on memory`, `low on disk`, or both joined by ` & `.
+    pub(crate) fn blocked_reason(&self) -> Option<String> {
+        match (self.memory.blocked, self.disk_alarm) {
+            (false, false) => None,
+            (true, false) => Some("low on memory".to_owned()),
+            (false, true) => Some("low on disk".to_owned()),
+            (true, true) => Some("low on memory & low on disk".to_owned()),
+        }
+    }
+
+    /// Tells every channel that publishers are now blocked (with the reason) or free again.
     pub(crate) fn set_blocked(&mut self, blocked: bool) {
-        self.memory.blocked = blocked;
-        self.sessions.notify_all(&if blocked {
-            ChannelEvent::Blocked {
-                reason: "low on memory".to_owned(),
-            }
-        } else {
-            ChannelEvent::Unblocked
-        });
+        let event = match self.blocked_reason() {
+            Some(reason) if blocked => ChannelEvent::Blocked { reason },
+            _ => ChannelEvent::Unblocked,
+        };
+        self.sessions.notify_all(&event);
     }
 
     /// What is to be done once the lock is released.
@@ -141,10 +169,8 @@ impl<E: Envelope> State<E> {
         connection: u64,
         events: UnboundedSender<ChannelEvent<E>>,
     ) -> AmqpResult<u64> {
-        if self.memory.blocked {
-            let _ = events.send(ChannelEvent::Blocked {
-                reason: "low on memory".to_owned(),
-            });
+        if let Some(reason) = self.blocked_reason() {
+            let _ = events.send(ChannelEvent::Blocked { reason });
         }
         self.sessions.open_channel(connection, events)
     }
