@@ -247,6 +247,13 @@ impl EmbeddedBinder {
         self.listener.local_addr()
     }
 
+    /// Where the binder's broker is served over TLS (a `[tls]` table in
+    /// `spring.embedded.server-config`), with the port chosen for port 0; `None` when it is
+    /// not.
+    pub fn tls_addr(&self) -> Option<std::net::SocketAddr> {
+        self.listener.tls_addr()
+    }
+
     /// What durable storage a binding asks for, which the in-memory engine cannot give
     /// (`None`: nothing):
     /// * a consumer whose queues are durable (a group with `durableSubscription`, the
@@ -331,9 +338,12 @@ impl Binder for EmbeddedBinder {
         } else {
             IN_PROCESS
         };
-        match self.local_addr() {
-            Some(addr) => format!("{what}, served on amqp://{addr}"),
-            None => what.to_owned(),
+        match (self.local_addr(), self.tls_addr()) {
+            (Some(addr), Some(tls)) => {
+                format!("{what}, served on amqp://{addr} and amqps://{tls}")
+            }
+            (Some(addr), None) => format!("{what}, served on amqp://{addr}"),
+            _ => what.to_owned(),
         }
     }
 

@@ -82,6 +82,12 @@ impl Listener {
         running.as_ref().map(|r| r.server.local_addr())
     }
 
+    /// Where the broker is served over TLS (the server file's `[tls]` table), if it is.
+    pub(crate) fn tls_addr(&self) -> Option<SocketAddr> {
+        let running = self.running.lock().unwrap_or_else(|p| p.into_inner());
+        running.as_ref().and_then(|r| r.server.tls_addr())
+    }
+
     /// Stops serving: closes every network connection with 320 CONNECTION_FORCED.
     pub(crate) async fn stop(&self) {
         let running = self

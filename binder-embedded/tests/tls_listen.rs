@@ -63,15 +63,6 @@ fn self_signed(dir: &std::path::Path) {
     .unwrap();
 }
 
-/// A loopback port nothing listens on now (the binder does not report the TLS port it got
-/// for port 0, so the test picks one).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .unwrap()
-}
-
 /// Configures `binder` with `spring.embedded` listening on port 0 and this server file.
 fn configure(binder: &EmbeddedBinder, server_config: &std::path::Path) -> Result<(), String> {
     let yaml = format!(
@@ -92,12 +83,11 @@ fn configure(binder: &EmbeddedBinder, server_config: &std::path::Path) -> Result
 async fn a_tls_table_in_the_server_config_serves_the_broker_over_tls_too() {
     let dir = tempfile::tempdir().unwrap();
     self_signed(dir.path());
-    let port = free_port();
     let file = dir.path().join("broker.toml");
     std::fs::write(
         &file,
         format!(
-            "[tls]\nlisten = \"127.0.0.1:{port}\"\ncertfile = {:?}\nkeyfile = {:?}\n",
+            "[tls]\nlisten = \"127.0.0.1:0\"\ncertfile = {:?}\nkeyfile = {:?}\n",
             dir.path().join("server.pem"),
             dir.path().join("server.key")
         ),
@@ -106,6 +96,15 @@ async fn a_tls_table_in_the_server_config_serves_the_broker_over_tls_too() {
     let binder = EmbeddedBinder::new(Broker::new());
     configure(&binder, &file).unwrap();
     assert!(binder.local_addr().is_some(), "the plain listener stays");
+    let port = binder.tls_addr().expect("served over TLS").port();
+    assert_ne!(port, 0, "the port chosen for port 0");
+    assert!(
+        binder
+            .describe()
+            .contains(&format!("amqps://127.0.0.1:{port}")),
+        "{}",
+        binder.describe()
+    );
 
     let tls = OwnedTLSConfig {
         cert_chain: Some(std::fs::read_to_string(dir.path().join("server.pem")).unwrap()),
