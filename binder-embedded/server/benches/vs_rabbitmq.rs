@@ -17,7 +17,8 @@
 //!    delivery is buffered, and after the last one. 100-byte bodies, `BENCH_MESSAGES`
 //!    messages; msg/s from spawning producer and consumer to the consumer's last ack.
 //! 2. `persistent` — the same with delivery mode 2 to a durable classic queue and 1,000
-//!    publishes in flight, once per body size of `BENCH_BODY` (100 B and 4 kB by default).
+//!    publishes in flight (`BENCH_WINDOW`), once per body size of `BENCH_BODY` (100 B and
+//!    4 kB by default).
 //!    Both brokers write the messages to disk and confirm a publish once it is synced:
 //!    stream-broker into its data dir (a `tempfile` directory under `BENCH_DATA_DIR`, which
 //!    must not be a tmpfs), RabbitMQ into its own (on this machine the same disk). Besides
@@ -41,7 +42,8 @@
 //! ```
 //!
 //! Environment: `AMQP_URL` (default `amqp://guest:guest@127.0.0.1:5672/%2f`),
-//! `BENCH_MESSAGES` (default 100000), `BENCH_BODY` (the persistent scenario's body sizes in
+//! `BENCH_MESSAGES` (default 100000), `BENCH_WINDOW` (the persistent scenario's publishes in
+//! flight, default 1000), `BENCH_BODY` (the persistent scenario's body sizes in
 //! bytes, e.g. `4096` or `100,4096`; default `100,4096`), `BENCH_DATA_DIR` (where the data
 //! dir is created; default the system's temp dir), `BENCH_FSYNCS` (default 200),
 //! `BENCH_LATENCY_SECS` (default 10), `BENCH_ROUNDS` (default 5), `BENCH_SCENARIOS` (e.g. `1`
@@ -79,6 +81,7 @@ const DEFAULT_BODIES: [usize; 2] = [100, 4096];
 const PREFETCH: u16 = 200;
 const ACK_EVERY: usize = 50;
 const TRANSIENT_WINDOW: usize = 16;
+/// Publishes in flight in the persistent scenario unless `BENCH_WINDOW` says otherwise.
 const PERSISTENT_WINDOW: usize = 1_000;
 /// Messages per second in the latency scenario.
 const LATENCY_RATE: u64 = 1_000;
@@ -338,7 +341,13 @@ async fn publish_window(
                 let body = payload(i, size);
                 let sent = Instant::now();
                 let confirm = ch
-                    .basic_publish(exchange, queue, BasicPublishOptions::default(), &body, props)
+                    .basic_publish(
+                        exchange,
+                        queue,
+                        BasicPublishOptions::default(),
+                        &body,
+                        props,
+                    )
                     .await
                     .map_err(fail("basic.publish"))?;
                 check_confirm(confirm.await.map_err(fail("publisher confirm"))?)?;
@@ -404,6 +413,7 @@ async fn run_throughput(
     url: &str,
     queue: &str,
     messages: usize,
+    persistent_window: usize,
     case: Case,
     syncs: SyncCounter<'_>,
 ) -> Result<Figure, RunError> {
@@ -415,7 +425,7 @@ async fn run_throughput(
         consumer,
     } = clients(url, queue).await?;
     let (mode, window) = if persistent {
-        (2, PERSISTENT_WINDOW)
+        (2, persistent_window)
     } else {
         (1, TRANSIENT_WINDOW)
     };
@@ -433,7 +443,9 @@ async fn run_throughput(
     let (publisher, mut confirm_micros) = producer.join().await??;
     let (done, consumer) = consumer.join().await??;
     let secs = (done - start).as_secs_f64();
-    let synced = syncs.zip(syncs_before).map(|(count, before)| count() - before);
+    let synced = syncs
+        .zip(syncs_before)
+        .map(|(count, before)| count() - before);
     Clients {
         conn,
         publisher,
@@ -442,7 +454,11 @@ async fn run_throughput(
     }
     .close()
     .await;
-    let mut figure = vec![Metric::compared("msg/s", messages as f64 / secs, Unit::Rate)];
+    let mut figure = vec![Metric::compared(
+        "msg/s",
+        messages as f64 / secs,
+        Unit::Rate,
+    )];
     if persistent {
         confirm_micros.sort_by(f64::total_cmp);
         figure.push(Metric::compared(
@@ -610,6 +626,8 @@ fn file_system_of(path: &Path) -> Option<(String, String)> {
 #[derive(Debug, Clone)]
 struct Settings {
     messages: usize,
+    /// Publishes in flight in the persistent scenario.
+    persistent_window: usize,
     latency_secs: u64,
 }
 
@@ -675,7 +693,14 @@ async fn run(
         Scenario::Transient | Scenario::Persistent => {
             tokio::time::timeout(
                 limit,
-                run_throughput(url, &queue, settings.messages, case, syncs),
+                run_throughput(
+                    url,
+                    &queue,
+                    settings.messages,
+                    settings.persistent_window,
+                    case,
+                    syncs,
+                ),
             )
             .await
         }
@@ -795,9 +820,12 @@ fn fsync_ratios(figures: &[Figure], targets: &[Target], fsync_p50: f64) -> Vec<(
         .iter()
         .zip(figures)
         .filter_map(|(t, f)| {
-            f.iter()
-                .find(|m| m.name == "confirm p99")
-                .map(|m| (format!("{} confirm p99/fsync p50", t.side.label()), m.value / fsync_p50))
+            f.iter().find(|m| m.name == "confirm p99").map(|m| {
+                (
+                    format!("{} confirm p99/fsync p50", t.side.label()),
+                    m.value / fsync_p50,
+                )
+            })
         })
         .collect()
 }
@@ -806,6 +834,7 @@ fn main() {
     let url = std::env::var("AMQP_URL").unwrap_or_else(|_| DEFAULT_URL.to_owned());
     let settings = Settings {
         messages: env_usize("BENCH_MESSAGES", 100_000).max(1),
+        persistent_window: env_usize("BENCH_WINDOW", PERSISTENT_WINDOW).max(1),
         latency_secs: env_usize("BENCH_LATENCY_SECS", 10).max(1) as u64,
     };
     let rounds = env_usize("BENCH_ROUNDS", 5).max(1);
@@ -898,11 +927,13 @@ fn main() {
          covering the message)",
         data.path().display(),
         fs.as_ref()
-            .map_or("an unknown file system".to_owned(), |(t, d)| format!("{t} ({d})"))
+            .map_or("an unknown file system".to_owned(), |(t, d)| format!(
+                "{t} ({d})"
+            ))
     );
     println!(
         "transient: {} messages of {SMALL_BODY} B, {TRANSIENT_WINDOW} in flight; persistent \
-         (delivery mode 2, durable classic queue): {} messages of {}, {PERSISTENT_WINDOW} in \
+         (delivery mode 2, durable classic queue): {} messages of {}, {} in \
          flight; prefetch {PREFETCH}, acks multiple every {ACK_EVERY} (and when idle); \
          latency: {LATENCY_RATE} msg/s for {} s, ack each",
         settings.messages,
@@ -912,6 +943,7 @@ fn main() {
             .map(|&b| fmt_bytes(b))
             .collect::<Vec<_>>()
             .join(" and "),
+        settings.persistent_window,
         settings.latency_secs
     );
     println!(
@@ -932,7 +964,10 @@ fn main() {
         for (c, case) in cases.iter().enumerate() {
             let fsync = (case.scenario == Scenario::Persistent).then(|| {
                 let (p50, p99) = fsync_baseline(data.path(), fsyncs).unwrap_or_else(|e| {
-                    eprintln!("vs_rabbitmq: fsync baseline in {:?} failed: {e}", data.path());
+                    eprintln!(
+                        "vs_rabbitmq: fsync baseline in {:?} failed: {e}",
+                        data.path()
+                    );
                     std::process::exit(1);
                 });
                 println!(
