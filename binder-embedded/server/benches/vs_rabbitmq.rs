@@ -1,11 +1,12 @@
 //! stream-broker against the RabbitMQ on this machine, with lapin clients on both sides.
 //!
 //! A `stream_broker::Server::standalone` runs in this process on `127.0.0.1:0` (on its own
-//! Tokio runtime with 2 workers); RabbitMQ is the broker at `AMQP_URL`. The clients run on a
-//! second runtime with 2 workers. Both brokers share the machine's CPUs with the clients, so
-//! neither gets a core of its own. Every run gets a fresh connection and a fresh, uniquely
-//! named queue (declared through the default exchange's routing, deleted afterwards, also
-//! after a failure); nothing else on the RabbitMQ is touched.
+//! Tokio runtime with 2 workers) with a fresh data dir (durability `sync`, the default);
+//! RabbitMQ is the broker at `AMQP_URL`. The clients run on a second runtime with 2 workers.
+//! Both brokers share the machine's CPUs with the clients, so neither gets a core of its own.
+//! Every run gets a fresh connection and a fresh, uniquely named queue (declared with
+//! `x-queue-type: classic`, published to through the default exchange, deleted afterwards,
+//! also after a failure); nothing else on the RabbitMQ is touched.
 //!
 //! Scenarios (the throughput workloads are `binder-rabbit/benches/rabbit_throughput.rs`'s raw
 //! lapin ones):
@@ -15,9 +16,17 @@
 //!    with `basic.qos(200)` acking `multiple` every 50 deliveries, whenever no further
 //!    delivery is buffered, and after the last one. 100-byte bodies, `BENCH_MESSAGES`
 //!    messages; msg/s from spawning producer and consumer to the consumer's last ack.
-//! 2. `persistent` — the same with delivery mode 2 to a durable queue and 1,000 publishes
-//!    in flight. stream-broker keeps persistent messages in memory until the engine's
-//!    durable store exists, while RabbitMQ writes them to disk: not yet like for like.
+//! 2. `persistent` — the same with delivery mode 2 to a durable classic queue and 1,000
+//!    publishes in flight (`BENCH_WINDOW`), once per body size of `BENCH_BODY` (100 B and
+//!    4 kB by default).
+//!    Both brokers write the messages to disk and confirm a publish once it is synced:
+//!    stream-broker into its data dir (a `tempfile` directory under `BENCH_DATA_DIR`, which
+//!    must not be a tmpfs), RabbitMQ into its own (on this machine the same disk). Besides
+//!    msg/s it reports publish→confirm latency (p50, p99 over every publish) and, for
+//!    stream-broker, the store's syncs per second and messages per sync (`Server::store_syncs`
+//!    before and after the run). Each round first times `BENCH_FSYNCS` (200) appends of 4 kB,
+//!    each followed by `fdatasync`, on a file in the data dir (both brokers idle): the cost of
+//!    one fsync on this disk; it prints each broker's confirm p99 over that fsync p50.
 //! 3. `latency` — 1,000 msg/s for `BENCH_LATENCY_SECS`, each published (with confirms,
 //!    collected aside) at its scheduled time with the send time in its body; the consumer
 //!    (prefetch 200) acks each delivery on its own and records publish→deliver. p50, p99 and
@@ -33,12 +42,18 @@
 //! ```
 //!
 //! Environment: `AMQP_URL` (default `amqp://guest:guest@127.0.0.1:5672/%2f`),
-//! `BENCH_MESSAGES` (default 100000), `BENCH_LATENCY_SECS` (default 10), `BENCH_ROUNDS`
-//! (default 5), `BENCH_SCENARIOS` (e.g. `1` or `1,3`; default all), `BENCH_BROKERS`
-//! (`both`, `stream-broker` or `rabbitmq`, default `both`: one side alone is for profiling
-//! and prints no ratios). Without a RabbitMQ answering, it says so and measures nothing.
+//! `BENCH_MESSAGES` (default 100000), `BENCH_WINDOW` (the persistent scenario's publishes in
+//! flight, default 1000), `BENCH_BODY` (the persistent scenario's body sizes in
+//! bytes, e.g. `4096` or `100,4096`; default `100,4096`), `BENCH_DATA_DIR` (where the data
+//! dir is created; default the system's temp dir), `BENCH_FSYNCS` (default 200),
+//! `BENCH_LATENCY_SECS` (default 10), `BENCH_ROUNDS` (default 5), `BENCH_SCENARIOS` (e.g. `1`
+//! or `1,3`; default all), `BENCH_BROKERS` (`both`, `stream-broker` or `rabbitmq`, default
+//! `both`: one side alone is for profiling and prints no ratios). Without a RabbitMQ
+//! answering, it says so and measures nothing.
 
 use std::future::Future;
+use std::io::Write;
+use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -47,9 +62,10 @@ use lapin::options::{
     BasicAckOptions, BasicConsumeOptions, BasicPublishOptions, BasicQosOptions,
     ConfirmSelectOptions, QueueDeclareOptions, QueueDeleteOptions,
 };
-use lapin::types::{FieldTable, ShortString};
+use lapin::types::{AMQPValue, FieldTable, ShortString};
 use lapin::{BasicProperties, Channel, Confirmation, Connection, ConnectionProperties};
 use stream_broker::{Server, ServerConfig};
+use stream_store::SyncMode;
 use tokio::runtime::Runtime;
 use tokio::task::JoinHandle;
 
@@ -59,14 +75,19 @@ mod support;
 use support::{env_usize, fmt_rate, median, selected_scenarios};
 
 const DEFAULT_URL: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
-const PAYLOAD_SIZE: usize = 100;
+/// The body size of the transient and latency scenarios.
+const SMALL_BODY: usize = 100;
+const DEFAULT_BODIES: [usize; 2] = [100, 4096];
 const PREFETCH: u16 = 200;
 const ACK_EVERY: usize = 50;
 const TRANSIENT_WINDOW: usize = 16;
+/// Publishes in flight in the persistent scenario unless `BENCH_WINDOW` says otherwise.
 const PERSISTENT_WINDOW: usize = 1_000;
 /// Messages per second in the latency scenario.
 const LATENCY_RATE: u64 = 1_000;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// The size of one write of the fsync baseline.
+const FSYNC_WRITE: usize = 4096;
 
 type RunError = String;
 
@@ -93,6 +114,30 @@ impl Scenario {
     }
 }
 
+/// One measured workload: a scenario with its body size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Case {
+    scenario: Scenario,
+    body: usize,
+}
+
+impl Case {
+    fn label(self) -> String {
+        match self.scenario {
+            Scenario::Persistent => format!("persistent {}", fmt_bytes(self.body)),
+            other => other.label().to_owned(),
+        }
+    }
+}
+
+fn fmt_bytes(n: usize) -> String {
+    if n >= 1024 && n % 1024 == 0 {
+        format!("{} kB", n / 1024)
+    } else {
+        format!("{n} B")
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Side {
     StreamBroker,
@@ -108,13 +153,69 @@ impl Side {
     }
 }
 
-/// One run's figure.
+/// How a metric's value is shown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Unit {
+    /// Messages per second.
+    Rate,
+    /// Microseconds.
+    Micros,
+    /// A plain number with one decimal.
+    Number,
+}
+
+/// One named value of a run.
 #[derive(Debug, Clone, Copy)]
-enum Figure {
-    /// Messages per second, end to end.
-    Rate(f64),
-    /// Publish→deliver in microseconds.
-    Latency { p50: f64, p99: f64, max: f64 },
+struct Metric {
+    name: &'static str,
+    value: f64,
+    unit: Unit,
+    /// Whether the per-round ratio stream-broker/RabbitMQ of this metric is reported.
+    compared: bool,
+}
+
+impl Metric {
+    fn compared(name: &'static str, value: f64, unit: Unit) -> Self {
+        Metric {
+            name,
+            value,
+            unit,
+            compared: true,
+        }
+    }
+
+    fn own(name: &'static str, value: f64, unit: Unit) -> Self {
+        Metric {
+            name,
+            value,
+            unit,
+            compared: false,
+        }
+    }
+}
+
+/// One run's figures.
+type Figure = Vec<Metric>;
+
+fn fmt_value(value: f64, unit: Unit) -> String {
+    match unit {
+        Unit::Rate => format!("{}/s", fmt_rate(value)),
+        Unit::Micros if value >= 1_000.0 => format!("{:.1} ms", value / 1e3),
+        Unit::Micros => format!("{value:.0} µs"),
+        Unit::Number => format!("{value:.1}"),
+    }
+}
+
+fn fmt_figure(f: &Figure) -> String {
+    f.iter()
+        .map(|m| format!("{} {}", m.name, fmt_value(m.value, m.unit)))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The value at quantile `q` of a sorted, non-empty sample.
+fn quantile(sorted: &[f64], q: f64) -> f64 {
+    sorted[((sorted.len() as f64 * q) as usize).min(sorted.len() - 1)]
 }
 
 /// A spawned task that is aborted when dropped (a run that times out leaves nothing behind).
@@ -156,14 +257,11 @@ fn redact(url: &str) -> String {
     }
 }
 
-fn payloads(n: usize) -> Vec<Vec<u8>> {
-    (0..n)
-        .map(|i| {
-            let mut payload = vec![b'x'; PAYLOAD_SIZE];
-            payload[..8].copy_from_slice(&(i as u64).to_le_bytes());
-            payload
-        })
-        .collect()
+/// Body `i` of `size` bytes (at least 8): its number, then `x`s.
+fn payload(i: usize, size: usize) -> Vec<u8> {
+    let mut payload = vec![b'x'; size];
+    payload[..8].copy_from_slice(&(i as u64).to_le_bytes());
+    payload
 }
 
 /// The clock latency bodies carry: nanoseconds since the first call.
@@ -222,45 +320,54 @@ impl Clients {
 
 // ---- throughput ---------------------------------------------------------------------------
 
+/// Publishes `n` bodies of `size` bytes with at most `window` unconfirmed; returns the
+/// channel and each publish's time from `basic_publish` to its confirm, in microseconds.
 async fn publish_window(
     ch: Channel,
     queue: ShortString,
-    payloads: Vec<Vec<u8>>,
+    n: usize,
+    size: usize,
     delivery_mode: u8,
     window: usize,
-) -> Result<Channel, RunError> {
+) -> Result<(Channel, Vec<f64>), RunError> {
     let props = BasicProperties::default().with_delivery_mode(delivery_mode);
     let exchange = ShortString::from("");
-    let mut in_flight = futures::stream::iter(payloads)
-        .map(|payload| {
+    let mut confirm_micros = Vec::with_capacity(n);
+    let mut in_flight = futures::stream::iter(0..n)
+        .map(|i| {
             let (ch, exchange, queue, props) =
                 (&ch, exchange.clone(), queue.clone(), props.clone());
             async move {
+                let body = payload(i, size);
+                let sent = Instant::now();
                 let confirm = ch
                     .basic_publish(
                         exchange,
                         queue,
                         BasicPublishOptions::default(),
-                        &payload,
+                        &body,
                         props,
                     )
                     .await
                     .map_err(fail("basic.publish"))?;
-                check_confirm(confirm.await.map_err(fail("publisher confirm"))?)
+                check_confirm(confirm.await.map_err(fail("publisher confirm"))?)?;
+                Ok::<_, RunError>(sent.elapsed().as_secs_f64() * 1e6)
             }
         })
         .buffer_unordered(window);
     while let Some(r) = in_flight.next().await {
-        r?;
+        confirm_micros.push(r?);
     }
     drop(in_flight);
-    Ok(ch)
+    Ok((ch, confirm_micros))
 }
 
-/// Receives `n` deliveries, acking (`multiple`) every `ACK_EVERY`, when idle, and at the end.
+/// Receives `n` deliveries of `size` bytes, acking (`multiple`) every `ACK_EVERY`, when idle,
+/// and at the end.
 async fn consume_batched(
     mut consumer: lapin::Consumer,
     n: usize,
+    size: usize,
 ) -> Result<(Instant, lapin::Consumer), RunError> {
     let ack = BasicAckOptions { multiple: true };
     let (mut count, mut bytes, mut unacked) = (0, 0, 0);
@@ -293,22 +400,24 @@ async fn consume_batched(
             pending = Some(delivery.acker);
         }
     }
-    if bytes != n * PAYLOAD_SIZE {
-        return Err(format!(
-            "received {bytes} bytes, expected {}",
-            n * PAYLOAD_SIZE
-        ));
+    if bytes != n * size {
+        return Err(format!("received {bytes} bytes, expected {}", n * size));
     }
     Ok((Instant::now(), consumer))
 }
+
+/// The store's sync counter of the broker under test (stream-broker's), if it has one.
+type SyncCounter<'a> = Option<&'a dyn Fn() -> u64>;
 
 async fn run_throughput(
     url: &str,
     queue: &str,
     messages: usize,
-    persistent: bool,
+    persistent_window: usize,
+    case: Case,
+    syncs: SyncCounter<'_>,
 ) -> Result<Figure, RunError> {
-    let payloads = payloads(messages);
+    let persistent = case.scenario == Scenario::Persistent;
     let Clients {
         conn,
         publisher,
@@ -316,22 +425,27 @@ async fn run_throughput(
         consumer,
     } = clients(url, queue).await?;
     let (mode, window) = if persistent {
-        (2, PERSISTENT_WINDOW)
+        (2, persistent_window)
     } else {
         (1, TRANSIENT_WINDOW)
     };
+    let syncs_before = syncs.map(|count| count());
     let start = Instant::now();
-    let consumer = Task::spawn(consume_batched(consumer, messages));
+    let consumer = Task::spawn(consume_batched(consumer, messages, case.body));
     let producer = Task::spawn(publish_window(
         publisher,
         ShortString::from(queue),
-        payloads,
+        messages,
+        case.body,
         mode,
         window,
     ));
-    let publisher = producer.join().await??;
+    let (publisher, mut confirm_micros) = producer.join().await??;
     let (done, consumer) = consumer.join().await??;
-    let rate = messages as f64 / (done - start).as_secs_f64();
+    let secs = (done - start).as_secs_f64();
+    let synced = syncs
+        .zip(syncs_before)
+        .map(|(count, before)| count() - before);
     Clients {
         conn,
         publisher,
@@ -340,7 +454,36 @@ async fn run_throughput(
     }
     .close()
     .await;
-    Ok(Figure::Rate(rate))
+    let mut figure = vec![Metric::compared(
+        "msg/s",
+        messages as f64 / secs,
+        Unit::Rate,
+    )];
+    if persistent {
+        confirm_micros.sort_by(f64::total_cmp);
+        figure.push(Metric::compared(
+            "confirm p50",
+            quantile(&confirm_micros, 0.50),
+            Unit::Micros,
+        ));
+        figure.push(Metric::compared(
+            "confirm p99",
+            quantile(&confirm_micros, 0.99),
+            Unit::Micros,
+        ));
+        if let Some(synced) = synced {
+            if synced == 0 {
+                return Err("the store did not sync once: persistent messages not on disk".into());
+            }
+            figure.push(Metric::own("syncs/s", synced as f64 / secs, Unit::Number));
+            figure.push(Metric::own(
+                "msg/sync",
+                messages as f64 / synced as f64,
+                Unit::Number,
+            ));
+        }
+    }
+    Ok(figure)
 }
 
 // ---- latency ------------------------------------------------------------------------------
@@ -396,7 +539,7 @@ async fn run_latency(url: &str, queue: &str, secs: u64) -> Result<Figure, RunErr
     let props = BasicProperties::default().with_delivery_mode(1);
     let period = Duration::from_nanos(1_000_000_000 / LATENCY_RATE);
     let start = tokio::time::Instant::now();
-    let mut body = vec![b'x'; PAYLOAD_SIZE];
+    let mut body = vec![b'x'; SMALL_BODY];
     for i in 0..n {
         tokio::time::sleep_until(start + period * i as u32).await;
         body[..8].copy_from_slice(&nanos_now().to_le_bytes());
@@ -424,12 +567,58 @@ async fn run_latency(url: &str, queue: &str, secs: u64) -> Result<Figure, RunErr
     .close()
     .await;
     latencies.sort_by(f64::total_cmp);
-    let at = |q: f64| latencies[((latencies.len() as f64 * q) as usize).min(latencies.len() - 1)];
-    Ok(Figure::Latency {
-        p50: at(0.50),
-        p99: at(0.99),
-        max: latencies[latencies.len() - 1],
-    })
+    Ok(vec![
+        Metric::compared("p50", quantile(&latencies, 0.50), Unit::Micros),
+        Metric::compared("p99", quantile(&latencies, 0.99), Unit::Micros),
+        Metric::compared("max", latencies[latencies.len() - 1], Unit::Micros),
+    ])
+}
+
+// ---- the disk -----------------------------------------------------------------------------
+
+/// Times `n` appends of 4 kB, each followed by `fdatasync`, on a fresh file in `dir`
+/// (removed afterwards): p50 and p99 in microseconds.
+fn fsync_baseline(dir: &Path, n: usize) -> std::io::Result<(f64, f64)> {
+    let path = dir.join("fsync-baseline");
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .write(true)
+        .open(&path)?;
+    let block = vec![b'f'; FSYNC_WRITE];
+    let mut micros = Vec::with_capacity(n);
+    for _ in 0..n {
+        let start = Instant::now();
+        file.write_all(&block)?;
+        file.sync_data()?;
+        micros.push(start.elapsed().as_secs_f64() * 1e6);
+    }
+    drop(file);
+    std::fs::remove_file(&path)?;
+    micros.sort_by(f64::total_cmp);
+    Ok((quantile(&micros, 0.50), quantile(&micros, 0.99)))
+}
+
+/// The file system `path` is on (`type` and device, from `/proc/self/mounts`), if known.
+fn file_system_of(path: &Path) -> Option<(String, String)> {
+    let path = path.canonicalize().ok()?;
+    let mounts = std::fs::read_to_string("/proc/self/mounts").ok()?;
+    let mut best: Option<(usize, String, String)> = None;
+    for line in mounts.lines() {
+        let mut fields = line.split(' ');
+        let (Some(device), Some(mount), Some(fs_type)) =
+            (fields.next(), fields.next(), fields.next())
+        else {
+            continue;
+        };
+        // `/proc/self/mounts` writes a space as `\040`.
+        let mount = PathBuf::from(mount.replace("\\040", " "));
+        let depth = mount.components().count();
+        if path.starts_with(&mount) && best.as_ref().is_none_or(|(d, _, _)| depth >= *d) {
+            best = Some((depth, fs_type.to_owned(), device.to_owned()));
+        }
+    }
+    best.map(|(_, fs_type, device)| (fs_type, device))
 }
 
 // ---- runs ---------------------------------------------------------------------------------
@@ -437,6 +626,8 @@ async fn run_latency(url: &str, queue: &str, secs: u64) -> Result<Figure, RunErr
 #[derive(Debug, Clone)]
 struct Settings {
     messages: usize,
+    /// Publishes in flight in the persistent scenario.
+    persistent_window: usize,
     latency_secs: u64,
 }
 
@@ -466,35 +657,52 @@ struct Target {
 /// One run on a fresh queue, deleted afterwards (also after a failure or a timeout).
 async fn run(
     target: &Target,
-    scenario: Scenario,
+    case: Case,
     settings: &Settings,
     run: usize,
+    syncs: SyncCounter<'_>,
 ) -> Result<Figure, RunError> {
+    let scenario = case.scenario;
     let queue = queue_name(scenario, target.side, run);
     let ch = target
         .admin
         .create_channel()
         .await
         .map_err(fail("channel.open"))?;
+    // A classic queue (RabbitMQ's default type, named so that no server default changes it),
+    // durable for the persistent scenario.
+    let mut arguments = FieldTable::default();
+    arguments.insert(
+        ShortString::from("x-queue-type"),
+        AMQPValue::LongString("classic".into()),
+    );
     ch.queue_declare(
         ShortString::from(queue.as_str()),
         QueueDeclareOptions {
             durable: scenario == Scenario::Persistent,
             ..Default::default()
         },
-        FieldTable::default(),
+        arguments,
     )
     .await
     .map_err(fail("queue.declare"))?;
     let limit = Duration::from_secs(60 + settings.latency_secs)
-        + Duration::from_millis(settings.messages as u64);
+        + Duration::from_millis(settings.messages as u64 * (1 + case.body as u64 / 1024));
     let url = target.url.as_str();
     let measured = match scenario {
-        Scenario::Transient => {
-            tokio::time::timeout(limit, run_throughput(url, &queue, settings.messages, false)).await
-        }
-        Scenario::Persistent => {
-            tokio::time::timeout(limit, run_throughput(url, &queue, settings.messages, true)).await
+        Scenario::Transient | Scenario::Persistent => {
+            tokio::time::timeout(
+                limit,
+                run_throughput(
+                    url,
+                    &queue,
+                    settings.messages,
+                    settings.persistent_window,
+                    case,
+                    syncs,
+                ),
+            )
+            .await
         }
         Scenario::Latency => {
             tokio::time::timeout(limit, run_latency(url, &queue, settings.latency_secs)).await
@@ -552,55 +760,137 @@ fn selected_sides() -> Vec<Side> {
     }
 }
 
-fn fmt_figure(f: Figure) -> String {
-    match f {
-        Figure::Rate(r) => format!("{}/s", fmt_rate(r)),
-        Figure::Latency { p50, p99, max } => {
-            format!("p50 {p50:.0} µs p99 {p99:.0} µs max {max:.0} µs")
-        }
+/// The persistent scenario's body sizes (`BENCH_BODY`).
+fn selected_bodies() -> Vec<usize> {
+    let Ok(v) = std::env::var("BENCH_BODY") else {
+        return DEFAULT_BODIES.to_vec();
+    };
+    let bodies: Vec<usize> = v
+        .split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            p.replace('_', "")
+                .parse()
+                .ok()
+                .filter(|&n| n >= 8)
+                .unwrap_or_else(|| {
+                    panic!("BENCH_BODY takes body sizes in bytes (at least 8), got {v:?}")
+                })
+        })
+        .collect();
+    if bodies.is_empty() {
+        panic!("BENCH_BODY takes body sizes in bytes (at least 8), got {v:?}");
     }
+    bodies
 }
 
-/// The ratios stream-broker/RabbitMQ a pair of figures gives, by name.
-fn ratios(sb: Figure, rmq: Figure) -> Vec<(&'static str, f64)> {
-    match (sb, rmq) {
-        (Figure::Rate(a), Figure::Rate(b)) => vec![("msg/s", a / b)],
-        (
-            Figure::Latency {
-                p50: a50,
-                p99: a99,
-                max: amax,
-            },
-            Figure::Latency {
-                p50: b50,
-                p99: b99,
-                max: bmax,
-            },
-        ) => vec![("p50", a50 / b50), ("p99", a99 / b99), ("max", amax / bmax)],
-        _ => Vec::new(),
-    }
+/// The ratios stream-broker/RabbitMQ of the metrics both report, by name.
+fn ratios(sb: &Figure, rmq: &Figure) -> Vec<(&'static str, f64)> {
+    sb.iter()
+        .filter(|m| m.compared)
+        .filter_map(|a| {
+            rmq.iter()
+                .find(|b| b.name == a.name)
+                .map(|b| (a.name, a.value / b.value))
+        })
+        .collect()
+}
+
+/// `median (min–max)` of a sample, each value formatted by `fmt`.
+fn spread(values: &mut [f64], fmt: impl Fn(f64) -> String) -> String {
+    let m = median(values);
+    format!(
+        "{} ({}–{})",
+        fmt(m),
+        fmt(values[0]),
+        fmt(values[values.len() - 1])
+    )
+}
+
+/// One round's figures of a case: each target's, and the fsync baseline measured before.
+struct RoundFigures {
+    figures: Vec<Figure>,
+    fsync: Option<(f64, f64)>,
+}
+
+/// The metrics over a round's fsync baseline: each broker's confirm p99 / fsync p50.
+fn fsync_ratios(figures: &[Figure], targets: &[Target], fsync_p50: f64) -> Vec<(String, f64)> {
+    targets
+        .iter()
+        .zip(figures)
+        .filter_map(|(t, f)| {
+            f.iter().find(|m| m.name == "confirm p99").map(|m| {
+                (
+                    format!("{} confirm p99/fsync p50", t.side.label()),
+                    m.value / fsync_p50,
+                )
+            })
+        })
+        .collect()
 }
 
 fn main() {
     let url = std::env::var("AMQP_URL").unwrap_or_else(|_| DEFAULT_URL.to_owned());
     let settings = Settings {
         messages: env_usize("BENCH_MESSAGES", 100_000).max(1),
+        persistent_window: env_usize("BENCH_WINDOW", PERSISTENT_WINDOW).max(1),
         latency_secs: env_usize("BENCH_LATENCY_SECS", 10).max(1) as u64,
     };
     let rounds = env_usize("BENCH_ROUNDS", 5).max(1);
+    let fsyncs = env_usize("BENCH_FSYNCS", 200).max(1);
     let selected = selected_scenarios(Scenario::ALL.len());
+    let bodies = selected_bodies();
     let sides = selected_sides();
+    let mut cases = Vec::new();
+    for (s, scenario) in Scenario::ALL.iter().enumerate() {
+        if !selected[s] {
+            continue;
+        }
+        match scenario {
+            Scenario::Persistent => cases.extend(bodies.iter().map(|&body| Case {
+                scenario: *scenario,
+                body,
+            })),
+            _ => cases.push(Case {
+                scenario: *scenario,
+                body: SMALL_BODY,
+            }),
+        }
+    }
     let server_rt = runtime("stream-broker");
     let client_rt = runtime("bench-client");
     nanos_now();
 
+    let parent = std::env::var_os("BENCH_DATA_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(std::env::temp_dir);
+    let data = tempfile::Builder::new()
+        .prefix("vs_rabbitmq.")
+        .tempdir_in(&parent)
+        .unwrap_or_else(|e| panic!("BENCH_DATA_DIR: cannot create a directory in {parent:?}: {e}"));
+    let fs = file_system_of(data.path());
+    if let Some((fs_type, _)) = &fs {
+        if fs_type == "tmpfs" || fs_type == "ramfs" {
+            eprintln!(
+                "vs_rabbitmq: {} is on {fs_type}: persistent messages would not reach a disk; \
+                 set BENCH_DATA_DIR to a directory on disk",
+                data.path().display()
+            );
+            std::process::exit(2);
+        }
+    }
+
     let server = server_rt
         .block_on(Server::standalone(ServerConfig {
             listen: "127.0.0.1:0".parse().expect("an address"),
+            data_dir: Some(data.path().join("broker")),
+            durability: Some(SyncMode::Sync),
             ..ServerConfig::default()
         }))
         .expect("stream-broker binds");
     let sb_url = format!("amqp://guest:guest@{}/%2f", server.local_addr());
+    let count_syncs = || server.store_syncs();
 
     let mut targets = Vec::new();
     for side in &sides {
@@ -633,19 +923,37 @@ fn main() {
         redact(&url)
     );
     println!(
-        "transient/persistent: {} messages of {PAYLOAD_SIZE} B, confirms with {TRANSIENT_WINDOW}/\
-         {PERSISTENT_WINDOW} in flight, prefetch {PREFETCH}, acks multiple every {ACK_EVERY} \
-         (and when idle); latency: {LATENCY_RATE} msg/s for {} s, ack each",
-        settings.messages, settings.latency_secs
+        "stream-broker data dir {} on {} (durability sync: a confirm waits for the fdatasync \
+         covering the message)",
+        data.path().display(),
+        fs.as_ref()
+            .map_or("an unknown file system".to_owned(), |(t, d)| format!(
+                "{t} ({d})"
+            ))
     );
     println!(
-        "note: `persistent` is not like for like yet: stream-broker keeps persistent messages \
-         in memory until the engine's durable store exists; RabbitMQ writes them to disk"
+        "transient: {} messages of {SMALL_BODY} B, {TRANSIENT_WINDOW} in flight; persistent \
+         (delivery mode 2, durable classic queue): {} messages of {}, {} in \
+         flight; prefetch {PREFETCH}, acks multiple every {ACK_EVERY} (and when idle); \
+         latency: {LATENCY_RATE} msg/s for {} s, ack each",
+        settings.messages,
+        settings.messages,
+        bodies
+            .iter()
+            .map(|&b| fmt_bytes(b))
+            .collect::<Vec<_>>()
+            .join(" and "),
+        settings.persistent_window,
+        settings.latency_secs
+    );
+    println!(
+        "fsync baseline (before each round's persistent runs, brokers idle): {fsyncs} × \
+         (append {FSYNC_WRITE} B + fdatasync) in the data dir"
     );
     println!("warm-up round, then {rounds} rounds; ratio = stream-broker/RabbitMQ");
 
-    // results[scenario] = per round, the figure of each side in `targets` order.
-    let mut results: Vec<Vec<Vec<Figure>>> = vec![Vec::new(); Scenario::ALL.len()];
+    // results[case] = per measured round, the figures of each side in `targets` order.
+    let mut results: Vec<Vec<RoundFigures>> = (0..cases.len()).map(|_| Vec::new()).collect();
     let mut run_no = 0;
     for round in 0..=rounds {
         let name = if round == 0 {
@@ -653,23 +961,40 @@ fn main() {
         } else {
             format!("round {round}")
         };
-        for (s, scenario) in Scenario::ALL.iter().enumerate() {
-            if !selected[s] {
-                continue;
-            }
+        for (c, case) in cases.iter().enumerate() {
+            let fsync = (case.scenario == Scenario::Persistent).then(|| {
+                let (p50, p99) = fsync_baseline(data.path(), fsyncs).unwrap_or_else(|e| {
+                    eprintln!(
+                        "vs_rabbitmq: fsync baseline in {:?} failed: {e}",
+                        data.path()
+                    );
+                    std::process::exit(1);
+                });
+                println!(
+                    "{name:>8} {:<16} fsync baseline p50 {} p99 {}",
+                    case.label(),
+                    fmt_value(p50, Unit::Micros),
+                    fmt_value(p99, Unit::Micros)
+                );
+                (p50, p99)
+            });
             let mut order: Vec<usize> = (0..targets.len()).collect();
-            if (round + s) % 2 == 1 {
+            if (round + c) % 2 == 1 {
                 order.reverse();
             }
             let mut figures = vec![None; targets.len()];
             for &t in &order {
                 run_no += 1;
-                match client_rt.block_on(run(&targets[t], *scenario, &settings, run_no)) {
+                let syncs: SyncCounter<'_> = match targets[t].side {
+                    Side::StreamBroker => Some(&count_syncs),
+                    Side::RabbitMq => None,
+                };
+                match client_rt.block_on(run(&targets[t], *case, &settings, run_no, syncs)) {
                     Ok(f) => figures[t] = Some(f),
                     Err(e) => {
                         eprintln!(
                             "vs_rabbitmq: {} on {} failed: {e}",
-                            scenario.label(),
+                            case.label(),
                             targets[t].side.label()
                         );
                         std::process::exit(1);
@@ -677,89 +1002,95 @@ fn main() {
                 }
             }
             let figures: Vec<Figure> = figures.into_iter().flatten().collect();
-            let mut line = format!("{name:>8} {:<10}", scenario.label());
             for &t in &order {
-                line.push_str(&format!(
-                    "  {}: {}",
+                println!(
+                    "{name:>8} {:<16} {:<13} {}",
+                    case.label(),
                     targets[t].side.label(),
-                    fmt_figure(figures[t])
-                ));
+                    fmt_figure(&figures[t])
+                );
             }
-            if let [sb, rmq] = figures[..] {
+            let mut line = String::new();
+            if let [sb, rmq] = &figures[..] {
                 for (what, r) in ratios(sb, rmq) {
                     line.push_str(&format!("  ratio {what} {r:.2}"));
                 }
             }
-            println!("{line}");
+            if let Some((p50, _)) = fsync {
+                for (what, r) in fsync_ratios(&figures, &targets, p50) {
+                    line.push_str(&format!("  {what} {r:.2}"));
+                }
+            }
+            if !line.is_empty() {
+                println!("{name:>8} {:<16}{line}", case.label());
+            }
             if round > 0 {
-                results[s].push(figures);
+                results[c].push(RoundFigures { figures, fsync });
             }
         }
     }
 
     println!();
     println!("summary over {rounds} rounds: median (min–max)");
-    for (s, scenario) in Scenario::ALL.iter().enumerate() {
-        if results[s].is_empty() {
-            continue;
+    for (c, case) in cases.iter().enumerate() {
+        let label = case.label();
+        let per_round = &results[c];
+        if per_round.iter().any(|r| r.fsync.is_some()) {
+            for (what, pick) in [
+                ("p50", (|f: (f64, f64)| f.0) as fn((f64, f64)) -> f64),
+                ("p99", |f| f.1),
+            ] {
+                let mut v: Vec<f64> = per_round.iter().filter_map(|r| r.fsync.map(pick)).collect();
+                println!(
+                    "{label:<16} fsync baseline {what} {}",
+                    spread(&mut v, |x| fmt_value(x, Unit::Micros))
+                );
+            }
         }
         for (t, target) in targets.iter().enumerate() {
-            let column = |pick: fn(Figure) -> f64| {
-                let mut v: Vec<f64> = results[s].iter().map(|r| pick(r[t])).collect();
-                let m = median(&mut v);
-                (m, v[0], v[v.len() - 1])
-            };
-            let text = match results[s][0][t] {
-                Figure::Rate(_) => {
-                    let (m, lo, hi) = column(|f| match f {
-                        Figure::Rate(r) => r,
-                        Figure::Latency { .. } => f64::NAN,
-                    });
-                    format!("{}/s ({}–{})", fmt_rate(m), fmt_rate(lo), fmt_rate(hi))
-                }
-                Figure::Latency { .. } => {
-                    let mut parts = Vec::new();
-                    for (what, pick) in [
-                        (
-                            "p50",
-                            (|f| match f {
-                                Figure::Latency { p50, .. } => p50,
-                                Figure::Rate(_) => f64::NAN,
-                            }) as fn(Figure) -> f64,
-                        ),
-                        ("p99", |f| match f {
-                            Figure::Latency { p99, .. } => p99,
-                            Figure::Rate(_) => f64::NAN,
-                        }),
-                        ("max", |f| match f {
-                            Figure::Latency { max, .. } => max,
-                            Figure::Rate(_) => f64::NAN,
-                        }),
-                    ] {
-                        let (m, lo, hi) = column(pick);
-                        parts.push(format!("{what} {m:.0} µs ({lo:.0}–{hi:.0})"));
-                    }
-                    parts.join(", ")
-                }
-            };
+            let mut parts = Vec::new();
+            for (k, metric) in per_round[0].figures[t].iter().enumerate() {
+                let mut v: Vec<f64> = per_round.iter().map(|r| r.figures[t][k].value).collect();
+                parts.push(format!(
+                    "{} {}",
+                    metric.name,
+                    spread(&mut v, |x| fmt_value(x, metric.unit))
+                ));
+            }
             println!(
-                "{:<10} {:<13} {text}",
-                scenario.label(),
-                target.side.label()
+                "{label:<16} {:<13} {}",
+                target.side.label(),
+                parts.join(", ")
             );
         }
         if targets.len() == 2 {
-            let per_round: Vec<Vec<(&str, f64)>> =
-                results[s].iter().map(|r| ratios(r[0], r[1])).collect();
-            for k in 0..per_round[0].len() {
-                let what = per_round[0][k].0;
-                let mut v: Vec<f64> = per_round.iter().map(|r| r[k].1).collect();
-                let m = median(&mut v);
+            let per_ratio: Vec<Vec<(&str, f64)>> = per_round
+                .iter()
+                .map(|r| ratios(&r.figures[0], &r.figures[1]))
+                .collect();
+            for k in 0..per_ratio[0].len() {
+                let mut v: Vec<f64> = per_ratio.iter().map(|r| r[k].1).collect();
                 println!(
-                    "{:<10} ratio {what:<7} {m:.2} ({:.2}–{:.2})",
-                    scenario.label(),
-                    v[0],
-                    v[v.len() - 1]
+                    "{label:<16} ratio {:<12} {}",
+                    per_ratio[0][k].0,
+                    spread(&mut v, |x| format!("{x:.2}"))
+                );
+            }
+        }
+        let per_fsync: Vec<Vec<(String, f64)>> = per_round
+            .iter()
+            .filter_map(|r| {
+                r.fsync
+                    .map(|(p50, _)| fsync_ratios(&r.figures, &targets, p50))
+            })
+            .collect();
+        if let Some(first) = per_fsync.first() {
+            for k in 0..first.len() {
+                let mut v: Vec<f64> = per_fsync.iter().map(|r| r[k].1).collect();
+                println!(
+                    "{label:<16} {} {}",
+                    first[k].0,
+                    spread(&mut v, |x| format!("{x:.2}"))
                 );
             }
         }
@@ -768,4 +1099,5 @@ fn main() {
         let _ = client_rt.block_on(target.admin.close(200, ShortString::from("OK")));
     }
     server_rt.block_on(server.shutdown());
+    drop(data);
 }

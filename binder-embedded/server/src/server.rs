@@ -292,6 +292,13 @@ impl<E: WireEnvelope> Server<E> {
         self.shared.connections()
     }
 
+    /// Successful syncs of the message stores this server opened ([`Server::standalone`]
+    /// with `data_dir`), summed over its virtual hosts' stores (see `DiskStore::syncs`);
+    /// 0 without a data dir.
+    pub fn store_syncs(&self) -> u64 {
+        self.stores.iter().map(DiskStore::syncs).sum()
+    }
+
     /// Stops accepting, closes every connection with 320 CONNECTION_FORCED (waiting briefly
     /// for each client's close-ok), flushes, and returns once every connection has ended.
     pub async fn shutdown(self) {
