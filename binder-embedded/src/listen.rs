@@ -124,6 +124,23 @@ fn server_config(settings: &EmbeddedSettings, listen: SocketAddr) -> BinderResul
              takes `{PREFIX}.memory-high-watermark`"
         )));
     }
+    for (set, file_key, binder_key) in [
+        // The settings that need `data_dir` first, so that each is named.
+        (config.durability.is_some(), "durability", "durability"),
+        (
+            config.disk_free_limit.is_some(),
+            "disk_free_limit",
+            "disk-free-limit",
+        ),
+        (config.data_dir.is_some(), "data_dir", "data-dir"),
+    ] {
+        if set {
+            return Err(BinderError::config(format!(
+                "`{PREFIX}.server-config` sets {file_key}; the embedded binder's broker takes \
+                 `{PREFIX}.{binder_key}`"
+            )));
+        }
+    }
     config.listen = listen;
     Ok(config)
 }

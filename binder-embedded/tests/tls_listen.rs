@@ -200,3 +200,28 @@ async fn an_unusable_tls_file_stops_the_binder_naming_the_setting_key_and_path()
     );
     assert_eq!(binder.local_addr(), None, "nothing listens");
 }
+
+#[tokio::test]
+async fn storage_keys_in_the_server_config_are_refused_naming_the_binders_own() {
+    let dir = tempfile::tempdir().unwrap();
+    for (line, binder_key) in [
+        ("data_dir = \"/var/lib/x\"\n", "`spring.embedded.data-dir`"),
+        (
+            "data_dir = \"/var/lib/x\"\ndurability = \"none\"\n",
+            "`spring.embedded.durability`",
+        ),
+        (
+            "data_dir = \"/var/lib/x\"\ndisk_free_limit = 1000\n",
+            "`spring.embedded.disk-free-limit`",
+        ),
+    ] {
+        let file = dir.path().join("broker.toml");
+        std::fs::write(&file, line).unwrap();
+        let binder = EmbeddedBinder::new(Broker::new());
+        let e = configure(&binder, &file).unwrap_err();
+        assert!(
+            e.contains("spring.embedded.server-config") && e.contains(binder_key),
+            "{e}"
+        );
+    }
+}

@@ -43,7 +43,8 @@ pub struct Assembly {
     pub body: BytesMut,
 }
 
-/// A publish the memory alarm holds back: the connection stops reading until it goes.
+/// A publish an alarm (memory or disk) holds back: the connection stops reading until the
+/// alarms clear.
 #[derive(Debug)]
 struct Stalled<E: WireEnvelope> {
     channel: u16,
