@@ -50,7 +50,7 @@ pub fn link() {}
 /// `CONNECTION_FORCED` are what they say; lapin's error stays the source. A 403 on a channel
 /// is not a refusal of the connection (`refusal` tells those): it also means a queue in
 /// exclusive use by another consumer, which passes, so it stays a broker error.
-fn broker(e: lapin::Error) -> BinderError {
+pub(crate) fn broker(e: lapin::Error) -> BinderError {
     use lapin::ErrorKind as K;
     let kind = match e.kind() {
         K::IOError(_)
@@ -85,7 +85,7 @@ async fn within<F: std::future::Future>(
 /// A failed operation on `queue`: `NotFound` when the broker says so (404), the broker's
 /// own error otherwise (access refused, an exclusive queue of another connection, a lost
 /// connection).
-fn queue_error(e: lapin::Error, queue: &str) -> BinderError {
+pub(crate) fn queue_error(e: lapin::Error, queue: &str) -> BinderError {
     match e.kind() {
         lapin::ErrorKind::ProtocolError(p) if p.get_id() == 404 => {
             BinderError::not_found(format!("queue `{queue}`")).with_source(e)
@@ -153,7 +153,7 @@ fn in_background(task: impl std::future::Future<Output = ()> + Send + 'static) {
 
 /// A channel, and the connection it was opened on, kept open while the channel is in use.
 #[derive(Debug, Clone)]
-struct LinkChannel {
+pub(crate) struct LinkChannel {
     channel: Channel,
     connection: Arc<LinkConnection>,
 }
@@ -177,7 +177,7 @@ impl RabbitBinder {
         }
     }
 
-    async fn channel(&self) -> BinderResult<LinkChannel> {
+    pub(crate) async fn channel(&self) -> BinderResult<LinkChannel> {
         self.link.channel().await
     }
 }

@@ -3,11 +3,13 @@
 //! Registered as binder type `rabbit`; connection settings are Spring Boot's
 //! `spring.rabbitmq.*` ([`RabbitSettings`]).
 
+mod admin;
 mod binder;
 mod keys;
 mod settings;
 mod tls;
 
+pub use admin::{Kept, PeekedMessage, Replay, origin};
 pub use binder::{RabbitBinder, link};
 pub use settings::RabbitSettings;
 pub use tls::{KeyStore, TlsSettings, TlsVersion, TrustStore};

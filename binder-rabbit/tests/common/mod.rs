@@ -154,6 +154,8 @@ pub struct PrivateNode {
     port: u16,
     /// The TLS listener's port, when the node has one ([`PrivateNode::start_tls`]).
     tls_port: Option<u16>,
+    /// The management plugin's HTTP port, when the node has it ([`PrivateNode::start_management`]).
+    management_port: Option<u16>,
     dist_port: u16,
     dir: std::path::PathBuf,
     server: std::process::Child,
@@ -184,24 +186,33 @@ impl PrivateNode {
     /// Starts a node and waits until it has booted, or says why it cannot (for callers that
     /// must fail rather than skip).
     pub fn try_start(tag: &str) -> Result<Self, String> {
-        Self::try_start_with(tag, None)
+        Self::try_start_with(tag, None, false)
     }
 
     /// Starts a node that also listens for TLS: `prepare` writes what the listener needs
     /// (certificates, keys) into the node's directory and returns the `ssl_options.*` lines
     /// of its `rabbitmq.conf`. `None` (said loudly) when no node starts, as [`Self::start`].
     pub fn start_tls(tag: &str, prepare: impl FnOnce(&std::path::Path) -> String) -> Option<Self> {
-        Self::or_skip(Self::try_start_with(tag, Some(Box::new(prepare))))
+        Self::or_skip(Self::try_start_with(tag, Some(Box::new(prepare)), false))
+    }
+
+    /// Starts a node with the management plugin on a loopback port of its own
+    /// ([`PrivateNode::management_url`]). `None` (said loudly) when no node starts, as
+    /// [`Self::start`].
+    pub fn start_management(tag: &str) -> Option<Self> {
+        Self::or_skip(Self::try_start_with(tag, None, true))
     }
 
     #[allow(clippy::type_complexity)]
     fn try_start_with(
         tag: &str,
         tls: Option<Box<dyn FnOnce(&std::path::Path) -> String + '_>>,
+        management: bool,
     ) -> Result<Self, String> {
         use std::os::unix::fs::PermissionsExt;
         let (port, dist_port) = (free_port(), free_port());
         let tls_port = tls.as_ref().map(|_| free_port());
+        let management_port = management.then(free_port);
         let name = format!("{}@localhost", unique(tag));
         let dir = std::env::temp_dir().join(name.replace('@', "-"));
         let write = |file: &str, text: &str| {
@@ -224,8 +235,17 @@ impl PrivateNode {
                             .map_err(|e| format!("{}: {e}", path.display()))?;
                     }
                 }
+                let plugins = match management_port {
+                    Some(m) => {
+                        conf.push_str(&format!(
+                            "management.tcp.ip = 127.0.0.1\nmanagement.tcp.port = {m}\n"
+                        ));
+                        "[rabbitmq_management].\n"
+                    }
+                    None => "[].\n",
+                };
                 write("rabbitmq.conf", &conf)?;
-                write("enabled_plugins", "[].\n")?;
+                write("enabled_plugins", plugins)?;
                 // Read instead of /etc/rabbitmq/rabbitmq-env.conf, which names the shared node.
                 write("rabbitmq-env.conf", "ERL_EPMD_ADDRESS=127.0.0.1\n")
             })
@@ -238,6 +258,7 @@ impl PrivateNode {
             name,
             port,
             tls_port,
+            management_port,
             dist_port,
             dir,
             server,
@@ -292,6 +313,15 @@ impl PrivateNode {
     /// The node's TLS port (a node started with [`PrivateNode::start_tls`]).
     pub fn tls_port(&self) -> u16 {
         self.tls_port.expect("a node started with start_tls")
+    }
+
+    /// `http://` base URL of the node's management API (a node started with
+    /// [`PrivateNode::start_management`]).
+    pub fn management_url(&self) -> String {
+        let port = self
+            .management_port
+            .expect("a node started with start_management");
+        format!("http://127.0.0.1:{port}")
     }
 
     /// The node's directory: its configuration, data and logs, and what `prepare` wrote.

@@ -6,8 +6,24 @@
 //!   (RabbitMQ: `spring.rabbitmq.*`) and exits, for operators who create topology ahead of the
 //!   services (SCSt's `requiredGroups` use case).
 //!
-//! An invalid configuration prints every problem to stderr and exits with status 2; a broker
-//! that refuses a declaration, with status 1.
+//! * `streamctl list_queues [COLUMN…]`, `list_exchanges [COLUMN…]`, `list_bindings [COLUMN…]`
+//!   and `purge_queue QUEUE` have `rabbitmqctl`'s names, columns and output. They read a
+//!   management API (RabbitMQ's plugin or `stream-broker`'s `[management]` listener, same
+//!   paths) when one answers; without one, `list_queues` and `list_exchanges` show the
+//!   entities the `--config` file declares (a passive declare each: `messages` then counts
+//!   ready messages only), `list_bindings` needs the API, and `purge_queue` is AMQP anyway.
+//! * `streamctl dlq list|replay|purge --binding B --config FILE` (or `--queue Q`) work on a
+//!   binding's dead-letter queue over AMQP, on RabbitMQ and `stream-broker` alike: `list`
+//!   shows each message's `x-exception-*` and `x-death` headers and origin and leaves it in
+//!   place, `replay` republishes each to the exchange and routing key it was first published
+//!   to and removes it only once confirmed and routed, `purge` empties the queue.
+//!
+//! The broker is the `--config` file's rabbit binder (`spring.rabbitmq.*`), or `--url`;
+//! `--management URL` names the management API (default: port 15672 on the AMQP host, when it
+//! answers), `-p VHOST` the virtual host, `-q` drops the informational lines.
+//!
+//! An invalid configuration or command line prints every problem to stderr and exits with
+//! status 2; a broker that refuses, or a verb that could not do everything, with status 1.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -16,7 +32,15 @@ use binder_amqp::{AmqpBroker, topology};
 use binder_core::binder::Binder;
 use binder_core::config::ConfigLoader;
 use binder_rabbit::{RabbitBinder, RabbitSettings};
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{Parser, Subcommand};
+
+mod broker;
+mod dlq;
+mod listing;
+mod management;
+
+use broker::{Target, TargetError};
+use listing::{Entity, Format};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -27,12 +51,6 @@ use clap::{Parser, Subcommand, ValueEnum};
 struct Cli {
     #[command(subcommand)]
     command: Command,
-}
-
-#[derive(Debug, Clone, Copy, ValueEnum)]
-enum Format {
-    Text,
-    Json,
 }
 
 #[derive(Debug, Subcommand)]
@@ -62,6 +80,77 @@ enum Command {
         #[arg(long = "profile")]
         profiles: Vec<String>,
     },
+    /// List queues with rabbitmqctl's columns (default: name messages).
+    #[command(name = "list_queues")]
+    ListQueues {
+        #[command(flatten)]
+        target: Target,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
+        /// Columns (rabbitmqctl's queue info items).
+        columns: Vec<String>,
+    },
+    /// List exchanges with rabbitmqctl's columns (default: name type).
+    #[command(name = "list_exchanges")]
+    ListExchanges {
+        #[command(flatten)]
+        target: Target,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
+        /// Columns (rabbitmqctl's exchange info items).
+        columns: Vec<String>,
+    },
+    /// List bindings with rabbitmqctl's columns (needs a management API).
+    #[command(name = "list_bindings")]
+    ListBindings {
+        #[command(flatten)]
+        target: Target,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
+        /// Columns (rabbitmqctl's binding info items).
+        columns: Vec<String>,
+    },
+    /// Remove every ready message of a queue.
+    #[command(name = "purge_queue")]
+    PurgeQueue {
+        #[command(flatten)]
+        target: Target,
+        /// The queue.
+        queue: String,
+    },
+    /// A binding's dead-letter queue: list, replay or purge its messages.
+    Dlq {
+        #[command(subcommand)]
+        command: dlq::DlqCommand,
+    },
+}
+
+/// Runs an operator verb on a runtime of its own and turns its outcome into the exit status.
+fn operate(verb: impl std::future::Future<Output = Result<(), TargetError>>) -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("streamctl: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(verb) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(TargetError::Config(e)) => {
+            eprintln!("streamctl: {e}");
+            ExitCode::from(2)
+        }
+        Err(TargetError::Failed(e)) => {
+            eprintln!("streamctl: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 fn load(
@@ -140,6 +229,23 @@ fn main() -> ExitCode {
     binder_rabbit::link();
     let cli = Cli::parse();
     match cli.command {
+        Command::ListQueues {
+            target,
+            format,
+            columns,
+        } => operate(listing::list(Entity::Queues, &target, &columns, format)),
+        Command::ListExchanges {
+            target,
+            format,
+            columns,
+        } => operate(listing::list(Entity::Exchanges, &target, &columns, format)),
+        Command::ListBindings {
+            target,
+            format,
+            columns,
+        } => operate(listing::list(Entity::Bindings, &target, &columns, format)),
+        Command::PurgeQueue { target, queue } => operate(listing::purge(&target, &queue)),
+        Command::Dlq { command } => operate(dlq::run(command)),
         Command::Provision { config, profiles } => {
             let config = match load(&config, profiles) {
                 Ok(c) => c,

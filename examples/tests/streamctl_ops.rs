@@ -1,0 +1,448 @@
+//! `streamctl`'s operator verbs (`list_*`, `purge_queue`, `dlq …`) as an operator runs them:
+//! against the shared RabbitMQ over AMQP (it has no management plugin), against a private
+//! RabbitMQ node with the management plugin, and against `stream-broker`.
+
+#[path = "../../binder-rabbit/tests/common/mod.rs"]
+mod common;
+
+use std::process::{Command, Output};
+
+use common::{PrivateNode, amqp_url, unique};
+use lapin::options::{BasicPublishOptions, QueueDeclareOptions, QueueDeleteOptions};
+use lapin::types::{AMQPValue, FieldTable, ShortString};
+use lapin::{BasicProperties, Connection, ConnectionProperties};
+
+fn streamctl(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_streamctl"))
+        .args(args)
+        .env_remove("STREAM_CONFIG")
+        .env_remove("SPRING_PROFILES_ACTIVE")
+        .env_remove("SPRING_APPLICATION_JSON")
+        .output()
+        .unwrap()
+}
+
+fn text(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn assert_ok(out: &Output) {
+    assert!(
+        out.status.success(),
+        "status {:?}\nstdout: {}\nstderr: {}",
+        out.status,
+        text(out),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Whether the shared broker answers (a failure with `REQUIRE_RABBIT=1` if not).
+async fn rabbit_up() -> bool {
+    common::binder().await.is_some()
+}
+
+/// A consumer binding `input` on `destination` with group `g`, dead-lettering by
+/// republishing, on the broker at `port`.
+fn config(dir: &tempfile::TempDir, destination: &str, port: u16) -> String {
+    let path = dir.path().join("application.yaml");
+    std::fs::write(
+        &path,
+        format!(
+            "spring.rabbitmq: {{host: 127.0.0.1, port: {port}}}\n\
+             spring.cloud.stream:\n  defaultBinder: rabbit\n  \
+             bindings.input: {{destination: {destination}, group: g}}\n  \
+             rabbit.bindings.input.consumer: {{autoBindDlq: true, republishToDlq: true}}\n"
+        ),
+    )
+    .unwrap();
+    path.display().to_string()
+}
+
+fn port_of(url: &str) -> u16 {
+    let authority = url.rsplit('@').next().unwrap();
+    let port = authority.split(':').nth(1).unwrap();
+    port.split('/').next().unwrap().parse().unwrap()
+}
+
+/// Publishes to the dead-letter exchange `DLX` with the DLQ's routing key, as a failed
+/// delivery republished by the framework looks: with the origin headers when given.
+async fn dead_letter(url: &str, routing_key: &str, body: &str, origin: Option<(&str, &str)>) {
+    let conn = Connection::connect(url, ConnectionProperties::default())
+        .await
+        .unwrap();
+    let ch = conn.create_channel().await.unwrap();
+    let mut headers = FieldTable::default();
+    headers.insert(
+        ShortString::from("x-exception-message"),
+        AMQPValue::LongString(format!("failed: {body}").into()),
+    );
+    if let Some((exchange, key)) = origin {
+        headers.insert(
+            ShortString::from("x-original-exchange"),
+            AMQPValue::LongString(exchange.into()),
+        );
+        headers.insert(
+            ShortString::from("x-original-routingKey"),
+            AMQPValue::LongString(key.into()),
+        );
+    }
+    ch.basic_publish(
+        ShortString::from("DLX"),
+        ShortString::from(routing_key),
+        BasicPublishOptions::default(),
+        body.as_bytes(),
+        BasicProperties::default().with_headers(headers),
+    )
+    .await
+    .unwrap();
+    // A round trip after the publish: it has reached its queue.
+    ch.queue_declare(
+        ShortString::from(format!("{routing_key}.dlq")),
+        QueueDeclareOptions {
+            passive: true,
+            ..Default::default()
+        },
+        FieldTable::default(),
+    )
+    .await
+    .unwrap();
+    conn.close(200, ShortString::from("OK")).await.unwrap();
+}
+
+/// Ready messages in `queue`.
+async fn depth(url: &str, queue: &str) -> u32 {
+    let conn = Connection::connect(url, ConnectionProperties::default())
+        .await
+        .unwrap();
+    let ch = conn.create_channel().await.unwrap();
+    let q = ch
+        .queue_declare(
+            ShortString::from(queue),
+            QueueDeclareOptions {
+                passive: true,
+                ..Default::default()
+            },
+            FieldTable::default(),
+        )
+        .await
+        .unwrap();
+    conn.close(200, ShortString::from("OK")).await.unwrap();
+    q.message_count()
+}
+
+async fn delete_queues(url: &str, queues: &[&str]) {
+    let conn = Connection::connect(url, ConnectionProperties::default())
+        .await
+        .unwrap();
+    let ch = conn.create_channel().await.unwrap();
+    for q in queues {
+        let _ = ch
+            .queue_delete(ShortString::from(*q), QueueDeleteOptions::default())
+            .await;
+    }
+    let _ = conn.close(200, ShortString::from("OK")).await;
+}
+
+/// The whole dead-letter round on the broker at `url`: list leaves the messages, replay
+/// sends back those it can and keeps the others with the reason, purge empties.
+async fn dead_letter_round(url: &str) {
+    let destination = unique("sc-dlq");
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(&dir, &destination, port_of(url));
+    let queue = format!("{destination}.g");
+    let dlq = format!("{queue}.dlq");
+    assert_ok(&streamctl(&["provision", "--config", &config]));
+
+    dead_letter(url, &queue, "one", Some((&destination, "k"))).await;
+    dead_letter(url, &queue, "lost", None).await;
+    dead_letter(url, &queue, "two", Some((&destination, "k"))).await;
+    dead_letter(url, &queue, "nowhere", Some(("amq.direct", "no-such-key"))).await;
+
+    // list: every message, its reason and origin; all still there afterwards.
+    let out = streamctl(&[
+        "dlq",
+        "list",
+        "--binding",
+        "input",
+        "--config",
+        &config,
+        "--format",
+        "json",
+    ]);
+    assert_ok(&out);
+    let listed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let listed = listed.as_array().unwrap();
+    let payloads: Vec<&str> = listed
+        .iter()
+        .map(|m| m["payload"].as_str().unwrap())
+        .collect();
+    assert_eq!(payloads, ["one", "lost", "two", "nowhere"]);
+    assert_eq!(listed[0]["headers"]["x-exception-message"], "failed: one");
+    assert_eq!(
+        listed[0]["origin"],
+        serde_json::json!({"exchange": destination, "routing_key": "k"})
+    );
+    assert!(listed[1]["origin"].is_null());
+    assert_eq!(listed[0]["routing_key"], queue);
+    assert_eq!(depth(url, &dlq).await, 4);
+
+    let out = streamctl(&["dlq", "list", "--binding", "input", "--config", &config]);
+    assert_ok(&out);
+    let shown = text(&out);
+    assert!(
+        shown.contains(&format!("Dead-letter queue {dlq}: 4 shown")),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("x-exception-message: failed: lost"),
+        "{shown}"
+    );
+    assert!(shown.contains("origin unknown"), "{shown}");
+
+    // replay: two go home, two stay (in their order) with the reason; exit status 1.
+    let out = streamctl(&["dlq", "replay", "--binding", "input", "--config", &config]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let said = text(&out);
+    assert!(
+        said.contains(&format!("replayed 2 messages from {dlq}")),
+        "{said}"
+    );
+    assert!(
+        said.contains("no x-original-exchange or x-death header"),
+        "{said}"
+    );
+    assert!(
+        said.contains("exchange `amq.direct` routes key `no-such-key` to no queue"),
+        "{said}"
+    );
+    assert_eq!(depth(url, &queue).await, 2);
+    assert_eq!(depth(url, &dlq).await, 2);
+    let out = streamctl(&[
+        "dlq", "list", "--queue", &dlq, "--config", &config, "--format", "json",
+    ]);
+    assert_ok(&out);
+    let left: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let left: Vec<&str> = left
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["payload"].as_str().unwrap())
+        .collect();
+    assert_eq!(left, ["lost", "nowhere"]);
+
+    // purge: the DLQ, then the queue by name.
+    let out = streamctl(&["dlq", "purge", "--binding", "input", "--config", &config]);
+    assert_ok(&out);
+    assert!(text(&out).contains(&format!("purged 2 messages from {dlq}")));
+    assert_eq!(depth(url, &dlq).await, 0);
+    let out = streamctl(&["purge_queue", "--config", &config, &queue]);
+    assert_ok(&out);
+    assert!(text(&out).contains(&format!("Purging queue '{queue}' in vhost '/' ...")));
+    assert!(text(&out).contains("purged 2 messages"));
+    assert_eq!(depth(url, &queue).await, 0);
+
+    delete_queues(url, &[&queue, &dlq]).await;
+}
+
+#[tokio::test]
+async fn dlq_verbs_on_rabbitmq_over_amqp() {
+    if !rabbit_up().await {
+        return;
+    }
+    dead_letter_round(&amqp_url()).await;
+}
+
+// The server runs on the worker threads while the test waits for streamctl.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dlq_verbs_on_stream_broker() {
+    let server = stream_broker::Server::standalone(stream_broker::ServerConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let url = format!("amqp://guest:guest@{}/%2f", server.local_addr());
+    dead_letter_round(&url).await;
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn without_a_management_api_lists_what_the_configuration_declares() {
+    if !rabbit_up().await {
+        return;
+    }
+    let destination = unique("sc-list");
+    let dir = tempfile::tempdir().unwrap();
+    let url = amqp_url();
+    let config = config(&dir, &destination, port_of(&url));
+    let queue = format!("{destination}.g");
+    let dlq = format!("{queue}.dlq");
+    assert_ok(&streamctl(&["provision", "--config", &config]));
+    dead_letter(&url, &queue, "x", None).await;
+
+    let out = streamctl(&["list_queues", "--config", &config, "--no-management"]);
+    assert_ok(&out);
+    assert_eq!(
+        text(&out),
+        format!(
+            "Listing queues for vhost / (over AMQP) ...\nname\tmessages\n{queue}\t0\n{dlq}\t1\n"
+        )
+    );
+    let out = streamctl(&[
+        "list_queues",
+        "--config",
+        &config,
+        "-q",
+        "--no-management",
+        "name",
+        "consumers",
+        "messages_ready",
+    ]);
+    assert_ok(&out);
+    assert_eq!(
+        text(&out),
+        format!("name\tconsumers\tmessages_ready\n{queue}\t0\t0\n{dlq}\t0\t1\n")
+    );
+    let out = streamctl(&[
+        "list_exchanges",
+        "-q",
+        "--config",
+        &config,
+        "--no-management",
+    ]);
+    assert_ok(&out);
+    assert_eq!(
+        text(&out),
+        format!("name\ttype\n{destination}\ttopic\nDLX\tdirect\n")
+    );
+
+    // What AMQP cannot tell is refused, naming what would.
+    let out = streamctl(&[
+        "list_queues",
+        "--config",
+        &config,
+        "--no-management",
+        "memory",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("column `memory` needs a management API")
+    );
+    let out = streamctl(&["list_bindings", "--config", &config, "--no-management"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("listing bindings needs a management API")
+    );
+    let out = streamctl(&["list_queues", "--no-management"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("AMQP 0-9-1 cannot list"));
+    // A column rabbitmqctl does not have is a usage error.
+    let out = streamctl(&["list_queues", "--config", &config, "sizes"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("unknown column `sizes` for list_queues")
+    );
+    // A binding without a dead-letter queue, or none of that name.
+    let out = streamctl(&["dlq", "list", "--binding", "nope", "--config", &config]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("no binding `nope` in the configuration")
+    );
+
+    delete_queues(&url, &[&queue, &dlq]).await;
+}
+
+#[tokio::test]
+async fn with_rabbitmq_s_management_api_lists_everything() {
+    let Some(node) = PrivateNode::start_management("sc-mgmt") else {
+        return;
+    };
+    let url = node.url();
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(&dir, "orders", node.port());
+    assert_ok(&streamctl(&["provision", "--config", &config]));
+    dead_letter(&url, "orders.g", "x", None).await;
+    let management = node.management_url();
+    // The plugin may still be starting its listener once the node has booted, and it
+    // counts a new queue's messages at its next statistics round (every 5 s).
+    let expected = "name\tmessages\tdurable\targuments\n\
+         orders.g\t0\ttrue\t[{\"x-dead-letter-exchange\",\"DLX\"},{\"x-dead-letter-routing-key\",\"orders.g\"}]\n\
+         orders.g.dlq\t1\ttrue\t[]\n";
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let out = loop {
+        let out = streamctl(&[
+            "list_queues",
+            "-q",
+            "--config",
+            &config,
+            "--management",
+            &management,
+            "name",
+            "messages",
+            "durable",
+            "arguments",
+        ]);
+        if text(&out) == expected || std::time::Instant::now() > deadline {
+            break out;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    };
+    assert_ok(&out);
+    assert_eq!(text(&out), expected);
+
+    let out = streamctl(&[
+        "list_exchanges",
+        "-q",
+        "--config",
+        &config,
+        "--management",
+        &management,
+    ]);
+    assert_ok(&out);
+    let listed = text(&out);
+    for row in [
+        "\tdirect\n",
+        "DLX\tdirect\n",
+        "orders\ttopic\n",
+        "amq.topic\ttopic\n",
+    ] {
+        assert!(listed.contains(row), "{row:?} in {listed}");
+    }
+
+    let out = streamctl(&[
+        "list_bindings",
+        "-q",
+        "--config",
+        &config,
+        "--management",
+        &management,
+    ]);
+    assert_ok(&out);
+    let listed = text(&out);
+    assert!(listed.starts_with(
+        "source_name\tsource_kind\tdestination_name\tdestination_kind\trouting_key\targuments\n"
+    ));
+    for row in [
+        "orders\texchange\torders.g\tqueue\t#\t[]\n",
+        "DLX\texchange\torders.g.dlq\tqueue\torders.g\t[]\n",
+        "\texchange\torders.g\tqueue\torders.g\t[]\n",
+    ] {
+        assert!(listed.contains(row), "{row:?} in {listed}");
+    }
+
+    // Without --management, port 15672 on the AMQP host is tried; the node's is elsewhere.
+    let out = streamctl(&["list_queues", "--config", &config]);
+    assert_ok(&out);
+    assert!(text(&out).contains("(over AMQP)"), "{}", text(&out));
+
+    // Wrong credentials: the API's refusal, with its status.
+    let bad = management.replace("http://", "http://guest:wrong@");
+    let out = streamctl(&["list_queues", "--config", &config, "--management", &bad]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("HTTP 401"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    drop(node);
+}
