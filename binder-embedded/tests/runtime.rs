@@ -807,3 +807,69 @@ async fn dynamic_destinations_are_created_on_first_send_and_can_be_restricted() 
     );
     restricted.shutdown().await;
 }
+
+/// A payload whose encoding fails when asked to.
+struct MaybeBad(Option<u32>);
+
+impl Serialize for MaybeBad {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self.0 {
+            Some(id) => Order { id, fail: false }.serialize(s),
+            None => Err(serde::ser::Error::custom("this one does not encode")),
+        }
+    }
+}
+
+#[tokio::test]
+async fn send_all_stops_at_the_first_failure_and_reports_it_by_index() {
+    let broker = Broker::new();
+    let yaml = "spring.cloud.stream.bindings:\n  in: {destination: bulk, group: g}\n  out: {destination: bulk}\n";
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let app = app(&broker, yaml)
+        .listener("in", recorder(tx))
+        .output("out")
+        .start()
+        .await
+        .unwrap();
+    let out = app.output("out").unwrap();
+    let payloads = [
+        MaybeBad(Some(0)),
+        MaybeBad(Some(1)),
+        MaybeBad(None),
+        MaybeBad(Some(3)),
+    ];
+    let e = out.send_all(&payloads, 8).await.unwrap_err();
+    assert_eq!(e.confirmed, 2);
+    assert_eq!(e.failures.len(), 1);
+    assert_eq!(e.failures[0].0, 2);
+    assert!(e.to_string().contains("this one does not encode"), "{e}");
+    // The two before it arrived; the one after it was never sent: the next is a marker.
+    assert_eq!(recv(&mut rx).await.id, 0);
+    assert_eq!(recv(&mut rx).await.id, 1);
+    out.send(&Order {
+        id: 99,
+        fail: false,
+    })
+    .await
+    .unwrap();
+    assert_eq!(recv(&mut rx).await.id, 99);
+
+    // A stopped binding fails each send in flight; the pipeline reports them in order.
+    app.stop("out").await.unwrap();
+    let mut pipeline = out.pipeline(4);
+    for id in 0..3 {
+        pipeline.send(&Order { id, fail: false }).await.unwrap();
+    }
+    let confirms = pipeline.flush().await;
+    assert_eq!(
+        confirms.iter().map(|c| c.seq).collect::<Vec<_>>(),
+        [0, 1, 2]
+    );
+    assert!(
+        confirms
+            .iter()
+            .all(|c| matches!(c.result, Err(binder_core::runtime::SendError::Stopped(_))))
+    );
+    assert!(pipeline.next_confirm().await.is_none());
+    app.shutdown().await;
+}

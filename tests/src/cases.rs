@@ -664,6 +664,38 @@ pub async fn order_is_kept_with_one_consumer(env: &Env) {
     app.shutdown().await;
 }
 
+/// A [`Pipeline`](binder_core::runtime::Pipeline) keeps many sends in flight from one task:
+/// every send is confirmed, the confirms come back in send order, and one consumer handles
+/// the messages in that order; `send_all` does the same in one call.
+pub async fn pipelined_sends_are_confirmed_in_order(env: &Env) {
+    let yaml = "spring.cloud.stream:\n  bindings.in: {destination: '{p}pipe', group: g}\n  bindings.out: {destination: '{p}pipe'}\n  rabbit.bindings.in.consumer.prefetch: 50\n";
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let app = env
+        .app(yaml, |b| b.listener("in", reporter(tx)).output("out"))
+        .await;
+    let out = app.output("out").unwrap();
+    let mut pipeline = out.pipeline(32);
+    let mut confirms = Vec::new();
+    for id in 0..300 {
+        assert_eq!(pipeline.send(&item(id)).await.unwrap(), u64::from(id));
+        assert!(pipeline.in_flight() <= 32, "the window holds");
+        confirms.extend(pipeline.confirmed());
+    }
+    confirms.extend(pipeline.flush().await);
+    assert_eq!(pipeline.in_flight(), 0);
+    let seqs: Vec<u64> = confirms.iter().map(|c| c.seq).collect();
+    assert_eq!(seqs, (0..300).collect::<Vec<_>>(), "confirms in send order");
+    for c in &confirms {
+        assert!(c.result.is_ok(), "send {} failed: {:?}", c.seq, c.result);
+    }
+    assert_eq!(collect(&mut rx, 300).await, (0..300).collect::<Vec<_>>());
+
+    let more: Vec<Item> = (300..500).map(item).collect();
+    assert_eq!(out.send_all(&more, 16).await.unwrap(), 200);
+    assert_eq!(collect(&mut rx, 200).await, (300..500).collect::<Vec<_>>());
+    app.shutdown().await;
+}
+
 /// A consumer closed with unsettled deliveries: they are redelivered to another member.
 pub async fn unacked_messages_of_a_closed_consumer_are_redelivered(env: &Env) {
     let (consumer, _producer) = env

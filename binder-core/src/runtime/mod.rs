@@ -58,7 +58,7 @@ pub use observe::{
     BindingStateChanged, DeadLetterRoute, DeadLettered, Failed, Handled, Observer, Received,
     Retried, Sent, Settle, Settled,
 };
-pub use output::{Output, OutputError, Publisher, SendError};
+pub use output::{Confirm, Output, OutputError, Pipeline, Publisher, SendAllError, SendError};
 pub use partition::UnhashableKey;
 pub use retry::BackOff;
 pub use running::{RunningApp, ShutdownReport};

@@ -90,13 +90,27 @@ impl OutputInner {
     }
 
     pub(crate) async fn send<T: Serialize + ?Sized>(&self, payload: &T) -> Result<(), SendError> {
-        let bytes = self.codecs.encode(&self.content_type, payload)?;
-        self.send_message(Message::new(bytes).with_content_type(self.content_type.clone()))
+        let bytes = self.encode(payload)?;
+        self.send_message(Message::new(bytes).with_content_type(self.content_type()))
             .await
+    }
+
+    /// `payload` encoded with the binding's content type.
+    pub(crate) fn encode<T: Serialize + ?Sized>(
+        &self,
+        payload: &T,
+    ) -> Result<bytes::Bytes, SendError> {
+        Ok(self.codecs.encode(&self.content_type, payload)?)
+    }
+
+    /// The binding's content type.
+    pub(crate) fn content_type(&self) -> Arc<str> {
+        self.content_type.clone()
     }
 }
 
-/// An output binding's sender. Cheap to clone. Each send waits for the broker's confirm.
+/// An output binding's sender. Cheap to clone. Each send waits for the broker's confirm; for
+/// many sends in flight from one task, see [`Output::pipeline`] and [`Output::send_all`].
 #[derive(Debug, Clone)]
 pub struct Output {
     pub(crate) inner: Arc<OutputInner>,
