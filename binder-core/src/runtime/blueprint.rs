@@ -3,7 +3,7 @@
 //! in; startup consumes it.
 
 use std::any::{Any, TypeId};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -36,6 +36,8 @@ pub(crate) struct Blueprint {
     pub listeners: Vec<Listener>,
     /// Output bindings, in the order declared, each once.
     pub outputs: Vec<String>,
+    /// The same names, to keep `outputs` free of repeats in constant time.
+    declared_outputs: HashSet<String>,
     pub codecs: Codecs,
     pub hook: Option<ErrorHook>,
     pub observers: Vec<Arc<dyn Observer>>,
@@ -53,6 +55,7 @@ impl Blueprint {
             binders: HashMap::new(),
             listeners: Vec::new(),
             outputs: Vec::new(),
+            declared_outputs: HashSet::new(),
             codecs: Codecs::default(),
             hook: None,
             observers: Vec::new(),
@@ -65,7 +68,7 @@ impl Blueprint {
 
     /// Declares an output binding (once).
     pub(crate) fn add_output(&mut self, binding: String) {
-        if !self.outputs.contains(&binding) {
+        if self.declared_outputs.insert(binding.clone()) {
             self.outputs.push(binding);
         }
     }

@@ -1,6 +1,8 @@
 //! The checks made before anything connects: listeners, conditions, state, bindings in use,
 //! output settings. No I/O.
 
+use std::collections::{HashMap, HashSet};
+
 use super::blueprint::Blueprint;
 use super::output;
 use super::spel::syntax::ast::Condition;
@@ -10,25 +12,32 @@ use super::startup::StartupProblem;
 pub(crate) fn problems(app: &Blueprint) -> Vec<StartupProblem> {
     let mut problems: Vec<String> = Vec::new();
     let mut typed: Vec<StartupProblem> = Vec::new();
+    // Input bindings in the order their first listener was added; sets and counts so the
+    // checks stay linear in the number of bindings.
     let mut inputs: Vec<&str> = Vec::new();
+    let mut unconditional: HashMap<&str, usize> = HashMap::new();
+    for l in &app.listeners {
+        if l.condition.is_none() {
+            *unconditional.entry(l.input.as_str()).or_default() += 1;
+        }
+    }
+    let outputs: HashSet<&str> = app.outputs.iter().map(String::as_str).collect();
+    let mut seen: HashSet<&str> = HashSet::new();
     for l in &app.listeners {
         if let Some(c) = &l.condition {
             if let Err(e) = Condition::parse(c) {
                 problems.push(format!("{} of binding `{}`: {e}", l.name, l.input));
             }
         }
-        let unconditional = app
-            .listeners
-            .iter()
-            .filter(|o| o.input == l.input && o.condition.is_none())
-            .count();
-        if unconditional > 1 && !inputs.contains(&l.input.as_str()) {
+        let first = seen.insert(l.input.as_str());
+        let count = unconditional.get(l.input.as_str()).copied().unwrap_or(0);
+        if count > 1 && first {
             problems.push(format!(
-                "binding `{}` has {unconditional} listeners without a condition; at most one can take what no condition matches",
+                "binding `{}` has {count} listeners without a condition; at most one can take what no condition matches",
                 l.input
             ));
         }
-        if !inputs.contains(&l.input.as_str()) {
+        if first {
             inputs.push(&l.input);
         }
         for state in l.states {
@@ -41,23 +50,29 @@ pub(crate) fn problems(app: &Blueprint) -> Vec<StartupProblem> {
                 ));
             }
         }
-        if app.outputs.contains(&l.input) {
+        if outputs.contains(l.input.as_str()) {
             problems.push(format!(
                 "binding `{}` is used both as an input and as an output",
                 l.input
             ));
         }
     }
-    for name in app.config.bindings.keys() {
-        if !inputs.contains(&name.as_str()) && !app.outputs.contains(name) {
+    let unused: Vec<&String> = app
+        .config
+        .bindings
+        .keys()
+        .filter(|name| !seen.contains(name.as_str()) && !outputs.contains(name.as_str()))
+        .collect();
+    if !unused.is_empty() {
+        let in_use = inputs
+            .iter()
+            .copied()
+            .chain(app.outputs.iter().map(String::as_str))
+            .collect::<Vec<_>>()
+            .join(", ");
+        for name in unused {
             problems.push(format!(
-                "binding `{name}` is configured but no listener or output uses it (bindings in use: {})",
-                inputs
-                    .iter()
-                    .copied()
-                    .chain(app.outputs.iter().map(String::as_str))
-                    .collect::<Vec<_>>()
-                    .join(", ")
+                "binding `{name}` is configured but no listener or output uses it (bindings in use: {in_use})"
             ));
         }
     }

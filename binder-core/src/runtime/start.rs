@@ -122,10 +122,14 @@ async fn launch(app: Blueprint, tracker: HealthTracker) -> Result<RunningApp, St
     });
     // One input runtime per binding, with a route per listener.
     let mut by_input: Vec<(String, Vec<Listener>)> = Vec::new();
+    let mut index_of: HashMap<String, usize> = HashMap::new();
     for l in app.listeners {
-        match by_input.iter_mut().find(|(i, _)| *i == l.input) {
-            Some((_, ls)) => ls.push(l),
-            None => by_input.push((l.input.clone(), vec![l])),
+        match index_of.get(&l.input) {
+            Some(&i) => by_input[i].1.push(l),
+            None => {
+                index_of.insert(l.input.clone(), by_input.len());
+                by_input.push((l.input.clone(), vec![l]));
+            }
         }
     }
     let mut inputs = HashMap::new();
