@@ -23,6 +23,7 @@ mod bindings;
 mod blueprint;
 mod builder;
 mod check;
+mod control;
 mod declare;
 mod error;
 pub mod handler;
@@ -31,6 +32,8 @@ mod inflight;
 mod input;
 mod lifecycle;
 mod logging;
+#[cfg(feature = "management")]
+mod management;
 mod observe;
 mod output;
 mod panics;
@@ -54,6 +57,8 @@ pub use health::{Health, HealthStatus};
 pub use input::{ErrorHook, Failure, FailureAction};
 pub use lifecycle::{BindingState, ControlError};
 pub use logging::{DEFAULT_LEVEL, init_logging, log_filter};
+#[cfg(feature = "management")]
+pub use management::ManagementError;
 pub use observe::{
     BindingStateChanged, DeadLetterRoute, DeadLettered, Failed, Handled, Observer, Received,
     Retried, Sent, Settle, Settled,
