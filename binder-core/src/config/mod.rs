@@ -50,12 +50,12 @@ pub use error::{
 pub use extension::{BindingCheck, Extension, ExtensionRegistration, registered_extensions};
 pub use extensions::Extensions;
 pub use key::{canonical, descend};
+pub use loader::{CONFIG_FILE_VAR, ConfigLoader, DEFAULT_STEM, PROFILES_VAR};
 pub use management::{
     ENDPOINT_IDS, EndpointProperties, EndpointsProperties, ExposureProperties,
     HealthEndpointProperties, MANAGEMENT_PREFIX, ManagementConfig, ServerProperties, ShowDetails,
     WebProperties,
 };
-pub use loader::{CONFIG_FILE_VAR, ConfigLoader, DEFAULT_STEM, PROFILES_VAR};
 pub use model::{
     BUILTIN_BINDER_TYPES, BinderConfig, BindingConfig, BindingProperties, ConfiguredSections,
     DEFAULT_BINDER_TYPE, STREAM_PREFIX, StreamConfig,

@@ -238,7 +238,9 @@ impl AppBuilder {
             if let Some(metrics) = &pending.metrics {
                 self.parts
                     .observers
-                    .push(Arc::new(super::management::MetricsObserver(metrics.clone())));
+                    .push(Arc::new(super::management::MetricsObserver(
+                        metrics.clone(),
+                    )));
             }
             self.parts.management = Some(pending);
         }

@@ -10,9 +10,9 @@ use tokio::sync::Mutex;
 use tokio::task::JoinHandle;
 
 use super::binders::Binders;
+use super::control::Control;
 use super::health::{Health, HealthTracker};
 use super::inflight::Inflight;
-use super::control::Control;
 use super::lifecycle::{BindingState, ControlError};
 use super::output::{Output, OutputInner, Publisher};
 

@@ -170,18 +170,27 @@ impl Metrics {
             l.push(("outcome", o.to_owned()));
             l
         };
+        // One statement each: `get_or_create` holds its family's lock until the end of
+        // the statement, and creating the next series of the same family takes it again.
+        fn one<M: Clone, C: prometheus_client::metrics::family::MetricConstructor<M>>(
+            family: &Family<Labels, M, C>,
+            labels: &Labels,
+        ) -> M {
+            let metric = family.get_or_create(labels);
+            metric.clone()
+        }
         let made = Arc::new(BindingMetrics {
-            received: f.received.get_or_create(&labels).clone(),
-            handled: f.handled.get_or_create(&labels).clone(),
-            failed: f.failed.get_or_create(&labels).clone(),
-            retried: f.retried.get_or_create(&labels).clone(),
-            dead_lettered: f.dead_lettered.get_or_create(&labels).clone(),
-            in_flight: f.in_flight.get_or_create(&labels).clone(),
-            handled_duration: f.handler_duration.get_or_create(&outcome("success")).clone(),
-            failed_duration: f.handler_duration.get_or_create(&outcome("failure")).clone(),
-            sent: f.sent.get_or_create(&labels).clone(),
-            send_failed: f.send_failed.get_or_create(&labels).clone(),
-            send_latency: f.send_latency.get_or_create(&labels).clone(),
+            received: one(&f.received, &labels),
+            handled: one(&f.handled, &labels),
+            failed: one(&f.failed, &labels),
+            retried: one(&f.retried, &labels),
+            dead_lettered: one(&f.dead_lettered, &labels),
+            in_flight: one(&f.in_flight, &labels),
+            handled_duration: one(&f.handler_duration, &outcome("success")),
+            failed_duration: one(&f.handler_duration, &outcome("failure")),
+            sent: one(&f.sent, &labels),
+            send_failed: one(&f.send_failed, &labels),
+            send_latency: one(&f.send_latency, &labels),
         });
         self.bindings
             .write()
@@ -207,17 +216,14 @@ impl Metrics {
                     ("binder", name.clone()),
                     ("type", binder.binder_type().to_owned()),
                 ];
-                self.families
-                    .binder_up
-                    .get_or_create(&labels)
-                    .set(i64::from(state.is_up()));
+                let up = self.families.binder_up.get_or_create(&labels);
+                up.set(i64::from(state.is_up()));
+                drop(up);
                 for s in ConnectionState::NAMES {
                     let mut l = labels.clone();
                     l.push(("state", s.to_owned()));
-                    self.families
-                        .binder_state
-                        .get_or_create(&l)
-                        .set(i64::from(s == state.as_str()));
+                    let gauge = self.families.binder_state.get_or_create(&l);
+                    gauge.set(i64::from(s == state.as_str()));
                 }
             }
         }

@@ -87,18 +87,17 @@ impl ManagementServer {
             pending.config.address(),
             pending.config.server.port.unwrap_or(0),
         );
-        let listener = tokio::net::TcpListener::bind(address)
-            .await
-            .map_err(|e| ManagementError::Bind {
-                address,
-                source: Arc::new(e),
-            })?;
-        let addr = listener
-            .local_addr()
-            .map_err(|e| ManagementError::Bind {
-                address,
-                source: Arc::new(e),
-            })?;
+        let listener =
+            tokio::net::TcpListener::bind(address)
+                .await
+                .map_err(|e| ManagementError::Bind {
+                    address,
+                    source: Arc::new(e),
+                })?;
+        let addr = listener.local_addr().map_err(|e| ManagementError::Bind {
+            address,
+            source: Arc::new(e),
+        })?;
         let shared = Arc::new(Shared {
             config: pending.config,
             health,
@@ -249,11 +248,7 @@ async fn bindings_one(State(shared): Ctx, Path(name): Path<String>) -> Response 
     }
 }
 
-async fn bindings_change(
-    State(shared): Ctx,
-    Path(name): Path<String>,
-    body: Bytes,
-) -> Response {
+async fn bindings_change(State(shared): Ctx, Path(name): Path<String>, body: Bytes) -> Response {
     let Some(control) = shared.control.get() else {
         return not_started();
     };
