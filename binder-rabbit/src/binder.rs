@@ -135,7 +135,7 @@ enum LinkStatus {
     /// An attempt is under way.
     Connecting,
     /// This connection was opened (it may have been lost since).
-    Open(Arc<Connection>),
+    Open(std::sync::Weak<LinkConnection>),
     /// The last attempt failed, with this error.
     Failed(String),
 }
@@ -216,12 +216,18 @@ impl Link {
         match &*self.status.lock().unwrap_or_else(|p| p.into_inner()) {
             LinkStatus::Idle => ConnectionState::Idle,
             LinkStatus::Connecting => ConnectionState::Connecting,
-            LinkStatus::Open(c) if c.status().connected() => ConnectionState::Up,
-            LinkStatus::Open(_) => ConnectionState::Down {
-                reason: format!(
-                    "connection `{}` lost; it is reopened on next use",
-                    self.settings.connection_name
-                ),
+            LinkStatus::Open(c) => match c.upgrade() {
+                Some(c) if c.0.status().connected() => ConnectionState::Up,
+                // Lost while channels (subscriptions, producers) use it: they are cut off
+                // until it is reopened.
+                Some(c) if Arc::strong_count(&c) > 2 => ConnectionState::Down {
+                    reason: format!(
+                        "connection `{}` lost; it is reopened on next use",
+                        self.settings.connection_name
+                    ),
+                },
+                // Lost, or retired, with nothing on it: the next use opens another.
+                _ => ConnectionState::Idle,
             },
             LinkStatus::Failed(reason) => ConnectionState::Down {
                 reason: reason.clone(),
@@ -240,7 +246,7 @@ impl Link {
         self.set_status(LinkStatus::Connecting);
         let result = self.connect(&mut guard).await;
         self.set_status(match &result {
-            Ok(c) => LinkStatus::Open(c.0.clone()),
+            Ok(c) => LinkStatus::Open(Arc::downgrade(c)),
             Err(e) => LinkStatus::Failed(e.to_string()),
         });
         result
