@@ -32,6 +32,8 @@ keyword_enum! {
     }
 }
 
+// A `properties!` check takes the field's own type.
+#[allow(clippy::ptr_arg)]
 fn endpoint_ids(ids: &Vec<String>) -> Result<(), String> {
     match ids
         .iter()
@@ -76,6 +78,7 @@ fn port(port: &Option<u16>) -> Result<(), String> {
     Ok(())
 }
 
+#[allow(clippy::ptr_arg)]
 fn base_path(path: &String) -> Result<(), String> {
     if path.is_empty() || path.starts_with('/') {
         Ok(())
