@@ -8,11 +8,13 @@
 //! `binder-core/tests/module_cycles.rs` reads the sources and fails on a cycle):
 //!
 //! ```text
-//! service → builder → start → running → output/ → binders, patience → health
+//! service → builder → start → running → control → output/ → binders, patience → health
 //!              │        │ ├─→ input/ (queue_loop → delivery → route, failure) → handler, output/
 //!              │        │ ├─→ check → output/, spel/, startup
 //!              │        │ └─→ startup (StartupError) → binders, output/
 //!              └────────┴───→ blueprint → declare → handler → bindings → output/
+//! management/ (feature `management`; start, running, startup and builder use it):
+//!     mod (server, router) → bindings, health, metrics → control, health, observe
 //! output/ (publisher → binding → routing → error) → partition → spel/
 //! spel/ (condition, expression → syntax/: parser → lexer, ast, error)
 //! leaves: observe → lifecycle, error; health, inflight, retry, trace, panics, logging
