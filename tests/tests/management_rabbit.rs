@@ -256,3 +256,79 @@ async fn the_binder_is_down_while_its_connection_is_lost() {
     );
     running.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_consumer_whose_connection_is_lost_is_down_until_it_resubscribes() {
+    let url = amqp_url();
+    let authority = url
+        .split('@')
+        .nth(1)
+        .and_then(|rest| rest.split('/').next())
+        .expect("an AMQP URL with user@host:port")
+        .to_owned();
+    if TcpStream::connect(&authority).await.is_err() {
+        assert!(
+            std::env::var("REQUIRE_RABBIT").map_or(true, |v| v != "1"),
+            "REQUIRE_RABBIT=1 and no RabbitMQ answers at {authority}"
+        );
+        eprintln!("skipped: no RabbitMQ answers at {authority}");
+        return;
+    }
+    let proxy = Proxy::to(authority.clone()).await;
+    let proxied = url.replacen(&authority, &proxy.addr.to_string(), 1);
+    let destination = format!("mgmt-rabbit-in-{}", std::process::id());
+    // The group queue expires a minute after its last consumer: the shared broker keeps
+    // nothing of the test.
+    let config = ConfigLoader::new()
+        .env(Vec::<(String, String)>::new())
+        .yaml_str(&format!(
+            "spring.cloud.stream:\n  defaultBinder: rabbit\n  bindings.lost-in: {{destination: {destination}, group: g}}\n  rabbit.bindings.lost-in.consumer.expires: 60000\nmanagement:\n  server: {{port: 0, address: 127.0.0.1}}\n  endpoints.web.exposure.include: health,bindings\n  endpoint.health.show-details: always\n"
+        ))
+        .load()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let running = App::builder(config)
+        .binder(
+            "rabbit",
+            Arc::new(RabbitBinder::new(RabbitSettings::from_uri(&proxied))),
+        )
+        .listener(
+            "lost-in",
+            binder_core::runtime::handler::incoming(|_m| async {
+                Ok::<(), binder_core::runtime::HandlerError>(())
+            }),
+        )
+        .management()
+        .start()
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    running
+        .health()
+        .wait_for(|s| *s == binder_core::runtime::HealthStatus::Up)
+        .await;
+    let addr = running.management_address().unwrap();
+    assert_eq!(health(addr).await.0, 200);
+
+    proxy.cut();
+    eventually("the binding and the binder report the loss", || async {
+        let (status, doc) = health(addr).await;
+        status == 503
+            && doc["components"]["bindings"]["status"] == "DOWN"
+            && doc["components"]["binders"]["components"]["rabbit"]["status"] == "DOWN"
+    })
+    .await;
+    let (_, list) = http(addr, "/actuator/bindings/lost-in").await.unwrap();
+    let list: Value = serde_json::from_str(&list).unwrap();
+    assert_eq!(list[0]["extendedInfo"]["recovering"], true, "{list}");
+    assert_eq!(list[0]["state"], "running", "meant to run: {list}");
+
+    proxy.restore();
+    eventually("the binding resubscribes", || async {
+        let (status, doc) = health(addr).await;
+        status == 200
+            && doc["components"]["binders"]["components"]["rabbit"]["details"]["connection"] == "up"
+    })
+    .await;
+    let (_, list) = http(addr, "/actuator/bindings/lost-in").await.unwrap();
+    assert!(list.contains(r#""recovering":false"#), "{list}");
+    running.shutdown().await;
+}
