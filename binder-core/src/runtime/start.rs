@@ -30,9 +30,8 @@ use crate::binder::{Binder, BindingRole, BoundConsumer};
 use crate::config::StreamConfig;
 
 /// Checks, binds each binding on its binder and subscribes; the application's health follows.
-pub(crate) async fn start(
-    #[allow(unused_mut)] mut app: Blueprint,
-) -> Result<RunningApp, StartupError> {
+#[cfg_attr(not(feature = "management"), allow(unused_mut, unused_variables))]
+pub(crate) async fn start(mut app: Blueprint) -> Result<RunningApp, StartupError> {
     let tracker = HealthTracker::new(app.health.clone());
     // The management server listens first, so a probe sees the startup.
     #[cfg(feature = "management")]
@@ -49,11 +48,9 @@ pub(crate) async fn start(
         }
         None => None,
     };
-    #[allow(unused_mut)]
     let mut result = launch(app, tracker.clone()).await;
     match &mut result {
         // Up, unless a binding is already recovering (a missing queue, a lost connection).
-        #[allow(unused_variables)]
         Ok(running) => {
             #[cfg(feature = "management")]
             if let Some(server) = management {
