@@ -16,7 +16,7 @@ use binder_amqp::{
 };
 use binder_core::binder::{
     Backlog, Binder, BinderError, BinderErrorKind, BinderFuture, BinderRegistration, BinderResult,
-    BindingRole, BoundConsumer, Inbound, Producer, Settler, Subscription,
+    BindingRole, BoundConsumer, ConnectionState, Inbound, Producer, Settler, Subscription,
 };
 use binder_core::config::BindingConfig;
 use binder_core::message::{DeliveryMode, Message};
@@ -330,6 +330,12 @@ const IN_PROCESS_STORED: &str = "in-process broker: durable queues and persisten
 impl Binder for EmbeddedBinder {
     fn binder_type(&self) -> &str {
         "embedded"
+    }
+
+    /// Always up: the broker is in the process (its resource alarms block publishers, they
+    /// do not disconnect anyone).
+    fn connection_state(&self) -> ConnectionState {
+        ConnectionState::Up
     }
 
     fn describe(&self) -> String {

@@ -14,7 +14,7 @@ use binder_amqp::{
 };
 use binder_core::binder::{
     Backlog, Binder, BinderError, BinderErrorKind, BinderFuture, BinderRegistration, BinderResult,
-    BoundConsumer, Inbound, Producer, Settler, Subscription,
+    BoundConsumer, ConnectionState, Inbound, Producer, Settler, Subscription,
 };
 use binder_core::config::BindingConfig;
 use binder_core::message::Message;
@@ -122,6 +122,22 @@ pub struct RabbitBinder {
 struct Link {
     settings: RabbitSettings,
     connection: Mutex<Option<Arc<LinkConnection>>>,
+    /// What health reports and metrics read ([`Binder::connection_state`]) without waiting
+    /// for `connection`, which a connection attempt holds.
+    status: std::sync::Mutex<LinkStatus>,
+}
+
+/// Where a [`Link`] is, as its last connection attempt left it.
+#[derive(Debug)]
+enum LinkStatus {
+    /// Never connected, or closed by the binder.
+    Idle,
+    /// An attempt is under way.
+    Connecting,
+    /// This connection was opened (it may have been lost since).
+    Open(std::sync::Weak<LinkConnection>),
+    /// The last attempt failed, with this error.
+    Failed(String),
 }
 
 /// A connection the binder opened. New channels go on it until it is lost or retired; each
@@ -187,7 +203,36 @@ impl Link {
         Arc::new(Link {
             settings,
             connection: Mutex::new(None),
+            status: std::sync::Mutex::new(LinkStatus::Idle),
         })
+    }
+
+    fn set_status(&self, status: LinkStatus) {
+        *self.status.lock().unwrap_or_else(|p| p.into_inner()) = status;
+    }
+
+    /// The link's connection state, from what its last attempt left (never waits).
+    fn state(&self) -> ConnectionState {
+        match &*self.status.lock().unwrap_or_else(|p| p.into_inner()) {
+            LinkStatus::Idle => ConnectionState::Idle,
+            LinkStatus::Connecting => ConnectionState::Connecting,
+            LinkStatus::Open(c) => match c.upgrade() {
+                Some(c) if c.0.status().connected() => ConnectionState::Up,
+                // Lost while channels (subscriptions, producers) use it: they are cut off
+                // until it is reopened.
+                Some(c) if Arc::strong_count(&c) > 2 => ConnectionState::Down {
+                    reason: format!(
+                        "connection `{}` lost; it is reopened on next use",
+                        self.settings.connection_name
+                    ),
+                },
+                // Lost, or retired, with nothing on it: the next use opens another.
+                _ => ConnectionState::Idle,
+            },
+            LinkStatus::Failed(reason) => ConnectionState::Down {
+                reason: reason.clone(),
+            },
+        }
     }
 
     /// The open connection, connecting (each address in order) if there is none.
@@ -198,6 +243,20 @@ impl Link {
                 return Ok(c.clone());
             }
         }
+        self.set_status(LinkStatus::Connecting);
+        let result = self.connect(&mut guard).await;
+        self.set_status(match &result {
+            Ok(c) => LinkStatus::Open(Arc::downgrade(c)),
+            Err(e) => LinkStatus::Failed(e.to_string()),
+        });
+        result
+    }
+
+    /// Connects to the first address that answers, and keeps the connection in `guard`.
+    async fn connect(
+        &self,
+        guard: &mut Option<Arc<LinkConnection>>,
+    ) -> BinderResult<Arc<LinkConnection>> {
         let mut last = String::from("no address configured");
         // Addresses whose TLS session was refused: trying again will not help.
         let mut refused = Vec::new();
@@ -336,6 +395,11 @@ impl Binder for RabbitBinder {
         self.inspect(source).await.map(Backlog::from)
     }
 
+    /// The worse of its two connections' (the consumers' and the publishers').
+    fn connection_state(&self) -> ConnectionState {
+        ConnectionState::worst([self.link.state(), self.publisher_link.state()])
+    }
+
     async fn close(&self) {
         for link in [&self.publisher_link, &self.link] {
             if let Some(c) = link.connection.lock().await.take() {
@@ -343,6 +407,7 @@ impl Binder for RabbitBinder {
                 let close = c.0.close(200, ShortString::from("OK"));
                 let _ = within(link.settings.connection_timeout, close).await;
             }
+            link.set_status(LinkStatus::Idle);
         }
     }
 }

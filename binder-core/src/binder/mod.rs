@@ -14,10 +14,12 @@
 //! Everything the runtime does (retries, failure policy, lifecycle) is built on these few
 //! operations; the conformance kit checks that a binder does them faithfully.
 
+mod connection;
 mod consumer;
 mod error;
 mod settler;
 
+pub use connection::ConnectionState;
 pub use consumer::{BoundConsumer, DeadLetterRoute, FailedDelivery, FailureAction, GaveUp};
 pub use error::{BinderError, BinderErrorKind, BinderResult};
 pub use settler::{SettleByTag, Settler};
@@ -257,6 +259,13 @@ pub trait Binder: fmt::Debug + Send + Sync {
                 self.binder_type()
             ),
         ))
+    }
+    /// The state of the binder's connection to its middleware, for health reports and
+    /// metrics: cheap, never waits (it reads what the binder already knows). A binder with
+    /// several connections reports the worst ([`ConnectionState::worst`]). The default,
+    /// [`ConnectionState::Unknown`], is for binders that cannot tell.
+    fn connection_state(&self) -> ConnectionState {
+        ConnectionState::Unknown
     }
     /// Closes connections; unsettled deliveries go back to where they came from.
     async fn close(&self);

@@ -20,6 +20,7 @@ pub const ENV_PREFIXES: &[&str] = &[
     "SPRING_RABBITMQ_",
     "SPRING_EMBEDDED_",
     "SPRING_PROFILES_",
+    "MANAGEMENT_",
 ];
 
 /// The JSON override variable.

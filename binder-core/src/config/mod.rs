@@ -35,6 +35,7 @@ mod extension;
 mod extensions;
 pub(crate) mod key;
 mod loader;
+mod management;
 mod model;
 pub(crate) mod node;
 mod properties;
@@ -50,6 +51,11 @@ pub use extension::{BindingCheck, Extension, ExtensionRegistration, registered_e
 pub use extensions::Extensions;
 pub use key::{canonical, descend};
 pub use loader::{CONFIG_FILE_VAR, ConfigLoader, DEFAULT_STEM, PROFILES_VAR};
+pub use management::{
+    ENDPOINT_IDS, EndpointProperties, EndpointsProperties, ExposureProperties,
+    HealthEndpointProperties, MANAGEMENT_PREFIX, ManagementConfig, ServerProperties, ShowDetails,
+    WebProperties,
+};
 pub use model::{
     BUILTIN_BINDER_TYPES, BinderConfig, BindingConfig, BindingProperties, ConfiguredSections,
     DEFAULT_BINDER_TYPE, STREAM_PREFIX, StreamConfig,

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use config::{Value, ValueKind};
 
 use super::extensions::Extensions;
+use super::management::ManagementConfig;
 use super::node::Table;
 use super::properties::{ConsumerProperties, ProducerProperties};
 use crate::codec::DEFAULT_CONTENT_TYPE;
@@ -158,6 +159,8 @@ pub struct StreamConfig {
     pub(crate) template: (BindingProperties, Extensions),
     /// The merged tree, including the application's own keys.
     pub(crate) raw: Value,
+    /// `management.*`: the management server (off unless `management.server.port` is set).
+    pub management: ManagementConfig,
 }
 
 impl StreamConfig {

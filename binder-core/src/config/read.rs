@@ -9,6 +9,7 @@ use super::error::{ConfigError, Problems, unknown_key_message};
 use super::extension::ExtensionRegistration;
 use super::extensions::{Extensions, StoredExtension};
 use super::key::{canonical, descend};
+use super::management::ManagementConfig;
 use super::model::{
     BUILTIN_BINDER_TYPES, BinderConfig, BindingConfig, BindingProperties, ConfiguredSections,
     STREAM_PREFIX, StreamConfig,
@@ -57,6 +58,7 @@ pub(crate) fn read(
         sources,
         template: Default::default(),
         raw: Value::default(),
+        management: ManagementConfig::default(),
     };
     let empty = Table::new();
     let stream = match descend(&root, &["spring", "cloud", "stream"]) {
@@ -206,6 +208,7 @@ pub(crate) fn read(
     }
     cfg.template = (common_template, template_extensions);
 
+    cfg.management = ManagementConfig::read(&root, &mut problems);
     validate::validate(&cfg, &root, binder_types, extensions, &mut problems);
     cfg.raw = root;
     problems.into_result(cfg)

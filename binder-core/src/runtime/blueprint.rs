@@ -45,6 +45,9 @@ pub(crate) struct Blueprint {
     pub startup_timeout: Option<Duration>,
     pub state: HashMap<TypeId, Arc<dyn Any + Send + Sync>>,
     pub health: Health,
+    /// The management server to start with the application (`AppBuilder::management`).
+    #[cfg(feature = "management")]
+    pub management: Option<super::management::Pending>,
 }
 
 impl Blueprint {
@@ -63,6 +66,8 @@ impl Blueprint {
             startup_timeout: None,
             state: HashMap::new(),
             health: Health::default(),
+            #[cfg(feature = "management")]
+            management: None,
         }
     }
 

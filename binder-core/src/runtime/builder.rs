@@ -212,6 +212,41 @@ impl AppBuilder {
         self
     }
 
+    /// Serves the management endpoints (health, bindings, Prometheus metrics) as the
+    /// configuration's `management.*` says, from before startup until shutdown ends;
+    /// [`run_service`](super::run_service) does this. Without `management.server.port`
+    /// nothing is started or registered; the metrics' observer is registered only when the
+    /// `prometheus` endpoint is exposed. [`RunningApp::management_address`] tells where it
+    /// listens.
+    ///
+    /// ```no_run
+    /// use binder_core::config::ConfigLoader;
+    /// use binder_core::runtime::App;
+    ///
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// let config = ConfigLoader::new().set("management.server.port", 0).load()?;
+    /// let app = App::builder(config).registered().management().start().await?;
+    /// println!("management on {:?}", app.management_address());
+    /// # Ok(()) }
+    /// ```
+    #[cfg(feature = "management")]
+    pub fn management(mut self) -> Self {
+        if self.parts.management.is_some() {
+            return self;
+        }
+        if let Some(pending) = super::management::Pending::of(&self.parts.config.management) {
+            if let Some(metrics) = &pending.metrics {
+                self.parts
+                    .observers
+                    .push(Arc::new(super::management::MetricsObserver(
+                        metrics.clone(),
+                    )));
+            }
+            self.parts.management = Some(pending);
+        }
+        self
+    }
+
     /// How long startup may wait for brokers that cannot be reached before it fails (default:
     /// `spring.cloud.stream.startupTimeout`, else for ever; zero is for ever too). A broker
     /// that answers and refuses fails startup at once whatever this says.

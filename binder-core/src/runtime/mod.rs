@@ -8,11 +8,13 @@
 //! `binder-core/tests/module_cycles.rs` reads the sources and fails on a cycle):
 //!
 //! ```text
-//! service → builder → start → running → output/ → binders, patience → health
+//! service → builder → start → running → control → output/ → binders, patience → health
 //!              │        │ ├─→ input/ (queue_loop → delivery → route, failure) → handler, output/
 //!              │        │ ├─→ check → output/, spel/, startup
 //!              │        │ └─→ startup (StartupError) → binders, output/
 //!              └────────┴───→ blueprint → declare → handler → bindings → output/
+//! management/ (feature `management`; start, running, startup and builder use it):
+//!     mod (server, router) → bindings, health, metrics → control, health, observe
 //! output/ (publisher → binding → routing → error) → partition → spel/
 //! spel/ (condition, expression → syntax/: parser → lexer, ast, error)
 //! leaves: observe → lifecycle, error; health, inflight, retry, trace, panics, logging
@@ -23,6 +25,7 @@ mod bindings;
 mod blueprint;
 mod builder;
 mod check;
+mod control;
 mod declare;
 mod error;
 pub mod handler;
@@ -31,6 +34,8 @@ mod inflight;
 mod input;
 mod lifecycle;
 mod logging;
+#[cfg(feature = "management")]
+mod management;
 mod observe;
 mod output;
 mod panics;
@@ -54,6 +59,8 @@ pub use health::{Health, HealthStatus};
 pub use input::{ErrorHook, Failure, FailureAction};
 pub use lifecycle::{BindingState, ControlError};
 pub use logging::{DEFAULT_LEVEL, init_logging, log_filter};
+#[cfg(feature = "management")]
+pub use management::ManagementError;
 pub use observe::{
     BindingStateChanged, DeadLetterRoute, DeadLettered, Failed, Handled, Observer, Received,
     Retried, Sent, Settle, Settled,

@@ -6,23 +6,15 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use tokio::sync::{Mutex, watch};
+use tokio::sync::Mutex;
 use tokio::task::JoinHandle;
 
 use super::binders::Binders;
+use super::control::Control;
 use super::health::{Health, HealthTracker};
 use super::inflight::Inflight;
 use super::lifecycle::{BindingState, ControlError};
-use super::observe::{BindingStateChanged, Observers};
 use super::output::{Output, OutputInner, Publisher};
-
-/// The control of an input binding: the state asked for, and the state each of its queue
-/// loops has reached.
-#[derive(Debug)]
-pub(crate) struct InputControl {
-    pub desired: watch::Sender<BindingState>,
-    pub actual: Vec<watch::Receiver<BindingState>>,
-}
 
 /// What shutdown did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -36,7 +28,7 @@ pub struct ShutdownReport {
 /// A started application.
 #[derive(Debug)]
 pub struct RunningApp {
-    pub(crate) inputs: HashMap<String, InputControl>,
+    pub(crate) control: Arc<Control>,
     pub(crate) outputs: Arc<HashMap<String, Arc<OutputInner>>>,
     pub(crate) publisher: Publisher,
     pub(crate) binders: Arc<Binders>,
@@ -44,7 +36,9 @@ pub struct RunningApp {
     pub(crate) inflight: Arc<Inflight>,
     pub(crate) shutdown_timeout: Duration,
     pub(crate) health: HealthTracker,
-    pub(crate) observers: Observers,
+    /// The management server, when one was started with the application.
+    #[cfg(feature = "management")]
+    pub(crate) management: Option<super::management::ManagementServer>,
 }
 
 impl RunningApp {
@@ -67,37 +61,12 @@ impl RunningApp {
 
     /// The state of a binding.
     pub fn state(&self, binding: &str) -> Option<BindingState> {
-        if let Some(c) = self.inputs.get(binding) {
-            let desired = *c.desired.borrow();
-            let recovering = c
-                .actual
-                .iter()
-                .any(|a| *a.borrow() == BindingState::Recovering);
-            return Some(if desired == BindingState::Running && recovering {
-                BindingState::Recovering
-            } else {
-                desired
-            });
-        }
-        self.outputs.get(binding).map(|o| {
-            if o.stopped.load(Ordering::Acquire) {
-                BindingState::Stopped
-            } else {
-                BindingState::Running
-            }
-        })
+        self.control.state(binding)
     }
 
     /// Every binding with its state, by name.
     pub fn states(&self) -> Vec<(String, BindingState)> {
-        let mut all: Vec<(String, BindingState)> = self
-            .inputs
-            .keys()
-            .chain(self.outputs.keys())
-            .filter_map(|n| self.state(n).map(|s| (n.clone(), s)))
-            .collect();
-        all.sort_by(|a, b| a.0.cmp(&b.0));
-        all
+        self.control.states()
     }
 
     /// Asks a binding for a state and waits until it is there: after `stop` returns, no new
@@ -105,42 +74,14 @@ impl RunningApp {
     /// is open, or, in `acknowledgeMode: NONE`, the deliveries it had already received are
     /// being handled first).
     async fn set(&self, binding: &str, state: BindingState) -> Result<(), ControlError> {
-        if let Some(c) = self.inputs.get(binding) {
-            c.desired.send_replace(state);
-            for seen in &c.actual {
-                let mut seen = seen.clone();
-                // A loop that ended (shutdown) reports nothing more. A recovering loop runs:
-                // it subscribes again by itself.
-                let _ = seen
-                    .wait_for(|s| {
-                        *s == state
-                            || (state == BindingState::Running && *s == BindingState::Recovering)
-                    })
-                    .await;
-            }
-            return Ok(());
-        }
-        match self.outputs.get(binding) {
-            Some(_) if state == BindingState::Paused => {
-                Err(ControlError::NotPausable(binding.to_owned()))
-            }
-            Some(o) => {
-                let was = o
-                    .stopped
-                    .swap(state == BindingState::Stopped, Ordering::AcqRel);
-                if was != (state == BindingState::Stopped) {
-                    self.observers.emit(|ob| {
-                        ob.binding_state(&BindingStateChanged {
-                            binding,
-                            queue: None,
-                            state,
-                        })
-                    });
-                }
-                Ok(())
-            }
-            None => Err(ControlError::Unknown(binding.to_owned())),
-        }
+        self.control.set(binding, state).await
+    }
+
+    /// Where the management server listens, when one was started with the application
+    /// (`management.server.port`; with port 0, the port the system chose).
+    #[cfg(feature = "management")]
+    pub fn management_address(&self) -> Option<std::net::SocketAddr> {
+        self.management.as_ref().map(|m| m.local_addr())
     }
 
     /// Stops taking new deliveries; the subscription stays, except in `acknowledgeMode:
@@ -177,10 +118,11 @@ impl RunningApp {
     /// Subscriptions close with them, returning any delivery still unsettled to its queue.
     pub async fn shutdown(self) -> ShutdownReport {
         self.health.closed("shutting down".to_owned());
-        for control in self.inputs.values() {
+        let inputs = self.control.take_inputs();
+        for control in inputs.values() {
             control.desired.send_replace(BindingState::Stopped);
         }
-        drop(self.inputs);
+        drop(inputs);
         // The queue loops end once their handler in progress (concurrency 1) is done; the
         // other handlers run in tasks of their own. Both count in `inflight`.
         let mut loops: Vec<JoinHandle<()>> = self.tasks.lock().await.drain(..).collect();
@@ -216,6 +158,10 @@ impl RunningApp {
             binder.close().await;
         }
         self.health.closed("shut down".to_owned());
+        #[cfg(feature = "management")]
+        if let Some(server) = self.management {
+            server.stop().await;
+        }
         ShutdownReport { drained, abandoned }
     }
 

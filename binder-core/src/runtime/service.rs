@@ -71,6 +71,8 @@ pub async fn run_service_with(prepare: impl FnOnce(AppBuilder) -> AppBuilder) ->
         return ServiceExit::from(ServiceError::Config(e));
     }
     let builder = prepare(App::builder(config).registered());
+    #[cfg(feature = "management")]
+    let builder = builder.management();
     match builder.start().await {
         Ok(app) => ServiceExit::from(Ok::<_, ServiceError>(app.run_until_signal().await)),
         Err(e) => ServiceExit::from(ServiceError::Startup(e)),

@@ -11,6 +11,7 @@ use super::binders::Binders;
 use super::bindings::Context;
 use super::blueprint::{Blueprint, Listener};
 use super::check;
+use super::control::{BindingInfo, Control, InputControl};
 use super::health::HealthTracker;
 use super::inflight::Inflight;
 use super::input::delivery::InputRuntime;
@@ -22,20 +23,49 @@ use super::observe::Observers;
 use super::output::{Output, OutputInner, Publisher};
 use super::patience::{Patience, when_reachable};
 use super::retry::BackOff;
-use super::running::{InputControl, RunningApp};
+use super::running::RunningApp;
 use super::spel::syntax::ast::Condition;
 use super::startup::{StartupError, StartupProblem};
 use crate::binder::{Binder, BindingRole, BoundConsumer};
 use crate::config::StreamConfig;
 
 /// Checks, binds each binding on its binder and subscribes; the application's health follows.
-pub(crate) async fn start(app: Blueprint) -> Result<RunningApp, StartupError> {
+#[cfg_attr(not(feature = "management"), allow(unused_mut, unused_variables))]
+pub(crate) async fn start(mut app: Blueprint) -> Result<RunningApp, StartupError> {
     let tracker = HealthTracker::new(app.health.clone());
-    let result = launch(app, tracker.clone()).await;
-    match &result {
+    // The management server listens first, so a probe sees the startup.
+    #[cfg(feature = "management")]
+    let management = match app.management.take() {
+        Some(pending) => {
+            match super::management::ManagementServer::start(pending, app.health.clone()).await {
+                Ok(server) => Some(server),
+                Err(e) => {
+                    let e = StartupError::new(vec![StartupProblem::Management(e)]);
+                    tracker.closed(e.to_string());
+                    return Err(e);
+                }
+            }
+        }
+        None => None,
+    };
+    let mut result = launch(app, tracker.clone()).await;
+    match &mut result {
         // Up, unless a binding is already recovering (a missing queue, a lost connection).
-        Ok(_) => tracker.started(),
-        Err(e) => tracker.closed(e.to_string()),
+        Ok(running) => {
+            #[cfg(feature = "management")]
+            if let Some(server) = management {
+                server.attach(running.control.clone());
+                running.management = Some(server);
+            }
+            tracker.started()
+        }
+        Err(e) => {
+            tracker.closed(e.to_string());
+            #[cfg(feature = "management")]
+            if let Some(server) = management {
+                server.stop().await;
+            }
+        }
     }
     result
 }
@@ -256,8 +286,15 @@ async fn launch(app: Blueprint, tracker: HealthTracker) -> Result<RunningApp, St
         codecs,
         observers: observers.clone(),
     };
-    Ok(RunningApp {
+    let control = Arc::new(Control::new(
         inputs,
+        outputs.clone(),
+        observers,
+        binding_infos(&config, &resolved, &app.outputs),
+        binders_in_use(&config, &resolved),
+    ));
+    Ok(RunningApp {
+        control,
         outputs,
         publisher,
         binders,
@@ -265,6 +302,45 @@ async fn launch(app: Blueprint, tracker: HealthTracker) -> Result<RunningApp, St
         inflight,
         shutdown_timeout: app.shutdown_timeout,
         health: tracker,
-        observers,
+        #[cfg(feature = "management")]
+        management: None,
     })
+}
+
+/// What each binding is, for the bindings endpoint.
+fn binding_infos(
+    config: &StreamConfig,
+    resolved: &HashMap<String, Arc<dyn Binder>>,
+    outputs: &[String],
+) -> Vec<BindingInfo> {
+    resolved
+        .iter()
+        .map(|(name, binder)| {
+            let binding = config.binding(name);
+            BindingInfo {
+                name: name.clone(),
+                destination: binding.destination,
+                group: binding.group,
+                input: !outputs.contains(name),
+                binder: config.binder_for(name),
+                binder_type: binder.binder_type().to_owned(),
+            }
+        })
+        .collect()
+}
+
+/// The binders the bindings use, by configuration name, each once, sorted.
+fn binders_in_use(
+    config: &StreamConfig,
+    resolved: &HashMap<String, Arc<dyn Binder>>,
+) -> Vec<(String, Arc<dyn Binder>)> {
+    let mut out: Vec<(String, Arc<dyn Binder>)> = Vec::new();
+    for (name, binder) in resolved {
+        let binder_name = config.binder_for(name);
+        if !out.iter().any(|(n, _)| *n == binder_name) {
+            out.push((binder_name, binder.clone()));
+        }
+    }
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    out
 }

@@ -21,6 +21,10 @@ pub enum StartupProblem {
     /// An output binding could not open.
     #[error(transparent)]
     Output(#[from] OutputError),
+    /// The management server could not start.
+    #[cfg(feature = "management")]
+    #[error(transparent)]
+    Management(#[from] super::management::ManagementError),
     /// An input binding's topology or dead-letter producer could not be set up.
     #[error("binding `{binding}`: {source}")]
     Input {
