@@ -1,7 +1,8 @@
 //! The HTTP management API (`[management]`): a subset of RabbitMQ's management plugin's
 //! paths and JSON shapes over the broker's virtual hosts, with its users (HTTP basic) and
 //! their tags and permissions, plus the broker's own dead-letter extension under
-//! `/api/stream/`. On a listener of its own, loopback-only unless asked otherwise.
+//! `/api/stream/`, and a page at `/` (`page.html`, embedded). On a listener of its own,
+//! loopback-only unless asked otherwise.
 //!
 //! Modules, one concept each: [`login`] (authentication, tags, visibility), [`api`]
 //! (RabbitMQ's paths), [`dlq`] (the extension), [`json`] (values to and from JSON),
@@ -41,6 +42,7 @@ pub(crate) struct Api<E: WireEnvelope> {
 
 fn router<E: WireEnvelope>(api: Arc<Api<E>>) -> Router {
     Router::new()
+        .route("/", get(page))
         .route("/api/overview", get(api::overview::<E>))
         .route("/api/vhosts", get(api::vhosts::<E>))
         .route("/api/queues", get(api::queues::<E>))
@@ -80,6 +82,12 @@ fn router<E: WireEnvelope>(api: Arc<Api<E>>) -> Router {
         )
         .fallback(|| async { error::ApiError::not_found() })
         .with_state(api)
+}
+
+/// The management page: one static file (HTML, CSS and JavaScript, nothing fetched from
+/// elsewhere) that logs in and calls the API above.
+async fn page() -> axum::response::Html<&'static str> {
+    axum::response::Html(include_str!("page.html"))
 }
 
 /// The running management listener and its rate sampler.

@@ -54,8 +54,27 @@ pub async fn request(
     req.push_str("\r\n");
     req.push_str(&body);
     stream.write_all(req.as_bytes()).await.unwrap();
+    // Read until the body is complete (by Content-Length) or the server closes: not every
+    // server (chromedriver) closes on `Connection: close`.
     let mut raw = Vec::new();
-    stream.read_to_end(&mut raw).await.unwrap();
+    let mut buf = [0u8; 16384];
+    loop {
+        let n = stream.read(&mut buf).await.unwrap();
+        if n == 0 {
+            break;
+        }
+        raw.extend_from_slice(&buf[..n]);
+        if let Some(end) = raw.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&raw[..end]).to_ascii_lowercase();
+            let length = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .and_then(|v| v.trim().parse::<usize>().ok());
+            if length.is_some_and(|len| raw.len() >= end + 4 + len) {
+                break;
+            }
+        }
+    }
     parse(&raw)
 }
 
