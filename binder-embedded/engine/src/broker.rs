@@ -268,7 +268,8 @@ impl<E: Envelope> Broker<E> {
     /// # #[tokio::main(flavor = "current_thread")] async fn main() {
     /// use stream_engine::*;
     /// let broker: Broker = Broker::new();
-    /// let ch = broker.connect().open_channel().unwrap();
+    /// let conn = broker.connect();
+    /// let ch = conn.open_channel().unwrap();
     /// ch.queue_declare("jobs", QueueOptions::default(), Default::default()).unwrap();
     /// ch.basic_publish("", "jobs", PublishOptions::default(), Message::new("hi")).await.unwrap();
     /// let jobs = &broker.queues()[0];
@@ -323,7 +324,8 @@ impl<E: Envelope> Broker<E> {
     /// # #[tokio::main(flavor = "current_thread")] async fn main() {
     /// use stream_engine::*;
     /// let broker: Broker = Broker::new();
-    /// let ch = broker.connect().open_channel().unwrap();
+    /// let conn = broker.connect();
+    /// let ch = conn.open_channel().unwrap();
     /// for q in ["work", "work.dlq"] {
     ///     ch.queue_declare(q, QueueOptions::default(), Default::default()).unwrap();
     /// }
