@@ -728,3 +728,82 @@ async fn dead_letters_are_listed_redriven_and_removed_one_by_one() {
     assert_eq!(r.status, 403, "mgmt may not read work.dlq");
     f.server.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redriven_persistent_message_is_moved_on_disk_too() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = || {
+        let mut c = config();
+        c.vhosts = vec!["/".into()];
+        c.users.retain(|u| u.name == "guest");
+        c.data_dir = Some(dir.path().to_owned());
+        c
+    };
+    let server = Server::standalone(config()).await.unwrap();
+    let api = server.management_addr().unwrap();
+    let amqp = common::lapin(&server).await;
+    let ch = amqp.create_channel().await.unwrap();
+    for q in ["work", "work.dlq"] {
+        let durable = lapin::options::QueueDeclareOptions {
+            durable: true,
+            ..Default::default()
+        };
+        ch.queue_declare(q.into(), durable, Default::default())
+            .await
+            .unwrap();
+    }
+    for i in 0..2 {
+        let body = json!({
+            "properties": {"delivery_mode": 2, "headers": {"x-original-exchange": "", "x-original-routingKey": "work"}},
+            "routing_key": "work.dlq",
+            "payload": format!("p{i}"),
+        });
+        let r = http::request(
+            api,
+            "POST",
+            "/api/exchanges/%2F/amq.default/publish",
+            GUEST,
+            Some(&body),
+        )
+        .await;
+        assert_eq!(r.json(), json!({"routed": true}));
+    }
+    let list = http::request(
+        api,
+        "GET",
+        "/api/stream/queues/%2F/work.dlq/messages",
+        GUEST,
+        None,
+    )
+    .await
+    .json();
+    let path = format!(
+        "/api/stream/queues/%2F/work.dlq/messages/{}/redrive",
+        list[0]["seq"]
+    );
+    let r = http::request(api, "POST", &path, GUEST, None).await;
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    amqp.close(200, "bye".into()).await.unwrap();
+    server.shutdown().await;
+
+    let server = Server::standalone(config()).await.unwrap();
+    let api = server.management_addr().unwrap();
+    let take = |queue: &'static str| async move {
+        http::request(
+            api,
+            "POST",
+            &format!("/api/queues/%2F/{queue}/get"),
+            GUEST,
+            Some(&json!({"count": 10, "ackmode": "ack_requeue_true"})),
+        )
+        .await
+        .json()
+    };
+    let work = take("work").await;
+    assert_eq!(work.as_array().unwrap().len(), 1, "{work}");
+    assert_eq!(work[0]["payload"], "p0");
+    let dlq = take("work.dlq").await;
+    assert_eq!(dlq.as_array().unwrap().len(), 1, "{dlq}");
+    assert_eq!(dlq[0]["payload"], "p1");
+    server.shutdown().await;
+}

@@ -131,32 +131,30 @@ fn target<E: WireEnvelope>(body: &Bytes, record: &E::Record) -> Result<(String, 
     })
 }
 
-/// Re-drives one message; the JSON answer, or why not.
+/// Re-drives one message (seen as `record` at `seq`): the JSON answer, `None` if the
+/// message is no longer there (taken, expired or removed meanwhile), or why not.
 async fn redrive_one<E: WireEnvelope>(
     api: &Api<E>,
     login: &super::login::Login,
-    vhost: &str,
-    queue: &str,
-    seq: u64,
+    (vhost, queue): (&str, &str),
+    (seq, record): (u64, &E::Record),
     body: &Bytes,
-) -> Result<Value, ApiError> {
+) -> Result<Option<Value>, ApiError> {
     let broker = api.broker(login, vhost)?;
-    let peeked = broker.peek(queue, usize::MAX)?;
-    let record = peeked
-        .iter()
-        .find(|m| m.seq == seq)
-        .map(|m| m.record.clone())
-        .ok_or_else(ApiError::not_found)?;
-    let (exchange, key) = target::<E>(body, &record)?;
+    let (exchange, key) = target::<E>(body, record)?;
     login.may(vhost, Access::Write, Resource::Exchange, &exchange)?;
     match broker.redrive(queue, seq, &exchange, &key).await? {
         Redrive::Moved(queues) => {
             tracing::info!(user = %login.user.name, %vhost, %queue, seq, %exchange, routing_key = %key, "message re-driven");
-            Ok(
-                json!({"redriven": true, "seq": seq, "exchange": exchange, "routing_key": key, "queues": queues}),
-            )
+            Ok(Some(json!({
+                "redriven": true,
+                "seq": seq,
+                "exchange": exchange,
+                "routing_key": key,
+                "queues": queues,
+            })))
         }
-        Redrive::NotFound => Err(ApiError::not_found()),
+        Redrive::NotFound => Ok(None),
         failed => Err(ApiError {
             status: StatusCode::CONFLICT,
             error: "not_redriven",
@@ -181,11 +179,17 @@ pub(crate) async fn redrive<E: WireEnvelope>(
     body: Bytes,
 ) -> Result<Json<Value>, ApiError> {
     let login = api.login(&headers, peer)?;
-    api.broker(&login, &vhost)?;
+    let broker = api.broker(&login, &vhost)?;
     login.may(&vhost, Access::Read, Resource::Queue, &name)?;
-    redrive_one(&api, &login, &vhost, &name, seq, &body)
-        .await
+    let peeked = broker.peek(&name, usize::MAX)?;
+    let message = peeked
+        .iter()
+        .find(|m| m.seq == seq)
+        .ok_or_else(ApiError::not_found)?;
+    redrive_one(&api, &login, (&vhost, &name), (seq, &message.record), &body)
+        .await?
         .map(Json)
+        .ok_or_else(ApiError::not_found)
 }
 
 /// `POST /api/stream/queues/{vhost}/{name}/redrive`: every ready message to its origin;
@@ -197,17 +201,14 @@ pub(crate) async fn redrive_all<E: WireEnvelope>(
     let login = api.login(&headers, peer)?;
     let broker = api.broker(&login, &vhost)?;
     login.may(&vhost, Access::Read, Resource::Queue, &name)?;
-    let seqs: Vec<u64> = broker
-        .peek(&name, usize::MAX)?
-        .iter()
-        .map(|m| m.seq)
-        .collect();
+    let peeked = broker.peek(&name, usize::MAX)?;
     let (mut redriven, mut failed) = (0, Vec::new());
-    for seq in seqs {
-        match redrive_one(&api, &login, &vhost, &name, seq, &Bytes::new()).await {
-            Ok(_) => redriven += 1,
-            Err(e) if e.status == StatusCode::NOT_FOUND => {}
-            Err(e) => failed.push(json!({"seq": seq, "reason": e.reason})),
+    let none = Bytes::new();
+    for m in &peeked {
+        match redrive_one(&api, &login, (&vhost, &name), (m.seq, &m.record), &none).await {
+            Ok(Some(_)) => redriven += 1,
+            Ok(None) => {}
+            Err(e) => failed.push(json!({"seq": m.seq, "reason": e.reason})),
         }
     }
     Ok(Json(json!({"redriven": redriven, "failed": failed})))
