@@ -152,6 +152,19 @@ async fn logins_need_a_management_tag_and_see_their_vhosts() {
         r.header("www-authenticate"),
         Some("Basic realm=\"RabbitMQ Management\"")
     );
+    let xhr = [("X-Requested-With", "XMLHttpRequest")];
+    let r = http::request_with(f.api, "GET", "/api/overview", None, None, &xhr).await;
+    assert_eq!(r.status, 401);
+    assert_eq!(
+        r.header("www-authenticate"),
+        None,
+        "the page's requests get no dialog"
+    );
+    let page = get(&f, "/", None).await;
+    assert_eq!(page.status, 200, "the page itself needs no login");
+    assert!(
+        String::from_utf8_lossy(&page.body).contains("<title>stream-broker management</title>")
+    );
     let r = get(&f, "/api/overview", Some(("guest", "wrong"))).await;
     assert_eq!(r.status, 401);
     assert_eq!(r.json()["error"], "not_authorised");

@@ -253,8 +253,37 @@ async fn the_page_shows_queues_and_redrives_and_purges_dead_letters_by_clicking(
     let text = text.as_str().unwrap();
     assert!(text.contains("x-death: rejected from orders"), "{text}");
     assert!(text.contains("x-exception-message: boom 0"), "{text}");
-    // Let a couple of samples reach the chart, then keep the picture.
-    tokio::time::sleep(Duration::from_millis(2500)).await;
+    // Some traffic on a queue of its own for the rates and charts, then keep the picture.
+    let traffic = tokio::spawn({
+        let broker = broker.clone();
+        async move {
+            let conn = broker.connect();
+            let ch = conn.open_channel().unwrap();
+            ch.queue_declare("payments", QueueOptions::default(), FieldTable::new())
+                .unwrap();
+            let consume = stream_engine::ConsumeOptions {
+                no_ack: true,
+                ..Default::default()
+            };
+            let mut consumer = ch.basic_consume("payments", consume).unwrap();
+            for i in 0u64.. {
+                ch.basic_publish(
+                    "",
+                    "payments",
+                    PublishOptions::default(),
+                    Message::new("pay"),
+                )
+                .await
+                .unwrap();
+                // Consumed in bursts, so depth goes up and down.
+                if i % 40 > 25 {
+                    while consumer.try_recv().is_some() {}
+                }
+                tokio::time::sleep(Duration::from_millis(10 + (i % 7) * 3)).await;
+            }
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(9000)).await;
     let png = driver.screenshot().await;
     assert_eq!(&png[1..4], b"PNG");
     let out = std::env::var("SCREENSHOT").unwrap_or_else(|_| {
@@ -265,6 +294,9 @@ async fn the_page_shows_queues_and_redrives_and_purges_dead_letters_by_clicking(
     });
     std::fs::write(&out, &png).unwrap();
     eprintln!("screenshot: {out}");
+
+    traffic.abort();
+    let _ = traffic.await;
 
     // Re-drive the first dead letter: back to `orders`.
     let first = broker.peek("orders.dlq", 10).unwrap()[0].seq;

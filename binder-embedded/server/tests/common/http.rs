@@ -38,6 +38,18 @@ pub async fn request(
     auth: Option<(&str, &str)>,
     body: Option<&Value>,
 ) -> Response {
+    request_with(addr, method, path, auth, body, &[]).await
+}
+
+/// [`request`] with more headers.
+pub async fn request_with(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    auth: Option<(&str, &str)>,
+    body: Option<&Value>,
+    extra: &[(&str, &str)],
+) -> Response {
     let mut stream = TcpStream::connect(addr).await.unwrap();
     let body = body.map(|b| b.to_string()).unwrap_or_default();
     let mut req = format!(
@@ -50,6 +62,9 @@ pub async fn request(
     if let Some((user, password)) = auth {
         let token = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
         req.push_str(&format!("Authorization: Basic {token}\r\n"));
+    }
+    for (name, value) in extra {
+        req.push_str(&format!("{name}: {value}\r\n"));
     }
     req.push_str("\r\n");
     req.push_str(&body);
