@@ -67,8 +67,15 @@ async fn a_management_table_in_the_server_config_serves_the_api() {
     ch.queue_declare("served".into(), Default::default(), Default::default())
         .await
         .unwrap();
-    let publish = json!({"properties": {"headers": {"k": "v"}}, "routing_key": "served", "payload": "hello"});
-    let (status, routed) = call(api, "POST", "/api/exchanges/%2F/amq.default/publish", Some(publish)).await;
+    let publish =
+        json!({"properties": {"headers": {"k": "v"}}, "routing_key": "served", "payload": "hello"});
+    let (status, routed) = call(
+        api,
+        "POST",
+        "/api/exchanges/%2F/amq.default/publish",
+        Some(publish),
+    )
+    .await;
     assert_eq!((status, routed), (200, json!({"routed": true})));
     let (_, q) = call(api, "GET", "/api/queues/%2F/served", None).await;
     assert_eq!(q["messages_ready"], 1);

@@ -87,7 +87,8 @@ pub struct ConsumerInfo {
 /// Broker-wide counts ([`Broker::totals`](crate::Broker::totals)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Totals {
-    /// Publishes through the broker since it started (unroutable ones included).
+    /// Publishes through the broker since it started (unroutable ones and re-drive copies
+    /// included; dead-lettering is not a publish).
     pub published: u64,
     /// Open connections.
     pub connections: u32,

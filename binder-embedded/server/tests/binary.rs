@@ -83,7 +83,12 @@ fn an_unknown_key_stops_the_binary_with_its_name() {
 #[test]
 fn management_listen_serves_the_api_and_a_remote_address_must_be_allowed() {
     let mut child = Command::new(env!("CARGO_BIN_EXE_stream-broker"))
-        .args(["--listen", "127.0.0.1:0", "--management-listen", "127.0.0.1:0"])
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--management-listen",
+            "127.0.0.1:0",
+        ])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -114,10 +119,18 @@ fn management_listen_serves_the_api_and_a_remote_address_must_be_allowed() {
     let _ = child.kill();
     let _ = child.wait();
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
-    assert!(answer.contains("\"product_name\":\"stream-broker\""), "{answer}");
+    assert!(
+        answer.contains("\"product_name\":\"stream-broker\""),
+        "{answer}"
+    );
 
     let out = Command::new(env!("CARGO_BIN_EXE_stream-broker"))
-        .args(["--listen", "127.0.0.1:0", "--management-listen", "0.0.0.0:0"])
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--management-listen",
+            "0.0.0.0:0",
+        ])
         .output()
         .unwrap();
     assert!(!out.status.success());

@@ -97,7 +97,6 @@ impl<E: Envelope> State<E> {
         };
         let mut copy = E::Record::clone(&message.body);
         E::set_routing_key(&mut copy, Arc::from(routing_key));
-        self.published += 1;
         // Channel 0 is no channel: nothing is returned (not mandatory).
         Ok(
             match self.route_and_enqueue(0, exchange, false, Arc::new(copy)) {
