@@ -372,8 +372,9 @@ pub struct UserConfig {
     /// A plain password (for development); exactly one of `password` and `password_hash`.
     #[serde(default)]
     pub password: Option<String>,
-    /// Tags (`administrator`, `management`, ...). As in RabbitMQ they grant nothing over
-    /// AMQP (there they govern the management UI); the server logs them with each connection.
+    /// Tags (`administrator`, `monitoring`, `policymaker`, `management`, ...). As in
+    /// RabbitMQ they grant nothing over AMQP (the server logs them with each connection);
+    /// they open the management API (`[management]`) and decide what it shows.
     #[serde(default)]
     pub tags: Vec<String>,
     /// Permissions per virtual host.
