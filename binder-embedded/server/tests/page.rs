@@ -1,7 +1,7 @@
 //! The management page end to end in headless Chromium, driven over WebDriver
 //! (`chromedriver`): log in, see the queues, open a dead-letter queue, re-drive one message,
 //! purge one, re-drive all, purge all, by clicking. A screenshot goes to
-//! `$SCREENSHOT` (default `target/management-page.png`).
+//! `$SCREENSHOT` (default `stream-broker-management-page.png` in the temporary directory).
 //!
 //! Skipped, with the reason printed, when `chromium` or `chromedriver` is missing, unless
 //! `REQUIRE_CLIENTS=1` is set: then a missing browser fails the test (Debian:
@@ -287,10 +287,10 @@ async fn the_page_shows_queues_and_redrives_and_purges_dead_letters_by_clicking(
     let png = driver.screenshot().await;
     assert_eq!(&png[1..4], b"PNG");
     let out = std::env::var("SCREENSHOT").unwrap_or_else(|_| {
-        format!(
-            "{}/../../target/management-page.png",
-            env!("CARGO_MANIFEST_DIR")
-        )
+        std::env::temp_dir()
+            .join("stream-broker-management-page.png")
+            .display()
+            .to_string()
     });
     std::fs::write(&out, &png).unwrap();
     eprintln!("screenshot: {out}");
