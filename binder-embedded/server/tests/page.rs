@@ -210,6 +210,24 @@ async fn the_page_shows_queues_and_redrives_and_purges_dead_letters_by_clicking(
         .unwrap();
     ch.queue_declare("orders.dlq", QueueOptions::default(), FieldTable::new())
         .unwrap();
+    // Not named *.dlq, but its messages carry x-death: shown as a dead-letter queue too.
+    let mut parked = FieldTable::new();
+    parked.insert("x-dead-letter-exchange", "");
+    parked.insert("x-dead-letter-routing-key", "parking");
+    ch.queue_declare("retry", QueueOptions::default(), parked)
+        .unwrap();
+    ch.queue_declare("parking", QueueOptions::default(), FieldTable::new())
+        .unwrap();
+    ch.basic_publish(
+        "",
+        "retry",
+        PublishOptions::default(),
+        Message::new("parked"),
+    )
+    .await
+    .unwrap();
+    let got = ch.basic_get("retry", false).unwrap().unwrap();
+    ch.basic_reject(got.delivery.delivery_tag, false).unwrap();
     for i in 0..4 {
         let m = Message::new(format!("order {i}"))
             .with_header("x-exception-message", format!("boom {i}"));
@@ -247,6 +265,17 @@ async fn the_page_shows_queues_and_redrives_and_purges_dead_letters_by_clicking(
     driver
         .until("the dead letters", &format!("{} === 4", rows("orders.dlq")))
         .await;
+    driver
+        .until(
+            "the parking queue, by its x-death",
+            &format!("{} === 1", rows("parking")),
+        )
+        .await;
+    assert_eq!(
+        driver.script(&format!("return {}", rows("retry"))).await,
+        json!(0),
+        "a queue without dead letters is not shown"
+    );
     let text = driver
         .script("return document.querySelector('section[data-dlq=\"orders.dlq\"]').innerText")
         .await;
