@@ -441,6 +441,14 @@ async fn get_settles_by_its_ack_mode_and_purge_empties() {
         (r.status, r.json()["reason"].clone()),
         (400, json!("unknown field 'colour'"))
     );
+    let echo = json!({"vhost": "/", "name": "work", "count": 1, "ackmode": "ack_requeue_true"});
+    assert_eq!(
+        post(&f, path, GUEST, echo).await.status,
+        200,
+        "the path's names are fine"
+    );
+    let other = json!({"vhost": "/", "name": "other", "count": 1, "ackmode": "ack_requeue_true"});
+    assert_eq!(post(&f, path, GUEST, other).await.status, 400);
     let r = post(
         &f,
         "/api/queues/%2F/nope/get",

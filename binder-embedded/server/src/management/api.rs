@@ -297,6 +297,18 @@ enum AckMode {
     RejectRequeueFalse,
 }
 
+/// A body's `vhost` or `name` field (RabbitMQ's page sends them): must be the path's.
+fn same_as_path(field: &str, value: &Value, vhost: &str, name: &str) -> Result<(), ApiError> {
+    let path = if field == "vhost" { vhost } else { name };
+    if value.as_str() == Some(path) {
+        Ok(())
+    } else {
+        Err(ApiError::bad_request(format!(
+            "{field} {value} is not the path's '{path}'"
+        )))
+    }
+}
+
 fn body_object(body: &Bytes) -> Result<Map<String, Value>, ApiError> {
     match serde_json::from_slice::<Value>(body) {
         Ok(Value::Object(map)) => Ok(map),
@@ -358,8 +370,8 @@ pub(crate) async fn get<E: WireEnvelope>(
                     })? as usize),
                 }
             }
-            // What RabbitMQ's own page sends along.
-            "vhost" | "name" => {}
+            // What RabbitMQ's own page sends along: the path's, or refused.
+            "vhost" | "name" => same_as_path(k, v, &vhost, &name)?,
             other => return Err(ApiError::bad_request(format!("unknown field '{other}'"))),
         }
     }
@@ -506,7 +518,7 @@ pub(crate) async fn publish<E: WireEnvelope>(
                 properties =
                     json::to_properties(map).map_err(|e| ApiError::bad_request(e.to_string()))?;
             }
-            "vhost" | "name" | "props" => {}
+            "vhost" | "name" => same_as_path(k, v, &vhost, &name)?,
             other => return Err(ApiError::bad_request(format!("unknown field '{other}'"))),
         }
     }
