@@ -119,14 +119,29 @@ impl Driver {
         panic!("no element {css}");
     }
 
+    /// Clicks the element matching `css`; the page redraws its tables every two seconds, so
+    /// an element found just before a redraw is found again.
     async fn click(&self, css: &str) {
-        let id = self.find(css).await;
-        self.call(
-            "POST",
-            &self.path(&format!("/element/{id}/click")),
-            Some(json!({})),
-        )
-        .await;
+        for _ in 0..20 {
+            let id = self.find(css).await;
+            let r = http::request(
+                self.addr,
+                "POST",
+                &self.path(&format!("/element/{id}/click")),
+                None,
+                Some(&json!({})),
+            )
+            .await;
+            if r.status == 200 {
+                return;
+            }
+            let v = r.json();
+            assert_eq!(
+                v["value"]["error"], "stale element reference",
+                "click {css}: {v}"
+            );
+        }
+        panic!("{css} kept going stale");
     }
 
     async fn type_into(&self, css: &str, text: &str) {
@@ -172,7 +187,23 @@ impl Driver {
 }
 
 impl Drop for Driver {
+    /// Ends the session first (chromedriver then closes the browser, which would outlive a
+    /// killed chromedriver), also when a test panics.
     fn drop(&mut self) {
+        if !self.session.is_empty() {
+            use std::io::{Read, Write};
+            if let Ok(mut s) = std::net::TcpStream::connect(self.addr) {
+                let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
+                let req = format!(
+                    "DELETE /session/{} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\nContent-Length: 0\r\n\r\n",
+                    self.session, self.addr
+                );
+                if s.write_all(req.as_bytes()).is_ok() {
+                    // The answer comes once the browser is closed.
+                    let _ = s.read(&mut [0u8; 1024]);
+                }
+            }
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -379,7 +410,6 @@ async fn the_page_shows_queues_and_redrives_and_purges_dead_letters_by_clicking(
     assert_eq!(broker.queue_counts("orders.dlq"), Some((0, 0)));
     assert_eq!(broker.queue_counts("orders"), Some((4, 0)));
 
-    let _ = http::request(driver.addr, "DELETE", &driver.path(""), None, None).await;
     drop(driver);
     server.shutdown().await;
 }
