@@ -254,6 +254,13 @@ impl EmbeddedBinder {
         self.listener.tls_addr()
     }
 
+    /// Where the binder's broker serves its HTTP management API and page (a
+    /// `[management]` table in `spring.embedded.server-config`), with the port chosen for
+    /// port 0; `None` when it does not.
+    pub fn management_addr(&self) -> Option<std::net::SocketAddr> {
+        self.listener.management_addr()
+    }
+
     /// What durable storage a binding asks for, which the in-memory engine cannot give
     /// (`None`: nothing):
     /// * a consumer whose queues are durable (a group with `durableSubscription`, the

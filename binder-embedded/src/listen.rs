@@ -2,7 +2,8 @@
 //! by `stream-broker`'s server (the code the standalone `stream-broker` runs), so one service
 //! hosts the broker and services in other processes reach it with the `rabbit` binder.
 //! A `[tls]` table in `spring.embedded.server-config` adds the server's TLS listener (at its
-//! `tls.listen`), the same code path as the standalone server's.
+//! `tls.listen`), the same code path as the standalone server's; a `[management]` table
+//! adds its HTTP management API and page (at its `management.listen`).
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -86,6 +87,13 @@ impl Listener {
     pub(crate) fn tls_addr(&self) -> Option<SocketAddr> {
         let running = self.running.lock().unwrap_or_else(|p| p.into_inner());
         running.as_ref().and_then(|r| r.server.tls_addr())
+    }
+
+    /// Where the broker's HTTP management API is served (the server file's `[management]`
+    /// table), if it is.
+    pub(crate) fn management_addr(&self) -> Option<SocketAddr> {
+        let running = self.running.lock().unwrap_or_else(|p| p.into_inner());
+        running.as_ref().and_then(|r| r.server.management_addr())
     }
 
     /// Stops serving: closes every network connection with 320 CONNECTION_FORCED.

@@ -8,6 +8,9 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use crate::envelope::{Envelope, Native};
 use crate::field::FieldTable;
+use crate::inspect::{
+    BindingInfo, ConsumerInfo, ExchangeInfo, PeekedMessage, QueueInfo, Redrive, Totals,
+};
 use crate::store::{Durability, MemoryStore, MessageStore, StoreError};
 use tokio::sync::Notify;
 use tokio::sync::mpsc::{self, UnboundedReceiver};
@@ -257,6 +260,107 @@ impl<E: Envelope> Broker<E> {
     /// if the queue exists.
     pub fn queue_unacked(&self, queue: &str) -> Option<u32> {
         self.shared.lock().queue_unacked(queue)
+    }
+
+    /// Every queue with its counts, sorted by name (a snapshot; see [`crate::inspect`]).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// use stream_engine::*;
+    /// let broker: Broker = Broker::new();
+    /// let conn = broker.connect();
+    /// let ch = conn.open_channel().unwrap();
+    /// ch.queue_declare("jobs", QueueOptions::default(), Default::default()).unwrap();
+    /// ch.basic_publish("", "jobs", PublishOptions::default(), Message::new("hi")).await.unwrap();
+    /// let jobs = &broker.queues()[0];
+    /// assert_eq!((jobs.name.as_str(), jobs.messages_ready, jobs.published), ("jobs", 1, 1));
+    /// # }
+    /// ```
+    pub fn queues(&self) -> Vec<QueueInfo> {
+        self.shared.lock().queue_infos()
+    }
+
+    /// Every exchange, the default one (`""`) first, then by name.
+    pub fn exchanges(&self) -> Vec<ExchangeInfo> {
+        self.shared.lock().exchange_infos()
+    }
+
+    /// Every binding: the default exchange's implicit one per queue, then each exchange's.
+    pub fn bindings(&self) -> Vec<BindingInfo> {
+        self.shared.lock().binding_infos()
+    }
+
+    /// Every consumer, by queue then tag.
+    pub fn consumers(&self) -> Vec<ConsumerInfo> {
+        self.shared.lock().consumer_infos()
+    }
+
+    /// Broker-wide counts: publishes since start, connections, channels, consumers.
+    pub fn totals(&self) -> Totals {
+        self.shared.lock().totals()
+    }
+
+    /// Up to `max` ready messages of a queue in delivery order, seen in place: nothing is
+    /// delivered or marked redelivered. A 404 error if the queue does not exist.
+    pub fn peek(&self, queue: &str, max: usize) -> AmqpResult<Vec<PeekedMessage<E::Record>>> {
+        self.shared.lock().peek(queue, max)
+    }
+
+    /// Removes the ready message at arrival position `seq` ([`PeekedMessage::seq`]) as if it
+    /// were acknowledged (it is not dead-lettered); whether it was there. Exclusive queues
+    /// are refused (405).
+    pub fn discard(&self, queue: &str, seq: u64) -> AmqpResult<bool> {
+        self.shared.with(|s| s.discard(queue, seq))
+    }
+
+    /// Moves the ready message at arrival position `seq` to `exchange` with `routing_key`
+    /// (its properties, headers and payload unchanged; a dead-letter queue's message back to
+    /// where it came from). The copy is published first, and the original removed only once
+    /// the copy is in every queue it reached (and durable there, with a message store): if
+    /// the copy goes nowhere, is refused, or the store fails, the original stays. With a
+    /// store, a failure between the two leaves both (at least once, never lost).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// use stream_engine::*;
+    /// let broker: Broker = Broker::new();
+    /// let conn = broker.connect();
+    /// let ch = conn.open_channel().unwrap();
+    /// for q in ["work", "work.dlq"] {
+    ///     ch.queue_declare(q, QueueOptions::default(), Default::default()).unwrap();
+    /// }
+    /// ch.basic_publish("", "work.dlq", PublishOptions::default(), Message::new("x")).await.unwrap();
+    /// let seq = broker.peek("work.dlq", 10).unwrap()[0].seq;
+    /// assert_eq!(broker.redrive("work.dlq", seq, "", "work").await.unwrap(), Redrive::Moved(1));
+    /// assert_eq!(broker.queue_counts("work"), Some((1, 0)));
+    /// assert_eq!(broker.queue_counts("work.dlq"), Some((0, 0)));
+    /// # }
+    /// ```
+    pub async fn redrive(
+        &self,
+        queue: &str,
+        seq: u64,
+        exchange: &str,
+        routing_key: &str,
+    ) -> AmqpResult<Redrive> {
+        let (outcome, durability) = self.shared.with(|s| {
+            let outcome = s.redrive_copy(queue, seq, exchange, routing_key)?;
+            let durability = s.take_durability();
+            if durability.is_none() && matches!(outcome, Redrive::Moved(_)) {
+                // Nothing to wait for: the move is one atomic step.
+                s.discard(queue, seq)?;
+            }
+            Ok((outcome, durability))
+        })?;
+        if let Some(durability) = durability {
+            for point in durability {
+                point.await.map_err(|e| AmqpError::store_failed(&e))?;
+            }
+            if matches!(outcome, Redrive::Moved(_)) {
+                self.discard(queue, seq)?;
+            }
+        }
+        Ok(outcome)
     }
 
     /// Whether an exchange exists.

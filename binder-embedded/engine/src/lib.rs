@@ -23,6 +23,7 @@ mod error;
 mod exchange;
 mod field;
 mod inbox;
+pub mod inspect;
 pub mod memory;
 mod message;
 mod naming;
@@ -40,6 +41,9 @@ pub use dead_letter::DeathReason;
 pub use envelope::{Envelope, Native};
 pub use error::{AmqpError, AmqpResult, ReplyCode};
 pub use field::{Decimal, FieldTable, FieldValue};
+pub use inspect::{
+    BindingInfo, ConsumerInfo, ExchangeInfo, PeekedMessage, QueueInfo, Redrive, Totals,
+};
 pub use message::{Message, Properties, Published};
 pub use storage::{FifoStorage, PriorityStorage, QueueStorage, QueuedMessage};
 pub use store::{

@@ -188,6 +188,11 @@ pub(crate) struct Queue<E: Envelope> {
     pub had_consumer: bool,
     pub last_used: Instant,
     pub next_seq: u64,
+    /// Messages enqueued since the queue was declared (management's `publish` count).
+    pub published: u64,
+    /// Messages handed to consumers or `basic.get` since the queue was declared
+    /// (management's `deliver_get` count; redeliveries count again).
+    pub delivered: u64,
 }
 
 impl<E: Envelope> Queue<E> {
@@ -217,6 +222,8 @@ impl<E: Envelope> Queue<E> {
             had_consumer: false,
             last_used: Instant::now(),
             next_seq: 0,
+            published: 0,
+            delivered: 0,
         }
     }
 

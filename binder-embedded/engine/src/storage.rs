@@ -74,6 +74,10 @@ pub trait QueueStorage<E: Envelope = Native>: fmt::Debug + Send {
     fn bytes(&self) -> usize;
     /// Removes every ready message.
     fn drain(&mut self) -> Vec<QueuedMessage<E>>;
+    /// The ready messages in delivery order, without removing them.
+    fn iter(&self) -> Box<dyn Iterator<Item = &QueuedMessage<E>> + '_>;
+    /// Removes the ready message with this arrival position, if it is here.
+    fn remove(&mut self, seq: u64) -> Option<QueuedMessage<E>>;
 }
 
 /// First-in, first-out storage in memory.
@@ -116,6 +120,17 @@ impl<E: Envelope> QueueStorage<E> for FifoStorage<E> {
     fn drain(&mut self) -> Vec<QueuedMessage<E>> {
         self.bytes = 0;
         self.messages.drain(..).collect()
+    }
+
+    fn iter(&self) -> Box<dyn Iterator<Item = &QueuedMessage<E>> + '_> {
+        Box::new(self.messages.iter())
+    }
+
+    fn remove(&mut self, seq: u64) -> Option<QueuedMessage<E>> {
+        let at = self.messages.iter().position(|m| m.seq == seq)?;
+        let m = self.messages.remove(at)?;
+        self.bytes -= m.size();
+        Some(m)
     }
 }
 
@@ -171,6 +186,14 @@ impl<E: Envelope> QueueStorage<E> for PriorityStorage<E> {
             .flat_map(FifoStorage::<E>::drain)
             .collect()
     }
+
+    fn iter(&self) -> Box<dyn Iterator<Item = &QueuedMessage<E>> + '_> {
+        Box::new(self.levels.iter().rev().flat_map(|l| l.messages.iter()))
+    }
+
+    fn remove(&mut self, seq: u64) -> Option<QueuedMessage<E>> {
+        self.levels.iter_mut().find_map(|l| l.remove(seq))
+    }
 }
 
 #[cfg(test)]
@@ -207,8 +230,11 @@ mod tests {
         let second = s.pop().unwrap();
         s.requeue(second);
         s.requeue(first);
+        assert_eq!(s.remove(2).map(|m| m.seq), Some(2));
+        assert!(s.remove(2).is_none(), "gone");
+        assert_eq!(s.bytes(), 30);
         let order: Vec<u64> = s.drain().iter().map(|m| m.seq).collect();
-        assert_eq!(order, vec![0, 1, 2, 3]);
+        assert_eq!(order, vec![0, 1, 3]);
         assert_eq!(s.bytes(), 0);
     }
 
@@ -221,6 +247,8 @@ mod tests {
         s.push(msg(3, 0));
         assert_eq!(s.len(), 4);
         assert_eq!(s.bytes(), 40);
+        let peeked: Vec<u64> = s.iter().map(|m| m.seq).collect();
+        assert_eq!(peeked, vec![1, 2, 0, 3], "iter is delivery order");
         let order: Vec<u64> = std::iter::from_fn(|| s.pop()).map(|m| m.seq).collect();
         assert_eq!(
             order,

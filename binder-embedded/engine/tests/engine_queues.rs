@@ -196,3 +196,65 @@ async fn deleting_a_queue_cancels_its_consumers_with_notification() {
     }
     assert!(consumer.recv().await.is_none(), "the consumer stream ends");
 }
+
+#[tokio::test]
+async fn snapshots_count_publishes_deliveries_and_list_what_exists() {
+    let (b, _conn, ch) = open();
+    ch.queue_declare("jobs", QueueOptions::default(), FieldTable::new())
+        .unwrap();
+    ch.exchange_declare(
+        "x",
+        ExchangeKind::Fanout,
+        Default::default(),
+        FieldTable::new(),
+    )
+    .unwrap();
+    ch.queue_bind("jobs", "x", "", FieldTable::new()).unwrap();
+    for _ in 0..5 {
+        ch.basic_publish("x", "", PublishOptions::default(), Message::new("m"))
+            .await
+            .unwrap();
+    }
+    ch.basic_publish("x", "", PublishOptions::default(), Message::new("m"))
+        .await
+        .unwrap();
+    let mut consumer = ch.basic_consume("jobs", ConsumeOptions::default()).unwrap();
+    let mut got = Vec::new();
+    while got.len() < 6 {
+        consumer.recv_many(&mut got, 10).await;
+    }
+    let jobs = b.queues().into_iter().find(|q| q.name == "jobs").unwrap();
+    assert_eq!((jobs.published, jobs.delivered), (6, 6));
+    assert_eq!((jobs.messages_ready, jobs.messages_unacknowledged), (0, 6));
+    assert_eq!(jobs.consumers, 1);
+    // A requeue and a redelivery count again.
+    ch.basic_nack(got[0].delivery_tag, false, true).unwrap();
+    consumer.recv().await.unwrap();
+    let jobs = b.queues().into_iter().find(|q| q.name == "jobs").unwrap();
+    assert_eq!((jobs.published, jobs.delivered), (6, 7));
+    assert_eq!(b.totals().published, 6);
+    assert_eq!(b.totals().consumers, 1);
+    let c = &b.consumers()[0];
+    assert_eq!(
+        (c.queue.as_str(), c.ack_required, c.unacknowledged),
+        ("jobs", true, 6)
+    );
+    let exchanges = b.exchanges();
+    assert_eq!(exchanges[0].name, "", "the default exchange first");
+    assert!(
+        exchanges
+            .iter()
+            .any(|x| x.name == "x" && x.kind == ExchangeKind::Fanout)
+    );
+    let bindings = b.bindings();
+    assert!(
+        bindings
+            .iter()
+            .any(|b| b.source.is_empty() && b.destination == "jobs")
+    );
+    assert!(
+        bindings
+            .iter()
+            .any(|b| b.source == "x" && b.destination == "jobs" && !b.destination_is_exchange)
+    );
+}

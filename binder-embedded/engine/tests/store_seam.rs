@@ -537,3 +537,112 @@ async fn the_queues_of_one_publish_share_its_publication_number() {
     first.sort();
     assert_eq!(first, ["a", "b"]);
 }
+
+#[tokio::test]
+async fn a_redrive_removes_the_original_only_once_the_copy_is_durable() {
+    let store = RecordingStore::default();
+    let broker = broker(&store);
+    let conn = broker.connect();
+    let ch = conn.open_channel().unwrap();
+    for q in ["work", "work.dlq"] {
+        ch.queue_declare(q, durable(), FieldTable::new()).unwrap();
+    }
+    for text in ["a", "b"] {
+        let publish = ch.basic_publish("", "work.dlq", Default::default(), persistent(text));
+        tokio::pin!(publish);
+        while tokio::time::timeout(Duration::from_millis(5), &mut publish)
+            .await
+            .is_err()
+        {
+            store.release_all();
+        }
+    }
+    let seqs: Vec<u64> = broker
+        .peek("work.dlq", 10)
+        .unwrap()
+        .iter()
+        .map(|m| m.seq)
+        .collect();
+
+    // The copy's write is pending: the original stays until it is durable.
+    let redrive = tokio::spawn({
+        let (broker, seq) = (broker.clone(), seqs[0]);
+        async move { broker.redrive("work.dlq", seq, "", "work").await }
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(!redrive.is_finished());
+    assert_eq!(
+        broker.queue_counts("work.dlq"),
+        Some((2, 0)),
+        "both still there"
+    );
+    assert_eq!(
+        broker.queue_counts("work"),
+        Some((1, 0)),
+        "the copy is enqueued"
+    );
+    assert_eq!(store.release_all(), 1);
+    assert_eq!(redrive.await.unwrap().unwrap(), Redrive::Moved(1));
+    assert_eq!(broker.queue_counts("work.dlq"), Some((1, 0)));
+    assert!(
+        store
+            .calls()
+            .contains(&Call::Removed("work.dlq".into(), seqs[0], Removal::Acked)),
+        "the store forgets the original"
+    );
+
+    // A store that fails to keep the copy leaves the original where it was.
+    let redrive = tokio::spawn({
+        let (broker, seq) = (broker.clone(), seqs[1]);
+        async move { broker.redrive("work.dlq", seq, "", "work").await }
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    store.fail_all();
+    let error = redrive.await.unwrap().unwrap_err();
+    assert_eq!(error.code, ReplyCode::InternalError);
+    let left = broker.peek("work.dlq", 10).unwrap();
+    assert_eq!(left.len(), 1);
+    assert_eq!(left[0].seq, seqs[1], "not lost");
+    assert!(!left[0].redelivered, "peeking delivers nothing");
+
+    // Unroutable: nothing moves, and a gone message is said to be gone.
+    assert_eq!(
+        broker
+            .redrive("work.dlq", seqs[1], "amq.direct", "nowhere")
+            .await
+            .unwrap(),
+        Redrive::Unroutable
+    );
+    assert_eq!(broker.queue_counts("work.dlq"), Some((1, 0)));
+    assert_eq!(
+        broker
+            .redrive("work.dlq", seqs[0], "", "work")
+            .await
+            .unwrap(),
+        Redrive::NotFound
+    );
+    assert_eq!(broker.discard("work.dlq", seqs[1]), Ok(true));
+    assert_eq!(broker.discard("work.dlq", seqs[1]), Ok(false));
+    assert_eq!(broker.queue_counts("work.dlq"), Some((0, 0)));
+    assert_eq!(
+        broker
+            .redrive("nope", 1, "", "work")
+            .await
+            .unwrap_err()
+            .code,
+        ReplyCode::NotFound
+    );
+
+    // Counters for management: two publishes to work.dlq plus the copies to work.
+    let queues = broker.queues();
+    let work = queues.iter().find(|q| q.name == "work").unwrap();
+    let dlq = queues.iter().find(|q| q.name == "work.dlq").unwrap();
+    assert_eq!((dlq.published, dlq.delivered), (2, 0));
+    assert_eq!(work.published, 2, "the redriven and the failed copy");
+    assert!(work.durable);
+    assert_eq!(
+        broker.totals().published,
+        5,
+        "2 publishes and 3 redrive copies"
+    );
+}

@@ -145,6 +145,11 @@ enum Secret {
 }
 
 impl User {
+    /// Whether one of the user's tags is `tag`.
+    pub fn has_tag(&self, tag: &str) -> bool {
+        self.tags.iter().any(|t| t == tag)
+    }
+
     /// Whether the password is this user's.
     pub fn password_matches(&self, password: &[u8]) -> bool {
         match &self.secret {
@@ -270,6 +275,25 @@ impl Users {
         Ok(Users { by_name })
     }
 
+    /// Checks a user name and password from `peer` (HTTP basic authentication of the
+    /// management API), with the loopback rule.
+    pub fn login(
+        &self,
+        name: &str,
+        password: &[u8],
+        peer: IpAddr,
+    ) -> Result<std::sync::Arc<User>, AuthError> {
+        let user = self
+            .by_name
+            .get(name)
+            .filter(|u| u.password_matches(password))
+            .ok_or_else(|| AuthError::InvalidCredentials(name.to_owned()))?;
+        if !user.may_connect_from(peer) {
+            return Err(AuthError::LoopbackOnly(name.to_owned()));
+        }
+        Ok(user.clone())
+    }
+
     /// Authenticates a SASL response from `peer`.
     pub fn authenticate(
         &self,
@@ -282,15 +306,7 @@ impl Users {
             "AMQPLAIN" => parse_amqplain(response)?,
             other => return Err(AuthError::UnknownMechanism(other.to_owned())),
         };
-        let user = self
-            .by_name
-            .get(&name)
-            .filter(|u| u.password_matches(&password))
-            .ok_or_else(|| AuthError::InvalidCredentials(name.clone()))?;
-        if !user.may_connect_from(peer) {
-            return Err(AuthError::LoopbackOnly(name));
-        }
-        Ok(user.clone())
+        self.login(&name, &password, peer)
     }
 }
 

@@ -29,6 +29,9 @@
 //! verify = "verify_peer"
 //! fail_if_no_peer_cert = true
 //! versions = ["tlsv1.3", "tlsv1.2"]
+//!
+//! [management]                           # the HTTP management API and page (off without it)
+//! listen = "127.0.0.1:15672"
 //! ```
 
 use std::collections::BTreeMap;
@@ -88,6 +91,71 @@ pub struct ServerConfig {
     /// `ssl_options.*`); `None`: plain AMQP only.
     #[serde(default)]
     pub tls: Option<TlsConfig>,
+    /// The HTTP management API and page (a subset of RabbitMQ's management plugin, see
+    /// the crate's README); `None`: off, as RabbitMQ's plugin is until enabled.
+    #[serde(default)]
+    pub management: Option<ManagementConfig>,
+}
+
+/// The HTTP management listener (`[management]`): RabbitMQ's `management.tcp.*`.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ManagementConfig {
+    /// Where it listens; default `127.0.0.1:15672` (RabbitMQ's port). Port 0 picks one
+    /// ([`Server::management_addr`](crate::Server::management_addr) tells which).
+    #[serde(default = "default_management_listen")]
+    pub listen: SocketAddr,
+    /// Must be `true` for a `listen` address that is not a loopback one: the API can purge
+    /// queues and publish, so it is not exposed to the network by accident.
+    #[serde(default)]
+    pub allow_remote: bool,
+    /// How often message rates are sampled, in milliseconds (RabbitMQ's
+    /// `collect_statistics_interval`, default 5000); rates are over the last interval.
+    #[serde(default = "default_sample_interval_ms")]
+    pub sample_interval_ms: u64,
+}
+
+impl Default for ManagementConfig {
+    fn default() -> Self {
+        ManagementConfig {
+            listen: default_management_listen(),
+            allow_remote: false,
+            sample_interval_ms: default_sample_interval_ms(),
+        }
+    }
+}
+
+impl ManagementConfig {
+    /// Checks the loopback rule and the sample interval.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if !self.listen.ip().is_loopback() && !self.allow_remote {
+            return Err(ConfigError::Invalid(format!(
+                "management.listen {} is not a loopback address: set management.allow_remote = \
+                 true to serve the management API to the network",
+                self.listen
+            )));
+        }
+        if self.sample_interval_ms < 10 {
+            return Err(ConfigError::Invalid(format!(
+                "management.sample_interval_ms {} is below 10",
+                self.sample_interval_ms
+            )));
+        }
+        Ok(())
+    }
+
+    /// The sample interval as a duration.
+    pub fn sample_interval(&self) -> Duration {
+        Duration::from_millis(self.sample_interval_ms)
+    }
+}
+
+fn default_management_listen() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 15672))
+}
+
+fn default_sample_interval_ms() -> u64 {
+    5000
 }
 
 /// The TLS listener (`[tls]`): RabbitMQ's `listeners.ssl.default` and `ssl_options.*`.
@@ -304,8 +372,9 @@ pub struct UserConfig {
     /// A plain password (for development); exactly one of `password` and `password_hash`.
     #[serde(default)]
     pub password: Option<String>,
-    /// Tags (`administrator`, `management`, ...). As in RabbitMQ they grant nothing over
-    /// AMQP (there they govern the management UI); the server logs them with each connection.
+    /// Tags (`administrator`, `monitoring`, `policymaker`, `management`, ...). As in
+    /// RabbitMQ they grant nothing over AMQP (the server logs them with each connection);
+    /// they open the management API (`[management]`) and decide what it shows.
     #[serde(default)]
     pub tags: Vec<String>,
     /// Permissions per virtual host.
@@ -372,6 +441,7 @@ impl Default for ServerConfig {
             durability: None,
             disk_free_limit: None,
             tls: None,
+            management: None,
         }
     }
 }
@@ -441,6 +511,9 @@ impl ServerConfig {
         }
         if let Some(tls) = &self.tls {
             tls.validate()?;
+        }
+        if let Some(management) = &self.management {
+            management.validate()?;
         }
         if self.vhosts.is_empty() {
             return invalid("vhosts is empty".into());
@@ -551,6 +624,25 @@ mod tests {
         );
         let e = ServerConfig::from_toml("durability = \"none\"\n").unwrap_err();
         assert!(e.to_string().contains("data_dir is not"), "{e}");
+    }
+
+    #[test]
+    fn management_is_off_unless_configured_and_loopback_unless_asked() {
+        assert_eq!(ServerConfig::from_toml("").unwrap().management, None);
+        let c = ServerConfig::from_toml("[management]\n").unwrap();
+        let m = c.management.unwrap();
+        assert_eq!(m.listen, "127.0.0.1:15672".parse().unwrap());
+        assert_eq!(m.sample_interval_ms, 5000);
+        let e = ServerConfig::from_toml("[management]\nlisten = \"0.0.0.0:15672\"\n").unwrap_err();
+        assert!(e.to_string().contains("allow_remote"), "{e}");
+        let c =
+            ServerConfig::from_toml("[management]\nlisten = \"0.0.0.0:0\"\nallow_remote = true\n")
+                .unwrap();
+        assert!(c.management.unwrap().allow_remote);
+        let e = ServerConfig::from_toml("[management]\nport = 15672\n").unwrap_err();
+        assert!(e.to_string().contains("unknown field `port`"), "{e}");
+        let e = ServerConfig::from_toml("[management]\nsample_interval_ms = 1\n").unwrap_err();
+        assert!(e.to_string().contains("sample_interval_ms"), "{e}");
     }
 
     #[test]

@@ -51,6 +51,14 @@ pub enum ServerError {
         /// The system's error.
         source: io::Error,
     },
+    /// The management listen address (`management.listen`) could not be bound.
+    #[error("cannot listen for the management API (management.listen) on {addr}: {source}")]
+    BindManagement {
+        /// The address.
+        addr: std::net::SocketAddr,
+        /// The system's error.
+        source: io::Error,
+    },
     /// The listen address could not be bound.
     #[error("cannot listen on {addr}: {source}")]
     Bind {

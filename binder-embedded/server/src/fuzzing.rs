@@ -165,7 +165,7 @@ impl Harness {
         crate::server::serve(
             read,
             write,
-            peer,
+            (peer, peer),
             self.shared.clone(),
             self.stop.subscribe(),
             tokio::time::Instant::now() + self.shared.handshake_timeout(),

@@ -16,7 +16,9 @@
 //! * `convert`: engine messages and field tables to and from amq-protocol's types;
 //! * [`envelope`]: how a broker's records become wire messages ([`WireEnvelope`]);
 //! * `handshake`, `connection`, `channel`, `consumer`: one connection's life;
-//! * [`server`]: the listeners (plain and TLS) and graceful shutdown;
+//! * [`server`]: the listeners (plain, TLS and management) and graceful shutdown;
+//! * `registry`: the connections open now (for the management API);
+//! * `management`: the HTTP management API (RabbitMQ's paths and shapes) and page;
 //! * [`tls`]: the TLS listener's certificate, key, client verification and versions
 //!   (rustls);
 //! * `fuzzing` (hidden): what the fuzz targets in `fuzz/` drive.
@@ -32,14 +34,16 @@ mod error;
 #[doc(hidden)]
 pub mod fuzzing;
 mod handshake;
+mod management;
+mod registry;
 mod reply;
 pub mod server;
 pub mod tls;
 mod wire;
 
 pub use config::{
-    ConfigError, Limits, PermissionConfig, ServerConfig, TlsConfig, TlsVerify, TlsVersion,
-    UserConfig,
+    ConfigError, Limits, ManagementConfig, PermissionConfig, ServerConfig, TlsConfig, TlsVerify,
+    TlsVersion, UserConfig,
 };
 pub use envelope::WireEnvelope;
 pub use error::ServerError;

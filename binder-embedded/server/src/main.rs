@@ -1,6 +1,7 @@
 //! `stream-broker`: the bundled broker as a standalone AMQP 0-9-1 server.
 //!
-//! `stream-broker [--config FILE] [--listen ADDR] [--tls-listen ADDR] [--data-dir DIR]
+//! `stream-broker [--config FILE] [--listen ADDR] [--tls-listen ADDR]
+//! [--management-listen ADDR [--management-allow-remote]] [--data-dir DIR]
 //! [--durability MODE] [--disk-free-limit BYTES]`; ctrl-c or SIGTERM shuts it down
 //! gracefully (connections, TLS ones included, are closed with 320 CONNECTION_FORCED).
 
@@ -26,6 +27,14 @@ struct Args {
     /// table in the configuration file, which names the certificate and key).
     #[arg(long)]
     tls_listen: Option<SocketAddr>,
+    /// Serve the HTTP management API and page here (overrides the file's
+    /// `management.listen`; without either, management is off). A non-loopback address also
+    /// needs `--management-allow-remote` (or `management.allow_remote = true`).
+    #[arg(long)]
+    management_listen: Option<SocketAddr>,
+    /// Allow a non-loopback `--management-listen` address.
+    #[arg(long)]
+    management_allow_remote: bool,
     /// Keep durable exchanges, queues, bindings and persistent messages in this directory
     /// (overrides the file's `data_dir`; default: memory only).
     #[arg(long)]
@@ -72,6 +81,24 @@ async fn main() -> ExitCode {
                 eprintln!(
                     "stream-broker: --tls-listen needs a [tls] table in the configuration file \
                      (--config), with certfile and keyfile"
+                );
+                return ExitCode::FAILURE;
+            }
+        }
+    }
+    if let Some(listen) = args.management_listen {
+        config
+            .management
+            .get_or_insert_with(Default::default)
+            .listen = listen;
+    }
+    if args.management_allow_remote {
+        match &mut config.management {
+            Some(m) => m.allow_remote = true,
+            None => {
+                eprintln!(
+                    "stream-broker: --management-allow-remote needs --management-listen or a \
+                     [management] table"
                 );
                 return ExitCode::FAILURE;
             }

@@ -23,6 +23,7 @@ use crate::connection::Conn;
 use crate::envelope::WireEnvelope;
 use crate::error::ServerError;
 use crate::handshake::{self, ConnectionSlot, Reader, Refused, Terms};
+use crate::registry::{ConnectionInfo, OpenConnections};
 
 #[derive(Debug)]
 pub(crate) struct Shared<E: WireEnvelope> {
@@ -30,6 +31,8 @@ pub(crate) struct Shared<E: WireEnvelope> {
     limits: Limits,
     brokers: HashMap<String, Broker<E>>,
     open: Arc<AtomicUsize>,
+    /// Who is connected, for the management API.
+    pub(crate) listed: OpenConnections,
 }
 
 impl<E: WireEnvelope> Shared<E> {
@@ -77,7 +80,23 @@ impl<E: WireEnvelope> Shared<E> {
             limits: config.limits.clone(),
             brokers,
             open: Arc::new(AtomicUsize::new(0)),
+            listed: OpenConnections::default(),
         })
+    }
+
+    /// The users, for the management API's logins.
+    pub(crate) fn users(&self) -> &Users {
+        &self.users
+    }
+
+    /// The limits (the management API's publish honours `max_message_size`).
+    pub(crate) fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// Each virtual host's broker.
+    pub(crate) fn brokers(&self) -> &HashMap<String, Broker<E>> {
+        &self.brokers
     }
 
     /// The time from accept to `connection.open-ok` (the TLS handshake included).
@@ -115,6 +134,8 @@ pub struct Server<E: WireEnvelope = Native> {
     /// Blocks the stores' brokers' publishers while the disk is nearly full (`data_dir`'s
     /// `disk_free_limit`); stopped at shutdown.
     disk_monitor: Option<DiskMonitor>,
+    /// The management listener (`[management]`).
+    management: Option<crate::management::Management>,
 }
 
 impl Server<Native> {
@@ -257,9 +278,29 @@ impl<E: WireEnvelope> Server<E> {
             }
             _ => None,
         };
+        let management = match &config.management {
+            Some(m) => Some(
+                listen(m.listen).map_err(|source| ServerError::BindManagement {
+                    addr: m.listen,
+                    source,
+                })?,
+            ),
+            None => None,
+        };
         let tls_addr = tls.as_ref().map(|(_, addr, _)| *addr);
         let tls = tls.map(|(listener, _, acceptor)| (listener, acceptor));
         let (stop, stop_rx) = watch::channel(false);
+        let management = match (&config.management, management) {
+            (Some(m), Some((listener, addr))) => Some(crate::management::Management::start(
+                m,
+                listener,
+                addr,
+                local_addr,
+                shared.clone(),
+                stop_rx.clone(),
+            )),
+            _ => None,
+        };
         let accept = tokio::spawn(accept_loop(listener, tls, shared.clone(), stop_rx));
         match tls_addr {
             Some(tls_addr) => tracing::info!(%local_addr, %tls_addr, "stream-broker listening"),
@@ -273,6 +314,7 @@ impl<E: WireEnvelope> Server<E> {
             shared,
             stores: Vec::new(),
             disk_monitor: None,
+            management,
         })
     }
 
@@ -292,6 +334,12 @@ impl<E: WireEnvelope> Server<E> {
         self.shared.connections()
     }
 
+    /// The address the HTTP management API listens on (`[management]`'s `listen`, with
+    /// the port chosen when bound to port 0); `None` without a `[management]` table.
+    pub fn management_addr(&self) -> Option<SocketAddr> {
+        self.management.as_ref().map(|m| m.addr)
+    }
+
     /// Successful syncs of the message stores this server opened ([`Server::standalone`]
     /// with `data_dir`), summed over its virtual hosts' stores (see `DiskStore::syncs`);
     /// 0 without a data dir.
@@ -304,6 +352,9 @@ impl<E: WireEnvelope> Server<E> {
     pub async fn shutdown(self) {
         self.stop.send_replace(true);
         let _ = self.accept.await;
+        if let Some(management) = self.management {
+            management.stopped().await;
+        }
         drop(self.disk_monitor);
         for store in &self.stores {
             // Everything is written and synced, and the clean-shutdown marker spares the
@@ -388,8 +439,9 @@ async fn connection<E: WireEnvelope>(
 ) {
     let deadline = Instant::now() + shared.limits.handshake_timeout();
     let _ = socket.set_nodelay(true);
+    let local = socket.local_addr().unwrap_or(peer);
     let (read, write) = socket.into_split();
-    serve(read, write, peer, shared, stop, deadline, None).await;
+    serve(read, write, (peer, local), shared, stop, deadline, None).await;
 }
 
 /// What a connection's log lines say about its TLS session.
@@ -413,6 +465,7 @@ async fn tls_connection<E: WireEnvelope>(
 ) {
     let deadline = Instant::now() + shared.limits.handshake_timeout();
     let _ = socket.set_nodelay(true);
+    let local = socket.local_addr().unwrap_or(peer);
     let accept = tokio::time::timeout_at(deadline, acceptor.accept(socket));
     let stream = tokio::select! {
         _ = stopped(&mut stop) => return,
@@ -446,14 +499,23 @@ async fn tls_connection<E: WireEnvelope>(
     };
     // Shutting the write half down sends the TLS close_notify, then closes the socket.
     let (read, write) = tokio::io::split(stream);
-    serve(read, write, peer, shared, stop, deadline, Some(session)).await;
+    serve(
+        read,
+        write,
+        (peer, local),
+        shared,
+        stop,
+        deadline,
+        Some(session),
+    )
+    .await;
 }
 
 /// One connection's handshake and life over any transport.
 pub(crate) async fn serve<E: WireEnvelope>(
     read: impl AsyncRead + Send + Unpin + 'static,
     mut write: impl AsyncWrite + Send + Unpin + 'static,
-    peer: SocketAddr,
+    (peer, local): (SocketAddr, SocketAddr),
     shared: Arc<Shared<E>>,
     mut stop: watch::Receiver<bool>,
     deadline: Instant,
@@ -497,6 +559,14 @@ pub(crate) async fn serve<E: WireEnvelope>(
     let Some(broker) = shared.brokers.get(&vhost).cloned() else {
         return;
     };
+    let _listed = shared.listed.list(ConnectionInfo {
+        peer,
+        local,
+        user: user.clone(),
+        vhost: vhost.clone(),
+        tls: tls.as_ref().map(|t| t.version.clone()),
+        connected_at: std::time::SystemTime::now(),
+    });
     let tags = agreed.user.tags.join(",");
     match &tls {
         Some(t) => tracing::info!(

@@ -79,3 +79,61 @@ fn an_unknown_key_stops_the_binary_with_its_name() {
     assert!(err.contains("listen_backlog"), "{err}");
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[test]
+fn management_listen_serves_the_api_and_a_remote_address_must_be_allowed() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_stream-broker"))
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--management-listen",
+            "127.0.0.1:0",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut addr = None;
+    for line in stdout.lines() {
+        let line = line.unwrap();
+        if line.contains("management API listening") {
+            let rest = line.split("addr=").nth(1).expect("an addr field");
+            addr = Some(rest.split_whitespace().next().unwrap().to_owned());
+            break;
+        }
+    }
+    let addr = addr.expect("no management line");
+    let answer = {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(&addr).unwrap();
+        // guest:guest
+        s.write_all(
+            b"GET /api/overview HTTP/1.1\r\nHost: x\r\nConnection: close\r\nAuthorization: Basic Z3Vlc3Q6Z3Vlc3Q=\r\n\r\n",
+        )
+        .unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).unwrap();
+        out
+    };
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(
+        answer.contains("\"product_name\":\"stream-broker\""),
+        "{answer}"
+    );
+
+    let out = Command::new(env!("CARGO_BIN_EXE_stream-broker"))
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--management-listen",
+            "0.0.0.0:0",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("management.allow_remote"), "{err}");
+}

@@ -209,6 +209,7 @@ impl<E: Envelope> State<E> {
             return Ok(None);
         };
         let remaining = q.storage.len() as u32;
+        q.delivered += 1;
         let queue_name = q.name.clone();
         message.deliveries += 1;
         let ch = self
@@ -370,6 +371,7 @@ impl<E: Envelope> State<E> {
                     );
                 }
             }
+            q.delivered += deliveries.len() as u64;
             if consumer.inbox.push_many(deliveries, footprints) {
                 self.work.wakes.push(consumer.inbox.clone());
             }

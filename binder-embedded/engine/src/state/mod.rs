@@ -22,6 +22,8 @@ mod accounting;
 mod consume;
 mod declare;
 mod expiry;
+mod inspect;
+mod operate;
 mod publish;
 mod recover;
 mod registry;
@@ -63,6 +65,9 @@ pub(crate) struct State<E: Envelope> {
     /// Counts publications (a publish, or one dead-lettering): the queues one publication
     /// reaches share its number ([`crate::StoredMessage::publication`]).
     publication: u64,
+    /// Publishes routed through the broker's exchanges (unroutable ones included), for
+    /// management's overview.
+    published: u64,
 }
 
 /// A record as the store reads it: converted to the engine's types only when asked.
@@ -86,6 +91,7 @@ impl<E: Envelope> State<E> {
             keeps_messages: store.keeps_messages(),
             store,
             publication: 0,
+            published: 0,
         }
     }
 

@@ -94,6 +94,7 @@ impl<E: Envelope> State<E> {
         mandatory: bool,
         mut body: Arc<E::Record>,
     ) -> PublishStatus {
+        self.published += 1;
         let mut targets = std::mem::take(&mut self.work.route_scratch);
         targets.clear();
         let name = self.registry.route_record(exchange, &body, &mut targets);
@@ -191,6 +192,7 @@ impl<E: Envelope> State<E> {
             }
         }
         q.storage.push(message);
+        q.published += 1;
         self.memory.used += footprint;
         while q.over_limits() {
             let Some(head) = q.storage.pop() else { break };

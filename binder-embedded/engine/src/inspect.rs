@@ -1,0 +1,126 @@
+//! What the broker holds, as plain values for a management front end: its queues (with
+//! message counts and cumulative publish/deliver counters), exchanges, bindings and
+//! consumers. Each call copies a snapshot under the broker's lock; nothing here is on the
+//! publish path.
+
+use crate::field::FieldTable;
+use crate::types::ExchangeKind;
+
+/// A queue and its counts ([`Broker::queues`](crate::Broker::queues)).
+#[derive(Debug, Clone, PartialEq)]
+pub struct QueueInfo {
+    /// The name.
+    pub name: String,
+    /// Survives a restart.
+    pub durable: bool,
+    /// Deleted when its last consumer goes.
+    pub auto_delete: bool,
+    /// Owned by one connection.
+    pub exclusive: bool,
+    /// The declaration's arguments.
+    pub arguments: FieldTable,
+    /// Messages ready for delivery.
+    pub messages_ready: u64,
+    /// Deliveries not yet acknowledged.
+    pub messages_unacknowledged: u64,
+    /// Payload bytes of the ready messages.
+    pub message_bytes_ready: u64,
+    /// Consumers attached.
+    pub consumers: u32,
+    /// Messages enqueued since the queue was declared (cumulative).
+    pub published: u64,
+    /// Deliveries to consumers and `basic.get` since the queue was declared (cumulative,
+    /// redeliveries included).
+    pub delivered: u64,
+}
+
+/// An exchange ([`Broker::exchanges`](crate::Broker::exchanges)); the default exchange is
+/// listed with the empty name.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExchangeInfo {
+    /// The name (`""` for the default exchange).
+    pub name: String,
+    /// The type.
+    pub kind: ExchangeKind,
+    /// Survives a restart.
+    pub durable: bool,
+    /// Deleted when its last binding goes.
+    pub auto_delete: bool,
+    /// Cannot be published to directly.
+    pub internal: bool,
+    /// Its alternate exchange (`alternate-exchange`), if any.
+    pub alternate_exchange: Option<String>,
+}
+
+/// A binding ([`Broker::bindings`](crate::Broker::bindings)).
+#[derive(Debug, Clone, PartialEq)]
+pub struct BindingInfo {
+    /// The exchange it belongs to (`""`: the default exchange's implicit binding).
+    pub source: String,
+    /// The queue or exchange it routes to.
+    pub destination: String,
+    /// Whether `destination` is an exchange (else a queue).
+    pub destination_is_exchange: bool,
+    /// The binding key.
+    pub routing_key: String,
+    /// The binding's arguments.
+    pub arguments: FieldTable,
+}
+
+/// A consumer ([`Broker::consumers`](crate::Broker::consumers)).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConsumerInfo {
+    /// The consumer tag.
+    pub consumer_tag: String,
+    /// The queue it consumes from.
+    pub queue: String,
+    /// Deliveries need an acknowledgement.
+    pub ack_required: bool,
+    /// The queue's only consumer.
+    pub exclusive: bool,
+    /// Its prefetch window (0: unlimited).
+    pub prefetch_count: u32,
+    /// Deliveries it holds unacknowledged.
+    pub unacknowledged: u32,
+}
+
+/// Broker-wide counts ([`Broker::totals`](crate::Broker::totals)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Totals {
+    /// Publishes through the broker since it started (unroutable ones and re-drive copies
+    /// included; dead-lettering is not a publish).
+    pub published: u64,
+    /// Open connections.
+    pub connections: u32,
+    /// Open channels.
+    pub channels: u32,
+    /// Consumers.
+    pub consumers: u32,
+}
+
+/// A ready message seen in place ([`Broker::peek`](crate::Broker::peek)): not delivered,
+/// not marked redelivered.
+#[derive(Debug, Clone)]
+pub struct PeekedMessage<R> {
+    /// Its arrival position in the queue: what [`Broker::redrive`](crate::Broker::redrive)
+    /// and [`Broker::discard`](crate::Broker::discard) name it by (unique in the queue).
+    pub seq: u64,
+    /// It was delivered before and requeued.
+    pub redelivered: bool,
+    /// The record the queue holds (shared).
+    pub record: std::sync::Arc<R>,
+}
+
+/// What [`Broker::redrive`](crate::Broker::redrive) did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Redrive {
+    /// Published to this many queues and removed from its queue.
+    Moved(usize),
+    /// No queue took the copy: the message stays where it was.
+    Unroutable,
+    /// A full queue (`x-overflow: reject-publish`) refused the copy: the message stays
+    /// where it was (queues that took the copy keep it).
+    Rejected,
+    /// No ready message has this position (delivered, expired or removed meanwhile).
+    NotFound,
+}

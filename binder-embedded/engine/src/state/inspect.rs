@@ -1,0 +1,140 @@
+//! Snapshots of the registry and sessions for [`crate::inspect`].
+
+use crate::envelope::Envelope;
+use crate::exchange::Target;
+use crate::field::FieldTable;
+use crate::inspect::{BindingInfo, ConsumerInfo, ExchangeInfo, QueueInfo, Totals};
+use crate::types::ExchangeKind;
+
+use super::State;
+
+impl<E: Envelope> State<E> {
+    /// Every queue, sorted by name.
+    pub(crate) fn queue_infos(&self) -> Vec<QueueInfo> {
+        let mut unacked: rustc_hash::FxHashMap<&str, u64> = Default::default();
+        for u in self
+            .sessions
+            .channels
+            .values()
+            .flat_map(|c| c.unacked.iter())
+        {
+            *unacked.entry(&u.queue).or_default() += 1;
+        }
+        let mut out: Vec<QueueInfo> = self
+            .registry
+            .queues
+            .values()
+            .map(|q| QueueInfo {
+                name: q.name.to_string(),
+                durable: q.durable,
+                auto_delete: q.auto_delete,
+                exclusive: q.owner.is_some(),
+                arguments: q.raw_args.clone(),
+                messages_ready: q.storage.len() as u64,
+                messages_unacknowledged: unacked.get(&*q.name).copied().unwrap_or(0),
+                message_bytes_ready: q.storage.bytes() as u64,
+                consumers: q.consumers.len() as u32,
+                published: q.published,
+                delivered: q.delivered,
+            })
+            .collect();
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        out
+    }
+
+    /// Every exchange, the default one (`""`) first, then by name.
+    pub(crate) fn exchange_infos(&self) -> Vec<ExchangeInfo> {
+        let mut out = vec![ExchangeInfo {
+            name: String::new(),
+            kind: ExchangeKind::Direct,
+            durable: true,
+            auto_delete: false,
+            internal: false,
+            alternate_exchange: None,
+        }];
+        let mut named: Vec<ExchangeInfo> = self
+            .registry
+            .exchanges
+            .values()
+            .map(|x| ExchangeInfo {
+                name: x.name.to_string(),
+                kind: x.kind,
+                durable: x.durable,
+                auto_delete: x.auto_delete,
+                internal: x.internal,
+                alternate_exchange: x.alternate.clone(),
+            })
+            .collect();
+        named.sort_by(|a, b| a.name.cmp(&b.name));
+        out.extend(named);
+        out
+    }
+
+    /// Every binding: the default exchange's implicit one per queue first (as RabbitMQ
+    /// lists them), then each exchange's, by source name.
+    pub(crate) fn binding_infos(&self) -> Vec<BindingInfo> {
+        let mut queues: Vec<&str> = self.registry.queues.keys().map(|q| &**q).collect();
+        queues.sort_unstable();
+        let mut out: Vec<BindingInfo> = queues
+            .into_iter()
+            .map(|q| BindingInfo {
+                source: String::new(),
+                destination: q.to_owned(),
+                destination_is_exchange: false,
+                routing_key: q.to_owned(),
+                arguments: FieldTable::new(),
+            })
+            .collect();
+        let mut exchanges: Vec<_> = self.registry.exchanges.values().collect();
+        exchanges.sort_by(|a, b| a.name.cmp(&b.name));
+        for x in exchanges {
+            for b in &x.bindings {
+                let (destination, destination_is_exchange) = match &b.target {
+                    Target::Queue(q) => (q.to_string(), false),
+                    Target::Exchange(e) => (e.to_string(), true),
+                };
+                out.push(BindingInfo {
+                    source: x.name.to_string(),
+                    destination,
+                    destination_is_exchange,
+                    routing_key: b.key.clone(),
+                    arguments: b.args.clone(),
+                });
+            }
+        }
+        out
+    }
+
+    /// Every consumer, by queue then tag.
+    pub(crate) fn consumer_infos(&self) -> Vec<ConsumerInfo> {
+        let mut out: Vec<ConsumerInfo> = self
+            .sessions
+            .consumers
+            .values()
+            .map(|c| ConsumerInfo {
+                consumer_tag: c.tag.to_string(),
+                queue: c.queue.to_string(),
+                ack_required: !c.no_ack,
+                exclusive: self
+                    .registry
+                    .queues
+                    .get(&c.queue)
+                    .is_some_and(|q| q.exclusive_consumer),
+                prefetch_count: c.prefetch,
+                unacknowledged: c.unacked,
+            })
+            .collect();
+        out.sort_by(|a, b| (&a.queue, &a.consumer_tag).cmp(&(&b.queue, &b.consumer_tag)));
+        out
+    }
+
+    /// Broker-wide counts.
+    pub(crate) fn totals(&self) -> Totals {
+        Totals {
+            published: self.published,
+            connections: self.sessions.connections.len() as u32,
+            channels: self.sessions.channels.len() as u32,
+            consumers: self.sessions.consumers.len() as u32,
+        }
+    }
+}

@@ -1,0 +1,110 @@
+//! Operations on single ready messages for a management front end: look at a queue's
+//! messages in place, remove one, or publish a copy of one elsewhere and remove it.
+
+use std::sync::Arc;
+
+use crate::envelope::Envelope;
+use crate::error::{AmqpError, AmqpResult, ReplyCode};
+use crate::inspect::{PeekedMessage, Redrive};
+use crate::store::Removal;
+use crate::types::PublishStatus;
+
+use super::State;
+
+impl<E: Envelope> State<E> {
+    /// Up to `max` ready messages of a queue in delivery order.
+    pub(crate) fn peek(
+        &self,
+        queue: &str,
+        max: usize,
+    ) -> AmqpResult<Vec<PeekedMessage<E::Record>>> {
+        let q = self
+            .registry
+            .queues
+            .get(queue)
+            .ok_or_else(|| self.no_queue(queue))?;
+        Ok(q.storage
+            .iter()
+            .take(max)
+            .map(|m| PeekedMessage {
+                seq: m.seq,
+                redelivered: m.redelivered,
+                record: m.body.clone(),
+            })
+            .collect())
+    }
+
+    /// Refuses an exclusive queue (its owner alone may take messages from it).
+    fn unlocked(&self, queue: &str) -> AmqpResult<()> {
+        let q = self
+            .registry
+            .queues
+            .get(queue)
+            .ok_or_else(|| self.no_queue(queue))?;
+        if q.owner.is_some() {
+            return Err(AmqpError::new(
+                ReplyCode::ResourceLocked,
+                format!(
+                    "cannot obtain exclusive access to locked queue '{queue}' in vhost '{}'",
+                    self.config.vhost
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Removes one ready message as if acknowledged (no dead-lettering); whether it was
+    /// there.
+    pub(crate) fn discard(&mut self, queue: &str, seq: u64) -> AmqpResult<bool> {
+        self.unlocked(queue)?;
+        let q = self.registry.queues.get_mut(queue).expect("checked above");
+        let Some(message) = q.storage.remove(seq) else {
+            return Ok(false);
+        };
+        if message.stored {
+            self.store.removed(&q.name, message.seq, Removal::Acked);
+        }
+        self.memory.used -= message.footprint();
+        Ok(true)
+    }
+
+    /// Publishes a copy of one ready message to `exchange` with `routing_key` (properties,
+    /// headers and payload unchanged); the original stays in its queue, for the caller to
+    /// [discard](State::discard) once the copy is safe.
+    pub(crate) fn redrive_copy(
+        &mut self,
+        queue: &str,
+        seq: u64,
+        exchange: &str,
+        routing_key: &str,
+    ) -> AmqpResult<Redrive> {
+        self.unlocked(queue)?;
+        if !exchange.is_empty() {
+            match self.registry.exchanges.get(exchange) {
+                None => return Err(self.no_exchange(exchange)),
+                Some(x) if x.internal => {
+                    return Err(AmqpError::access_refused(format!(
+                        "cannot publish to internal exchange '{exchange}' in vhost '{}'",
+                        self.config.vhost
+                    )));
+                }
+                Some(_) => {}
+            }
+        }
+        let q = self.registry.queues.get(queue).expect("checked above");
+        let Some(message) = q.storage.iter().find(|m| m.seq == seq) else {
+            return Ok(Redrive::NotFound);
+        };
+        let mut copy = E::Record::clone(&message.body);
+        E::set_routing_key(&mut copy, Arc::from(routing_key));
+        // Channel 0 is no channel: nothing is returned (not mandatory).
+        Ok(
+            match self.route_and_enqueue(0, exchange, false, Arc::new(copy)) {
+                PublishStatus::Routed(n) => Redrive::Moved(n),
+                PublishStatus::Unroutable => Redrive::Unroutable,
+                PublishStatus::Rejected => Redrive::Rejected,
+                PublishStatus::Buffered => unreachable!("not in a transaction"),
+            },
+        )
+    }
+}

@@ -1,0 +1,635 @@
+//! RabbitMQ's management API paths the broker serves, with its JSON shapes: overview,
+//! vhosts, queues, exchanges, bindings, consumers, connections, purge, `get` and
+//! `publish`.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::UNIX_EPOCH;
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::{ConnectInfo, Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use serde_json::{Map, Value, json};
+use stream_engine::{
+    BindingInfo, Broker, ConsumerInfo, ExchangeInfo, Message, PublishOptions, PublishStatus,
+    QueueInfo,
+};
+
+use super::Api;
+use super::error::ApiError;
+use super::json;
+use super::login::Login;
+use super::rates::Stats;
+use crate::auth::{Access, Resource};
+use crate::envelope::WireEnvelope;
+
+type Reply = Result<Json<Value>, ApiError>;
+type Ctx<E> = (State<Arc<Api<E>>>, ConnectInfo<SocketAddr>, HeaderMap);
+
+/// The RabbitMQ version whose management API shapes are followed.
+const RABBITMQ_VERSION: &str = "3.10.0";
+
+impl<E: WireEnvelope> Api<E> {
+    pub(crate) fn login(&self, headers: &HeaderMap, peer: SocketAddr) -> Result<Login, ApiError> {
+        Login::check(self.shared.users(), headers, peer.ip())
+    }
+
+    /// A vhost's broker, 404 if there is none, 401 if the user may not see it.
+    pub(crate) fn broker(&self, login: &Login, vhost: &str) -> Result<&Broker<E>, ApiError> {
+        let broker = self
+            .shared
+            .brokers()
+            .get(vhost)
+            .ok_or_else(ApiError::not_found)?;
+        login.vhost(vhost)?;
+        Ok(broker)
+    }
+
+    /// The vhosts the user sees, sorted.
+    fn visible(&self, login: &Login) -> Vec<(&str, &Broker<E>)> {
+        let mut out: Vec<_> = self
+            .shared
+            .brokers()
+            .iter()
+            .filter(|(v, _)| login.sees(v))
+            .map(|(v, b)| (v.as_str(), b))
+            .collect();
+        out.sort_by_key(|(v, _)| *v);
+        out
+    }
+
+    fn node(&self) -> String {
+        format!("stream-broker@{}", self.addr)
+    }
+}
+
+fn rated(stats: Stats) -> Value {
+    json!({
+        "publish": stats.publish.count,
+        "publish_details": {"rate": stats.publish.rate},
+        "deliver_get": stats.deliver_get.count,
+        "deliver_get_details": {"rate": stats.deliver_get.rate},
+    })
+}
+
+fn queue_json<E: WireEnvelope>(api: &Api<E>, vhost: &str, q: &QueueInfo) -> Value {
+    let messages = q.messages_ready + q.messages_unacknowledged;
+    json!({
+        "name": q.name,
+        "vhost": vhost,
+        "durable": q.durable,
+        "auto_delete": q.auto_delete,
+        "exclusive": q.exclusive,
+        "arguments": json::table(&q.arguments),
+        "type": "classic",
+        "state": "running",
+        "node": api.node(),
+        "messages": messages,
+        "messages_ready": q.messages_ready,
+        "messages_unacknowledged": q.messages_unacknowledged,
+        "message_bytes_ready": q.message_bytes_ready,
+        "consumers": q.consumers,
+        "message_stats": rated(api.rates.queue(vhost, &q.name)),
+    })
+}
+
+fn exchange_json(vhost: &str, x: &ExchangeInfo) -> Value {
+    let mut arguments = Map::new();
+    if let Some(alt) = &x.alternate_exchange {
+        arguments.insert("alternate-exchange".into(), json!(alt));
+    }
+    json!({
+        "name": x.name,
+        "vhost": vhost,
+        "type": x.kind.as_str(),
+        "durable": x.durable,
+        "auto_delete": x.auto_delete,
+        "internal": x.internal,
+        "arguments": arguments,
+    })
+}
+
+fn binding_json(vhost: &str, b: &BindingInfo) -> Value {
+    // RabbitMQ's `properties_key`: the routing key (`~` for an empty one), `~` and a hash
+    // of the arguments when there are any.
+    let mut key = if b.routing_key.is_empty() {
+        "~".to_owned()
+    } else {
+        b.routing_key.clone()
+    };
+    if !b.arguments.is_empty() {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        format!("{:?}", b.arguments).hash(&mut h);
+        key = format!("{key}~{:x}", h.finish());
+    }
+    json!({
+        "source": b.source,
+        "vhost": vhost,
+        "destination": b.destination,
+        "destination_type": if b.destination_is_exchange { "exchange" } else { "queue" },
+        "routing_key": b.routing_key,
+        "arguments": json::table(&b.arguments),
+        "properties_key": key,
+    })
+}
+
+fn consumer_json(vhost: &str, c: &ConsumerInfo) -> Value {
+    json!({
+        "consumer_tag": c.consumer_tag,
+        "queue": {"name": c.queue, "vhost": vhost},
+        "ack_required": c.ack_required,
+        "exclusive": c.exclusive,
+        "prefetch_count": c.prefetch_count,
+        "active": true,
+        "activity_status": "up",
+        "arguments": {},
+    })
+}
+
+/// RabbitMQ's name for the default exchange in paths.
+fn exchange_name(name: &str) -> &str {
+    if name == "amq.default" { "" } else { name }
+}
+
+pub(crate) async fn overview<E: WireEnvelope>(
+    (State(api), ConnectInfo(peer), headers): Ctx<E>,
+) -> Reply {
+    let login = api.login(&headers, peer)?;
+    let (mut queues, mut exchanges, mut consumers, mut channels) = (0, 0, 0u64, 0u64);
+    let (mut ready, mut unacked) = (0u64, 0u64);
+    let mut stats = Stats::default();
+    for (vhost, broker) in api.visible(&login) {
+        let qs = broker.queues();
+        queues += qs.len();
+        ready += qs.iter().map(|q| q.messages_ready).sum::<u64>();
+        unacked += qs.iter().map(|q| q.messages_unacknowledged).sum::<u64>();
+        exchanges += broker.exchanges().len();
+        let totals = broker.totals();
+        consumers += u64::from(totals.consumers);
+        channels += u64::from(totals.channels);
+        let s = api.rates.vhost(vhost);
+        stats.publish.count += s.publish.count;
+        stats.publish.rate += s.publish.rate;
+        stats.deliver_get.count += s.deliver_get.count;
+        stats.deliver_get.rate += s.deliver_get.rate;
+    }
+    let connections = api
+        .shared
+        .listed
+        .snapshot()
+        .into_iter()
+        .filter(|c| login.is_monitor() || c.user == login.user.name)
+        .count();
+    Ok(Json(json!({
+        "management_version": RABBITMQ_VERSION,
+        "rabbitmq_version": RABBITMQ_VERSION,
+        "product_name": "stream-broker",
+        "product_version": env!("CARGO_PKG_VERSION"),
+        "rates_mode": "basic",
+        "node": api.node(),
+        "cluster_name": api.node(),
+        "statistics_db_event_queue": 0,
+        "object_totals": {
+            "connections": connections,
+            "channels": channels,
+            "exchanges": exchanges,
+            "queues": queues,
+            "consumers": consumers,
+        },
+        "queue_totals": {
+            "messages": ready + unacked,
+            "messages_ready": ready,
+            "messages_unacknowledged": unacked,
+        },
+        "message_stats": rated(stats),
+        "listeners": [
+            {"protocol": "amqp", "port": api.amqp.port(), "ip_address": api.amqp.ip().to_string()},
+            {"protocol": "http", "port": api.addr.port(), "ip_address": api.addr.ip().to_string()},
+        ],
+    })))
+}
+
+pub(crate) async fn vhosts<E: WireEnvelope>(
+    (State(api), ConnectInfo(peer), headers): Ctx<E>,
+) -> Reply {
+    let login = api.login(&headers, peer)?;
+    let list: Vec<Value> = api
+        .visible(&login)
+        .into_iter()
+        .map(|(vhost, broker)| {
+            let qs = broker.queues();
+            let ready: u64 = qs.iter().map(|q| q.messages_ready).sum();
+            let unacked: u64 = qs.iter().map(|q| q.messages_unacknowledged).sum();
+            json!({
+                "name": vhost,
+                "messages": ready + unacked,
+                "messages_ready": ready,
+                "messages_unacknowledged": unacked,
+                "tracing": false,
+                "message_stats": rated(api.rates.vhost(vhost)),
+            })
+        })
+        .collect();
+    Ok(Json(Value::Array(list)))
+}
+
+pub(crate) async fn queues<E: WireEnvelope>(
+    (State(api), ConnectInfo(peer), headers): Ctx<E>,
+) -> Reply {
+    let login = api.login(&headers, peer)?;
+    let mut list = Vec::new();
+    for (vhost, broker) in api.visible(&login) {
+        list.extend(broker.queues().iter().map(|q| queue_json(&api, vhost, q)));
+    }
+    Ok(Json(Value::Array(list)))
+}
+
+pub(crate) async fn vhost_queues<E: WireEnvelope>(
+    (State(api), ConnectInfo(peer), headers): Ctx<E>,
+    Path(vhost): Path<String>,
+) -> Reply {
+    let login = api.login(&headers, peer)?;
+    let broker = api.broker(&login, &vhost)?;
+    let list = broker
+        .queues()
+        .iter()
+        .map(|q| queue_json(&api, &vhost, q))
+        .collect();
+    Ok(Json(Value::Array(list)))
+}
+
+pub(crate) async fn queue<E: WireEnvelope>(
+    (State(api), ConnectInfo(peer), headers): Ctx<E>,
+    Path((vhost, name)): Path<(String, String)>,
+) -> Reply {
+    let login = api.login(&headers, peer)?;
+    let broker = api.broker(&login, &vhost)?;
+    let q = broker
+        .queues()
+        .into_iter()
+        .find(|q| q.name == name)
+        .ok_or_else(ApiError::not_found)?;
+    Ok(Json(queue_json(&api, &vhost, &q)))
+}
+
+pub(crate) async fn purge<E: WireEnvelope>(
+    (State(api), ConnectInfo(peer), headers): Ctx<E>,
+    Path((vhost, name)): Path<(String, String)>,
+) -> Result<StatusCode, ApiError> {
+    let login = api.login(&headers, peer)?;
+    let broker = api.broker(&login, &vhost)?;
+    login.may(&vhost, Access::Read, Resource::Queue, &name)?;
+    let conn = broker.connect();
+    let ch = conn.open_channel()?;
+    let purged = ch.queue_purge(&name)?;
+    tracing::info!(user = %login.user.name, %vhost, queue = %name, purged, "queue purged over HTTP");
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// How `get` settles what it took (RabbitMQ's `ackmode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum AckMode {
+    AckRequeueTrue,
+    AckRequeueFalse,
+    RejectRequeueTrue,
+    RejectRequeueFalse,
+}
+
+/// A body's `vhost` or `name` field (RabbitMQ's page sends them): must be the path's.
+fn same_as_path(field: &str, value: &Value, vhost: &str, name: &str) -> Result<(), ApiError> {
+    let path = if field == "vhost" { vhost } else { name };
+    if value.as_str() == Some(path) {
+        Ok(())
+    } else {
+        Err(ApiError::bad_request(format!(
+            "{field} {value} is not the path's '{path}'"
+        )))
+    }
+}
+
+fn body_object(body: &Bytes) -> Result<Map<String, Value>, ApiError> {
+    match serde_json::from_slice::<Value>(body) {
+        Ok(Value::Object(map)) => Ok(map),
+        Ok(_) => Err(ApiError::bad_request("the body must be a JSON object")),
+        Err(e) => Err(ApiError::bad_request(format!("invalid JSON: {e}"))),
+    }
+}
+
+pub(crate) async fn get<E: WireEnvelope>(
+    (State(api), ConnectInfo(peer), headers): Ctx<E>,
+    Path((vhost, name)): Path<(String, String)>,
+    body: Bytes,
+) -> Reply {
+    let login = api.login(&headers, peer)?;
+    let broker = api.broker(&login, &vhost)?;
+    let req = body_object(&body)?;
+    let mut count = 1u64;
+    let mut mode = None;
+    let mut base64 = false;
+    let mut truncate: Option<usize> = None;
+    for (k, v) in &req {
+        match k.as_str() {
+            "count" => {
+                count = v
+                    .as_u64()
+                    .filter(|n| *n > 0)
+                    .ok_or_else(|| ApiError::bad_request("count must be a positive integer"))?
+            }
+            "ackmode" => {
+                mode = Some(match v.as_str() {
+                    Some("ack_requeue_true") => AckMode::AckRequeueTrue,
+                    Some("ack_requeue_false") => AckMode::AckRequeueFalse,
+                    Some("reject_requeue_true") => AckMode::RejectRequeueTrue,
+                    Some("reject_requeue_false") => AckMode::RejectRequeueFalse,
+                    _ => {
+                        return Err(ApiError::bad_request(format!(
+                            "ackmode {v} is not one of ack_requeue_true, ack_requeue_false, \
+                             reject_requeue_true, reject_requeue_false"
+                        )));
+                    }
+                })
+            }
+            "encoding" => {
+                base64 = match v.as_str() {
+                    Some("auto") => false,
+                    Some("base64") => true,
+                    _ => {
+                        return Err(ApiError::bad_request(format!(
+                            "encoding {v} is not auto or base64"
+                        )));
+                    }
+                }
+            }
+            "truncate" => {
+                truncate = match v {
+                    Value::Null => None,
+                    _ => Some(v.as_u64().ok_or_else(|| {
+                        ApiError::bad_request("truncate must be a non-negative integer")
+                    })? as usize),
+                }
+            }
+            // What RabbitMQ's own page sends along: the path's, or refused.
+            "vhost" | "name" => same_as_path(k, v, &vhost, &name)?,
+            other => return Err(ApiError::bad_request(format!("unknown field '{other}'"))),
+        }
+    }
+    let mode = mode.ok_or_else(|| ApiError::bad_request("ackmode is required"))?;
+    login.may(&vhost, Access::Read, Resource::Queue, &name)?;
+    let conn = broker.connect();
+    let ch = conn.open_channel()?;
+    let no_ack = mode == AckMode::AckRequeueFalse;
+    let mut out = Vec::new();
+    let mut tags = Vec::new();
+    for _ in 0..count {
+        let Some(got) = ch.basic_get(&name, no_ack)? else {
+            break;
+        };
+        tags.push(got.delivery.delivery_tag);
+        out.push(message_json::<E>(
+            &got.delivery.body,
+            got.delivery.redelivered,
+            got.message_count,
+            base64,
+            truncate,
+        ));
+    }
+    // One by one, in the order taken: dead-lettered ones keep their order.
+    for tag in tags {
+        match mode {
+            AckMode::AckRequeueFalse => {}
+            AckMode::AckRequeueTrue | AckMode::RejectRequeueTrue => ch.basic_reject(tag, true)?,
+            AckMode::RejectRequeueFalse => ch.basic_reject(tag, false)?,
+        }
+    }
+    Ok(Json(Value::Array(out)))
+}
+
+/// One message as `get` returns it.
+pub(crate) fn message_json<E: WireEnvelope>(
+    record: &E::Record,
+    redelivered: bool,
+    message_count: u32,
+    base64: bool,
+    truncate: Option<usize>,
+) -> Value {
+    let message = E::to_wire(record);
+    let bytes = &message.payload[..];
+    let shown = &bytes[..truncate.map_or(bytes.len(), |t| t.min(bytes.len()))];
+    let (payload, encoding) = json::payload(shown, base64);
+    json!({
+        "payload_bytes": bytes.len(),
+        "redelivered": redelivered,
+        "exchange": &**E::exchange(record),
+        "routing_key": &**E::routing_key(record),
+        "message_count": message_count,
+        "properties": json::properties(&message),
+        "payload": payload,
+        "payload_encoding": encoding,
+    })
+}
+
+pub(crate) async fn exchanges<E: WireEnvelope>(
+    (State(api), ConnectInfo(peer), headers): Ctx<E>,
+) -> Reply {
+    let login = api.login(&headers, peer)?;
+    let mut list = Vec::new();
+    for (vhost, broker) in api.visible(&login) {
+        list.extend(broker.exchanges().iter().map(|x| exchange_json(vhost, x)));
+    }
+    Ok(Json(Value::Array(list)))
+}
+
+pub(crate) async fn vhost_exchanges<E: WireEnvelope>(
+    (State(api), ConnectInfo(peer), headers): Ctx<E>,
+    Path(vhost): Path<String>,
+) -> Reply {
+    let login = api.login(&headers, peer)?;
+    let broker = api.broker(&login, &vhost)?;
+    let list = broker
+        .exchanges()
+        .iter()
+        .map(|x| exchange_json(&vhost, x))
+        .collect();
+    Ok(Json(Value::Array(list)))
+}
+
+pub(crate) async fn exchange<E: WireEnvelope>(
+    (State(api), ConnectInfo(peer), headers): Ctx<E>,
+    Path((vhost, name)): Path<(String, String)>,
+) -> Reply {
+    let login = api.login(&headers, peer)?;
+    let broker = api.broker(&login, &vhost)?;
+    let name = exchange_name(&name);
+    let x = broker
+        .exchanges()
+        .into_iter()
+        .find(|x| x.name == name)
+        .ok_or_else(ApiError::not_found)?;
+    Ok(Json(exchange_json(&vhost, &x)))
+}
+
+pub(crate) async fn publish<E: WireEnvelope>(
+    (State(api), ConnectInfo(peer), headers): Ctx<E>,
+    Path((vhost, name)): Path<(String, String)>,
+    body: Bytes,
+) -> Reply {
+    let login = api.login(&headers, peer)?;
+    let broker = api.broker(&login, &vhost)?;
+    let exchange = exchange_name(&name);
+    if !exchange.is_empty() && !broker.exchange_exists(exchange) {
+        return Err(ApiError::not_found());
+    }
+    let req = body_object(&body)?;
+    let mut routing_key = None;
+    let mut payload = None;
+    let mut encoding = "string";
+    let mut properties = (Default::default(), Default::default());
+    for (k, v) in &req {
+        match k.as_str() {
+            "routing_key" => {
+                routing_key = Some(
+                    v.as_str()
+                        .ok_or_else(|| ApiError::bad_request("routing_key must be a string"))?,
+                )
+            }
+            "payload" => {
+                payload = Some(
+                    v.as_str()
+                        .ok_or_else(|| ApiError::bad_request("payload must be a string"))?,
+                )
+            }
+            "payload_encoding" => {
+                encoding = match v.as_str() {
+                    Some("string") => "string",
+                    Some("base64") => "base64",
+                    _ => {
+                        return Err(ApiError::bad_request(format!(
+                            "payload_encoding {v} is not string or base64"
+                        )));
+                    }
+                }
+            }
+            "properties" => {
+                let map = v
+                    .as_object()
+                    .ok_or_else(|| ApiError::bad_request("properties must be an object"))?;
+                properties =
+                    json::to_properties(map).map_err(|e| ApiError::bad_request(e.to_string()))?;
+            }
+            "vhost" | "name" => same_as_path(k, v, &vhost, &name)?,
+            other => return Err(ApiError::bad_request(format!("unknown field '{other}'"))),
+        }
+    }
+    let routing_key =
+        routing_key.ok_or_else(|| ApiError::bad_request("routing_key is required"))?;
+    let payload = payload.ok_or_else(|| ApiError::bad_request("payload is required"))?;
+    let bytes = match encoding {
+        "base64" => {
+            use base64::Engine as _;
+            base64::engine::general_purpose::STANDARD
+                .decode(payload)
+                .map_err(|e| ApiError::bad_request(format!("payload is not base64: {e}")))?
+        }
+        _ => payload.as_bytes().to_vec(),
+    };
+    if bytes.len() as u64 > api.shared.limits().max_message_size {
+        return Err(ApiError::bad_request(format!(
+            "message size {} is larger than the configured maximum {}",
+            bytes.len(),
+            api.shared.limits().max_message_size
+        )));
+    }
+    login.may(&vhost, Access::Write, Resource::Exchange, exchange)?;
+    let (props, hdrs) = properties;
+    let message = Message {
+        payload: bytes.into(),
+        headers: hdrs,
+        properties: props,
+    };
+    let conn = broker.connect();
+    let ch = conn.open_channel()?;
+    let outcome = ch
+        .basic_publish(
+            exchange,
+            routing_key,
+            PublishOptions::default(),
+            E::from_wire(message),
+        )
+        .await?;
+    let routed = matches!(outcome.status, PublishStatus::Routed(_));
+    Ok(Json(json!({ "routed": routed })))
+}
+
+pub(crate) async fn bindings<E: WireEnvelope>(
+    (State(api), ConnectInfo(peer), headers): Ctx<E>,
+) -> Reply {
+    let login = api.login(&headers, peer)?;
+    let mut list = Vec::new();
+    for (vhost, broker) in api.visible(&login) {
+        list.extend(broker.bindings().iter().map(|b| binding_json(vhost, b)));
+    }
+    Ok(Json(Value::Array(list)))
+}
+
+pub(crate) async fn vhost_bindings<E: WireEnvelope>(
+    (State(api), ConnectInfo(peer), headers): Ctx<E>,
+    Path(vhost): Path<String>,
+) -> Reply {
+    let login = api.login(&headers, peer)?;
+    let broker = api.broker(&login, &vhost)?;
+    let list = broker
+        .bindings()
+        .iter()
+        .map(|b| binding_json(&vhost, b))
+        .collect();
+    Ok(Json(Value::Array(list)))
+}
+
+pub(crate) async fn consumers<E: WireEnvelope>(
+    (State(api), ConnectInfo(peer), headers): Ctx<E>,
+) -> Reply {
+    let login = api.login(&headers, peer)?;
+    let mut list = Vec::new();
+    for (vhost, broker) in api.visible(&login) {
+        list.extend(broker.consumers().iter().map(|c| consumer_json(vhost, c)));
+    }
+    Ok(Json(Value::Array(list)))
+}
+
+pub(crate) async fn connections<E: WireEnvelope>(
+    (State(api), ConnectInfo(peer), headers): Ctx<E>,
+) -> Reply {
+    let login = api.login(&headers, peer)?;
+    let list = api
+        .shared
+        .listed
+        .snapshot()
+        .into_iter()
+        .filter(|c| login.is_monitor() || c.user == login.user.name)
+        .map(|c| {
+            let connected_at = c
+                .connected_at
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64);
+            json!({
+                "name": format!("{} -> {}", c.peer, c.local),
+                "node": api.node(),
+                "type": "network",
+                "protocol": "AMQP 0-9-1",
+                "state": "running",
+                "user": c.user,
+                "vhost": c.vhost,
+                "peer_host": c.peer.ip().to_string(),
+                "peer_port": c.peer.port(),
+                "host": c.local.ip().to_string(),
+                "port": c.local.port(),
+                "ssl": c.tls.is_some(),
+                "ssl_protocol": c.tls,
+                "connected_at": connected_at,
+            })
+        })
+        .collect();
+    Ok(Json(Value::Array(list)))
+}

@@ -1,0 +1,168 @@
+//! The HTTP management API (`[management]`): a subset of RabbitMQ's management plugin's
+//! paths and JSON shapes over the broker's virtual hosts, with its users (HTTP basic) and
+//! their tags and permissions, plus the broker's own dead-letter extension under
+//! `/api/stream/`, and a page at `/` (`page.html`, embedded). On a listener of its own,
+//! loopback-only unless asked otherwise.
+//!
+//! Modules, one concept each: [`login`] (authentication, tags, visibility), [`api`]
+//! (RabbitMQ's paths), [`dlq`] (the extension), [`json`] (values to and from JSON),
+//! [`rates`] (sampled message rates), [`error`] (RabbitMQ's error answers).
+
+mod api;
+mod dlq;
+mod error;
+mod json;
+mod login;
+mod rates;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::routing::{delete, get, post};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use self::rates::Rates;
+use crate::config::ManagementConfig;
+use crate::envelope::WireEnvelope;
+use crate::server::{Shared, stopped};
+
+/// What every handler reads.
+#[derive(Debug)]
+pub(crate) struct Api<E: WireEnvelope> {
+    shared: Arc<Shared<E>>,
+    rates: Rates,
+    /// The management listener's address.
+    addr: SocketAddr,
+    /// The AMQP listener's address.
+    amqp: SocketAddr,
+}
+
+fn router<E: WireEnvelope>(api: Arc<Api<E>>) -> Router {
+    Router::new()
+        .route("/", get(page))
+        .route("/api/overview", get(api::overview::<E>))
+        .route("/api/vhosts", get(api::vhosts::<E>))
+        .route("/api/queues", get(api::queues::<E>))
+        .route("/api/queues/{vhost}", get(api::vhost_queues::<E>))
+        .route("/api/queues/{vhost}/{name}", get(api::queue::<E>))
+        .route(
+            "/api/queues/{vhost}/{name}/contents",
+            delete(api::purge::<E>),
+        )
+        .route("/api/queues/{vhost}/{name}/get", post(api::get::<E>))
+        .route("/api/exchanges", get(api::exchanges::<E>))
+        .route("/api/exchanges/{vhost}", get(api::vhost_exchanges::<E>))
+        .route("/api/exchanges/{vhost}/{name}", get(api::exchange::<E>))
+        .route(
+            "/api/exchanges/{vhost}/{name}/publish",
+            post(api::publish::<E>),
+        )
+        .route("/api/bindings", get(api::bindings::<E>))
+        .route("/api/bindings/{vhost}", get(api::vhost_bindings::<E>))
+        .route("/api/consumers", get(api::consumers::<E>))
+        .route("/api/connections", get(api::connections::<E>))
+        .route(
+            "/api/stream/queues/{vhost}/{name}/messages",
+            get(dlq::messages::<E>),
+        )
+        .route(
+            "/api/stream/queues/{vhost}/{name}/messages/{seq}",
+            delete(dlq::discard::<E>),
+        )
+        .route(
+            "/api/stream/queues/{vhost}/{name}/messages/{seq}/redrive",
+            post(dlq::redrive::<E>),
+        )
+        .route(
+            "/api/stream/queues/{vhost}/{name}/redrive",
+            post(dlq::redrive_all::<E>),
+        )
+        .fallback(|| async { error::ApiError::not_found() })
+        .with_state(api)
+}
+
+/// The management page: one static file (HTML, CSS and JavaScript, nothing fetched from
+/// elsewhere) that logs in and calls the API above.
+async fn page() -> axum::response::Html<&'static str> {
+    axum::response::Html(include_str!("page.html"))
+}
+
+/// The running management listener and its rate sampler.
+#[derive(Debug)]
+pub(crate) struct Management {
+    pub addr: SocketAddr,
+    serve: JoinHandle<()>,
+    sampler: JoinHandle<()>,
+}
+
+impl Management {
+    /// Starts serving on an already bound listener, until `stop` is set.
+    pub(crate) fn start<E: WireEnvelope>(
+        config: &ManagementConfig,
+        listener: TcpListener,
+        addr: SocketAddr,
+        amqp: SocketAddr,
+        shared: Arc<Shared<E>>,
+        stop: watch::Receiver<bool>,
+    ) -> Self {
+        let api = Arc::new(Api {
+            shared,
+            rates: Rates::default(),
+            addr,
+            amqp,
+        });
+        let sampler = tokio::spawn(sample(api.clone(), config.sample_interval(), stop.clone()));
+        let app = router(api).into_make_service_with_connect_info::<SocketAddr>();
+        let mut stop_serving = stop;
+        let serve = tokio::spawn(async move {
+            let graceful = async move { stopped(&mut stop_serving).await };
+            if let Err(e) = axum::serve(listener, app)
+                .with_graceful_shutdown(graceful)
+                .await
+            {
+                tracing::error!(error = %e, "management listener failed");
+            }
+        });
+        tracing::info!(%addr, "management API listening");
+        Management {
+            addr,
+            serve,
+            sampler,
+        }
+    }
+
+    /// Waits for the listener (told to stop) to finish its requests.
+    pub(crate) async fn stopped(self) {
+        let _ = self.serve.await;
+        let _ = self.sampler.await;
+    }
+}
+
+/// Samples every queue's counters each interval until stopped.
+async fn sample<E: WireEnvelope>(
+    api: Arc<Api<E>>,
+    every: std::time::Duration,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = stopped(&mut stop) => return,
+            _ = tick.tick() => {}
+        }
+        let mut queues = Vec::new();
+        let mut vhosts = Vec::new();
+        for (vhost, broker) in api.shared.brokers() {
+            for q in broker.queues() {
+                queues.push(((vhost.clone(), q.name), (q.published, q.delivered)));
+            }
+            vhosts.push((vhost.clone(), broker.totals().published));
+        }
+        api.rates
+            .record(tokio::time::Instant::now(), queues, vhosts);
+    }
+}

@@ -1,0 +1,157 @@
+//! Message rates: the engine keeps cumulative counters (per queue: enqueued and delivered;
+//! per broker: published); a sampler reads them every interval and keeps the rate over the
+//! last one, as RabbitMQ's management plugin does with its `collect_statistics_interval`.
+//! Nothing of this runs on the publish path.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+/// A counter and its rate per second over the last sample interval.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(crate) struct Rated {
+    pub count: u64,
+    pub rate: f64,
+}
+
+impl Rated {
+    fn next(self, count: u64, elapsed: Duration) -> Rated {
+        let secs = elapsed.as_secs_f64();
+        let rate = if secs > 0.0 {
+            count.saturating_sub(self.count) as f64 / secs
+        } else {
+            0.0
+        };
+        Rated { count, rate }
+    }
+}
+
+/// A queue's (or a broker's) publish and deliver counters, rated.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(crate) struct Stats {
+    pub publish: Rated,
+    pub deliver_get: Rated,
+}
+
+/// The last sample of every queue and broker.
+#[derive(Debug, Default)]
+pub(crate) struct Rates {
+    inner: Mutex<Samples>,
+}
+
+#[derive(Debug, Default)]
+struct Samples {
+    at: Option<Instant>,
+    /// By (vhost, queue).
+    queues: HashMap<(String, String), Stats>,
+    /// By vhost.
+    vhosts: HashMap<String, Stats>,
+}
+
+impl Rates {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Samples> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Records one sample: each queue's cumulative `(published, delivered)` and each
+    /// vhost's published total, taken at `now`. Queues not in the sample are forgotten.
+    pub(crate) fn record(
+        &self,
+        now: Instant,
+        queues: impl IntoIterator<Item = ((String, String), (u64, u64))>,
+        vhosts: impl IntoIterator<Item = (String, u64)>,
+    ) {
+        let mut s = self.lock();
+        let elapsed = s.at.map_or(Duration::ZERO, |at| now - at);
+        let mut next = HashMap::new();
+        let mut delivered: HashMap<String, u64> = HashMap::new();
+        for (key, (published, deliveries)) in queues {
+            let last = s.queues.get(&key).copied();
+            let stats = match last {
+                Some(last) => Stats {
+                    publish: last.publish.next(published, elapsed),
+                    deliver_get: last.deliver_get.next(deliveries, elapsed),
+                },
+                None => Stats {
+                    publish: Rated {
+                        count: published,
+                        rate: 0.0,
+                    },
+                    deliver_get: Rated {
+                        count: deliveries,
+                        rate: 0.0,
+                    },
+                },
+            };
+            *delivered.entry(key.0.clone()).or_default() += deliveries;
+            next.insert(key, stats);
+        }
+        let mut vhost_next = HashMap::new();
+        for (vhost, published) in vhosts {
+            let deliveries = delivered.get(&vhost).copied().unwrap_or(0);
+            let stats = match s.vhosts.get(&vhost).copied() {
+                Some(last) => Stats {
+                    publish: last.publish.next(published, elapsed),
+                    // Deleted queues take their deliveries with them: never a negative rate.
+                    deliver_get: last.deliver_get.next(deliveries, elapsed),
+                },
+                None => Stats {
+                    publish: Rated {
+                        count: published,
+                        rate: 0.0,
+                    },
+                    deliver_get: Rated {
+                        count: deliveries,
+                        rate: 0.0,
+                    },
+                },
+            };
+            vhost_next.insert(vhost, stats);
+        }
+        s.queues = next;
+        s.vhosts = vhost_next;
+        s.at = Some(now);
+    }
+
+    /// A queue's last sample (zero before its first).
+    pub(crate) fn queue(&self, vhost: &str, queue: &str) -> Stats {
+        self.lock()
+            .queues
+            .get(&(vhost.to_owned(), queue.to_owned()))
+            .copied()
+            .unwrap_or_default()
+    }
+
+    /// A vhost's last sample.
+    pub(crate) fn vhost(&self, vhost: &str) -> Stats {
+        self.lock().vhosts.get(vhost).copied().unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rates_are_over_the_last_interval() {
+        let rates = Rates::default();
+        let t0 = Instant::now();
+        let key = || ("/".to_owned(), "q".to_owned());
+        rates.record(t0, [(key(), (10, 0))], [("/".to_owned(), 10)]);
+        assert_eq!(rates.queue("/", "q").publish.rate, 0.0, "no interval yet");
+        rates.record(
+            t0 + Duration::from_secs(2),
+            [(key(), (30, 4))],
+            [("/".to_owned(), 40)],
+        );
+        let q = rates.queue("/", "q");
+        assert_eq!((q.publish.count, q.publish.rate), (30, 10.0));
+        assert_eq!((q.deliver_get.count, q.deliver_get.rate), (4, 2.0));
+        assert_eq!(rates.vhost("/").publish.rate, 15.0);
+        rates.record(t0 + Duration::from_secs(3), [], [("/".to_owned(), 40)]);
+        assert_eq!(rates.queue("/", "q"), Stats::default(), "deleted queues go");
+        assert_eq!(rates.vhost("/").deliver_get.rate, 0.0, "never negative");
+    }
+}

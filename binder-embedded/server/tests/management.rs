@@ -1,0 +1,830 @@
+//! The HTTP management API against a running server: authentication and tags, vhost
+//! filtering, every path, purge, `get` with each ack mode, publish, the dead-letter
+//! extension under `/api/stream/`, 404s.
+
+mod common;
+#[path = "common/http.rs"]
+mod http;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use stream_broker::{ManagementConfig, PermissionConfig, Server, ServerConfig, UserConfig};
+use stream_engine::{
+    Broker, ConsumeOptions, ExchangeKind, FieldTable, FieldValue, Message, PublishOptions,
+    QueueOptions,
+};
+
+const GUEST: Option<(&str, &str)> = Some(("guest", "guest"));
+const MGMT: Option<(&str, &str)> = Some(("mgmt", "pw"));
+const MON: Option<(&str, &str)> = Some(("mon", "pw"));
+
+fn user(name: &str, tags: &[&str], permissions: &[(&str, PermissionConfig)]) -> UserConfig {
+    UserConfig {
+        name: name.into(),
+        password_hash: None,
+        password: Some("pw".into()),
+        tags: tags.iter().map(|t| t.to_string()).collect(),
+        permissions: permissions
+            .iter()
+            .map(|(v, p)| (v.to_string(), p.clone()))
+            .collect(),
+    }
+}
+
+fn config() -> ServerConfig {
+    let mut config = common::config();
+    config.vhosts = vec!["/".into(), "other".into()];
+    config.users.push(user(
+        "mgmt",
+        &["management"],
+        &[(
+            "/",
+            PermissionConfig {
+                configure: "".into(),
+                write: "^orders$".into(),
+                read: "^work$".into(),
+            },
+        )],
+    ));
+    config.users.push(user("mon", &["monitoring"], &[]));
+    config
+        .users
+        .push(user("app", &[], &[("/", PermissionConfig::all())]));
+    config.management = Some(ManagementConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        allow_remote: false,
+        sample_interval_ms: 100,
+    });
+    config
+}
+
+struct Fixture {
+    server: Server,
+    root: Broker,
+    api: SocketAddr,
+}
+
+async fn fixture() -> Fixture {
+    let root: Broker = Broker::new();
+    let other: Broker = Broker::new();
+    let brokers: HashMap<String, Broker> = [
+        ("/".to_owned(), root.clone()),
+        ("other".to_owned(), other.clone()),
+    ]
+    .into();
+    let server = Server::bind(config(), brokers).await.unwrap();
+    let api = server.management_addr().expect("management configured");
+    assert_ne!(api.port(), 0, "port 0 is resolved");
+    let conn = other.connect();
+    let ch = conn.open_channel().unwrap();
+    ch.queue_declare("elsewhere", QueueOptions::default(), FieldTable::new())
+        .unwrap();
+    Fixture { server, root, api }
+}
+
+async fn get(f: &Fixture, path: &str, auth: Option<(&str, &str)>) -> http::Response {
+    http::request(f.api, "GET", path, auth, None).await
+}
+
+async fn ok(f: &Fixture, path: &str, auth: Option<(&str, &str)>) -> Value {
+    let r = get(f, path, auth).await;
+    assert_eq!(
+        r.status,
+        200,
+        "{path}: {}",
+        String::from_utf8_lossy(&r.body)
+    );
+    r.json()
+}
+
+async fn post(f: &Fixture, path: &str, auth: Option<(&str, &str)>, body: Value) -> http::Response {
+    http::request(f.api, "POST", path, auth, Some(&body)).await
+}
+
+fn names(list: &Value) -> Vec<String> {
+    list.as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["name"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+fn dead_letter_args() -> FieldTable {
+    let mut args = FieldTable::new();
+    args.insert("x-dead-letter-exchange", "");
+    args.insert("x-dead-letter-routing-key", "work.dlq");
+    args
+}
+
+/// `work` (dead-lettering to `work.dlq`), bound from the topic exchange `orders`.
+async fn topology(f: &Fixture) -> (stream_engine::Connection, stream_engine::Channel) {
+    let conn = f.root.connect();
+    let ch = conn.open_channel().unwrap();
+    let durable = QueueOptions {
+        durable: true,
+        ..QueueOptions::default()
+    };
+    ch.queue_declare("work", durable, dead_letter_args())
+        .unwrap();
+    ch.queue_declare("work.dlq", QueueOptions::default(), FieldTable::new())
+        .unwrap();
+    ch.exchange_declare(
+        "orders",
+        ExchangeKind::Topic,
+        Default::default(),
+        FieldTable::new(),
+    )
+    .unwrap();
+    ch.queue_bind("work", "orders", "order.#", FieldTable::new())
+        .unwrap();
+    (conn, ch)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logins_need_a_management_tag_and_see_their_vhosts() {
+    let f = fixture().await;
+    let r = get(&f, "/api/overview", None).await;
+    assert_eq!(r.status, 401);
+    assert_eq!(
+        r.header("www-authenticate"),
+        Some("Basic realm=\"RabbitMQ Management\"")
+    );
+    let xhr = [("X-Requested-With", "XMLHttpRequest")];
+    let r = http::request_with(f.api, "GET", "/api/overview", None, None, &xhr).await;
+    assert_eq!(r.status, 401);
+    assert_eq!(
+        r.header("www-authenticate"),
+        None,
+        "the page's requests get no dialog"
+    );
+    let page = get(&f, "/", None).await;
+    assert_eq!(page.status, 200, "the page itself needs no login");
+    assert!(
+        String::from_utf8_lossy(&page.body).contains("<title>stream-broker management</title>")
+    );
+    let r = get(&f, "/api/overview", Some(("guest", "wrong"))).await;
+    assert_eq!(r.status, 401);
+    assert_eq!(r.json()["error"], "not_authorised");
+    let r = get(&f, "/api/overview", Some(("app", "pw"))).await;
+    assert_eq!(r.status, 401);
+    assert_eq!(r.json()["reason"], "Not management user");
+
+    let all = ok(&f, "/api/queues", GUEST).await;
+    assert_eq!(names(&all), ["elsewhere"]);
+    assert_eq!(all[0]["vhost"], "other");
+    assert!(
+        names(&ok(&f, "/api/queues", MGMT).await).is_empty(),
+        "mgmt sees / only"
+    );
+    assert_eq!(names(&ok(&f, "/api/queues", MON).await), ["elsewhere"]);
+    assert_eq!(names(&ok(&f, "/api/vhosts", MGMT).await), ["/"]);
+    assert_eq!(names(&ok(&f, "/api/vhosts", MON).await), ["/", "other"]);
+    let r = get(&f, "/api/queues/other", MGMT).await;
+    assert_eq!(r.status, 401, "a vhost without permissions");
+    assert_eq!(r.json()["reason"], "Not authorised to access virtual host");
+    assert_eq!(
+        ok(&f, "/api/queues/other", MON).await[0]["name"],
+        "elsewhere"
+    );
+    f.server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_path_answers_in_rabbitmqs_shapes() {
+    let f = fixture().await;
+    let (_conn, ch) = topology(&f).await;
+    for i in 0..3 {
+        ch.basic_publish(
+            "orders",
+            "order.new",
+            PublishOptions::default(),
+            Message::new(format!("m{i}")),
+        )
+        .await
+        .unwrap();
+    }
+
+    let o = ok(&f, "/api/overview", GUEST).await;
+    assert_eq!(o["product_name"], "stream-broker");
+    assert_eq!(o["rabbitmq_version"], "3.10.0");
+    assert_eq!(o["object_totals"]["queues"], 3);
+    assert_eq!(o["queue_totals"]["messages_ready"], 3);
+    assert!(o["message_stats"]["publish_details"]["rate"].is_number());
+
+    let q = ok(&f, "/api/queues/%2F/work", GUEST).await;
+    assert_eq!(q["name"], "work");
+    assert_eq!(q["vhost"], "/");
+    assert_eq!(q["durable"], true);
+    assert_eq!(q["auto_delete"], false);
+    assert_eq!(q["exclusive"], false);
+    assert_eq!(q["arguments"]["x-dead-letter-routing-key"], "work.dlq");
+    assert_eq!(
+        (q["messages"].clone(), q["messages_ready"].clone()),
+        (json!(3), json!(3))
+    );
+    assert_eq!(q["messages_unacknowledged"], 0);
+    assert_eq!(q["consumers"], 0);
+    assert_eq!(
+        names(&ok(&f, "/api/queues/%2F", GUEST).await),
+        ["work", "work.dlq"]
+    );
+
+    // The sampler turns the counters into rates over its last interval: once it has seen
+    // the queue, more publishes and deliveries show as positive rates.
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    for i in 0..3 {
+        ch.basic_publish(
+            "orders",
+            "order.more",
+            PublishOptions::default(),
+            Message::new(format!("n{i}")),
+        )
+        .await
+        .unwrap();
+    }
+    ch.basic_get("work", true).unwrap().expect("a message");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
+    loop {
+        let q = ok(&f, "/api/queues/%2F/work", GUEST).await;
+        let stats = &q["message_stats"];
+        let publish = stats["publish_details"]["rate"].as_f64().unwrap();
+        let deliver = stats["deliver_get_details"]["rate"].as_f64().unwrap();
+        if publish > 0.0 && deliver > 0.0 {
+            assert_eq!(stats["publish"], 6);
+            assert_eq!(stats["deliver_get"], 1);
+            let o = ok(&f, "/api/overview", GUEST).await;
+            assert_eq!(o["message_stats"]["publish"], 6);
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "no rate: {stats}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    let xs = ok(&f, "/api/exchanges/%2F", GUEST).await;
+    let xnames = names(&xs);
+    assert_eq!(xnames[0], "", "the default exchange first");
+    assert!(xnames.contains(&"orders".to_owned()) && xnames.contains(&"amq.topic".to_owned()));
+    let x = ok(&f, "/api/exchanges/%2F/orders", GUEST).await;
+    assert_eq!(
+        (x["type"].clone(), x["durable"].clone()),
+        (json!("topic"), json!(false))
+    );
+    assert_eq!(
+        ok(&f, "/api/exchanges/%2F/amq.default", GUEST).await["name"],
+        ""
+    );
+    // "other" has the same but orders.
+    assert_eq!(
+        names(&ok(&f, "/api/exchanges", MON).await).len(),
+        2 * xs.as_array().unwrap().len() - 1
+    );
+    let bs = ok(&f, "/api/bindings/%2F", GUEST).await;
+    let b = bs
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["source"] == "orders")
+        .expect("orders -> work");
+    assert_eq!(b["destination"], "work");
+    assert_eq!(b["destination_type"], "queue");
+    assert_eq!(b["routing_key"], "order.#");
+    assert_eq!(b["properties_key"], "order.#");
+    assert!(
+        bs.as_array()
+            .unwrap()
+            .iter()
+            .any(|b| b["source"] == "" && b["destination"] == "work.dlq")
+    );
+    let all = ok(&f, "/api/bindings", GUEST).await;
+    assert_eq!(
+        all.as_array().unwrap().len(),
+        bs.as_array().unwrap().len() + 1,
+        "{all:#}"
+    );
+
+    let consumer = ch
+        .basic_consume(
+            "work.dlq",
+            ConsumeOptions {
+                consumer_tag: Some("watcher".into()),
+                ..ConsumeOptions::default()
+            },
+        )
+        .unwrap();
+    let cs = ok(&f, "/api/consumers", GUEST).await;
+    assert_eq!(cs[0]["consumer_tag"], "watcher");
+    assert_eq!(cs[0]["queue"], json!({"name": "work.dlq", "vhost": "/"}));
+    assert_eq!(cs[0]["ack_required"], true);
+    drop(consumer);
+
+    let lapin = common::lapin(&f.server).await;
+    let conns = ok(&f, "/api/connections", GUEST).await;
+    assert_eq!(conns.as_array().unwrap().len(), 1);
+    assert_eq!(conns[0]["user"], "guest");
+    assert_eq!(conns[0]["vhost"], "/");
+    assert_eq!(conns[0]["protocol"], "AMQP 0-9-1");
+    assert_eq!(conns[0]["port"], f.server.local_addr().port());
+    assert!(
+        ok(&f, "/api/connections", MGMT)
+            .await
+            .as_array()
+            .unwrap()
+            .is_empty(),
+        "not its own"
+    );
+    assert_eq!(
+        ok(&f, "/api/connections", MON)
+            .await
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+    assert_eq!(
+        ok(&f, "/api/overview", GUEST).await["object_totals"]["connections"],
+        1
+    );
+    lapin.close(200, "bye".into()).await.unwrap();
+
+    for missing in [
+        "/api/queues/%2F/nope",
+        "/api/queues/nope",
+        "/api/exchanges/%2F/nope",
+        "/api/bindings/nope",
+        "/api/nothing",
+    ] {
+        let r = get(&f, missing, GUEST).await;
+        assert_eq!(r.status, 404, "{missing}");
+        assert_eq!(r.json()["error"], "Object Not Found");
+    }
+    f.server.shutdown().await;
+}
+
+async fn depth(f: &Fixture, queue: &str) -> u64 {
+    ok(f, &format!("/api/queues/%2F/{queue}"), GUEST).await["messages_ready"]
+        .as_u64()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn get_settles_by_its_ack_mode_and_purge_empties() {
+    let f = fixture().await;
+    let (_conn, ch) = topology(&f).await;
+    for i in 0..4 {
+        let m = Message::new(format!("m{i}"))
+            .with_content_type("text/plain")
+            .with_header("n", FieldValue::I64(i));
+        ch.basic_publish("", "work", PublishOptions::default(), m)
+            .await
+            .unwrap();
+    }
+    let path = "/api/queues/%2F/work/get";
+    let got = |mode: &str, count: u64| json!({"count": count, "ackmode": mode, "encoding": "auto", "truncate": 50000});
+
+    let r = post(&f, path, GUEST, got("ack_requeue_true", 2)).await;
+    assert_eq!(r.status, 200);
+    let msgs = r.json();
+    assert_eq!(msgs.as_array().unwrap().len(), 2);
+    assert_eq!(msgs[0]["payload"], "m0");
+    assert_eq!(msgs[0]["payload_encoding"], "string");
+    assert_eq!(msgs[0]["payload_bytes"], 2);
+    assert_eq!(msgs[0]["exchange"], "");
+    assert_eq!(msgs[0]["routing_key"], "work");
+    assert_eq!(msgs[0]["redelivered"], false);
+    assert_eq!(msgs[0]["message_count"], 3);
+    assert_eq!(
+        msgs[0]["properties"],
+        json!({"content_type": "text/plain", "headers": {"n": 0}})
+    );
+    assert_eq!(depth(&f, "work").await, 4, "requeued");
+
+    let r = post(&f, path, GUEST, got("reject_requeue_true", 1)).await;
+    assert_eq!(r.json()[0]["redelivered"], true, "requeued before");
+    assert_eq!(depth(&f, "work").await, 4);
+
+    let r = post(
+        &f,
+        path,
+        GUEST,
+        json!({"count": 1, "ackmode": "ack_requeue_false", "encoding": "base64"}),
+    )
+    .await;
+    assert_eq!(r.json()[0]["payload"], "bTA=");
+    assert_eq!(r.json()[0]["payload_encoding"], "base64");
+    assert_eq!(depth(&f, "work").await, 3, "taken");
+
+    let r = post(
+        &f,
+        path,
+        GUEST,
+        json!({"count": 1, "ackmode": "reject_requeue_false", "encoding": "auto", "truncate": 1}),
+    )
+    .await;
+    assert_eq!(r.json()[0]["payload"], "m", "truncated");
+    assert_eq!(r.json()[0]["payload_bytes"], 2);
+    assert_eq!(depth(&f, "work").await, 2);
+    assert_eq!(depth(&f, "work.dlq").await, 1, "dead-lettered");
+
+    let r = post(&f, path, GUEST, json!({"count": 1, "ackmode": "sometimes"})).await;
+    assert_eq!(r.status, 400);
+    let r = post(
+        &f,
+        path,
+        GUEST,
+        json!({"count": 1, "ackmode": "ack_requeue_true", "colour": 1}),
+    )
+    .await;
+    assert_eq!(
+        (r.status, r.json()["reason"].clone()),
+        (400, json!("unknown field 'colour'"))
+    );
+    let echo = json!({"vhost": "/", "name": "work", "count": 1, "ackmode": "ack_requeue_true"});
+    assert_eq!(
+        post(&f, path, GUEST, echo).await.status,
+        200,
+        "the path's names are fine"
+    );
+    let other = json!({"vhost": "/", "name": "other", "count": 1, "ackmode": "ack_requeue_true"});
+    assert_eq!(post(&f, path, GUEST, other).await.status, 400);
+    let r = post(
+        &f,
+        "/api/queues/%2F/nope/get",
+        GUEST,
+        got("ack_requeue_true", 1),
+    )
+    .await;
+    assert_eq!(r.status, 404);
+    let r = post(
+        &f,
+        "/api/queues/%2F/work.dlq/get",
+        MGMT,
+        got("ack_requeue_true", 1),
+    )
+    .await;
+    assert_eq!(r.status, 403, "mgmt may not read work.dlq");
+    assert_eq!(
+        post(&f, path, MGMT, got("ack_requeue_true", 1))
+            .await
+            .status,
+        200
+    );
+
+    let r = http::request(
+        f.api,
+        "DELETE",
+        "/api/queues/%2F/work.dlq/contents",
+        MGMT,
+        None,
+    )
+    .await;
+    assert_eq!(r.status, 403);
+    let r = http::request(
+        f.api,
+        "DELETE",
+        "/api/queues/%2F/work/contents",
+        GUEST,
+        None,
+    )
+    .await;
+    assert_eq!(r.status, 204);
+    assert_eq!(depth(&f, "work").await, 0);
+    let r = http::request(
+        f.api,
+        "DELETE",
+        "/api/queues/%2F/nope/contents",
+        GUEST,
+        None,
+    )
+    .await;
+    assert_eq!(r.status, 404);
+    f.server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn publish_reports_whether_it_was_routed() {
+    let f = fixture().await;
+    let _topology = topology(&f).await;
+    let body = |key: &str| json!({"properties": {"delivery_mode": 2, "headers": {"h": "v"}}, "routing_key": key, "payload": "hello", "payload_encoding": "string"});
+    let r = post(
+        &f,
+        "/api/exchanges/%2F/orders/publish",
+        GUEST,
+        body("order.new"),
+    )
+    .await;
+    assert_eq!((r.status, r.json()), (200, json!({"routed": true})));
+    let r = post(
+        &f,
+        "/api/exchanges/%2F/orders/publish",
+        GUEST,
+        body("nothing"),
+    )
+    .await;
+    assert_eq!(r.json(), json!({"routed": false}));
+    let r = post(&f, "/api/exchanges/%2F/amq.default/publish", GUEST, json!({"properties": {}, "routing_key": "work", "payload": "aGk=", "payload_encoding": "base64"})).await;
+    assert_eq!(r.json(), json!({"routed": true}));
+    let got = post(
+        &f,
+        "/api/queues/%2F/work/get",
+        GUEST,
+        json!({"count": 2, "ackmode": "ack_requeue_true"}),
+    )
+    .await
+    .json();
+    assert_eq!(got[0]["payload"], "hello");
+    assert_eq!(
+        got[0]["properties"],
+        json!({"delivery_mode": 2, "headers": {"h": "v"}})
+    );
+    assert_eq!(got[1]["payload"], "hi");
+    let r = post(&f, "/api/exchanges/%2F/nope/publish", GUEST, body("x")).await;
+    assert_eq!(r.status, 404);
+    let r = post(
+        &f,
+        "/api/exchanges/%2F/orders/publish",
+        GUEST,
+        json!({"properties": {"colour": "red"}, "routing_key": "k", "payload": ""}),
+    )
+    .await;
+    assert_eq!(
+        (r.status, r.json()["reason"].clone()),
+        (400, json!("unknown property 'colour'"))
+    );
+    let r = post(
+        &f,
+        "/api/exchanges/%2F/amq.default/publish",
+        MGMT,
+        body("work"),
+    )
+    .await;
+    assert_eq!(r.status, 403, "mgmt may write to orders only");
+    assert_eq!(
+        post(
+            &f,
+            "/api/exchanges/%2F/orders/publish",
+            MGMT,
+            body("order.x")
+        )
+        .await
+        .status,
+        200
+    );
+    f.server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dead_letters_are_listed_redriven_and_removed_one_by_one() {
+    let f = fixture().await;
+    let (_conn, ch) = topology(&f).await;
+    for i in 0..4 {
+        ch.basic_publish(
+            "orders",
+            &format!("order.{i}"),
+            PublishOptions::default(),
+            Message::new(format!("m{i}")),
+        )
+        .await
+        .unwrap();
+    }
+    // Reject all four: the queue dead-letters them to work.dlq with x-death.
+    let r = post(
+        &f,
+        "/api/queues/%2F/work/get",
+        GUEST,
+        json!({"count": 4, "ackmode": "reject_requeue_false"}),
+    )
+    .await;
+    assert_eq!(r.json().as_array().unwrap().len(), 4);
+    assert_eq!(depth(&f, "work.dlq").await, 4);
+
+    let list = ok(
+        &f,
+        "/api/stream/queues/%2F/work.dlq/messages?count=10",
+        GUEST,
+    )
+    .await;
+    let list = list.as_array().unwrap();
+    assert_eq!(list.len(), 4);
+    assert_eq!(list[0]["payload"], "m0");
+    assert_eq!(list[0]["redelivered"], false, "listing delivers nothing");
+    let death = &list[0]["properties"]["headers"]["x-death"][0];
+    assert_eq!(death["reason"], "rejected");
+    assert_eq!(death["queue"], "work");
+    assert_eq!(
+        list[1]["redrive_to"],
+        json!({"exchange": "orders", "routing_key": "order.1"})
+    );
+    let seq = |i: usize| list[i]["seq"].as_u64().unwrap();
+    assert_eq!(
+        ok(
+            &f,
+            "/api/stream/queues/%2F/work.dlq/messages?count=1",
+            GUEST
+        )
+        .await
+        .as_array()
+        .unwrap()
+        .len(),
+        1
+    );
+
+    // One message back to where it came from.
+    let path = format!(
+        "/api/stream/queues/%2F/work.dlq/messages/{}/redrive",
+        seq(1)
+    );
+    let r = http::request(f.api, "POST", &path, GUEST, None).await;
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(r.json()["queues"], 1);
+    assert_eq!(depth(&f, "work.dlq").await, 3);
+    let back = post(
+        &f,
+        "/api/queues/%2F/work/get",
+        GUEST,
+        json!({"count": 1, "ackmode": "ack_requeue_false"}),
+    )
+    .await
+    .json();
+    assert_eq!(
+        (back[0]["payload"].clone(), back[0]["routing_key"].clone()),
+        (json!("m1"), json!("order.1"))
+    );
+    assert_eq!(
+        back[0]["properties"]["headers"]["x-death"][0]["count"], 1,
+        "its history goes along"
+    );
+    assert_eq!(
+        http::request(f.api, "POST", &path, GUEST, None)
+            .await
+            .status,
+        404,
+        "gone"
+    );
+
+    // A re-drive that cannot go anywhere leaves the message where it is.
+    let path = format!(
+        "/api/stream/queues/%2F/work.dlq/messages/{}/redrive",
+        seq(0)
+    );
+    let r = post(
+        &f,
+        &path,
+        GUEST,
+        json!({"exchange": "orders", "routing_key": "nowhere"}),
+    )
+    .await;
+    assert_eq!(r.status, 409);
+    assert_eq!(r.json()["error"], "not_redriven");
+    assert_eq!(depth(&f, "work.dlq").await, 3);
+    let r = post(
+        &f,
+        &path,
+        GUEST,
+        json!({"exchange": "missing", "routing_key": "k"}),
+    )
+    .await;
+    assert_eq!(r.status, 404);
+    assert_eq!(depth(&f, "work.dlq").await, 3);
+
+    // One removed.
+    let path = format!("/api/stream/queues/%2F/work.dlq/messages/{}", seq(2));
+    assert_eq!(
+        http::request(f.api, "DELETE", &path, GUEST, None)
+            .await
+            .status,
+        204
+    );
+    assert_eq!(
+        http::request(f.api, "DELETE", &path, GUEST, None)
+            .await
+            .status,
+        404
+    );
+    assert_eq!(depth(&f, "work.dlq").await, 2);
+
+    // The rest back.
+    let r = http::request(
+        f.api,
+        "POST",
+        "/api/stream/queues/%2F/work.dlq/redrive",
+        GUEST,
+        None,
+    )
+    .await;
+    assert_eq!(r.json(), json!({"redriven": 2, "failed": []}));
+    assert_eq!(depth(&f, "work.dlq").await, 0);
+    assert_eq!(depth(&f, "work").await, 2);
+
+    // A message with no origin needs a target.
+    ch.basic_publish(
+        "",
+        "work.dlq",
+        PublishOptions::default(),
+        Message::new("orphan"),
+    )
+    .await
+    .unwrap();
+    let orphan = ok(&f, "/api/stream/queues/%2F/work.dlq/messages", GUEST).await;
+    assert_eq!(orphan[0]["redrive_to"], Value::Null);
+    let path = format!(
+        "/api/stream/queues/%2F/work.dlq/messages/{}/redrive",
+        orphan[0]["seq"]
+    );
+    assert_eq!(
+        http::request(f.api, "POST", &path, GUEST, None)
+            .await
+            .status,
+        400
+    );
+    let r = post(
+        &f,
+        &path,
+        MGMT,
+        json!({"exchange": "orders", "routing_key": "order.z"}),
+    )
+    .await;
+    assert_eq!(r.status, 403, "mgmt may not read work.dlq");
+    f.server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redriven_persistent_message_is_moved_on_disk_too() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = || {
+        let mut c = config();
+        c.vhosts = vec!["/".into()];
+        c.users.retain(|u| u.name == "guest");
+        c.data_dir = Some(dir.path().to_owned());
+        c
+    };
+    let server = Server::standalone(config()).await.unwrap();
+    let api = server.management_addr().unwrap();
+    let amqp = common::lapin(&server).await;
+    let ch = amqp.create_channel().await.unwrap();
+    for q in ["work", "work.dlq"] {
+        let durable = lapin::options::QueueDeclareOptions {
+            durable: true,
+            ..Default::default()
+        };
+        ch.queue_declare(q.into(), durable, Default::default())
+            .await
+            .unwrap();
+    }
+    for i in 0..2 {
+        let body = json!({
+            "properties": {"delivery_mode": 2, "headers": {"x-original-exchange": "", "x-original-routingKey": "work"}},
+            "routing_key": "work.dlq",
+            "payload": format!("p{i}"),
+        });
+        let r = http::request(
+            api,
+            "POST",
+            "/api/exchanges/%2F/amq.default/publish",
+            GUEST,
+            Some(&body),
+        )
+        .await;
+        assert_eq!(r.json(), json!({"routed": true}));
+    }
+    let list = http::request(
+        api,
+        "GET",
+        "/api/stream/queues/%2F/work.dlq/messages",
+        GUEST,
+        None,
+    )
+    .await
+    .json();
+    let path = format!(
+        "/api/stream/queues/%2F/work.dlq/messages/{}/redrive",
+        list[0]["seq"]
+    );
+    let r = http::request(api, "POST", &path, GUEST, None).await;
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    amqp.close(200, "bye".into()).await.unwrap();
+    server.shutdown().await;
+
+    let server = Server::standalone(config()).await.unwrap();
+    let api = server.management_addr().unwrap();
+    let take = |queue: &'static str| async move {
+        http::request(
+            api,
+            "POST",
+            &format!("/api/queues/%2F/{queue}/get"),
+            GUEST,
+            Some(&json!({"count": 10, "ackmode": "ack_requeue_true"})),
+        )
+        .await
+        .json()
+    };
+    let work = take("work").await;
+    assert_eq!(work.as_array().unwrap().len(), 1, "{work}");
+    assert_eq!(work[0]["payload"], "p0");
+    let dlq = take("work.dlq").await;
+    assert_eq!(dlq.as_array().unwrap().len(), 1, "{dlq}");
+    assert_eq!(dlq[0]["payload"], "p1");
+    server.shutdown().await;
+}
