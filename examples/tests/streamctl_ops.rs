@@ -446,3 +446,73 @@ async fn with_rabbitmq_s_management_api_lists_everything() {
     );
     drop(node);
 }
+
+// The server runs on the worker threads while the test waits for streamctl.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_stream_broker_s_management_api_lists_everything() {
+    let server = stream_broker::Server::standalone(stream_broker::ServerConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        management: Some(stream_broker::ManagementConfig {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            allow_remote: false,
+            sample_interval_ms: 5000,
+        }),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let url = format!("amqp://guest:guest@{}/%2f", server.local_addr());
+    let management = format!("http://{}", server.management_addr().unwrap());
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(&dir, "orders", server.local_addr().port());
+    assert_ok(&streamctl(&["provision", "--config", &config]));
+    dead_letter(&url, "orders.g", "x", None).await;
+
+    let out = streamctl(&[
+        "list_queues",
+        "-q",
+        "--config",
+        &config,
+        "--management",
+        &management,
+        "name",
+        "messages",
+        "consumers",
+        "durable",
+    ]);
+    assert_ok(&out);
+    assert_eq!(
+        text(&out),
+        "name\tmessages\tconsumers\tdurable\norders.g\t0\t0\ttrue\norders.g.dlq\t1\t0\ttrue\n"
+    );
+    let out = streamctl(&[
+        "list_exchanges",
+        "-q",
+        "--config",
+        &config,
+        "--management",
+        &management,
+    ]);
+    assert_ok(&out);
+    let listed = text(&out);
+    for row in ["DLX\tdirect\n", "orders\ttopic\n"] {
+        assert!(listed.contains(row), "{row:?} in {listed}");
+    }
+    let out = streamctl(&[
+        "list_bindings",
+        "-q",
+        "--config",
+        &config,
+        "--management",
+        &management,
+    ]);
+    assert_ok(&out);
+    let listed = text(&out);
+    for row in [
+        "orders\texchange\torders.g\tqueue\t#\t[]\n",
+        "DLX\texchange\torders.g.dlq\tqueue\torders.g\t[]\n",
+    ] {
+        assert!(listed.contains(row), "{row:?} in {listed}");
+    }
+    server.shutdown().await;
+}
