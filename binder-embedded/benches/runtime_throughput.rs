@@ -29,6 +29,10 @@
 //!    3 also depends on how the host runs the machine's two vCPUs: on some runs both
 //!    threads get half speed, and 2, 3 and 4 (two busy threads) drop by half while 1, 5 and
 //!    6 (one busy thread; the baseline's two tasks mostly share one worker) do not move.
+//! 7. `app, 1 sender, metrics` — scenario 3 with the management server on (port 0) and its
+//!    Prometheus metrics exposed (`management.endpoints.web.exposure.include: prometheus`): the
+//!    metrics observer sees every delivery, handler attempt, settlement and send. The report
+//!    gives its rate over scenario 3's, round by round: what metrics cost on the handler path.
 //!
 //! A run's time goes from spawning the producer task(s) to the consumer having received
 //! every message (for the app, to the handler having counted the last one; its ack follows).
@@ -94,16 +98,18 @@ enum Scenario {
     AppManySenders,
     AppPublishOnly,
     AppConsumeOnly,
+    AppOneSenderMetrics,
 }
 
 impl Scenario {
-    const ALL: [Scenario; 6] = [
+    const ALL: [Scenario; 7] = [
         Scenario::MpscBounded,
         Scenario::EngineDirect,
         Scenario::AppOneSender,
         Scenario::AppManySenders,
         Scenario::AppPublishOnly,
         Scenario::AppConsumeOnly,
+        Scenario::AppOneSenderMetrics,
     ];
 
     fn label(self, senders: usize) -> String {
@@ -114,6 +120,7 @@ impl Scenario {
             Scenario::AppManySenders => format!("app handler, {senders} senders"),
             Scenario::AppPublishOnly => "app sends only (no consumer)".to_owned(),
             Scenario::AppConsumeOnly => "app handler only (full queue)".to_owned(),
+            Scenario::AppOneSenderMetrics => "app handler, 1 sender, metrics".to_owned(),
         }
     }
 }
@@ -373,9 +380,14 @@ async fn engine_consume(
 /// Distinguishes the destinations of app runs.
 static APP_RUNS: AtomicUsize = AtomicUsize::new(0);
 
-fn app_yaml(destination: &str, auto_startup: bool) -> String {
+fn app_yaml(destination: &str, auto_startup: bool, metrics: bool) -> String {
+    let management = if metrics {
+        "management:\n  server:\n    port: 0\n    address: 127.0.0.1\n  endpoints:\n    web:\n      exposure:\n        include: prometheus\n"
+    } else {
+        ""
+    };
     format!(
-        "spring:\n  cloud:\n    stream:\n      bindings:\n        out:\n          destination: {destination}\n        in:\n          destination: {destination}\n          group: g\n          consumer:\n            autoStartup: {auto_startup}\n      rabbit:\n        bindings:\n          in:\n            consumer:\n              prefetch: {WINDOW}\n"
+        "{management}spring:\n  cloud:\n    stream:\n      bindings:\n        out:\n          destination: {destination}\n        in:\n          destination: {destination}\n          group: g\n          consumer:\n            autoStartup: {auto_startup}\n      rabbit:\n        bindings:\n          in:\n            consumer:\n              prefetch: {WINDOW}\n"
     )
 }
 
@@ -391,11 +403,11 @@ struct BenchApp {
 }
 
 impl BenchApp {
-    async fn start(n: usize, auto_startup: bool) -> BenchApp {
+    async fn start(n: usize, auto_startup: bool, metrics: bool) -> BenchApp {
         let destination = format!("bench-{}", APP_RUNS.fetch_add(1, Ordering::Relaxed));
         let config = ConfigLoader::new()
             .env(Vec::<(String, String)>::new())
-            .yaml_str(&app_yaml(&destination, auto_startup))
+            .yaml_str(&app_yaml(&destination, auto_startup, metrics))
             .load()
             .unwrap_or_else(|e| panic!("configuration: {e}"));
         let progress = Arc::new(Progress::default());
@@ -419,6 +431,7 @@ impl BenchApp {
             .binder("embedded", Arc::new(EmbeddedBinder::new(broker.clone())))
             .listener("in", handler)
             .output("out")
+            .management()
             .start()
             .await
             .unwrap_or_else(|e| panic!("app start: {e}"));
@@ -442,10 +455,10 @@ impl BenchApp {
     }
 }
 
-async fn run_app(msgs: Vec<BenchMsg>, senders: usize) -> RunResult {
+async fn run_app(msgs: Vec<BenchMsg>, senders: usize, metrics: bool) -> RunResult {
     let n = msgs.len();
     let senders = senders.clamp(1, n);
-    let bench = BenchApp::start(n, true).await;
+    let bench = BenchApp::start(n, true, metrics).await;
 
     // Each sender's share, contiguous, split before the clock starts.
     let per_sender = n.div_ceil(senders);
@@ -501,7 +514,7 @@ enum Phase {
 /// which shows what each costs without the other competing for the CPU and the engine lock.
 async fn run_app_split(msgs: Vec<BenchMsg>, phase: Phase) -> RunResult {
     let n = msgs.len();
-    let bench = BenchApp::start(n, false).await;
+    let bench = BenchApp::start(n, false, false).await;
 
     let start = Instant::now();
     send_all(bench.output.clone(), msgs).await;
@@ -534,8 +547,9 @@ async fn run(scenario: Scenario, settings: Settings) -> RunResult {
             Scenario::EngineDirect => {
                 run_engine(payloads(n).into_iter().map(Message::new).collect()).await
             }
-            Scenario::AppOneSender => run_app(bench_msgs(n), 1).await,
-            Scenario::AppManySenders => run_app(bench_msgs(n), settings.senders).await,
+            Scenario::AppOneSender => run_app(bench_msgs(n), 1, false).await,
+            Scenario::AppManySenders => run_app(bench_msgs(n), settings.senders, false).await,
+            Scenario::AppOneSenderMetrics => run_app(bench_msgs(n), 1, true).await,
             Scenario::AppPublishOnly => run_app_split(bench_msgs(n), Phase::Publish).await,
             Scenario::AppConsumeOnly => run_app_split(bench_msgs(n), Phase::Consume).await,
         }
@@ -651,6 +665,23 @@ fn main() {
             median(&mut elapsed),
             median(&mut unconsumed),
             rs.len(),
+        );
+    }
+    let (with, without) = (&results[6], &results[2]);
+    if !with.is_empty() && with.len() == without.len() {
+        let mut ratios: Vec<f64> = with
+            .iter()
+            .zip(without)
+            .map(|(m, p)| m.msgs_per_sec(n) / p.msgs_per_sec(n))
+            .collect();
+        let (lo, hi) = ratios
+            .iter()
+            .fold((f64::MAX, f64::MIN), |(lo, hi), r| (lo.min(*r), hi.max(*r)));
+        println!();
+        println!(
+            "metrics on / off (7 / 3), per round: median {:.3} ({lo:.3}–{hi:.3}) over {} rounds",
+            median(&mut ratios),
+            ratios.len()
         );
     }
     println!(

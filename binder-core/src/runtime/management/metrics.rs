@@ -2,26 +2,22 @@
 //! binding, and the binders' connection states read at each scrape.
 
 use std::collections::HashMap;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, OnceLock, RwLock};
 
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
+
+use super::histogram::DurationHistogram;
 
 use super::super::control::Control;
 use super::super::observe::{DeadLettered, Failed, Handled, Observer, Received, Retried, Sent};
 use crate::binder::ConnectionState;
 
 type Labels = Vec<(&'static str, String)>;
-type Histograms = Family<Labels, Histogram, fn() -> Histogram>;
-
-/// Seconds: 100 µs to about 26 s, doubling.
-fn duration_histogram() -> Histogram {
-    Histogram::new(exponential_buckets(0.0001, 2.0, 19))
-}
+type Histograms = Family<Labels, DurationHistogram>;
 
 /// Every metric family.
 struct Families {
@@ -47,17 +43,21 @@ struct BindingMetrics {
     retried: Counter,
     dead_lettered: Counter,
     in_flight: Gauge,
-    handled_duration: Histogram,
-    failed_duration: Histogram,
+    handled_duration: DurationHistogram,
+    failed_duration: DurationHistogram,
     sent: Counter,
     send_failed: Counter,
-    send_latency: Histogram,
+    send_latency: DurationHistogram,
 }
 
 /// The application's metrics and their registry. Cheap to share.
 pub(crate) struct Metrics {
     registry: Registry,
     families: Families,
+    /// The application's bindings, fixed once it has started ([`Metrics::know`]): read
+    /// without a lock on every event.
+    known: OnceLock<HashMap<String, Arc<BindingMetrics>, Fnv>>,
+    /// Bindings met later (dynamic destinations), and all of them before the start.
     bindings: RwLock<HashMap<String, Arc<BindingMetrics>>>,
 }
 
@@ -76,10 +76,10 @@ impl Metrics {
             retried: Family::default(),
             dead_lettered: Family::default(),
             in_flight: Family::default(),
-            handler_duration: Family::new_with_constructor(duration_histogram as fn() -> _),
+            handler_duration: Family::default(),
             sent: Family::default(),
             send_failed: Family::default(),
-            send_latency: Family::new_with_constructor(duration_histogram as fn() -> _),
+            send_latency: Family::default(),
             binder_up: Family::default(),
             binder_state: Family::default(),
         };
@@ -149,7 +149,17 @@ impl Metrics {
         Metrics {
             registry,
             families,
+            known: OnceLock::new(),
             bindings: RwLock::new(HashMap::new()),
+        }
+    }
+
+    /// Runs `f` on a binding's metrics: the application's own from the map fixed at start,
+    /// without a lock or a reference count; others created on their first event.
+    fn with(&self, name: &str, f: impl FnOnce(&BindingMetrics)) {
+        match self.known.get().and_then(|known| known.get(name)) {
+            Some(m) => f(m),
+            None => f(&self.binding(name)),
         }
     }
 
@@ -202,9 +212,12 @@ impl Metrics {
 
     /// Every binding of the application appears from the first scrape on, at zero.
     pub(crate) fn know(&self, control: &Control) {
-        for b in &control.bindings {
-            self.binding(&b.name);
-        }
+        let known = control
+            .bindings
+            .iter()
+            .map(|b| (b.name.clone(), self.binding(&b.name)))
+            .collect();
+        let _ = self.known.set(known);
     }
 
     /// The text exposition (OpenMetrics), with the binders' connection states read now.
@@ -234,47 +247,84 @@ impl Metrics {
     }
 }
 
+/// FNV-1a: binding names are short and chosen by the application, so the lookup on every
+/// event needs no protection against crafted keys, only speed (SipHash costs more than the
+/// counting it guards).
+#[derive(Debug, Clone, Copy, Default)]
+struct Fnv;
+
+/// [`Fnv`]'s state.
+#[derive(Debug)]
+struct FnvHasher(u64);
+
+impl std::hash::BuildHasher for Fnv {
+    type Hasher = FnvHasher;
+    fn build_hasher(&self) -> FnvHasher {
+        FnvHasher(0xcbf2_9ce4_8422_2325)
+    }
+}
+
+impl std::hash::Hasher for FnvHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 ^= u64::from(*b);
+            self.0 = self.0.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
 /// The observer that feeds [`Metrics`].
 #[derive(Debug, Clone)]
 pub(crate) struct MetricsObserver(pub(crate) Arc<Metrics>);
 
 impl Observer for MetricsObserver {
     fn received(&self, event: &Received<'_>) {
-        let m = self.0.binding(event.binding);
-        m.received.inc();
-        m.in_flight.inc();
+        self.0.with(event.binding, |m| {
+            m.received.inc();
+            m.in_flight.inc();
+        });
     }
 
     fn handled(&self, event: &Handled<'_>) {
-        let m = self.0.binding(event.binding);
-        m.handled.inc();
-        m.handled_duration.observe(event.duration.as_secs_f64());
-        m.in_flight.dec();
+        self.0.with(event.binding, |m| {
+            m.handled.inc();
+            m.handled_duration.observe(event.duration);
+            m.in_flight.dec();
+        });
     }
 
     fn failed(&self, event: &Failed<'_>) {
-        let m = self.0.binding(event.binding);
-        m.failed.inc();
-        m.failed_duration.observe(event.duration.as_secs_f64());
-        if !event.will_retry {
-            m.in_flight.dec();
-        }
+        self.0.with(event.binding, |m| {
+            m.failed.inc();
+            m.failed_duration.observe(event.duration);
+            if !event.will_retry {
+                m.in_flight.dec();
+            }
+        });
     }
 
     fn retried(&self, event: &Retried<'_>) {
-        self.0.binding(event.binding).retried.inc();
+        self.0.with(event.binding, |m| {
+            m.retried.inc();
+        });
     }
 
     fn dead_lettered(&self, event: &DeadLettered<'_>) {
-        self.0.binding(event.binding).dead_lettered.inc();
+        self.0.with(event.binding, |m| {
+            m.dead_lettered.inc();
+        });
     }
 
     fn sent(&self, event: &Sent<'_>) {
-        let m = self.0.binding(event.binding);
-        m.sent.inc();
-        if event.error.is_some() {
-            m.send_failed.inc();
-        }
-        m.send_latency.observe(event.latency.as_secs_f64());
+        self.0.with(event.binding, |m| {
+            m.sent.inc();
+            if event.error.is_some() {
+                m.send_failed.inc();
+            }
+            m.send_latency.observe(event.latency);
+        });
     }
 }

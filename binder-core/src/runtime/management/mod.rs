@@ -7,6 +7,7 @@
 
 mod bindings;
 mod health;
+mod histogram;
 mod metrics;
 
 use std::net::SocketAddr;

@@ -1,0 +1,95 @@
+//! A duration histogram on atomics: the handler path records into it without a lock
+//! (`prometheus-client`'s `Histogram` takes a write lock per observation).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use prometheus_client::encoding::{EncodeMetric, MetricEncoder, NoLabelSet};
+use prometheus_client::metrics::{MetricType, TypedMetric};
+
+/// Upper bounds in seconds: 100 µs to about 26 s, doubling (19 buckets, then `+Inf`).
+const BOUNDS: [f64; 19] = {
+    let mut b = [0.0; 19];
+    let mut i = 0;
+    let mut v = 0.0001;
+    while i < 19 {
+        b[i] = v;
+        v *= 2.0;
+        i += 1;
+    }
+    b
+};
+
+/// Durations counted per bucket, with their sum in nanoseconds. Cheap to clone (shared).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct DurationHistogram(Arc<Inner>);
+
+#[derive(Debug, Default)]
+struct Inner {
+    /// Per bucket (not cumulative); the last is `+Inf`.
+    counts: [AtomicU64; 20],
+    sum_nanos: AtomicU64,
+}
+
+impl DurationHistogram {
+    /// Counts one duration.
+    pub(crate) fn observe(&self, d: Duration) {
+        let seconds = d.as_secs_f64();
+        let bucket = BOUNDS
+            .iter()
+            .position(|b| seconds <= *b)
+            .unwrap_or(BOUNDS.len());
+        self.0.counts[bucket].fetch_add(1, Ordering::Relaxed);
+        let nanos = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        self.0.sum_nanos.fetch_add(nanos, Ordering::Relaxed);
+    }
+}
+
+impl TypedMetric for DurationHistogram {
+    const TYPE: MetricType = MetricType::Histogram;
+}
+
+impl EncodeMetric for DurationHistogram {
+    fn encode(&self, mut encoder: MetricEncoder<'_>) -> Result<(), std::fmt::Error> {
+        let buckets: Vec<(f64, u64)> = BOUNDS
+            .iter()
+            .copied()
+            .chain(std::iter::once(f64::MAX))
+            .zip(self.0.counts.iter().map(|c| c.load(Ordering::Relaxed)))
+            .collect();
+        let count = buckets.iter().map(|(_, c)| c).sum();
+        let sum = self.0.sum_nanos.load(Ordering::Relaxed) as f64 / 1e9;
+        encoder.encode_histogram::<NoLabelSet>(sum, count, &buckets, None)
+    }
+
+    fn metric_type(&self) -> MetricType {
+        Self::TYPE
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_duration_lands_in_the_first_bucket_whose_bound_holds_it() {
+        let h = DurationHistogram::default();
+        h.observe(Duration::from_micros(50));
+        h.observe(Duration::from_micros(100));
+        h.observe(Duration::from_micros(150));
+        h.observe(Duration::from_secs(3600));
+        let counts: Vec<u64> =
+            h.0.counts
+                .iter()
+                .map(|c| c.load(Ordering::Relaxed))
+                .collect();
+        assert_eq!(counts[0], 2, "50 µs and 100 µs are within 100 µs");
+        assert_eq!(counts[1], 1, "150 µs is within 200 µs");
+        assert_eq!(counts[19], 1, "an hour is beyond the last bound");
+        assert_eq!(
+            h.0.sum_nanos.load(Ordering::Relaxed),
+            300_000 + 3_600_000_000_000
+        );
+    }
+}
