@@ -1,0 +1,216 @@
+//! The peer benchmark: our send → handler → ack path against ruststream 0.7.7
+//! (`MemoryBroker`), ruststream-lapin 0.7.2, raw lapin and tokio `mpsc`, in one process, round
+//! by round, reporting per scenario the median and min–max of the per-round ratios (ours /
+//! peer) and each contender's absolute figures. What each scenario measures is in the
+//! crate's README and in the module of each scenario.
+//!
+//! ```text
+//! cargo run --release --manifest-path tests/peers/Cargo.toml
+//! ```
+
+mod alloc;
+mod inproc;
+mod many;
+mod memory;
+mod ours;
+mod payload;
+mod peer_lapin;
+mod peer_rl;
+mod peer_rs;
+mod rabbit;
+mod rounds;
+
+#[path = "../../../binder-embedded/benches/support/mod.rs"]
+#[allow(dead_code)]
+mod support;
+
+use std::time::Duration;
+
+use payload::{PAYLOAD_SIZE, bench_msgs};
+use rounds::{Figure, report, run_rounds};
+use support::{env_usize, selected_scenarios};
+
+#[global_allocator]
+static ALLOC: alloc::CountingAlloc = alloc::CountingAlloc;
+
+const DEFAULT_URI: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
+/// A run that takes longer has hung.
+const RUN_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// Everything the environment sets.
+#[derive(Debug)]
+struct Settings {
+    rounds: usize,
+    messages: usize,
+    rabbit_messages: usize,
+    latency_messages: usize,
+    latency_rate: u32,
+    memory_messages: usize,
+    destinations: usize,
+    uri: String,
+}
+
+impl Settings {
+    fn from_env() -> Settings {
+        Settings {
+            rounds: env_usize("BENCH_ROUNDS", 5).max(1),
+            messages: env_usize("BENCH_MESSAGES", 100_000).max(4),
+            rabbit_messages: env_usize("BENCH_RABBIT_MESSAGES", 20_000).max(1),
+            latency_messages: env_usize("BENCH_LATENCY_MESSAGES", 3_000).max(1),
+            latency_rate: u32::try_from(env_usize("BENCH_LATENCY_RATE", 1_000).max(1))
+                .expect("BENCH_LATENCY_RATE fits in u32"),
+            memory_messages: env_usize("BENCH_MEMORY_MESSAGES", 1_000_000).max(1),
+            destinations: env_usize("BENCH_DESTINATIONS", 10_000).max(2),
+            uri: std::env::var("BENCH_AMQP_URI").unwrap_or_else(|_| DEFAULT_URI.to_owned()),
+        }
+    }
+}
+
+const SCENARIOS: [&str; 7] = [
+    "in process 1 → 1, msg/s",
+    "latency send → handler at a fixed rate, 1 → 1",
+    "four handlers on four destinations, msg/s",
+    "RabbitMQ transient, 16 in flight, msg/s",
+    "RabbitMQ persistent with confirms, 1,000 in flight, msg/s",
+    "memory per queued message beyond the payload, no consumer",
+    "many destinations against one (embedded)",
+];
+
+fn main() {
+    let s = Settings::from_env();
+    let selected = selected_scenarios(SCENARIOS.len());
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let timed = |f: std::pin::Pin<Box<dyn Future<Output = Vec<Figure>> + '_>>| {
+        rt.block_on(async {
+            tokio::time::timeout(RUN_TIMEOUT, f)
+                .await
+                .unwrap_or_else(|_| panic!("a run did not finish within {RUN_TIMEOUT:?}"))
+        })
+    };
+
+    println!(
+        "stream-peer-bench: {PAYLOAD_SIZE} B JSON payloads (encoded by every producer, decoded \
+         into a struct by every consumer), 1 warm-up + {} rounds, contenders' order rotating per \
+         round, tokio multi-thread runtime with 2 workers, {} CPUs",
+        s.rounds,
+        std::thread::available_parallelism().map_or(0, |p| p.get())
+    );
+
+    for (idx, title) in SCENARIOS.iter().enumerate() {
+        if !selected[idx] {
+            continue;
+        }
+        println!();
+        println!("{}. {title}", idx + 1);
+        match idx {
+            0 => {
+                let c = ["ours", "ruststream", "mpsc(1024)"];
+                println!(
+                    "  {} messages; ours: #[stream_listener] on `embedded`, default settings, \
+                     Output::send awaited per message",
+                    s.messages
+                );
+                let r = run_rounds(&c, s.rounds, |i| {
+                    let msgs = bench_msgs(s.messages);
+                    timed(match i {
+                        0 => Box::pin(inproc::ours_throughput(msgs, 1)),
+                        1 => Box::pin(inproc::rs_throughput(msgs, 1)),
+                        _ => Box::pin(inproc::mpsc_throughput(msgs)),
+                    })
+                });
+                report(&c, &[""], &r, &[(0, 1, 0), (0, 2, 0), (1, 2, 0)]);
+            }
+            1 => {
+                let c = ["ours", "ruststream"];
+                println!(
+                    "  {} messages at {} msg/s, one producer",
+                    s.latency_messages, s.latency_rate
+                );
+                let r = run_rounds(&c, s.rounds, |i| {
+                    let msgs = bench_msgs(s.latency_messages);
+                    timed(match i {
+                        0 => Box::pin(inproc::ours_latency(msgs, s.latency_rate)),
+                        _ => Box::pin(inproc::rs_latency(msgs, s.latency_rate)),
+                    })
+                });
+                report(&c, &["p50", "p99"], &r, &[(0, 1, 0), (0, 1, 1)]);
+            }
+            2 => {
+                let c = ["ours", "ruststream"];
+                println!("  {} messages, a producer task per destination", s.messages);
+                let r = run_rounds(&c, s.rounds, |i| {
+                    let msgs = bench_msgs(s.messages);
+                    timed(match i {
+                        0 => Box::pin(inproc::ours_throughput(msgs, 4)),
+                        _ => Box::pin(inproc::rs_throughput(msgs, 4)),
+                    })
+                });
+                report(&c, &[""], &r, &[(0, 1, 0)]);
+            }
+            3 | 4 => {
+                let mode = rabbit::Mode {
+                    persistent: idx == 4,
+                    window: if idx == 4 { 1_000 } else { 16 },
+                };
+                let admin = match rt.block_on(rabbit::Admin::connect(&s.uri)) {
+                    Ok(a) => a,
+                    Err(e) => {
+                        println!("  skipped: no RabbitMQ answers at BENCH_AMQP_URI ({e})");
+                        continue;
+                    }
+                };
+                println!(
+                    "  {} messages, prefetch {}, durable queues, {} publishes in flight with \
+                     confirms; ours: Output::pipeline, #[stream_listener], AUTO ack; lapin topic: \
+                     raw lapin through a topic exchange like ours; lapin default: raw lapin \
+                     through the default exchange",
+                    s.rabbit_messages,
+                    rabbit::PREFETCH,
+                    mode.window
+                );
+                let c = rabbit::CONTENDERS;
+                let r = run_rounds(&c, s.rounds, |i| {
+                    let msgs = bench_msgs(s.rabbit_messages);
+                    timed(Box::pin(rabbit::run(&admin, i, msgs, mode)))
+                });
+                rt.block_on(admin.close());
+                report(&c, &[""], &r, &[(0, 1, 0), (0, 2, 0), (0, 3, 0)]);
+            }
+            5 => {
+                let c = memory::CONTENDERS;
+                println!(
+                    "  {} messages queued; counted by a counting global allocator (net bytes \
+                     allocated while queueing / messages); ours: an engine queue; ruststream: a \
+                     MemoryBroker subscription nobody reads; mpsc: tokio unbounded",
+                    s.memory_messages
+                );
+                let msgs = bench_msgs(s.memory_messages);
+                let r = run_rounds(&c, s.rounds, |i| timed(Box::pin(memory::run(i, &msgs))));
+                report(&c, &[""], &r, &[(0, 1, 0), (0, 2, 0)]);
+            }
+            _ => {
+                let many = format!("{} destinations", s.destinations);
+                let c = ["1 destination", many.as_str()];
+                println!(
+                    "  {} messages sent round-robin over the outputs; handler::payload listeners",
+                    s.messages
+                );
+                let r = run_rounds(&c, s.rounds, |i| {
+                    let msgs = bench_msgs(s.messages);
+                    let count = if i == 0 { 1 } else { s.destinations };
+                    timed(Box::pin(many::run(msgs, count)))
+                });
+                report(
+                    &c,
+                    &["throughput", "App::start"],
+                    &r,
+                    &[(1, 0, 0), (1, 0, 1)],
+                );
+            }
+        }
+    }
+}
