@@ -139,8 +139,7 @@ impl Target {
     }
 
     /// The management API to use, if any: `--management`, else port 15672 on the AMQP host
-    /// when it answers (`None` when it does not, or with `--no-management`). The note
-    /// says, for informational output, which one and why.
+    /// when it answers (`None` when it does not, or with `--no-management`).
     pub fn management(&self, broker: &Broker) -> Result<Option<Management>, TargetError> {
         if self.no_management {
             return Ok(None);

@@ -142,7 +142,11 @@ fn open(
             };
             dead_letter_queue(config, binding)?
         }
-        (None, None) => unreachable!("clap requires --binding or --queue"),
+        (None, None) => {
+            return Err(TargetError::Config(
+                "name the dead-letter queue: --binding B (with --config) or --queue Q".into(),
+            ));
+        }
     };
     Ok((queue, broker.binder()))
 }
