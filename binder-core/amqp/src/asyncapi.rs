@@ -183,7 +183,7 @@ fn consumer(request: &DescribeRequest<'_>, vhost: &str) -> BindingDescription {
                 plan,
                 q,
                 None,
-                format!("anonymous queue of `{}`", binding.name),
+                format!("{}.anonymous", binding.destination),
                 format!(
                     "The anonymous, exclusive, auto-delete queue of binding `{}`, named `{q}` when it is declared (`<unique>` is a random id).",
                     binding.name
