@@ -290,7 +290,10 @@ async fn the_asyncapi_document_at_asyncapi_json() {
     assert_eq!(channel["bindings"]["amqp"]["exchange"]["type"], "topic");
     assert_eq!(channel["bindings"]["amqp"]["exchange"]["vhost"], "/");
     let messages = channel["messages"].as_object().unwrap();
-    assert!(messages.contains_key("in") && messages.contains_key("out"), "{channel}");
+    assert!(
+        messages.contains_key("in") && messages.contains_key("out"),
+        "{channel}"
+    );
     // The input receives from its group's queue, a channel of its own.
     let receive = &doc["operations"]["in"];
     assert_eq!(receive["action"], "receive");
@@ -307,7 +310,10 @@ async fn the_asyncapi_document_at_asyncapi_json() {
     // Handlers registered by hand: no payload type, said so.
     let payload = &doc["components"]["messages"]["in"]["payload"];
     assert!(
-        payload["description"].as_str().unwrap().contains("no payload type"),
+        payload["description"]
+            .as_str()
+            .unwrap()
+            .contains("no payload type"),
         "{payload}"
     );
     running.shutdown().await;
@@ -319,7 +325,10 @@ async fn the_asyncapi_document_at_asyncapi_json() {
     let addr = running.management_address().unwrap();
     let (status, doc) = get_json(addr, "/actuator/docs/asyncapi").await;
     assert_eq!((status, &doc["asyncapi"]), (200, &Value::from("3.0.0")));
-    assert_eq!(http(addr, "GET", "/actuator/asyncapi.json", None).await.0, 404);
+    assert_eq!(
+        http(addr, "GET", "/actuator/asyncapi.json", None).await.0,
+        404
+    );
     running.shutdown().await;
 }
 

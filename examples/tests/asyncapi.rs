@@ -95,7 +95,10 @@ fn validate(doc: &Value) -> Option<(bool, String)> {
 
 fn assert_valid(doc: &Value) {
     if let Some((valid, report)) = validate(doc) {
-        assert!(valid, "not a valid AsyncAPI 3.0.0 document:\n{report}\n{doc:#}");
+        assert!(
+            valid,
+            "not a valid AsyncAPI 3.0.0 document:\n{report}\n{doc:#}"
+        );
     }
 }
 
@@ -168,7 +171,12 @@ fn streamctl_asyncapi_prints_a_valid_document_of_the_configuration() {
     // No program, no payload types: said so, nothing invented.
     let payload = &doc["components"]["messages"]["orders-in"]["payload"];
     assert_eq!(payload.as_object().unwrap().len(), 1, "{payload}");
-    assert!(payload["description"].as_str().unwrap().starts_with("No schema"));
+    assert!(
+        payload["description"]
+            .as_str()
+            .unwrap()
+            .starts_with("No schema")
+    );
 
     assert_valid(&doc);
 }
@@ -217,7 +225,10 @@ fn a_document_without_info_is_refused_by_the_validator() {
     let mut doc = binder_core::asyncapi::Document::from_config(&config).into_json();
     doc["channels"]["orders"]["bindings"]["amqp"]["queue"] = serde_json::json!({"name": "q"});
     if let Some((valid, report)) = validate(&doc) {
-        assert!(!valid, "accepted a queue on a routingKey channel:\n{report}");
+        assert!(
+            !valid,
+            "accepted a queue on a routingKey channel:\n{report}"
+        );
     }
 }
 
@@ -305,7 +316,10 @@ fn an_applications_document_has_its_listeners_payload_schemas() {
     );
     let ping = &messages["pings-in"]["payload"];
     let why = ping["description"].as_str().unwrap();
-    assert!(why.contains("Ping") && why.contains("does not implement `schemars::JsonSchema`"), "{why}");
+    assert!(
+        why.contains("Ping") && why.contains("does not implement `schemars::JsonSchema`"),
+        "{why}"
+    );
     assert_eq!(doc["operations"]["pings-in"]["action"], "receive");
     assert_eq!(
         doc["channels"]["orders"]["bindings"]["amqp"]["exchange"]["type"],

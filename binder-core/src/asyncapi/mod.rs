@@ -57,8 +57,8 @@ use serde_json::{Map, Value, json};
 pub use describe::{
     BindingDescription, ChannelDescription, DescribeRequest, DescriberRegistration, describer,
 };
-pub use payload::{NoSchema, PayloadType};
 use payload::SchemaSink;
+pub use payload::{NoSchema, PayloadType};
 
 use crate::binder::BindingRole;
 use crate::config::{BindingConfig, StreamConfig, descend};
@@ -230,9 +230,7 @@ impl DocumentBuilder<'_> {
             out.binding(self.config, &self.config.binding(name), *role, &payloads);
         }
         let raw = self.config.raw();
-        let text = |path: &[&str]| {
-            descend(raw, path).and_then(|v| v.clone().into_string().ok())
-        };
+        let text = |path: &[&str]| descend(raw, path).and_then(|v| v.clone().into_string().ok());
         let title = self
             .title
             .or_else(|| text(&["spring", "application", "name"]))
@@ -361,17 +359,16 @@ impl Assembly {
             },
             &message_ids,
         );
-        let receive_from: Vec<String> = if role == BindingRole::Consumer
-            && !described.sources.is_empty()
-        {
-            described
-                .sources
-                .iter()
-                .map(|s| self.described_channel(&binder_name, s, &binder, &message_ids))
-                .collect()
-        } else {
-            vec![destination.clone()]
-        };
+        let receive_from: Vec<String> =
+            if role == BindingRole::Consumer && !described.sources.is_empty() {
+                described
+                    .sources
+                    .iter()
+                    .map(|s| self.described_channel(&binder_name, s, &binder, &message_ids))
+                    .collect()
+            } else {
+                vec![destination.clone()]
+            };
         for related in &described.related {
             self.described_channel(&binder_name, related, &binder, &message_ids);
         }
@@ -476,7 +473,11 @@ impl Assembly {
                     "no payload type is known for this output (register one with `AppBuilder::payload`)"
                 }
             };
-            entries.push((None, json!({"description": format!("No schema: {why}.")}), None));
+            entries.push((
+                None,
+                json!({"description": format!("No schema: {why}.")}),
+                None,
+            ));
         }
         let several = entries.len() > 1;
         entries
@@ -544,7 +545,10 @@ impl Assembly {
             None => {
                 let mut used: HashSet<String> =
                     self.channel_ids.iter().map(|(_, k)| k.clone()).collect();
-                let key = unique(&mut used, key_of(identity.1.as_deref().unwrap_or(&parts.title)));
+                let key = unique(
+                    &mut used,
+                    key_of(identity.1.as_deref().unwrap_or(&parts.title)),
+                );
                 let mut channel = json!({
                     "address": identity.1,
                     "title": parts.title,
@@ -619,10 +623,7 @@ mod tests {
     #[test]
     fn short_names_drop_module_paths() {
         assert_eq!(short_name("app::model::Order"), "Order");
-        assert_eq!(
-            short_name("alloc::vec::Vec<app::Order>"),
-            "Vec<Order>"
-        );
+        assert_eq!(short_name("alloc::vec::Vec<app::Order>"), "Vec<Order>");
         assert_eq!(short_name("u64"), "u64");
     }
 }

@@ -10,12 +10,12 @@ use tokio::sync::Mutex;
 use tokio::task::JoinHandle;
 
 use super::binders::Binders;
-use crate::asyncapi::Document;
 use super::control::Control;
 use super::health::{Health, HealthTracker};
 use super::inflight::Inflight;
 use super::lifecycle::{BindingState, ControlError};
 use super::output::{Output, OutputInner, Publisher};
+use crate::asyncapi::Document;
 
 /// What shutdown did.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -39,8 +39,13 @@ pub(crate) async fn start(mut app: Blueprint) -> Result<RunningApp, StartupError
     #[cfg(feature = "management")]
     let management = match app.management.take() {
         Some(pending) => {
-            match super::management::ManagementServer::start(pending, app.health.clone(), asyncapi.clone())
-                .await {
+            match super::management::ManagementServer::start(
+                pending,
+                app.health.clone(),
+                asyncapi.clone(),
+            )
+            .await
+            {
                 Ok(server) => Some(server),
                 Err(e) => {
                     let e = StartupError::new(vec![StartupProblem::Management(e)]);
