@@ -1,6 +1,7 @@
 //! Core of the stream framework: the message model, codecs, the configuration model and loader,
 //! the binder SPI and the runtime. No broker code lives here; binders build on these types.
 
+pub mod asyncapi;
 pub mod binder;
 pub mod codec;
 pub mod config;

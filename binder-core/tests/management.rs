@@ -263,9 +263,72 @@ async fn only_health_by_default_without_details() {
         "/actuator/bindings",
         "/actuator/bindings/in",
         "/actuator/prometheus",
+        "/actuator/asyncapi.json",
     ] {
         assert_eq!(http(addr, "GET", path, None).await.0, 404, "{path}");
     }
+    running.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_asyncapi_document_at_asyncapi_json() {
+    let yaml = format!(
+        "{BINDINGS}spring.application.name: mgmt-svc\nmanagement:\n  server.port: 0\n  endpoints.web.exposure.include: health,asyncapi\n"
+    );
+    let running = start(&yaml, Broker::new()).await;
+    let addr = running.management_address().unwrap();
+    let (status, body) = http(addr, "GET", "/actuator/asyncapi.json", None).await;
+    assert_eq!(status, 200, "{body}");
+    let doc: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(&doc, running.asyncapi().as_json());
+    assert_eq!(doc["asyncapi"], "3.0.0");
+    assert_eq!(doc["info"]["title"], "mgmt-svc");
+    // `in` and `out` share destination `mgmt-in`: one channel, an exchange, both messages.
+    let channel = &doc["channels"]["mgmt-in"];
+    assert_eq!(channel["address"], "mgmt-in", "{doc:#}");
+    assert_eq!(channel["bindings"]["amqp"]["is"], "routingKey");
+    assert_eq!(channel["bindings"]["amqp"]["exchange"]["type"], "topic");
+    assert_eq!(channel["bindings"]["amqp"]["exchange"]["vhost"], "/");
+    let messages = channel["messages"].as_object().unwrap();
+    assert!(
+        messages.contains_key("in") && messages.contains_key("out"),
+        "{channel}"
+    );
+    // The input receives from its group's queue, a channel of its own.
+    let receive = &doc["operations"]["in"];
+    assert_eq!(receive["action"], "receive");
+    assert_eq!(receive["x-group"], "g");
+    assert_eq!(receive["channel"]["$ref"], "#/channels/mgmt-in_g");
+    let queue = &doc["channels"]["mgmt-in_g"];
+    assert_eq!(queue["address"], "mgmt-in.g");
+    assert_eq!(queue["bindings"]["amqp"]["queue"]["name"], "mgmt-in.g");
+    let send = &doc["operations"]["out"];
+    assert_eq!(send["action"], "send");
+    assert_eq!(send["channel"]["$ref"], "#/channels/mgmt-in");
+    assert_eq!(send["bindings"]["amqp"]["cc"][0], "mgmt-in");
+    assert_eq!(send["x-binder"]["type"], "embedded");
+    // Handlers registered by hand: no payload type, said so.
+    let payload = &doc["components"]["messages"]["in"]["payload"];
+    assert!(
+        payload["description"]
+            .as_str()
+            .unwrap()
+            .contains("no payload type"),
+        "{payload}"
+    );
+    running.shutdown().await;
+
+    let yaml = format!(
+        "{BINDINGS}management:\n  server.port: 0\n  endpoints.web:\n    exposure.include: asyncapi\n    path-mapping.asyncapi: docs/asyncapi\n"
+    );
+    let running = start(&yaml, Broker::new()).await;
+    let addr = running.management_address().unwrap();
+    let (status, doc) = get_json(addr, "/actuator/docs/asyncapi").await;
+    assert_eq!((status, &doc["asyncapi"]), (200, &Value::from("3.0.0")));
+    assert_eq!(
+        http(addr, "GET", "/actuator/asyncapi.json", None).await.0,
+        404
+    );
     running.shutdown().await;
 }
 

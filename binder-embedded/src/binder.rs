@@ -196,6 +196,16 @@ fn create(environment: &config::Value) -> BinderResult<Arc<dyn Binder>> {
 
 inventory::submit! { BinderRegistration::new("embedded", create) }
 
+/// The AMQP bindings of the AsyncAPI document: the embedded broker serves one virtual host,
+/// `/` (also over its listener).
+fn describe(
+    request: &binder_core::asyncapi::DescribeRequest<'_>,
+) -> Result<binder_core::asyncapi::BindingDescription, String> {
+    Ok(binder_amqp::asyncapi::describe(request, "/"))
+}
+
+inventory::submit! { binder_core::asyncapi::DescriberRegistration::new("embedded", describe) }
+
 /// Makes sure the `embedded` binder's registration is linked into the program. Call it once
 /// (e.g. at the top of `main`) in a program that names nothing else from this crate: the
 /// linker drops crates nothing refers to, and their registrations with them.

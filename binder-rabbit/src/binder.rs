@@ -41,6 +41,17 @@ fn create(tree: &config::Value) -> BinderResult<Arc<dyn Binder>> {
 
 inventory::submit! { BinderRegistration::new("rabbit", create) }
 
+/// The AMQP bindings of the AsyncAPI document, in the virtual host `spring.rabbitmq.*` names.
+fn describe(
+    request: &binder_core::asyncapi::DescribeRequest<'_>,
+) -> Result<binder_core::asyncapi::BindingDescription, String> {
+    let settings = RabbitSettings::from_config(request.environment).map_err(|e| e.to_string())?;
+    let vhost = settings.virtual_host()?;
+    Ok(binder_amqp::asyncapi::describe(request, &vhost))
+}
+
+inventory::submit! { binder_core::asyncapi::DescriberRegistration::new("rabbit", describe) }
+
 /// Makes sure the `rabbit` binder's registration is linked into the program (call it once in
 /// a program that names nothing else from this crate).
 pub fn link() {}

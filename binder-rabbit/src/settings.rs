@@ -353,6 +353,16 @@ impl RabbitSettings {
         })
     }
 
+    /// The virtual host of the first URI (every address of a cluster serves the same).
+    pub fn virtual_host(&self) -> Result<String, String> {
+        let uri = self
+            .uris
+            .first()
+            .ok_or_else(|| "no address to connect to".to_owned())?;
+        let parsed: AMQPUri = uri.parse()?;
+        Ok(parsed.vhost)
+    }
+
     /// The URI to connect to, with the requested heartbeat and channel limit unless the URI
     /// sets its own.
     pub(crate) fn amqp_uri(&self, uri: &str) -> Result<AMQPUri, String> {

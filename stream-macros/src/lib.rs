@@ -115,6 +115,8 @@ struct ListenerArgs {
     input: Option<syn::Path>,
     output: Option<syn::Path>,
     condition: Option<LitStr>,
+    /// `schema`: the payload type must implement `schemars::JsonSchema`.
+    schema: Option<Span>,
 }
 
 fn last_segment(ty: &Type) -> Option<&syn::PathSegment> {
@@ -175,7 +177,11 @@ fn return_conversion(ret: &ReturnType, has_output: bool) -> Result<TokenStream2,
 ///   (`headers['type'] == 'created'`, `!=`, `&&`, `||`, `!`, parentheses, `null`). Several
 ///   listeners may share an input: a message goes to the one whose condition matches, else to
 ///   the listener without a condition; none or several matching is a failure (dead-letter
-///   path), never a silent drop.
+///   path), never a silent drop;
+/// * `schema`: the payload type must implement `schemars::JsonSchema` (a compile error
+///   otherwise, and without binder-core's `schemars` feature), so that its schema is in the
+///   AsyncAPI document. Without it, the schema is there when the type implements
+///   `JsonSchema`, and the document says why not otherwise.
 ///
 /// Arguments, in any order: the payload (any `Deserialize` type, at most one), `Message`,
 /// `Headers`, `Incoming` (the whole delivery), `Out<SomeOutput>` handles and `State<T>`
@@ -195,9 +201,12 @@ pub fn stream_listener(attr: TokenStream, item: TokenStream) -> TokenStream {
         } else if meta.path.is_ident("condition") {
             args.condition = Some(meta.value()?.parse()?);
             Ok(())
+        } else if meta.path.is_ident("schema") {
+            args.schema = Some(meta.path.span());
+            Ok(())
         } else {
             Err(meta.error(
-                "unknown #[stream_listener] argument; expected `input = ...`, `output = ...` or `condition = \"...\"`",
+                "unknown #[stream_listener] argument; expected `input = ...`, `output = ...`, `condition = \"...\"` or `schema`",
             ))
         }
     });
@@ -249,6 +258,7 @@ fn listener(args: ListenerArgs, func: ItemFn) -> Result<TokenStream2, syn::Error
     let mut uses = Vec::new();
     let mut states = Vec::new();
     let mut payload_seen: Option<Span> = None;
+    let mut payload_type: Option<&Type> = None;
     let mut incoming_arg: Option<syn::Ident> = None;
     for (i, arg) in sig.inputs.iter().enumerate() {
         let FnArg::Typed(pat) = arg else {
@@ -309,6 +319,7 @@ fn listener(args: ListenerArgs, func: ItemFn) -> Result<TokenStream2, syn::Error
                     return Err(e);
                 }
                 payload_seen = Some(span);
+                payload_type = Some(ty);
                 extract
                     .push(quote_spanned! {span=> let #var: #ty = __incoming.decoded::<#ty>()?; });
             }
@@ -316,6 +327,24 @@ fn listener(args: ListenerArgs, func: ItemFn) -> Result<TokenStream2, syn::Error
         call_args.push(var);
     }
     let incoming_move = incoming_arg.map(|v| quote! { let #v = __incoming; });
+    // The payload type for the AsyncAPI document: with its schema when it implements
+    // `JsonSchema` (told at compile time by binder-core's `__payload_type!`), or required to
+    // with `schema`.
+    let payload = match (payload_type, args.schema) {
+        (Some(ty), None) => {
+            quote! { ::core::option::Option::Some(|| ::binder_core::__payload_type!(#ty)) }
+        }
+        (Some(ty), Some(_)) => quote_spanned! {ty.span()=>
+            ::core::option::Option::Some(|| ::binder_core::__payload_type_with_schema!(#ty))
+        },
+        (None, Some(span)) => {
+            return Err(syn::Error::new(
+                span,
+                "`schema` asks for the payload argument's JSON Schema, but this listener takes no payload argument",
+            ));
+        }
+        (None, None) => quote! { ::core::option::Option::None },
+    };
 
     let conversion = return_conversion(&sig.output, args.output.is_some())?;
     let fn_name = &sig.ident;
@@ -352,6 +381,7 @@ fn listener(args: ListenerArgs, func: ItemFn) -> Result<TokenStream2, syn::Error
             uses: &[#(#uses),*],
             states: &[#(#states),*],
             handler: #make,
+            payload: #payload,
         };
 
         #[doc(hidden)]

@@ -18,6 +18,8 @@
 //! * [`BufferedSubscription`]: a [`Subscription`](binder_core::binder::Subscription) over a
 //!   [`DeliverySource`] (one AMQP consumer), taking deliveries in batches and handing them out
 //!   without waiting;
+//! * [`asyncapi`]: the AMQP bindings (0.3.0) of the AsyncAPI document: exchanges, group
+//!   queues, dead-letter queues;
 //! * [`convert`]: the framework's [`Message`](binder_core::Message) to and from AMQP
 //!   properties and field tables (`amq-protocol`'s types, which lapin speaks).
 //!
@@ -75,6 +77,7 @@
 //! ```
 
 mod acks;
+pub mod asyncapi;
 mod bind;
 mod broker;
 pub mod convert;

@@ -231,6 +231,30 @@ pub enum BindingRole {
     Producer,
 }
 
+impl BindingRole {
+    /// Guesses a binding's role when no code says it (`streamctl plan`, the AsyncAPI
+    /// document of a configuration): written `consumer`/`producer` sections decide, then a
+    /// `group` (consumer), then SCSt's names (`input`, `…-in-<n>` consume; `output`,
+    /// `…-out-<n>` publish). Anything else is taken as a producer.
+    pub fn infer(binding: &BindingConfig) -> BindingRole {
+        let name = binding.name.as_str();
+        let functional = |marker: &str| {
+            name.rsplit_once('-').is_some_and(|(head, index)| {
+                head.ends_with(marker) && index.chars().all(|c| c.is_ascii_digit())
+            })
+        };
+        if binding.configured.consumer {
+            BindingRole::Consumer
+        } else if binding.configured.producer {
+            BindingRole::Producer
+        } else if binding.group.is_some() || name == "input" || functional("-in") {
+            BindingRole::Consumer
+        } else {
+            BindingRole::Producer
+        }
+    }
+}
+
 /// A middleware connection: binds consumers and producers for bindings.
 #[async_trait]
 pub trait Binder: fmt::Debug + Send + Sync {

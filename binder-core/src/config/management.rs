@@ -16,10 +16,11 @@ use crate::{keyword_enum, properties};
 /// The key path of the management tree.
 pub const MANAGEMENT_PREFIX: &str = "management";
 
-/// The endpoints the management server knows, by id. A new endpoint adds its id here (the
+/// The endpoints the management server knows, by id (`asyncapi` serves the AsyncAPI document
+/// at `<base-path>/asyncapi.json`). A new endpoint adds its id here (the
 /// exposure and path-mapping keys are checked against this list) and its routes in the
 /// runtime's management router.
-pub const ENDPOINT_IDS: &[&str] = &["health", "bindings", "prometheus"];
+pub const ENDPOINT_IDS: &[&str] = &["health", "bindings", "prometheus", "asyncapi"];
 
 keyword_enum! {
     /// What `/health` shows besides the overall status
@@ -214,15 +215,20 @@ impl ManagementConfig {
         named(&exposure.include) && !named(&exposure.exclude)
     }
 
-    /// An endpoint's path: the base path, then its mapped path or its id.
+    /// An endpoint's path: the base path, then its mapped path or its own (its id; the
+    /// AsyncAPI document's is `asyncapi.json`, as the tools that read it expect).
     pub fn path(&self, id: &str) -> String {
         let base = clean(&self.endpoints.web.base_path);
+        let default = match id {
+            "asyncapi" => "asyncapi.json",
+            other => other,
+        };
         let own = self
             .endpoints
             .web
             .path_mapping
             .get(id)
-            .map_or(id, |p| clean(p));
+            .map_or(default, |p| clean(p));
         if base.is_empty() {
             format!("/{own}")
         } else {

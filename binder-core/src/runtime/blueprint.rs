@@ -12,6 +12,7 @@ use super::handler::Handler;
 use super::health::Health;
 use super::input::ErrorHook;
 use super::observe::Observer;
+use crate::asyncapi::{Document, PayloadType};
 use crate::binder::Binder;
 use crate::codec::Codecs;
 use crate::config::StreamConfig;
@@ -26,6 +27,8 @@ pub(crate) struct Listener {
     /// The types of its `State<T>` arguments, checked at startup.
     pub states: &'static [StateType],
     pub handler: Arc<dyn Handler>,
+    /// Its payload type, when known (for the AsyncAPI document).
+    pub payload: Option<PayloadType>,
 }
 
 /// The parts of an application to start.
@@ -45,6 +48,8 @@ pub(crate) struct Blueprint {
     pub startup_timeout: Option<Duration>,
     pub state: HashMap<TypeId, Arc<dyn Any + Send + Sync>>,
     pub health: Health,
+    /// Payload types registered with `AppBuilder::payload`, by binding.
+    pub payloads: Vec<(String, PayloadType)>,
     /// The management server to start with the application (`AppBuilder::management`).
     #[cfg(feature = "management")]
     pub management: Option<super::management::Pending>,
@@ -66,9 +71,29 @@ impl Blueprint {
             startup_timeout: None,
             state: HashMap::new(),
             health: Health::default(),
+            payloads: Vec::new(),
             #[cfg(feature = "management")]
             management: None,
         }
+    }
+
+    /// The AsyncAPI document of the application: its listeners' inputs, its outputs, their
+    /// payload types.
+    pub(crate) fn asyncapi(&self) -> Document {
+        let mut doc = Document::builder(&self.config);
+        for listener in &self.listeners {
+            doc = doc.input(listener.input.as_str());
+            if let Some(payload) = listener.payload {
+                doc = doc.payload(listener.input.as_str(), payload);
+            }
+        }
+        for output in &self.outputs {
+            doc = doc.output(output.as_str());
+        }
+        for (binding, payload) in &self.payloads {
+            doc = doc.payload(binding.as_str(), *payload);
+        }
+        doc.build()
     }
 
     /// Declares an output binding (once).

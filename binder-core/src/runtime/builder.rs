@@ -13,6 +13,7 @@ use super::observe::Observer;
 use super::running::RunningApp;
 use super::start;
 use super::startup::StartupError;
+use crate::asyncapi::{Document, PayloadType};
 use crate::binder::Binder;
 use crate::codec::Codec;
 use crate::config::StreamConfig;
@@ -87,6 +88,7 @@ impl AppBuilder {
             condition: None,
             states: &[],
             handler: Arc::new(handler),
+            payload: None,
         });
         self
     }
@@ -110,6 +112,7 @@ impl AppBuilder {
             condition: Some(condition),
             states: &[],
             handler: Arc::new(handler),
+            payload: None,
         });
         self
     }
@@ -127,6 +130,7 @@ impl AppBuilder {
             condition: def.condition.map(str::to_owned),
             states: def.states,
             handler: (def.handler)(),
+            payload: def.payload.map(|payload| payload()),
         });
         self
     }
@@ -182,6 +186,7 @@ impl AppBuilder {
             condition: None,
             states: &[],
             handler: Arc::new(handler),
+            payload: None,
         });
         self
     }
@@ -190,6 +195,30 @@ impl AppBuilder {
     pub fn output(mut self, binding: impl Into<String>) -> Self {
         self.parts.add_output(binding.into());
         self
+    }
+
+    /// Records the payload type of a binding's messages for the AsyncAPI document, with its
+    /// schema (`T: schemars::JsonSchema`): for an output, or an input whose listener was
+    /// registered by hand (`#[stream_listener]` records its own).
+    #[cfg(feature = "schemars")]
+    pub fn payload<T: schemars::JsonSchema + 'static>(self, binding: impl Into<String>) -> Self {
+        self.payload_type(binding, PayloadType::of::<T>())
+    }
+
+    /// Records the payload type of a binding's messages for the AsyncAPI document
+    /// ([`PayloadType::of`] with the `schemars` feature, else
+    /// [`PayloadType::without_schema`]).
+    pub fn payload_type(mut self, binding: impl Into<String>, payload: PayloadType) -> Self {
+        self.parts.payloads.push((binding.into(), payload));
+        self
+    }
+
+    /// The application's AsyncAPI 3.0.0 document (see [`crate::asyncapi`]): a channel per
+    /// destination, a `receive` operation per listener's input, a `send` operation per
+    /// output, the payload types known so far, and the binders' protocol bindings.
+    /// [`RunningApp::asyncapi`] and the management server's `/asyncapi.json` serve the same.
+    pub fn asyncapi(&self) -> Document {
+        self.parts.asyncapi()
     }
 
     /// Registers a codec for a content type.

@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use super::handler::Handler;
+use crate::asyncapi::PayloadType;
 
 /// A listener as the macros declare it: a nameable value that can also be registered by hand
 /// with [`AppBuilder::register`](super::builder::AppBuilder::register).
@@ -22,6 +23,9 @@ pub struct ListenerDef {
     pub states: &'static [StateType],
     /// Builds the handler.
     pub handler: fn() -> Arc<dyn Handler>,
+    /// Its payload argument's type, for the AsyncAPI document (`None`: it takes no payload
+    /// argument).
+    pub payload: Option<fn() -> PayloadType>,
 }
 
 /// The type of a `State<T>` argument: a listener taking one cannot start unless a value of

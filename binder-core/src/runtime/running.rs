@@ -15,6 +15,7 @@ use super::health::{Health, HealthTracker};
 use super::inflight::Inflight;
 use super::lifecycle::{BindingState, ControlError};
 use super::output::{Output, OutputInner, Publisher};
+use crate::asyncapi::Document;
 
 /// What shutdown did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -36,6 +37,7 @@ pub struct RunningApp {
     pub(crate) inflight: Arc<Inflight>,
     pub(crate) shutdown_timeout: Duration,
     pub(crate) health: HealthTracker,
+    pub(crate) asyncapi: Arc<Document>,
     /// The management server, when one was started with the application.
     #[cfg(feature = "management")]
     pub(crate) management: Option<super::management::ManagementServer>,
@@ -45,6 +47,14 @@ impl RunningApp {
     /// The application's health (up until shutdown).
     pub fn health(&self) -> Health {
         self.health.health()
+    }
+
+    /// The application's AsyncAPI 3.0.0 document (as [`AppBuilder::asyncapi`] built it at
+    /// start; the management server serves it at `/asyncapi.json`).
+    ///
+    /// [`AppBuilder::asyncapi`]: super::AppBuilder::asyncapi
+    pub fn asyncapi(&self) -> &Document {
+        &self.asyncapi
     }
 
     /// The sender of an output binding.

@@ -26,6 +26,7 @@ use super::retry::BackOff;
 use super::running::RunningApp;
 use super::spel::syntax::ast::Condition;
 use super::startup::{StartupError, StartupProblem};
+use crate::asyncapi::Document;
 use crate::binder::{Binder, BindingRole, BoundConsumer};
 use crate::config::StreamConfig;
 
@@ -33,11 +34,18 @@ use crate::config::StreamConfig;
 #[cfg_attr(not(feature = "management"), allow(unused_mut, unused_variables))]
 pub(crate) async fn start(mut app: Blueprint) -> Result<RunningApp, StartupError> {
     let tracker = HealthTracker::new(app.health.clone());
+    let asyncapi = Arc::new(app.asyncapi());
     // The management server listens first, so a probe sees the startup.
     #[cfg(feature = "management")]
     let management = match app.management.take() {
         Some(pending) => {
-            match super::management::ManagementServer::start(pending, app.health.clone()).await {
+            match super::management::ManagementServer::start(
+                pending,
+                app.health.clone(),
+                asyncapi.clone(),
+            )
+            .await
+            {
                 Ok(server) => Some(server),
                 Err(e) => {
                     let e = StartupError::new(vec![StartupProblem::Management(e)]);
@@ -48,7 +56,7 @@ pub(crate) async fn start(mut app: Blueprint) -> Result<RunningApp, StartupError
         }
         None => None,
     };
-    let mut result = launch(app, tracker.clone()).await;
+    let mut result = launch(app, tracker.clone(), asyncapi).await;
     match &mut result {
         // Up, unless a binding is already recovering (a missing queue, a lost connection).
         Ok(running) => {
@@ -82,7 +90,11 @@ fn binder_line(config: &StreamConfig, binding: &str, binder: &Arc<dyn Binder>) -
     format!("{name} on {}", binder.describe())
 }
 
-async fn launch(app: Blueprint, tracker: HealthTracker) -> Result<RunningApp, StartupError> {
+async fn launch(
+    app: Blueprint,
+    tracker: HealthTracker,
+    asyncapi: Arc<Document>,
+) -> Result<RunningApp, StartupError> {
     // Zero means no limit, in code as in `spring.cloud.stream.startupTimeout: 0`.
     let limit = app
         .startup_timeout
@@ -302,6 +314,7 @@ async fn launch(app: Blueprint, tracker: HealthTracker) -> Result<RunningApp, St
         inflight,
         shutdown_timeout: app.shutdown_timeout,
         health: tracker,
+        asyncapi,
         #[cfg(feature = "management")]
         management: None,
     })

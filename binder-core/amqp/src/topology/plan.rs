@@ -114,21 +114,7 @@ pub struct ProducerTopology {
 /// `output`, `…-out-<n>` publish). Anything else is taken as a producer, which declares only
 /// the exchange.
 pub fn infer_role(binding: &BindingConfig) -> BindingRole {
-    let name = binding.name.as_str();
-    let functional = |marker: &str| {
-        name.rsplit_once('-').is_some_and(|(head, index)| {
-            head.ends_with(marker) && index.chars().all(|c| c.is_ascii_digit())
-        })
-    };
-    if binding.configured.consumer {
-        BindingRole::Consumer
-    } else if binding.configured.producer {
-        BindingRole::Producer
-    } else if binding.group.is_some() || name == "input" || functional("-in") {
-        BindingRole::Consumer
-    } else {
-        BindingRole::Producer
-    }
+    BindingRole::infer(binding)
 }
 
 /// The plan of a whole configuration, each binding in the role [`infer_role`] gives it, with

@@ -1,5 +1,5 @@
-//! The management server (the `management` feature): health, bindings and Prometheus
-//! endpoints over HTTP, in Spring Boot's and Spring Cloud Stream's shapes, configured by
+//! The management server (the `management` feature): health, bindings, Prometheus and
+//! AsyncAPI endpoints over HTTP, in Spring Boot's and Spring Cloud Stream's shapes, configured by
 //! `management.*` ([`ManagementConfig`]). It listens before startup (so a probe sees
 //! `OUT_OF_SERVICE` while the application waits for its broker) and stops last at
 //! shutdown. Its metrics come through the observer seam, registered only when the
@@ -26,6 +26,7 @@ use tokio::task::JoinHandle;
 use super::control::Control;
 use super::health::Health;
 use super::lifecycle::ControlError;
+use crate::asyncapi::Document;
 use crate::config::{ManagementConfig, ShowDetails};
 pub(crate) use metrics::{Metrics, MetricsObserver};
 
@@ -50,6 +51,7 @@ struct Shared {
     health: Health,
     control: OnceLock<Arc<Control>>,
     metrics: Option<Arc<Metrics>>,
+    asyncapi: Arc<Document>,
 }
 
 /// The management server of an application, prepared before it starts.
@@ -83,7 +85,11 @@ pub(crate) struct ManagementServer {
 
 impl ManagementServer {
     /// Binds and serves.
-    pub(crate) async fn start(pending: Pending, health: Health) -> Result<Self, ManagementError> {
+    pub(crate) async fn start(
+        pending: Pending,
+        health: Health,
+        asyncapi: Arc<Document>,
+    ) -> Result<Self, ManagementError> {
         let address = SocketAddr::new(
             pending.config.address(),
             pending.config.server.port.unwrap_or(0),
@@ -104,6 +110,7 @@ impl ManagementServer {
             health,
             control: OnceLock::new(),
             metrics: pending.metrics,
+            asyncapi,
         });
         let app = router(&shared);
         let (stop, stopped) = oneshot::channel::<()>();
@@ -179,6 +186,9 @@ fn router(shared: &Arc<Shared>) -> Router {
     }
     if config.exposed("prometheus") {
         app = app.route(&config.path("prometheus"), get(prometheus));
+    }
+    if config.exposed("asyncapi") {
+        app = app.route(&config.path("asyncapi"), get(asyncapi));
     }
     app.with_state(shared.clone())
 }
@@ -266,6 +276,10 @@ async fn bindings_change(State(shared): Ctx, Path(name): Path<String>, body: Byt
         Err(e @ ControlError::NotPausable(_)) => error(StatusCode::BAD_REQUEST, e.to_string()),
         Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
     }
+}
+
+async fn asyncapi(State(shared): Ctx) -> Response {
+    json(StatusCode::OK, shared.asyncapi.as_json().clone())
 }
 
 async fn prometheus(State(shared): Ctx) -> Response {

@@ -5,6 +5,11 @@
 //! * `streamctl provision --config FILE [--profile P]…` declares them on the configured broker
 //!   (RabbitMQ: `spring.rabbitmq.*`) and exits, for operators who create topology ahead of the
 //!   services (SCSt's `requiredGroups` use case).
+//! * `streamctl asyncapi --config FILE [--input B]… [--output B]…` prints the AsyncAPI 3.0.0
+//!   document of the configuration's bindings (channels, operations, messages, AMQP
+//!   bindings) without running the service; the roles are guessed as `plan` guesses them
+//!   unless `--input`/`--output` say. Payload schemas come from the program: the running
+//!   service serves them at `<base-path>/asyncapi.json`.
 //!
 //! * `streamctl list_queues [COLUMN…]`, `list_exchanges [COLUMN…]`, `list_bindings [COLUMN…]`
 //!   and `purge_queue QUEUE` have `rabbitmqctl`'s names, columns and output. They read a
@@ -34,6 +39,7 @@ use binder_core::config::ConfigLoader;
 use binder_rabbit::{RabbitBinder, RabbitSettings};
 use clap::{Parser, Subcommand};
 
+mod asyncapi;
 mod broker;
 mod dlq;
 mod listing;
@@ -71,6 +77,16 @@ enum Command {
         #[arg(long = "profile")]
         profiles: Vec<String>,
     },
+    /// Print the AsyncAPI 3.0.0 document of a configuration's bindings, without running the
+    /// service.
+    ///
+    /// A channel per destination (an AMQP exchange), one per consumer group's queue and
+    /// dead-letter queue, a receive operation per input and a send operation per output,
+    /// with AMQP bindings 0.3.0. Roles are guessed as `plan` guesses them unless --input or
+    /// --output say. Payload types are the program's: the payloads here are `{}` with a
+    /// description; the service's `/asyncapi.json` (management endpoint `asyncapi`) has
+    /// their schemas.
+    Asyncapi(asyncapi::AsyncApiArgs),
     /// Declare the topology a configuration needs on its broker, then exit.
     Provision {
         /// Configuration file (.yaml, .yml or .toml).
@@ -246,6 +262,7 @@ fn main() -> ExitCode {
         } => operate(listing::list(Entity::Bindings, &target, &columns, format)),
         Command::PurgeQueue { target, queue } => operate(listing::purge(&target, &queue)),
         Command::Dlq { command } => operate(dlq::run(command)),
+        Command::Asyncapi(args) => asyncapi::run(args),
         Command::Provision { config, profiles } => {
             let config = match load(&config, profiles) {
                 Ok(c) => c,
