@@ -204,7 +204,12 @@ impl<E: Envelope> QueueStorage<E> for PriorityStorage<E> {
     }
 
     fn iter_mut(&mut self) -> Box<dyn Iterator<Item = &mut QueuedMessage<E>> + '_> {
-        Box::new(self.levels.iter_mut().rev().flat_map(|l| l.messages.iter_mut()))
+        Box::new(
+            self.levels
+                .iter_mut()
+                .rev()
+                .flat_map(|l| l.messages.iter_mut()),
+        )
     }
 }
 

@@ -12,8 +12,11 @@ use stream_engine::*;
 use stream_store::{DiskStore, StoreConfig};
 
 const IN_FLIGHT: usize = 1_000;
-/// Paging starts at half of this.
-const WATERMARK: usize = 64 * 1024 * 1024;
+/// The memory high watermark: stubs count against it too (56 bytes each), so it is large
+/// enough for 10 M of them.
+const WATERMARK: usize = 1024 * 1024 * 1024;
+/// Paging starts at 32 MiB.
+const PAGING_RATIO: f64 = 1.0 / 32.0;
 
 fn rss() -> usize {
     let statm = std::fs::read_to_string("/proc/self/statm").unwrap();
@@ -88,6 +91,7 @@ async fn main() {
     let store = DiskStore::open(dir.join("rss"), StoreConfig::default()).unwrap();
     let config = BrokerConfig {
         memory_high_watermark: Some(WATERMARK),
+        memory_paging_ratio: PAGING_RATIO,
         ..BrokerConfig::default()
     };
     let broker: Broker = Broker::with_store(config, store.clone()).unwrap();
@@ -103,8 +107,9 @@ async fn main() {
     let after = rss();
     let paged = broker.paged_messages("backlog").unwrap();
     println!(
-        "backlog of {n} x 100 B persistent, watermark {} MiB: RSS {} -> {} MiB ({:.0} B per message), {paged} paged, memory count {} MiB, filled at {:.0} msg/s",
+        "backlog of {n} x 100 B persistent, watermark {} MiB, paging from {} MiB: RSS {} -> {} MiB ({:.0} B per message), {paged} paged, memory count {} MiB, filled at {:.0} msg/s",
         WATERMARK >> 20,
+        (WATERMARK as f64 * PAGING_RATIO) as usize >> 20,
         before >> 20,
         after >> 20,
         (after - before) as f64 / n as f64,

@@ -16,8 +16,8 @@ use std::sync::atomic::Ordering;
 use stream_engine::{Published, StoreError};
 
 use crate::codec::{In, Interner, get_published};
-use crate::fs::FileSystem;
 use crate::frame;
+use crate::fs::FileSystem;
 use crate::index::Index;
 use crate::layout::{self, Key, SegRecord};
 use crate::meta::Meta;

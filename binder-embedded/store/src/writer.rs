@@ -206,7 +206,11 @@ impl Writer {
 
     /// Lends the index and metadata to readers (between batches, and before a sync).
     fn lend(&mut self) {
-        let mut p = self.shared.picture.lock().unwrap_or_else(|p| p.into_inner());
+        let mut p = self
+            .shared
+            .picture
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
         p.index = Some(std::mem::take(&mut self.index));
         p.meta = Some(std::mem::take(&mut self.meta));
         p.handled = self.handled;
@@ -216,7 +220,11 @@ impl Writer {
 
     /// Takes the index and metadata back from readers.
     fn take_back(&mut self) {
-        let mut p = self.shared.picture.lock().unwrap_or_else(|p| p.into_inner());
+        let mut p = self
+            .shared
+            .picture
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
         if let Some(index) = p.index.take() {
             self.index = index;
         }

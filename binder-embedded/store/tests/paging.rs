@@ -44,7 +44,10 @@ fn check(i: u64, m: &Message) {
     );
     assert_eq!(m.payload.len(), 200);
     assert_eq!(m.headers.get("n"), Some(&FieldValue::I64(i as i64)), "{i}");
-    assert_eq!(m.properties.message_id.as_deref(), Some(format!("id-{i}").as_str()));
+    assert_eq!(
+        m.properties.message_id.as_deref(),
+        Some(format!("id-{i}").as_str())
+    );
     assert_eq!(m.content_type(), Some("text/plain"));
     assert!(m.properties.is_persistent());
 }
@@ -91,7 +94,11 @@ async fn a_paged_backlog_is_delivered_complete_and_in_order() {
     for (i, p) in peeked.iter().enumerate() {
         check(i as u64, &p.record.message);
     }
-    assert_eq!(broker.paged_messages("q"), Some(paged), "peek changes nothing");
+    assert_eq!(
+        broker.paged_messages("q"),
+        Some(paged),
+        "peek changes nothing"
+    );
 
     ch.basic_qos(100, false).unwrap();
     let mut consumer = ch.basic_consume("q", ConsumeOptions::default()).unwrap();
@@ -317,8 +324,7 @@ async fn a_read_error_is_reported_and_the_message_kept() {
 async fn an_out_of_range_paging_ratio_is_refused_by_name() {
     for ratio in [0.0, -0.5, 1.5, f64::NAN] {
         let fs = FaultFs::new();
-        let store =
-            DiskStore::open_with(Arc::new(fs), "/data", StoreConfig::default()).unwrap();
+        let store = DiskStore::open_with(Arc::new(fs), "/data", StoreConfig::default()).unwrap();
         let config = BrokerConfig {
             memory_paging_ratio: ratio,
             ..BrokerConfig::default()

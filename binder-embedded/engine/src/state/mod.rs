@@ -38,9 +38,9 @@ use std::sync::Arc;
 use tokio::sync::mpsc::UnboundedSender;
 
 use self::accounting::MemoryCount;
+pub(crate) use self::paging::check_ratio as check_paging_ratio;
 use self::registry::Registry;
 use self::sessions::Sessions;
-pub(crate) use self::paging::check_ratio as check_paging_ratio;
 pub(crate) use self::sessions::Settle;
 use self::work::{AfterLock, Work};
 use crate::envelope::Envelope;
