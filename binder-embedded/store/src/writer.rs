@@ -441,8 +441,7 @@ impl Writer {
             delivered: false,
         };
         let (offset, len) = self.push_segment(&layout::encode_message(id, &[entry], body));
-        self.index
-            .add_message(id, self.active, offset, len, vec![key.clone()]);
+        self.index.add_message(id, self.active, offset, len, 1);
         self.index.add_ref(
             key,
             RefLoc {
@@ -486,7 +485,7 @@ impl Writer {
         };
         let (offset, len) = self.push_segment(&layout::encode_ref(id, &entry));
         if let Some(m) = self.index.msgs.get_mut(&id) {
-            m.keys.push(key.clone());
+            m.refs += 1;
         }
         self.index.add_ref(
             key,
@@ -658,20 +657,12 @@ impl Writer {
     fn compact(&mut self, seg: u32) -> Result<(), StoreError> {
         let path = layout::segment_path(&self.dir, seg);
         let data = self.fs.read(&path)?.unwrap_or_default();
-        let mut ids: Vec<u64> = self
-            .index
-            .msgs_in
-            .get(&seg)
-            .map(|s| s.iter().copied().collect())
-            .unwrap_or_default();
-        ids.sort_unstable();
-        for id in ids {
+        for (id, keys) in self.index.messages_in(seg) {
             let Some(m) = self.index.msgs.get(&id) else {
                 continue;
             };
             let body = record_body(&data, m.offset)?;
-            let refs: Vec<RefEntry> = m
-                .keys
+            let refs: Vec<RefEntry> = keys
                 .iter()
                 .map(|k| RefEntry {
                     key: k.clone(),
@@ -680,7 +671,7 @@ impl Writer {
                 .collect();
             self.roll_if_full()?;
             let (offset, len) = self.push_segment(&layout::encode_message(id, &refs, body));
-            self.index.move_message(id, self.active, offset, len);
+            self.index.move_message(id, &keys, self.active, offset, len);
         }
         let keys: Vec<Key> = self
             .index
