@@ -47,22 +47,25 @@ struct SharedBroker {
     _disk_monitor: Option<DiskMonitor>,
 }
 
-/// What `spring.embedded.data-dir`, `durability` and `disk-free-limit` ask for.
+/// What `spring.embedded.data-dir`, `durability`, `disk-free-limit` and
+/// `memory-paging-ratio` ask for.
 #[derive(Debug, Clone, PartialEq)]
 struct Storage {
     dir: PathBuf,
     mode: SyncMode,
     disk_free_limit: u64,
+    paging_ratio: f64,
 }
 
 impl std::fmt::Display for Storage {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "over `{}` (durability {:?}, disk-free-limit {} bytes)",
+            "over `{}` (durability {:?}, disk-free-limit {} bytes, memory-paging-ratio {})",
             self.dir.display(),
             self.mode,
-            self.disk_free_limit
+            self.disk_free_limit,
+            self.paging_ratio
         )
     }
 }
@@ -77,6 +80,9 @@ fn shared_broker(settings: &EmbeddedSettings) -> BinderResult<Broker> {
         dir,
         mode: settings.durability.unwrap_or_default(),
         disk_free_limit: settings.disk_free_limit.unwrap_or(DEFAULT_DISK_FREE_LIMIT),
+        paging_ratio: settings
+            .memory_paging_ratio
+            .unwrap_or(BrokerConfig::default().memory_paging_ratio),
     });
     if let Some(existing) = shared.as_ref() {
         return match (&asked, &existing.storage) {
@@ -98,7 +104,7 @@ fn shared_broker(settings: &EmbeddedSettings) -> BinderResult<Broker> {
     let (broker, disk_monitor) = match &asked {
         None => (Broker::new(), None),
         Some(storage) => {
-            let broker = open_store(&storage.dir, storage.mode)?;
+            let broker = open_store(&storage.dir, storage.mode, storage.paging_ratio)?;
             let monitor = DiskMonitor::for_brokers(
                 &storage.dir,
                 storage.disk_free_limit,
@@ -123,7 +129,7 @@ fn shared_broker(settings: &EmbeddedSettings) -> BinderResult<Broker> {
 }
 
 /// A broker over the store in `dir`, with what the store kept rebuilt.
-fn open_store(dir: &std::path::Path, mode: SyncMode) -> BinderResult<Broker> {
+fn open_store(dir: &std::path::Path, mode: SyncMode, paging_ratio: f64) -> BinderResult<Broker> {
     let failed = |e: &dyn std::error::Error| {
         let mut text = e.to_string();
         let mut source = e.source();
@@ -142,8 +148,11 @@ fn open_store(dir: &std::path::Path, mode: SyncMode) -> BinderResult<Broker> {
         ..StoreConfig::default()
     };
     let store = DiskStore::open(dir, config).map_err(|e| failed(&e))?;
-    let broker =
-        Broker::with_store(BrokerConfig::default(), store.clone()).map_err(|e| failed(&e))?;
+    let broker_config = BrokerConfig {
+        memory_paging_ratio: paging_ratio,
+        ..BrokerConfig::default()
+    };
+    let broker = Broker::with_store(broker_config, store.clone()).map_err(|e| failed(&e))?;
     tracing::info!(
         dir = %dir.display(),
         clean = store.started_clean(),

@@ -20,6 +20,7 @@ const SERVER_CONFIG_KEY: &str = "server-config";
 const DATA_DIR_KEY: &str = "data-dir";
 const DURABILITY_KEY: &str = "durability";
 const DISK_FREE_LIMIT_KEY: &str = "disk-free-limit";
+const PAGING_RATIO_KEY: &str = "memory-paging-ratio";
 
 /// The embedded binder's settings, as written.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -45,6 +46,12 @@ pub struct EmbeddedSettings {
     /// disk has fewer free bytes than this (RabbitMQ's `disk_free_limit`; default 50 MB).
     /// Needs `data-dir`.
     pub disk_free_limit: Option<u64>,
+    /// `spring.embedded.memory-paging-ratio`: above this fraction of the memory high
+    /// watermark, persistent messages entering durable queues keep only a stub in memory and
+    /// their bodies are read back from the data directory when delivered (RabbitMQ's
+    /// `vm_memory_high_watermark_paging_ratio`; default 0.5, above 0 and at most 1). Needs
+    /// `data-dir`.
+    pub memory_paging_ratio: Option<f64>,
 }
 
 /// The memory high watermark of the engine, in the spirit of RabbitMQ's
@@ -168,6 +175,27 @@ fn parse_size(text: &str) -> Option<u64> {
     n.checked_mul(scale)
 }
 
+/// `memory-paging-ratio`: a fraction of the memory high watermark, above 0 and at most 1.
+fn paging_ratio(key: &str, value: &Value) -> BinderResult<f64> {
+    let fraction = match &value.kind {
+        ValueKind::Float(f) => Some(*f),
+        ValueKind::I64(i) => Some(*i as f64),
+        ValueKind::U64(u) => Some(*u as f64),
+        ValueKind::String(s) => s.trim().parse::<f64>().ok(),
+        _ => None,
+    };
+    match fraction {
+        Some(f) if f > 0.0 && f <= 1.0 => Ok(f),
+        _ => Err(config_error(
+            key,
+            format_args!(
+                "is `{value}`; it is a fraction of the memory high watermark, above 0 and at \
+                 most 1 (e.g. `0.5`)"
+            ),
+        )),
+    }
+}
+
 fn relative(key: &str, value: &Value) -> BinderResult<MemoryWatermark> {
     let fraction = match &value.kind {
         ValueKind::Float(f) => Some(*f),
@@ -263,7 +291,7 @@ impl EmbeddedSettings {
             return Err(BinderError::config(format!(
                 "`{PREFIX}` is `{section}`; it holds settings (`{WATERMARK_KEY}`, \
                  `{LISTEN_KEY}`, `{SERVER_CONFIG_KEY}`, `{DATA_DIR_KEY}`, `{DURABILITY_KEY}`, \
-                 `{DISK_FREE_LIMIT_KEY}`)"
+                 `{DISK_FREE_LIMIT_KEY}`, `{PAGING_RATIO_KEY}`)"
             )));
         };
         for (k, v) in table {
@@ -284,13 +312,15 @@ impl EmbeddedSettings {
                     settings.durability = Some(mode);
                 }
                 "diskfreelimit" => settings.disk_free_limit = Some(size(k, v)?),
+                "memorypagingratio" => settings.memory_paging_ratio = Some(paging_ratio(k, v)?),
                 _ => {
                     return Err(config_error(
                         k,
                         format_args!(
                             "is not a setting of the embedded binder (it has \
                              `{WATERMARK_KEY}`, `{LISTEN_KEY}`, `{SERVER_CONFIG_KEY}`, \
-                             `{DATA_DIR_KEY}`, `{DURABILITY_KEY}`, `{DISK_FREE_LIMIT_KEY}`)"
+                             `{DATA_DIR_KEY}`, `{DURABILITY_KEY}`, `{DISK_FREE_LIMIT_KEY}`, \
+                             `{PAGING_RATIO_KEY}`)"
                         ),
                     ));
                 }
@@ -311,6 +341,15 @@ impl EmbeddedSettings {
                 format_args!(
                     "guards the disk the message store writes to, but `{PREFIX}.{DATA_DIR_KEY}` \
                      gives no directory: the broker writes nothing to disk"
+                ),
+            ));
+        }
+        if settings.memory_paging_ratio.is_some() && settings.data_dir.is_none() {
+            return Err(config_error(
+                PAGING_RATIO_KEY,
+                format_args!(
+                    "says when message bodies are paged to disk, but `{PREFIX}.{DATA_DIR_KEY}` \
+                     gives no directory: the broker keeps every message in memory"
                 ),
             ));
         }
@@ -398,6 +437,26 @@ mod tests {
         assert!(e.contains("gives no directory"), "{e}");
         let e = refused("spring.embedded.durability: sync\n");
         assert!(e.contains("spring.embedded.data-dir"), "{e}");
+    }
+
+    #[test]
+    fn the_paging_ratio_is_a_fraction_and_needs_a_data_dir() {
+        let s = EmbeddedSettings::from_config(&tree(
+            "spring.embedded:\n  data-dir: d\n  memory-paging-ratio: 0.25\n",
+        ))
+        .unwrap();
+        assert_eq!(s.memory_paging_ratio, Some(0.25));
+        for bad in ["0", "1.5", "-0.1", "half"] {
+            let e = refused(&format!(
+                "spring.embedded:\n  data-dir: d\n  memory-paging-ratio: {bad}\n"
+            ));
+            assert!(
+                e.contains("spring.embedded.memory-paging-ratio") && e.contains("at most 1"),
+                "{bad}: {e}"
+            );
+        }
+        let e = refused("spring.embedded.memory-paging-ratio: 0.5\n");
+        assert!(e.contains("gives no directory"), "{e}");
     }
 
     fn refused(yaml: &str) -> String {

@@ -168,8 +168,10 @@ impl<E: Envelope> Broker<E> {
     /// their messages), then reports durable declarations and persistent messages to it (see
     /// [`crate::store`] for the contract).
     ///
-    /// Fails if the store cannot recover, or recovers declarations the broker refuses.
+    /// Fails if the store cannot recover, or recovers declarations the broker refuses, or
+    /// [`BrokerConfig::memory_paging_ratio`] is not above 0 and at most 1.
     pub fn with_store(config: BrokerConfig, store: impl MessageStore) -> Result<Self, StoreError> {
+        crate::state::check_paging_ratio(&config)?;
         let recovered = store.recover()?;
         let mut state = State::new(config, Arc::new(store));
         state.recover(recovered).map_err(|e| StoreError::Corrupt {
@@ -249,6 +251,19 @@ impl<E: Envelope> Broker<E> {
     pub fn set_memory_high_watermark(&self, watermark: Option<usize>) {
         self.shared
             .with(|s| s.config.memory_high_watermark = watermark);
+    }
+
+    /// Ready messages of a queue that are paged (kept as stubs, their bodies in the message
+    /// store only; see [`BrokerConfig::memory_paging_ratio`]), if the queue exists.
+    pub fn paged_messages(&self, queue: &str) -> Option<usize> {
+        self.shared.lock().paging_counts(queue)
+    }
+
+    /// Paged messages read back from the message store so far, and read-backs that failed
+    /// (each failure is reported: the consumers' channels, or the `basic.get`, get a 541,
+    /// and the message stays in the store).
+    pub fn pages_read(&self) -> (u64, u64) {
+        self.shared.lock().paging_totals()
     }
 
     /// Ready messages and consumers of a queue, if it exists.

@@ -27,8 +27,10 @@ pub struct QueuedMessage<E: Envelope = Native> {
     /// (payload, headers, properties and the engine's bookkeeping; see
     /// [`BrokerConfig::memory_high_watermark`](super::BrokerConfig::memory_high_watermark)).
     pub footprint: usize,
-    /// The message (shared with other queues it was routed to).
-    pub body: Arc<E::Record>,
+    /// The message (shared with other queues it was routed to), or `None` while it is
+    /// paged: then only the message store holds it, and the broker reads it back
+    /// ([`MessageStore::read`](crate::MessageStore::read)) before it is delivered.
+    pub body: Option<Arc<E::Record>>,
     /// It was delivered before.
     pub redelivered: bool,
     /// When it expires, from queue or message TTL.
@@ -78,6 +80,8 @@ pub trait QueueStorage<E: Envelope = Native>: fmt::Debug + Send {
     fn iter(&self) -> Box<dyn Iterator<Item = &QueuedMessage<E>> + '_>;
     /// Removes the ready message with this arrival position, if it is here.
     fn remove(&mut self, seq: u64) -> Option<QueuedMessage<E>>;
+    /// The ready messages in delivery order, to change in place (paging a body back in).
+    fn iter_mut(&mut self) -> Box<dyn Iterator<Item = &mut QueuedMessage<E>> + '_>;
 }
 
 /// First-in, first-out storage in memory.
@@ -124,6 +128,10 @@ impl<E: Envelope> QueueStorage<E> for FifoStorage<E> {
 
     fn iter(&self) -> Box<dyn Iterator<Item = &QueuedMessage<E>> + '_> {
         Box::new(self.messages.iter())
+    }
+
+    fn iter_mut(&mut self) -> Box<dyn Iterator<Item = &mut QueuedMessage<E>> + '_> {
+        Box::new(self.messages.iter_mut())
     }
 
     fn remove(&mut self, seq: u64) -> Option<QueuedMessage<E>> {
@@ -194,6 +202,15 @@ impl<E: Envelope> QueueStorage<E> for PriorityStorage<E> {
     fn remove(&mut self, seq: u64) -> Option<QueuedMessage<E>> {
         self.levels.iter_mut().find_map(|l| l.remove(seq))
     }
+
+    fn iter_mut(&mut self) -> Box<dyn Iterator<Item = &mut QueuedMessage<E>> + '_> {
+        Box::new(
+            self.levels
+                .iter_mut()
+                .rev()
+                .flat_map(|l| l.messages.iter_mut()),
+        )
+    }
 }
 
 #[cfg(test)]
@@ -207,11 +224,11 @@ mod tests {
             seq,
             size: 10,
             footprint: 100,
-            body: Arc::new(Published {
+            body: Some(Arc::new(Published {
                 exchange: Arc::from(""),
                 routing_key: Arc::from(""),
                 message: Message::new(vec![0u8; 10]),
-            }),
+            })),
             redelivered: false,
             expires_at: None,
             priority,

@@ -218,6 +218,20 @@ pub struct BrokerConfig {
     /// Publishers resume at or below this fraction of the watermark (the low watermark).
     /// Default 0.9.
     pub memory_resume_ratio: f64,
+    /// Above this fraction of the memory high watermark, persistent messages entering a
+    /// durable queue are paged: the queue keeps a stub of each (what delivery needs without
+    /// the body: its place in the queue, size, priority, expiry, delivery count) and the
+    /// body stays on disk only, read back from the message store when the message is
+    /// delivered, fetched, inspected or dead-lettered (RabbitMQ's
+    /// `vm_memory_high_watermark_paging_ratio`, and the behaviour of its lazy queues).
+    /// Applies only with a store that pages ([`MessageStore::pages`](crate::MessageStore::pages))
+    /// and a watermark set. Default 0.5; must be above 0 and at most 1
+    /// ([`Broker::with_store`](crate::Broker::with_store) refuses anything else).
+    ///
+    /// A stub counts as its queue entry (56 bytes) against the watermark; the queue's first
+    /// 512 ready messages always keep their bodies, so a consumer that keeps up never waits
+    /// for a read.
+    pub memory_paging_ratio: f64,
     /// The virtual host name used in error texts.
     pub vhost: String,
 }
@@ -227,6 +241,7 @@ impl Default for BrokerConfig {
         BrokerConfig {
             memory_high_watermark: Some(400 * 1024 * 1024),
             memory_resume_ratio: 0.9,
+            memory_paging_ratio: 0.5,
             vhost: "/".to_owned(),
         }
     }

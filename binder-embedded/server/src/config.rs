@@ -87,6 +87,12 @@ pub struct ServerConfig {
     /// ([`stream_store::DEFAULT_DISK_FREE_LIMIT`]). Needs `data_dir`.
     #[serde(default)]
     pub disk_free_limit: Option<u64>,
+    /// Above this fraction of the memory high watermark, persistent messages entering
+    /// durable queues keep only a stub in memory; their bodies are read back from `data_dir`
+    /// when delivered (RabbitMQ's `vm_memory_high_watermark_paging_ratio`). `None`: the
+    /// engine's default, 0.5. Above 0 and at most 1; needs `data_dir`.
+    #[serde(default)]
+    pub memory_paging_ratio: Option<f64>,
     /// A second listener speaking AMQP over TLS (RabbitMQ's `listeners.ssl.default` and
     /// `ssl_options.*`); `None`: plain AMQP only.
     #[serde(default)]
@@ -440,6 +446,7 @@ impl Default for ServerConfig {
             data_dir: None,
             durability: None,
             disk_free_limit: None,
+            memory_paging_ratio: None,
             tls: None,
             management: None,
         }
@@ -508,6 +515,21 @@ impl ServerConfig {
                  server writes nothing to disk"
                     .into(),
             );
+        }
+        if let Some(ratio) = self.memory_paging_ratio {
+            if self.data_dir.is_none() {
+                return invalid(
+                    "memory_paging_ratio is set but data_dir is not: without a data directory \
+                     every message stays in memory"
+                        .into(),
+                );
+            }
+            if !(ratio > 0.0 && ratio <= 1.0) {
+                return invalid(format!(
+                    "memory_paging_ratio is {ratio}: it is a fraction of the memory high \
+                     watermark, above 0 and at most 1"
+                ));
+            }
         }
         if let Some(tls) = &self.tls {
             tls.validate()?;
@@ -587,6 +609,24 @@ mod tests {
         assert!(e.to_string().contains("unknown field `ssl`"), "{e}");
         let e = ServerConfig::from_toml("[limits]\nframe_maximum = 5\n").unwrap_err();
         assert!(e.to_string().contains("frame_maximum"), "{e}");
+    }
+
+    #[test]
+    fn memory_paging_ratio_is_a_fraction_and_needs_a_data_dir() {
+        let c = ServerConfig::from_toml("data_dir = \"d\"\nmemory_paging_ratio = 0.25\n").unwrap();
+        assert_eq!(c.memory_paging_ratio, Some(0.25));
+        for bad in ["0.0", "1.5", "-0.5"] {
+            let e = ServerConfig::from_toml(&format!(
+                "data_dir = \"d\"\nmemory_paging_ratio = {bad}\n"
+            ))
+            .unwrap_err();
+            assert!(
+                e.to_string().contains("memory_paging_ratio is"),
+                "{bad}: {e}"
+            );
+        }
+        let e = ServerConfig::from_toml("memory_paging_ratio = 0.5\n").unwrap_err();
+        assert!(e.to_string().contains("but data_dir is not"), "{e}");
     }
 
     #[test]

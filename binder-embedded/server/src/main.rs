@@ -2,7 +2,7 @@
 //!
 //! `stream-broker [--config FILE] [--listen ADDR] [--tls-listen ADDR]
 //! [--management-listen ADDR [--management-allow-remote]] [--data-dir DIR]
-//! [--durability MODE] [--disk-free-limit BYTES]`; ctrl-c or SIGTERM shuts it down
+//! [--durability MODE] [--disk-free-limit BYTES] [--memory-paging-ratio FRACTION]`; ctrl-c or SIGTERM shuts it down
 //! gracefully (connections, TLS ones included, are closed with 320 CONNECTION_FORCED).
 
 use std::net::SocketAddr;
@@ -47,6 +47,11 @@ struct Args {
     /// (overrides the file's `disk_free_limit`; default 50000000, RabbitMQ's 50 MB).
     #[arg(long, value_name = "BYTES")]
     disk_free_limit: Option<u64>,
+    /// Page message bodies to the data directory above this fraction of the memory high
+    /// watermark (overrides the file's `memory_paging_ratio`; default 0.5, above 0 and at
+    /// most 1; needs a data directory).
+    #[arg(long, value_name = "FRACTION")]
+    memory_paging_ratio: Option<f64>,
 }
 
 fn parse_sync_mode(text: &str) -> Result<SyncMode, String> {
@@ -112,6 +117,9 @@ async fn main() -> ExitCode {
     }
     if let Some(limit) = args.disk_free_limit {
         config.disk_free_limit = Some(limit);
+    }
+    if let Some(ratio) = args.memory_paging_ratio {
+        config.memory_paging_ratio = Some(ratio);
     }
     if let Err(e) = config.validate() {
         eprintln!("stream-broker: {e}");

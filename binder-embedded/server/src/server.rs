@@ -44,9 +44,10 @@ impl<E: WireEnvelope> Shared<E> {
         if config.data_dir.is_some()
             || config.durability.is_some()
             || config.disk_free_limit.is_some()
+            || config.memory_paging_ratio.is_some()
         {
             return Err(crate::ConfigError::Invalid(
-                "data_dir, durability and disk_free_limit belong to the brokers the standalone \
+                "data_dir, durability, disk_free_limit and memory_paging_ratio belong to the brokers the standalone \
                  server creates; \
                  give the brokers passed to Server::bind their stores (Broker::with_store)"
                     .into(),
@@ -155,6 +156,9 @@ impl Server<Native> {
             if let Some(watermark) = config.memory_high_watermark {
                 engine.memory_high_watermark = Some(watermark);
             }
+            if let Some(ratio) = config.memory_paging_ratio {
+                engine.memory_paging_ratio = ratio;
+            }
             let broker = match &config.data_dir {
                 None => Broker::with_config(engine),
                 Some(data_dir) => {
@@ -189,6 +193,7 @@ impl Server<Native> {
             data_dir: None,
             durability: None,
             disk_free_limit: None,
+            memory_paging_ratio: None,
             ..config
         };
         let mut server = Self::bind(config, brokers).await?;

@@ -49,13 +49,15 @@ pub(crate) fn encode(index: &Index, next_id: u64) -> Vec<u8> {
         out.u64(s.ack_seq);
     }
     out.u32(len32(index.msgs.len()));
+    let keys = index.keys_by_message();
     for (id, m) in &index.msgs {
         out.u64(*id);
         out.u32(m.seg);
         out.u64(m.offset);
         out.u32(m.len);
-        out.u32(len32(m.keys.len()));
-        for k in &m.keys {
+        let of = keys.get(id).map_or(&[][..], Vec::as_slice);
+        out.u32(len32(of.len()));
+        for k in of {
             put_key(&mut out, k);
         }
     }

@@ -166,6 +166,20 @@ impl FileSystem for FaultFs {
         Ok(self.contents(path))
     }
 
+    fn read_at(&self, path: &Path, offset: u64, len: usize) -> io::Result<Vec<u8>> {
+        self.alive()?;
+        let files = self.lock();
+        let content = files
+            .get(path)
+            .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "no such file"))?;
+        let start = usize::try_from(offset).unwrap_or(usize::MAX);
+        start
+            .checked_add(len)
+            .and_then(|end| content.data.get(start..end))
+            .map(<[u8]>::to_vec)
+            .ok_or_else(|| io::Error::new(io::ErrorKind::UnexpectedEof, "read past the end"))
+    }
+
     fn delete(&self, path: &Path) -> io::Result<()> {
         self.alive()?;
         self.lock().remove(path);

@@ -16,6 +16,9 @@ pub trait FileSystem: fmt::Debug + Send + Sync + 'static {
     fn open(&self, path: &Path) -> io::Result<Box<dyn StoreFile>>;
     /// A whole file's contents, or `None` if it does not exist.
     fn read(&self, path: &Path) -> io::Result<Option<Vec<u8>>>;
+    /// Reads `len` bytes at `offset` of an existing file (a `pread`: paged messages are read
+    /// back this way). A file that is missing or shorter is an error.
+    fn read_at(&self, path: &Path, offset: u64, len: usize) -> io::Result<Vec<u8>>;
     /// Deletes a file (a missing file is not an error).
     fn delete(&self, path: &Path) -> io::Result<()>;
     /// Renames a file over another, atomically.
@@ -80,6 +83,13 @@ impl FileSystem for RealFs {
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(e),
         }
+    }
+
+    fn read_at(&self, path: &Path, offset: u64, len: usize) -> io::Result<Vec<u8>> {
+        use std::os::unix::fs::FileExt;
+        let mut buf = vec![0u8; len];
+        File::open(path)?.read_exact_at(&mut buf, offset)?;
+        Ok(buf)
     }
 
     fn delete(&self, path: &Path) -> io::Result<()> {

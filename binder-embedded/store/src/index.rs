@@ -1,10 +1,14 @@
 //! The writer's picture of what is on disk: where each live message and reference is, and
 //! how much of each segment is still live (for whole-segment deletion and compaction).
+//!
+//! Kept lean, since it holds an entry per live message and per live reference even when the
+//! broker has paged the message out: a message knows how many references it has, not which
+//! (a compaction or a queue deletion finds them by scanning the references, rare operations),
+//! and there is no per-queue or per-segment set of entries.
 
 use std::collections::BTreeMap;
 
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
-use std::sync::Arc;
 
 use crate::layout::Key;
 
@@ -14,8 +18,8 @@ pub(crate) struct MsgLoc {
     pub seg: u32,
     pub offset: u64,
     pub len: u32,
-    /// The live references to it.
-    pub keys: Vec<Key>,
+    /// How many live references it has.
+    pub refs: u32,
 }
 
 /// A live reference: a queue holds message `id`.
@@ -48,28 +52,25 @@ pub(crate) struct SegStat {
 pub(crate) struct Index {
     pub msgs: HashMap<u64, MsgLoc>,
     pub refs: HashMap<Key, RefLoc>,
-    /// The live references of each queue (by name; only its current incarnation has any).
-    pub by_queue: HashMap<Arc<str>, HashSet<Key>>,
     pub segs: BTreeMap<u32, SegStat>,
-    /// Live message ids and reference records per segment (what a compaction moves).
-    pub msgs_in: HashMap<u32, HashSet<u64>>,
+    /// Live reference records (those written apart from their message) per segment, what a
+    /// compaction moves besides messages; few, since only a fanout writes them.
     pub ref_records_in: HashMap<u32, HashSet<Key>>,
 }
 
 impl Index {
-    /// Records a message record holding references `keys`.
-    pub fn add_message(&mut self, id: u64, seg: u32, offset: u64, len: u32, keys: Vec<Key>) {
+    /// Records a message record with `refs` live references.
+    pub fn add_message(&mut self, id: u64, seg: u32, offset: u64, len: u32, refs: u32) {
         let stat = self.segs.entry(seg).or_default();
         stat.live += 1;
         stat.live_bytes += u64::from(len);
-        self.msgs_in.entry(seg).or_default().insert(id);
         self.msgs.insert(
             id,
             MsgLoc {
                 seg,
                 offset,
                 len,
-                keys,
+                refs,
             },
         );
     }
@@ -85,10 +86,6 @@ impl Index {
                 .or_default()
                 .insert(key.clone());
         }
-        self.by_queue
-            .entry(key.queue.clone())
-            .or_default()
-            .insert(key.clone());
         if let Some(old) = self.refs.insert(key.clone(), loc) {
             // Replaced (a compaction moved it): the old record is no longer live.
             self.drop_record(&key, &old);
@@ -112,16 +109,10 @@ impl Index {
     pub fn remove_ref(&mut self, key: &Key) -> Option<u32> {
         let loc = self.refs.remove(key)?;
         self.drop_record(key, &loc);
-        if let Some(set) = self.by_queue.get_mut(&key.queue) {
-            set.remove(key);
-            if set.is_empty() {
-                self.by_queue.remove(&key.queue);
-            }
-        }
         let gone = match self.msgs.get_mut(&loc.id) {
             Some(m) => {
-                m.keys.retain(|k| k != key);
-                m.keys.is_empty()
+                m.refs = m.refs.saturating_sub(1);
+                m.refs == 0
             }
             None => false,
         };
@@ -131,17 +122,14 @@ impl Index {
                     stat.live -= 1;
                     stat.live_bytes -= u64::from(m.len);
                 }
-                if let Some(set) = self.msgs_in.get_mut(&m.seg) {
-                    set.remove(&loc.id);
-                }
             }
         }
         Some(loc.home)
     }
 
-    /// A compaction rewrote message `id`, with every live reference to it, at `offset` of
+    /// A compaction rewrote message `id`, with its live references `keys`, at `offset` of
     /// segment `seg`: its references are homed there now.
-    pub fn move_message(&mut self, id: u64, seg: u32, offset: u64, len: u32) {
+    pub fn move_message(&mut self, id: u64, keys: &[Key], seg: u32, offset: u64, len: u32) {
         let Some(old) = self.msgs.remove(&id) else {
             return;
         };
@@ -149,10 +137,7 @@ impl Index {
             stat.live -= 1;
             stat.live_bytes -= u64::from(old.len);
         }
-        if let Some(set) = self.msgs_in.get_mut(&old.seg) {
-            set.remove(&id);
-        }
-        for key in &old.keys {
+        for key in keys {
             if let Some(loc) = self.refs.get(key).cloned() {
                 self.drop_record(key, &loc);
                 self.refs.insert(
@@ -165,21 +150,56 @@ impl Index {
                 );
             }
         }
-        self.add_message(id, seg, offset, len, old.keys);
+        self.add_message(id, seg, offset, len, old.refs);
     }
 
-    /// Every live reference of a queue.
+    /// Every live reference of a queue (a scan of all references: queue deletion is rare).
     pub fn queue_refs(&self, queue: &str) -> Vec<Key> {
-        self.by_queue
-            .get(queue)
-            .map(|s| s.iter().cloned().collect())
-            .unwrap_or_default()
+        self.refs
+            .keys()
+            .filter(|k| &*k.queue == queue)
+            .cloned()
+            .collect()
+    }
+
+    /// The live messages whose record is in segment `seg`, by id, with their live
+    /// references (one scan of the messages and one of the references: for a compaction).
+    pub fn messages_in(&self, seg: u32) -> Vec<(u64, Vec<Key>)> {
+        let mut of: HashMap<u64, Vec<Key>> = self
+            .msgs
+            .iter()
+            .filter(|(_, m)| m.seg == seg)
+            .map(|(id, _)| (*id, Vec::new()))
+            .collect();
+        if of.is_empty() {
+            return Vec::new();
+        }
+        for (key, r) in &self.refs {
+            if let Some(keys) = of.get_mut(&r.id) {
+                keys.push(key.clone());
+            }
+        }
+        let mut out: Vec<(u64, Vec<Key>)> = of.into_iter().collect();
+        out.sort_unstable_by_key(|(id, _)| *id);
+        for (_, keys) in &mut out {
+            keys.sort_by(|a, b| (&a.queue, a.seq).cmp(&(&b.queue, b.seq)));
+        }
+        out
+    }
+
+    /// Every live message's references, by message id (for the clean-shutdown snapshot).
+    pub fn keys_by_message(&self) -> HashMap<u64, Vec<Key>> {
+        let mut of: HashMap<u64, Vec<Key>> = HashMap::default();
+        of.reserve(self.msgs.len());
+        for (key, r) in &self.refs {
+            of.entry(r.id).or_default().push(key.clone());
+        }
+        of
     }
 
     /// Forgets a segment (deleted).
     pub fn forget_segment(&mut self, seg: u32) {
         self.segs.remove(&seg);
-        self.msgs_in.remove(&seg);
         self.ref_records_in.remove(&seg);
     }
 

@@ -27,6 +27,7 @@ mod fs;
 mod index;
 mod layout;
 mod meta;
+mod read;
 mod recovery;
 mod store;
 mod writer;

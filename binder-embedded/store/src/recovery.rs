@@ -237,7 +237,7 @@ fn full_scan(
     }
     for (id, keys) in keys_of {
         let (seg, offset, len) = bodies[&id];
-        index.add_message(id, seg, offset, len, keys);
+        index.add_message(id, seg, offset, len, keys.len() as u32);
     }
     let mut decoded = HashMap::default();
     let mut messages = Vec::with_capacity(live.len());
@@ -351,7 +351,7 @@ fn from_clean(
             return Ok(None);
         };
         decoded.insert(m.id, p);
-        index.add_message(m.id, m.seg, m.offset, m.len, m.keys.clone());
+        index.add_message(m.id, m.seg, m.offset, m.len, m.keys.len() as u32);
     }
     let mut refs = clean.refs;
     // Sorted here, while the entries are small: the broker then finds the messages in order.

@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
 use stream_engine::{
-    BindingDef, Durability, ExchangeDef, MessageStore, QueueDef, Recovered, Removal, StoreError,
-    StoredMessage,
+    BindingDef, Durability, ExchangeDef, MessageStore, Published, QueueDef, Recovered, Removal,
+    StoreError, StoredMessage,
 };
 use tokio::sync::oneshot;
 
@@ -18,6 +18,7 @@ use crate::config::{ConfigError, StoreConfig, SyncMode};
 use crate::frame;
 use crate::fs::{FileSystem, RealFs};
 use crate::meta::MetaOp;
+use crate::read;
 use crate::recovery;
 use crate::writer::{Cmd, Shared, StoreStats, Writer};
 
@@ -48,6 +49,8 @@ struct Caller {
 #[derive(Debug)]
 struct Inner {
     dir: PathBuf,
+    /// The file layer, for reading paged messages back.
+    fs: Arc<dyn FileSystem>,
     mode: SyncMode,
     caller: Mutex<Caller>,
     shared: Arc<Shared>,
@@ -94,7 +97,13 @@ impl DiskStore {
         let truncated = rebuilt.truncated;
         let mut rebuilt = rebuilt;
         let recovered = std::mem::take(&mut rebuilt.recovered);
-        let writer = Writer::new(fs, dir.clone(), config.clone(), shared.clone(), rebuilt)?;
+        let writer = Writer::new(
+            fs.clone(),
+            dir.clone(),
+            config.clone(),
+            shared.clone(),
+            rebuilt,
+        )?;
         let (tx, rx) = mpsc::channel();
         let handle = std::thread::Builder::new()
             .name("stream-store-writer".into())
@@ -102,6 +111,7 @@ impl DiskStore {
             .map_err(OpenError::Thread)?;
         Ok(DiskStore(Arc::new(Inner {
             dir,
+            fs,
             mode: config.mode,
             caller: Mutex::new(Caller {
                 tx: Some(tx),
@@ -158,7 +168,11 @@ impl DiskStore {
 impl Inner {
     fn send(&self, cmd: Cmd) -> Result<(), StoreError> {
         match &lock(&self.caller).tx {
-            Some(tx) => tx.send(cmd).map_err(|_| closed()),
+            Some(tx) => {
+                tx.send(cmd).map_err(|_| closed())?;
+                self.shared.sent.fetch_add(1, Ordering::Release);
+                Ok(())
+            }
             None => Err(closed()),
         }
     }
@@ -272,7 +286,10 @@ impl MessageStore for DiskStore {
             }
         };
         match &caller.tx {
-            Some(tx) if tx.send(cmd).is_ok() => durability,
+            Some(tx) if tx.send(cmd).is_ok() => {
+                self.0.shared.sent.fetch_add(1, Ordering::Release);
+                durability
+            }
             _ => failed_now("the message store is closed".into()),
         }
     }
@@ -289,5 +306,13 @@ impl MessageStore for DiskStore {
             queue: queue.to_owned(),
             seq,
         });
+    }
+
+    fn pages(&self) -> bool {
+        true
+    }
+
+    fn read(&self, queue: &str, seqs: &[u64]) -> Result<Vec<Published>, StoreError> {
+        read::read(self.0.fs.as_ref(), &self.0.dir, &self.0.shared, queue, seqs)
     }
 }

@@ -7,7 +7,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Instant;
 
 use stream_engine::StoreError;
@@ -76,9 +76,27 @@ pub struct StoreStats {
     pub deleted_segments: u64,
 }
 
+/// The writer's index and metadata, lent to readers of paged messages between batches.
+#[derive(Debug, Default)]
+pub(crate) struct Picture {
+    /// `None` while the writer works on it.
+    pub index: Option<Index>,
+    pub meta: Option<Meta>,
+    /// Commands the writer had handled (and written to the files) when it lent them.
+    pub handled: u64,
+}
+
 /// State the writer shares with the trait's calls.
 #[derive(Debug, Default)]
 pub(crate) struct Shared {
+    /// Where every live record is: the writer takes it for each batch and gives it back
+    /// once the batch's records are in the files (before the sync), so a reader that finds a
+    /// location finds the bytes there.
+    pub picture: Mutex<Picture>,
+    /// Signalled whenever the writer gives the picture back.
+    pub picture_back: Condvar,
+    /// Commands sent to the writer (a reader waits until the writer has handled as many).
+    pub sent: AtomicU64,
     /// Why the store stopped keeping messages, once a write or sync failed.
     pub failed: Mutex<Option<String>>,
     /// Successful syncs of a batch.
@@ -130,6 +148,8 @@ pub(crate) struct Writer {
     last_message: Option<(u64, Vec<u8>)>,
     max_id: u64,
     failure: Option<String>,
+    /// Commands received so far.
+    handled: u64,
     next_sync: Option<Instant>,
     compactions: u64,
     deleted: u64,
@@ -174,12 +194,51 @@ impl Writer {
             last_message: None,
             max_id: rebuilt.next_id.saturating_sub(1),
             failure: None,
+            handled: 0,
             next_sync: None,
             compactions: 0,
             deleted: 0,
         };
         writer.maintain()?;
+        writer.lend();
         Ok(writer)
+    }
+
+    /// Lends the index and metadata to readers (between batches, and before a sync).
+    fn lend(&mut self) {
+        let mut p = self
+            .shared
+            .picture
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        p.index = Some(std::mem::take(&mut self.index));
+        p.meta = Some(std::mem::take(&mut self.meta));
+        p.handled = self.handled;
+        drop(p);
+        self.shared.picture_back.notify_all();
+    }
+
+    /// Takes the index and metadata back from readers.
+    fn take_back(&mut self) {
+        let mut p = self
+            .shared
+            .picture
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if let Some(index) = p.index.take() {
+            self.index = index;
+        }
+        if let Some(meta) = p.meta.take() {
+            self.meta = meta;
+        }
+    }
+
+    /// Closes cleanly with the index and metadata at hand, then lends them for good.
+    fn close_lent(&mut self) -> Result<(), StoreError> {
+        self.take_back();
+        let result = self.close();
+        self.lend();
+        result
     }
 
     /// Runs until closed (or until every sender is gone).
@@ -190,24 +249,28 @@ impl Writer {
                     Ok(cmd) => Some(cmd),
                     Err(RecvTimeoutError::Timeout) => None,
                     Err(RecvTimeoutError::Disconnected) => {
-                        let _ = self.close();
+                        let _ = self.close_lent();
                         return;
                     }
                 },
                 None => match rx.recv() {
                     Ok(cmd) => Some(cmd),
                     Err(_) => {
-                        let _ = self.close();
+                        let _ = self.close_lent();
                         return;
                     }
                 },
             };
+            self.take_back();
             let mut next = first;
             let mut taken = 0;
             while let Some(cmd) = next {
+                self.handled += 1;
                 match cmd {
                     Cmd::Close(reply) => {
-                        let _ = reply.send(self.close());
+                        let result = self.close();
+                        self.lend();
+                        let _ = reply.send(result);
                         return;
                     }
                     Cmd::Stats(reply) => {
@@ -224,6 +287,7 @@ impl Writer {
                 };
             }
             self.end_batch();
+            self.lend();
         }
     }
 
@@ -377,8 +441,7 @@ impl Writer {
             delivered: false,
         };
         let (offset, len) = self.push_segment(&layout::encode_message(id, &[entry], body));
-        self.index
-            .add_message(id, self.active, offset, len, vec![key.clone()]);
+        self.index.add_message(id, self.active, offset, len, 1);
         self.index.add_ref(
             key,
             RefLoc {
@@ -422,7 +485,7 @@ impl Writer {
         };
         let (offset, len) = self.push_segment(&layout::encode_ref(id, &entry));
         if let Some(m) = self.index.msgs.get_mut(&id) {
-            m.keys.push(key.clone());
+            m.refs += 1;
         }
         self.index.add_ref(
             key,
@@ -465,9 +528,18 @@ impl Writer {
                     }
                 }
             };
-            let written = self
-                .write_out()
-                .and_then(|()| if sync { self.sync_all() } else { Ok(()) });
+            let written = self.write_out().and_then(|()| {
+                if sync {
+                    // Readers of paged messages need not wait for the sync: the records are
+                    // in the files.
+                    self.lend();
+                    let synced = self.sync_all();
+                    self.take_back();
+                    synced
+                } else {
+                    Ok(())
+                }
+            });
             match written {
                 Ok(()) => {
                     for w in self.waiters.drain(..) {
@@ -585,20 +657,12 @@ impl Writer {
     fn compact(&mut self, seg: u32) -> Result<(), StoreError> {
         let path = layout::segment_path(&self.dir, seg);
         let data = self.fs.read(&path)?.unwrap_or_default();
-        let mut ids: Vec<u64> = self
-            .index
-            .msgs_in
-            .get(&seg)
-            .map(|s| s.iter().copied().collect())
-            .unwrap_or_default();
-        ids.sort_unstable();
-        for id in ids {
+        for (id, keys) in self.index.messages_in(seg) {
             let Some(m) = self.index.msgs.get(&id) else {
                 continue;
             };
             let body = record_body(&data, m.offset)?;
-            let refs: Vec<RefEntry> = m
-                .keys
+            let refs: Vec<RefEntry> = keys
                 .iter()
                 .map(|k| RefEntry {
                     key: k.clone(),
@@ -607,7 +671,7 @@ impl Writer {
                 .collect();
             self.roll_if_full()?;
             let (offset, len) = self.push_segment(&layout::encode_message(id, &refs, body));
-            self.index.move_message(id, self.active, offset, len);
+            self.index.move_message(id, &keys, self.active, offset, len);
         }
         let keys: Vec<Key> = self
             .index

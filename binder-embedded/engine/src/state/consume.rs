@@ -208,6 +208,24 @@ impl<E: Envelope> State<E> {
         let Some(mut message) = q.storage.pop() else {
             return Ok(None);
         };
+        if message.body.is_none() {
+            let queue_name = q.name.clone();
+            q.storage.requeue(message);
+            if let Err(e) = self.page_in(&queue_name) {
+                return Err(self.read_failed(&queue_name, &e));
+            }
+            let q = self.registry.queues.get_mut(queue).expect("checked above");
+            message = q.storage.pop().expect("requeued above");
+        }
+        let q = self.registry.queues.get_mut(queue).expect("checked above");
+        let Some(body) = message.body.clone() else {
+            // page_in reads the head's stubs: the head has its body now.
+            q.storage.requeue(message);
+            return Err(AmqpError::new(
+                ReplyCode::InternalError,
+                format!("message of queue '{queue}' was not read back from the store"),
+            ));
+        };
         let remaining = q.storage.len() as u32;
         q.delivered += 1;
         let queue_name = q.name.clone();
@@ -222,7 +240,7 @@ impl<E: Envelope> State<E> {
             consumer_tag: Arc::from(""),
             delivery_tag: ch.next_tag,
             redelivered: message.redelivered,
-            body: message.body.clone(),
+            body,
         };
         if message.stored {
             if no_ack {
@@ -258,6 +276,14 @@ impl<E: Envelope> State<E> {
             };
             if q.storage.is_empty() || q.consumers.is_empty() {
                 return;
+            }
+            if q.storage.peek().is_some_and(|m| m.body.is_none()) {
+                // The head is paged: read a batch of it back, then look again.
+                if let Err(e) = self.page_in(queue) {
+                    self.page_in_failed(queue, &e);
+                    return;
+                }
+                continue;
             }
             let candidates = if q.args.single_active_consumer {
                 1
@@ -339,13 +365,18 @@ impl<E: Envelope> State<E> {
                         continue;
                     }
                 }
+                let Some(body) = message.body.clone() else {
+                    // Past the batch read back: the next round reads more.
+                    q.storage.requeue(message);
+                    break;
+                };
                 message.deliveries += 1;
                 ch.next_tag += 1;
                 deliveries.push(Delivery {
                     consumer_tag: consumer.tag.clone(),
                     delivery_tag: ch.next_tag,
                     redelivered: message.redelivered,
-                    body: message.body.clone(),
+                    body,
                 });
                 if message.stored {
                     if consumer.no_ack {

@@ -89,19 +89,33 @@ impl<E: Envelope> State<E> {
         queue: &str,
         reason: DeathReason,
     ) {
+        let dlx = self.registry.queues.get(queue).and_then(|q| {
+            let dlx = q.args.dead_letter_exchange.clone()?;
+            Some((dlx, q.args.dead_letter_routing_key.clone()))
+        });
+        // A paged message is read back only when it is dead-lettered. If that fails it stays
+        // in the store (it comes back at the next start) rather than being lost.
+        let record = match (&dlx, message.body.clone()) {
+            (None, _) => None,
+            (Some(_), Some(body)) => Some(body),
+            (Some(_), None) => match self.read_back(queue, &message) {
+                Ok(body) => Some(body),
+                Err(e) => {
+                    self.read_failed(queue, &e);
+                    return;
+                }
+            },
+        };
         if message.stored {
             self.store.removed(queue, message.seq, Removal::Died);
         }
-        let Some(q) = self.registry.queues.get(queue) else {
+        let (Some((dlx, routing_key)), Some(record)) = (dlx, record) else {
             return;
         };
-        let Some(dlx) = q.args.dead_letter_exchange.clone() else {
-            return;
-        };
-        let routing_key = q.args.dead_letter_routing_key.clone();
+        drop(message);
         // Dead-lettering rewrites the headers: the record is rebuilt in the engine's types
         // (a cold path) and handed back to the envelope.
-        let mut body = E::into_native(message.body);
+        let mut body = E::into_native(record);
         let keys = vec![body.routing_key.to_string()];
         record_death(&mut body.message, queue, reason, &body.exchange, &keys);
         let key: Arc<str> = match routing_key {

@@ -24,6 +24,7 @@ mod declare;
 mod expiry;
 mod inspect;
 mod operate;
+mod paging;
 mod publish;
 mod recover;
 mod registry;
@@ -37,6 +38,7 @@ use std::sync::Arc;
 use tokio::sync::mpsc::UnboundedSender;
 
 use self::accounting::MemoryCount;
+pub(crate) use self::paging::check_ratio as check_paging_ratio;
 use self::registry::Registry;
 use self::sessions::Sessions;
 pub(crate) use self::sessions::Settle;
@@ -68,6 +70,13 @@ pub(crate) struct State<E: Envelope> {
     /// Publishes routed through the broker's exchanges (unroutable ones included), for
     /// management's overview.
     published: u64,
+    /// The store pages (asked once): stored messages may be kept as stubs ([`paging`]).
+    pages: bool,
+    /// Paged messages read back from the store.
+    paged_in: u64,
+    /// Read-backs that failed (each reported to a client or, for a dead letter, kept in the
+    /// store).
+    read_failures: u64,
 }
 
 /// A record as the store reads it: converted to the engine's types only when asked.
@@ -89,6 +98,9 @@ impl<E: Envelope> State<E> {
             memory: MemoryCount::default(),
             disk_alarm: false,
             keeps_messages: store.keeps_messages(),
+            pages: store.keeps_messages() && store.pages(),
+            paged_in: 0,
+            read_failures: 0,
             store,
             publication: 0,
             published: 0,

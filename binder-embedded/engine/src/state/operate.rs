@@ -11,6 +11,14 @@ use crate::types::PublishStatus;
 
 use super::State;
 
+/// A failed read-back of a paged message, as a client sees it (541).
+fn read_error(queue: &str, e: &crate::store::StoreError) -> AmqpError {
+    AmqpError::new(
+        ReplyCode::InternalError,
+        format!("cannot read a paged message of queue '{queue}' back from the message store: {e}"),
+    )
+}
+
 impl<E: Envelope> State<E> {
     /// Up to `max` ready messages of a queue in delivery order.
     pub(crate) fn peek(
@@ -23,15 +31,44 @@ impl<E: Envelope> State<E> {
             .queues
             .get(queue)
             .ok_or_else(|| self.no_queue(queue))?;
-        Ok(q.storage
+        let paged: Vec<u64> = q
+            .storage
             .iter()
             .take(max)
-            .map(|m| PeekedMessage {
+            .filter(|m| m.body.is_none())
+            .map(|m| m.seq)
+            .collect();
+        let mut read = if paged.is_empty() {
+            Vec::new()
+        } else {
+            self.store
+                .read(&q.name, &paged)
+                .map_err(|e| read_error(queue, &e))?
+        }
+        .into_iter();
+        let mut peeked = Vec::with_capacity(max.min(q.storage.len()));
+        for m in q.storage.iter().take(max) {
+            let record = match &m.body {
+                Some(body) => body.clone(),
+                None => match read.next() {
+                    Some(p) => Arc::new(E::from_native(p)),
+                    None => {
+                        return Err(read_error(
+                            queue,
+                            &crate::store::StoreError::Corrupt {
+                                detail: format!("message {} was not returned", m.seq),
+                            },
+                        ));
+                    }
+                },
+            };
+            peeked.push(PeekedMessage {
                 seq: m.seq,
                 redelivered: m.redelivered,
-                record: m.body.clone(),
-            })
-            .collect())
+                record,
+            });
+        }
+        Ok(peeked)
     }
 
     /// Refuses an exclusive queue (its owner alone may take messages from it).
@@ -95,7 +132,11 @@ impl<E: Envelope> State<E> {
         let Some(message) = q.storage.iter().find(|m| m.seq == seq) else {
             return Ok(Redrive::NotFound);
         };
-        let mut copy = E::Record::clone(&message.body);
+        let body = match self.read_back(queue, message) {
+            Ok(body) => body,
+            Err(e) => return Err(self.read_failed(queue, &e)),
+        };
+        let mut copy = E::Record::clone(&body);
         E::set_routing_key(&mut copy, Arc::from(routing_key));
         // Channel 0 is no channel: nothing is returned (not mandatory).
         Ok(

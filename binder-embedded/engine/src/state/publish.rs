@@ -5,7 +5,7 @@ use std::sync::Arc;
 use tokio::time::Instant;
 
 use super::sessions::TxOp;
-use super::{State, View};
+use super::{State, View, paging};
 use crate::dead_letter::DeathReason;
 use crate::envelope::Envelope;
 use crate::error::{AmqpError, AmqpResult};
@@ -140,7 +140,7 @@ impl<E: Envelope> State<E> {
             return true;
         };
         let size = E::payload_len(&body);
-        let footprint = memory::footprint::<E>(&body);
+        let mut footprint = memory::footprint::<E>(&body);
         let ttl = match (q.args.message_ttl, E::expiration(&body)) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -150,11 +150,12 @@ impl<E: Envelope> State<E> {
             None => 0,
         };
         q.next_seq += 1;
+        let persistent = self.keeps_messages && q.durable && E::persistent(&body);
         let mut message = QueuedMessage {
             seq: q.next_seq,
             size,
             footprint,
-            body,
+            body: Some(body),
             redelivered: false,
             expires_at: ttl.map(|t| Instant::now() + t),
             priority,
@@ -178,14 +179,20 @@ impl<E: Envelope> State<E> {
                 }
             }
         }
-        if self.keeps_messages && q.durable && E::persistent(&message.body) {
-            let durability = self.store.enqueued(&StoredMessage {
+        let durability = match message.body.as_ref().filter(|_| persistent) {
+            Some(record) => Some(self.store.enqueued(&StoredMessage {
                 queue: &q.name,
                 seq: message.seq,
                 publication: self.publication,
-                record: &View::<E>(&message.body),
-            });
+                record: &View::<E>(record),
+            })),
+            None => None,
+        };
+        if let Some(durability) = durability {
             message.stored = true;
+            if paging::page_now(self.pages, &self.config, self.memory.used, q.storage.len()) {
+                footprint -= paging::page_out(&mut message);
+            }
             // A dead-lettered copy has no publisher waiting: its write goes on regardless.
             if !redead && !durability.is_durable() {
                 self.work.durability.push(durability);

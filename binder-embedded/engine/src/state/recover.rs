@@ -5,7 +5,7 @@ use std::sync::Arc;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use super::State;
+use super::{State, paging};
 use crate::envelope::Envelope;
 use crate::error::AmqpResult;
 use crate::memory;
@@ -79,11 +79,11 @@ impl<E: Envelope> State<E> {
                 None => 0,
             };
             q.next_seq = q.next_seq.max(m.seq);
-            let message = QueuedMessage {
+            let mut message = QueuedMessage {
                 seq: m.seq,
                 size: E::payload_len(&body),
                 footprint,
-                body,
+                body: Some(body),
                 redelivered: m.redelivered,
                 expires_at: ttl.map(|t| now + t),
                 priority,
@@ -92,6 +92,10 @@ impl<E: Envelope> State<E> {
             };
             if message.expires_at.is_some() {
                 self.work.timer_dirty = true;
+            }
+            let mut footprint = footprint;
+            if paging::page_now(self.pages, &self.config, self.memory.used, q.storage.len()) {
+                footprint -= paging::page_out(&mut message);
             }
             q.storage.push(message);
             self.memory.used += footprint;

@@ -80,7 +80,7 @@ impl<E: Envelope> State<E> {
                         self.store.removed(&u.queue, u.message.seq, Removal::Acked);
                     }
                     self.work.mark_dirty(u.queue);
-                    self.work.garbage.push(u.message.body);
+                    self.work.garbage.extend(u.message.body);
                 }
                 Settle::Requeue => self.requeue(u.queue, u.message),
                 Settle::Discard => {

@@ -1,0 +1,146 @@
+//! Reading paged messages back: the broker keeps only a stub of a paged message and asks for
+//! its body when it delivers it ([`MessageStore::read`](stream_engine::MessageStore::read)).
+//!
+//! The location comes from the writer's index, borrowed between batches
+//! ([`Picture`](crate::writer::Picture)): the writer lends it back only once every record it
+//! refers to is in the files, and takes it away while it changes it (appends, compaction,
+//! segment deletion), so a location found under the lock points at bytes that are there and
+//! are the message's. The bytes are read while the lock is held (one `pread` per run of
+//! nearby records), so a segment cannot be deleted between finding and reading. Each record's
+//! CRC is checked before its message is decoded.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use stream_engine::{Published, StoreError};
+
+use crate::codec::{In, Interner, get_published};
+use crate::frame;
+use crate::fs::FileSystem;
+use crate::index::Index;
+use crate::layout::{self, Key, SegRecord};
+use crate::meta::Meta;
+use crate::writer::Shared;
+
+/// Records closer than this are read with one `pread`.
+const GAP: u64 = 64 * 1024;
+/// At most this much is read with one `pread`.
+const SPAN: u64 = 4 * 1024 * 1024;
+
+fn corrupt(detail: String) -> StoreError {
+    StoreError::Corrupt { detail }
+}
+
+/// Where each asked message's record is, or the first one the index does not have.
+fn locate(
+    index: &Index,
+    meta: &Meta,
+    queue: &str,
+    seqs: &[u64],
+) -> Result<Vec<(u32, u64, u32)>, u64> {
+    let Some(incarnation) = meta.incarnation(queue) else {
+        return Err(seqs.first().copied().unwrap_or(0));
+    };
+    let name: Arc<str> = Arc::from(queue);
+    seqs.iter()
+        .map(|&seq| {
+            let key = Key {
+                queue: name.clone(),
+                incarnation,
+                seq,
+            };
+            let m = index
+                .refs
+                .get(&key)
+                .and_then(|r| index.msgs.get(&r.id))
+                .ok_or(seq)?;
+            Ok((m.seg, m.offset, m.len))
+        })
+        .collect()
+}
+
+/// Reads back messages `seqs` of `queue`, in that order.
+pub(crate) fn read(
+    fs: &dyn FileSystem,
+    dir: &Path,
+    shared: &Shared,
+    queue: &str,
+    seqs: &[u64],
+) -> Result<Vec<Published>, StoreError> {
+    // Every command sent before this read (the message's own among them) must have been
+    // handled by the writer before a missing location means a missing message.
+    let target = shared.sent.load(Ordering::Acquire);
+    let mut picture = shared.picture.lock().unwrap_or_else(|p| p.into_inner());
+    loop {
+        if let (Some(index), Some(meta)) = (&picture.index, &picture.meta) {
+            match locate(index, meta, queue, seqs) {
+                Ok(locs) => return read_records(fs, dir, queue, &locs),
+                Err(seq) if picture.handled >= target => {
+                    return Err(StoreError::Failed {
+                        detail: format!("message {seq} of queue '{queue}' is not in the store"),
+                    });
+                }
+                Err(_) => {}
+            }
+        }
+        picture = shared
+            .picture_back
+            .wait(picture)
+            .unwrap_or_else(|p| p.into_inner());
+    }
+}
+
+fn read_records(
+    fs: &dyn FileSystem,
+    dir: &Path,
+    queue: &str,
+    locs: &[(u32, u64, u32)],
+) -> Result<Vec<Published>, StoreError> {
+    let mut order: Vec<usize> = (0..locs.len()).collect();
+    order.sort_by_key(|&i| (locs[i].0, locs[i].1));
+    let mut out: Vec<Option<Published>> = vec![None; locs.len()];
+    let names = &mut Interner::default();
+    let mut at = 0;
+    while at < order.len() {
+        // A run of records of one segment, near each other.
+        let (seg, start, first_len) = locs[order[at]];
+        let mut end = start + u64::from(first_len);
+        let mut run_end = at + 1;
+        while run_end < order.len() {
+            let (s, off, len) = locs[order[run_end]];
+            let next_end = (off + u64::from(len)).max(end);
+            if s != seg || off > end + GAP || next_end - start > SPAN {
+                break;
+            }
+            end = next_end;
+            run_end += 1;
+        }
+        let path = layout::segment_path(dir, seg);
+        let data = fs.read_at(&path, start, (end - start) as usize)?;
+        for &i in &order[at..run_end] {
+            let (_, off, _) = locs[i];
+            let frame = frame::read_at(&data, (off - start) as usize).ok_or_else(|| {
+                corrupt(format!(
+                    "the record at offset {off} of segment {seg} (queue '{queue}') has a wrong length or checksum"
+                ))
+            })?;
+            let body = match layout::decode_segment(frame.payload, names) {
+                Ok(SegRecord::Message { body, .. }) => body,
+                Ok(SegRecord::Ref { .. }) => {
+                    return Err(corrupt(format!(
+                        "the record at offset {off} of segment {seg} is not a message"
+                    )));
+                }
+                Err(e) => return Err(corrupt(format!("segment {seg} offset {off}: {e}"))),
+            };
+            let published = get_published(&mut In(body), names)
+                .map_err(|e| corrupt(format!("segment {seg} offset {off}: {e}")))?;
+            out[i] = Some(published);
+        }
+        at = run_end;
+    }
+    out.into_iter()
+        .map(|p| p.ok_or_else(|| corrupt("a record was not read".into())))
+        .collect()
+}

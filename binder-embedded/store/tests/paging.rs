@@ -1,0 +1,335 @@
+//! Paging: above `memory_paging_ratio` of the memory high watermark, persistent messages in
+//! durable queues are kept as stubs and read back from the segments when they are delivered,
+//! fetched, inspected or dead-lettered.
+
+mod common;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::*;
+use stream_engine::*;
+use stream_store::{DiskStore, FaultFs, StoreConfig};
+
+/// A watermark of 2 MiB: paging starts above 1 MiB (the default ratio, 0.5).
+fn low_watermark() -> BrokerConfig {
+    BrokerConfig {
+        memory_high_watermark: Some(2 * 1024 * 1024),
+        ..BrokerConfig::default()
+    }
+}
+
+fn open(fs: &FaultFs, dir: &Path, config: StoreConfig) -> (DiskStore, Broker) {
+    let store = DiskStore::open_with(Arc::new(fs.clone()), dir, config).expect("store opens");
+    let broker = Broker::with_store(low_watermark(), store.clone()).expect("recovers");
+    (store, broker)
+}
+
+/// Message `i`: a 200-byte body naming it, a header and two properties.
+fn message(i: u64) -> Message {
+    let mut body = format!("message {i:06} ").into_bytes();
+    body.resize(200, b'.');
+    let mut m = persistent(body).with_header("n", FieldValue::I64(i as i64));
+    m.properties.message_id = Some(format!("id-{i}"));
+    m.properties.content_type = Some(Arc::from("text/plain"));
+    m
+}
+
+fn check(i: u64, m: &Message) {
+    let body = String::from_utf8(m.payload.to_vec()).unwrap();
+    assert!(
+        body.starts_with(&format!("message {i:06} ")),
+        "message {i} has body {body:?}"
+    );
+    assert_eq!(m.payload.len(), 200);
+    assert_eq!(m.headers.get("n"), Some(&FieldValue::I64(i as i64)), "{i}");
+    assert_eq!(
+        m.properties.message_id.as_deref(),
+        Some(format!("id-{i}").as_str())
+    );
+    assert_eq!(m.content_type(), Some("text/plain"));
+    assert!(m.properties.is_persistent());
+}
+
+async fn publish(ch: &Channel, queue: &str, range: std::ops::Range<u64>) {
+    for i in range {
+        let outcome = ch
+            .basic_publish("", queue, Default::default(), message(i))
+            .await
+            .unwrap();
+        assert_eq!(outcome.status, PublishStatus::Routed(1));
+    }
+}
+
+async fn next(consumer: &mut Consumer) -> Delivery {
+    tokio::time::timeout(Duration::from_secs(10), consumer.recv())
+        .await
+        .expect("a delivery within 10 s")
+        .expect("consumer open")
+}
+
+#[tokio::test]
+async fn a_paged_backlog_is_delivered_complete_and_in_order() {
+    let fs = FaultFs::new();
+    let (_store, broker) = open(&fs, Path::new("/data"), StoreConfig::default());
+    let conn = broker.connect();
+    let ch = conn.open_channel().unwrap();
+    ch.queue_declare("q", durable_queue(), FieldTable::new())
+        .unwrap();
+    ch.confirm_select().unwrap();
+    publish(&ch, "q", 0..5_000).await;
+    let paged = broker.paged_messages("q").unwrap();
+    assert!(paged > 4_000, "only {paged} of 5000 paged");
+    // Messages are held up to the paging threshold (1 MiB), the rest count 56 bytes each.
+    let used = broker.memory_used();
+    assert!(
+        used <= 1024 * 1024 + 2 * 1024 + paged * 56,
+        "memory count {used} with {paged} paged"
+    );
+    assert!(!broker.is_blocked());
+    // Inspection reads paged bodies back without taking them.
+    let peeked = broker.peek("q", 1_000).unwrap();
+    assert_eq!(peeked.len(), 1_000);
+    for (i, p) in peeked.iter().enumerate() {
+        check(i as u64, &p.record.message);
+    }
+    assert_eq!(
+        broker.paged_messages("q"),
+        Some(paged),
+        "peek changes nothing"
+    );
+
+    ch.basic_qos(100, false).unwrap();
+    let mut consumer = ch.basic_consume("q", ConsumeOptions::default()).unwrap();
+    for i in 0..5_000 {
+        let d = next(&mut consumer).await;
+        check(i, d.message());
+        assert!(!d.redelivered);
+        ch.basic_ack(d.delivery_tag, false).unwrap();
+    }
+    assert_eq!(broker.queue_counts("q"), Some((0, 1)));
+    let (read, failed) = broker.pages_read();
+    assert!(read >= paged as u64, "{read} read back, {paged} paged");
+    assert_eq!(failed, 0);
+}
+
+#[tokio::test]
+async fn paged_messages_are_redelivered_and_requeued_with_their_bodies() {
+    let fs = FaultFs::new();
+    let (_store, broker) = open(&fs, Path::new("/data"), StoreConfig::default());
+    let conn = broker.connect();
+    let ch = conn.open_channel().unwrap();
+    ch.queue_declare("q", durable_queue(), FieldTable::new())
+        .unwrap();
+    ch.confirm_select().unwrap();
+    publish(&ch, "q", 0..3_000).await;
+    assert!(broker.paged_messages("q").unwrap() > 2_000);
+    // Take 1,500 (the last 1,000 of them read back from the store), requeue them all.
+    let taker = conn.open_channel().unwrap();
+    let mut tags = Vec::new();
+    for i in 0..1_500 {
+        let got = taker.basic_get("q", false).unwrap().unwrap();
+        check(i, got.delivery.message());
+        tags.push(got.delivery.delivery_tag);
+    }
+    taker.basic_nack(0, true, true).unwrap();
+    // Take 100 more on a channel that is then closed: they go back too.
+    let closer = conn.open_channel().unwrap();
+    for i in 0..100 {
+        let got = closer.basic_get("q", false).unwrap().unwrap();
+        check(i, got.delivery.message());
+        assert!(got.delivery.redelivered);
+    }
+    closer.close();
+    let mut consumer = ch.basic_consume("q", ConsumeOptions::default()).unwrap();
+    for i in 0..3_000 {
+        let d = next(&mut consumer).await;
+        check(i, d.message());
+        assert_eq!(d.redelivered, i < 1_500, "message {i}");
+        ch.basic_ack(d.delivery_tag, false).unwrap();
+    }
+    assert_eq!(broker.pages_read().1, 0);
+}
+
+#[tokio::test]
+async fn compaction_and_segment_deletion_keep_stubs_readable() {
+    let fs = FaultFs::new();
+    let config = StoreConfig {
+        segment_bytes: 64 * 1024,
+        ..StoreConfig::default()
+    };
+    let (store, broker) = open(&fs, Path::new("/data"), config);
+    let conn = broker.connect();
+    let ch = conn.open_channel().unwrap();
+    ch.queue_declare("q", durable_queue(), FieldTable::new())
+        .unwrap();
+    ch.confirm_select().unwrap();
+    publish(&ch, "q", 0..6_000).await;
+    assert!(broker.paged_messages("q").unwrap() > 5_000);
+    // Remove nine in ten of the paged messages without reading them: their segments become
+    // sparse (compacted) or empty (deleted) while the stubs of the tenth point into them.
+    let seqs: Vec<u64> = broker
+        .peek("q", 6_000)
+        .unwrap()
+        .iter()
+        .map(|p| p.seq)
+        .collect();
+    for (i, seq) in seqs.iter().enumerate() {
+        if i >= 1_000 && i % 10 != 0 {
+            assert!(broker.discard("q", *seq).unwrap());
+        }
+        if i % 200 == 0 {
+            store.stats().unwrap();
+        }
+    }
+    let stats = store.stats().unwrap();
+    assert!(stats.compactions > 10, "{stats:?}");
+    assert!(stats.deleted_segments > 10, "{stats:?}");
+    let mut consumer = ch.basic_consume("q", ConsumeOptions::default()).unwrap();
+    let expected: Vec<u64> = (0..6_000).filter(|i| *i < 1_000 || i % 10 == 0).collect();
+    for i in &expected {
+        let d = next(&mut consumer).await;
+        check(*i, d.message());
+        ch.basic_ack(d.delivery_tag, false).unwrap();
+    }
+    assert_eq!(broker.queue_counts("q"), Some((0, 1)));
+    assert_eq!(broker.pages_read().1, 0);
+}
+
+#[tokio::test]
+async fn paged_messages_are_dead_lettered_with_their_bodies() {
+    let fs = FaultFs::new();
+    let (_store, broker) = open(&fs, Path::new("/data"), StoreConfig::default());
+    let conn = broker.connect();
+    let ch = conn.open_channel().unwrap();
+    ch.exchange_declare(
+        "dlx",
+        ExchangeKind::Fanout,
+        durable_exchange(),
+        FieldTable::new(),
+    )
+    .unwrap();
+    ch.queue_declare("dlq", durable_queue(), FieldTable::new())
+        .unwrap();
+    ch.queue_bind("dlq", "dlx", "", FieldTable::new()).unwrap();
+    let mut args = FieldTable::new();
+    args.insert("x-dead-letter-exchange", "dlx");
+    args.insert("x-message-ttl", FieldValue::I64(3_000));
+    ch.queue_declare("q", durable_queue(), args).unwrap();
+    ch.confirm_select().unwrap();
+    publish(&ch, "q", 0..3_000).await;
+    assert!(broker.paged_messages("q").unwrap() > 2_000);
+    let mut consumer = ch.basic_consume("dlq", ConsumeOptions::default()).unwrap();
+    // Messages that expire together are dead-lettered last first (the engine's order, paged
+    // or not): every one arrives once, with its body.
+    let mut seen = Vec::new();
+    for _ in 0..3_000 {
+        let d = next(&mut consumer).await;
+        let Some(FieldValue::I64(i)) = d.message().headers.get("n").cloned() else {
+            panic!("no header n");
+        };
+        check(i as u64, d.message());
+        assert!(d.message().headers.get("x-death").is_some(), "{i}");
+        seen.push(i as u64);
+        ch.basic_ack(d.delivery_tag, false).unwrap();
+    }
+    seen.sort_unstable();
+    assert_eq!(seen, (0..3_000).collect::<Vec<u64>>());
+    assert_eq!(broker.queue_counts("q"), Some((0, 0)));
+    assert_eq!(broker.pages_read().1, 0);
+}
+
+#[tokio::test]
+async fn a_paged_backlog_survives_a_crash() {
+    let fs = FaultFs::new();
+    let dir = Path::new("/data");
+    let (_store, broker) = open(&fs, dir, StoreConfig::default());
+    let conn = broker.connect();
+    let ch = conn.open_channel().unwrap();
+    ch.queue_declare("q", durable_queue(), FieldTable::new())
+        .unwrap();
+    ch.confirm_select().unwrap();
+    publish(&ch, "q", 0..4_000).await;
+    assert!(broker.paged_messages("q").unwrap() > 3_000);
+    // 1,200 delivered (some of them paged and read back), 200 of those acknowledged.
+    for i in 0..1_200 {
+        let got = ch.basic_get("q", false).unwrap().unwrap();
+        check(i, got.delivery.message());
+        if i < 200 {
+            ch.basic_ack(got.delivery.delivery_tag, false).unwrap();
+        }
+    }
+    // Let the acks and deliveries reach the writer, then kill the process.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    _store.stats().unwrap();
+    let after = fs.crash();
+    drop(ch);
+    drop(conn);
+    drop(broker);
+    let (_store, broker) = open(&after, dir, StoreConfig::default());
+    assert_eq!(broker.queue_counts("q"), Some((3_800, 0)));
+    let paged = broker.paged_messages("q").unwrap();
+    assert!(paged > 2_000, "recovery pages too: {paged}");
+    let conn = broker.connect();
+    let ch = conn.open_channel().unwrap();
+    let mut consumer = ch.basic_consume("q", ConsumeOptions::default()).unwrap();
+    for i in 200..4_000 {
+        let d = next(&mut consumer).await;
+        check(i, d.message());
+        assert_eq!(d.redelivered, i < 1_200, "message {i}");
+        ch.basic_ack(d.delivery_tag, false).unwrap();
+    }
+    assert_eq!(broker.pages_read().1, 0);
+}
+
+#[tokio::test]
+async fn a_read_error_is_reported_and_the_message_kept() {
+    let fs = FaultFs::new();
+    let dir = Path::new("/data");
+    let (_store, broker) = open(&fs, dir, StoreConfig::default());
+    let conn = broker.connect();
+    let ch = conn.open_channel().unwrap();
+    ch.queue_declare("q", durable_queue(), FieldTable::new())
+        .unwrap();
+    ch.confirm_select().unwrap();
+    publish(&ch, "q", 0..2_000).await;
+    assert!(broker.paged_messages("q").unwrap() > 1_000);
+    // Damage every segment: flip one byte in each record's body from the 600th on.
+    for path in fs.list_paths(&dir.join("segments")) {
+        if path.extension().is_some_and(|e| e == "seg") {
+            let mut data = fs.contents(&path).unwrap();
+            let at = data.len() - 10;
+            data[at] ^= 0xff;
+            fs.set_contents(&path, data);
+        }
+    }
+    let getter = conn.open_channel().unwrap();
+    let mut got = 0;
+    let error = loop {
+        match getter.basic_get("q", true) {
+            Ok(Some(_)) => got += 1,
+            Ok(None) => panic!("the queue ran dry after {got} without an error"),
+            Err(e) => break e,
+        }
+    };
+    assert_eq!(error.code, ReplyCode::InternalError, "{error:?}");
+    assert!(error.text.contains("checksum"), "{}", error.text);
+    assert!(broker.pages_read().1 >= 1);
+    // The damaged message is still in the queue: nothing was silently dropped.
+    assert_eq!(broker.queue_counts("q").unwrap().0, 2_000 - got);
+}
+
+#[tokio::test]
+async fn an_out_of_range_paging_ratio_is_refused_by_name() {
+    for ratio in [0.0, -0.5, 1.5, f64::NAN] {
+        let fs = FaultFs::new();
+        let store = DiskStore::open_with(Arc::new(fs), "/data", StoreConfig::default()).unwrap();
+        let config = BrokerConfig {
+            memory_paging_ratio: ratio,
+            ..BrokerConfig::default()
+        };
+        let err = Broker::<Native>::with_store(config, store).unwrap_err();
+        assert!(err.to_string().contains("memory_paging_ratio"), "{err}");
+    }
+}
