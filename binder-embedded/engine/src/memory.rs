@@ -24,14 +24,15 @@
 //! A message routed to several queues is counted once per queue that holds it: the record
 //! is shared, but counting it once would undercount as soon as the first queue lets it go.
 
+use std::collections::BTreeMap;
 use std::mem::size_of;
 use std::sync::Arc;
 
 use crate::envelope::{Envelope, Native};
 use crate::field::{FieldTable, FieldValue};
-use crate::message::Message;
 #[cfg(test)]
 use crate::message::Published;
+use crate::message::{Message, Properties};
 use crate::storage::QueuedMessage;
 
 /// The heap a block of `n` bytes takes under glibc `malloc`: the request plus an 8-byte
@@ -93,8 +94,13 @@ pub(crate) fn footprint<E: Envelope>(body: &E::Record) -> usize {
         + E::message_heap(body)
 }
 
-/// The heap blocks a message owns: payload, headers, property strings.
+/// The heap blocks a message owns: payload, headers, the properties' box and its strings.
 pub fn message_heap(m: &Message) -> usize {
+    let boxed = if m.properties.is_allocated() {
+        block(size_of::<Properties>())
+    } else {
+        0
+    };
     let p = &m.properties;
     let strings = [
         &p.content_encoding,
@@ -107,6 +113,7 @@ pub fn message_heap(m: &Message) -> usize {
         &p.app_id,
     ];
     block(m.payload.len())
+        + boxed
         + headers(&m.headers)
         + shared_str(p.content_type.as_ref())
         + strings
@@ -124,9 +131,13 @@ pub fn shared_str(s: Option<&Arc<str>>) -> usize {
     }
 }
 
-/// A header table's nodes and the blocks of its names and values.
+/// A header table's box (none when it is empty), nodes and the blocks of its names and values.
 fn headers(h: &FieldTable) -> usize {
-    btree_nodes(h.len(), size_of::<String>() + size_of::<FieldValue>())
+    if h.is_empty() {
+        return 0;
+    }
+    block(size_of::<BTreeMap<String, FieldValue>>())
+        + btree_nodes(h.len(), size_of::<String>() + size_of::<FieldValue>())
         + h.iter()
             .map(|(name, value)| block(name.len()) + header_value(value))
             .sum::<usize>()
@@ -150,6 +161,7 @@ mod tests {
     use super::*;
 
     const RECORD: usize = record::<Native>();
+    const PROPERTIES: usize = block(size_of::<Properties>());
 
     fn footprint(p: &Published) -> usize {
         super::footprint::<Native>(p)
@@ -184,7 +196,7 @@ mod tests {
     fn headers_and_properties_count() {
         let plain = footprint(&published(Message::new("x")));
         let one = footprint(&published(Message::new("x").with_header("k", "v")));
-        assert_eq!(one - plain, block(BTREE_LEAF) + 32 + 32);
+        assert_eq!(one - plain, block(24) + block(BTREE_LEAF) + 32 + 32);
         let mut many = Message::new("x");
         for i in 0..40 {
             many = many.with_header(format!("header-{i:02}"), i as i64);
@@ -199,7 +211,10 @@ mod tests {
         assert!(footprint(&published(nested)) - plain > 2 * block(BTREE_LEAF));
         let mut with_id = Message::new("x");
         with_id.properties.message_id = Some("m".repeat(100));
-        assert_eq!(footprint(&published(with_id)) - plain, block(100));
+        assert_eq!(
+            footprint(&published(with_id)) - plain,
+            PROPERTIES + block(100)
+        );
     }
 
     #[test]
@@ -208,12 +223,12 @@ mod tests {
         let keep = shared.clone();
         let plain = footprint(&published(Message::new("x")));
         let with_shared = footprint(&published(Message::new("x").with_content_type(shared)));
-        assert_eq!(with_shared, plain);
+        assert_eq!(with_shared, plain + PROPERTIES, "only the properties' box");
         drop(keep);
         let own = footprint(&published(
             Message::new("x").with_content_type("application/json"),
         ));
-        assert_eq!(own - plain, block(16 + 16));
+        assert_eq!(own - plain, PROPERTIES + block(16 + 16));
     }
 
     trait TapInsert {

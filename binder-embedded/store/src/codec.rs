@@ -331,7 +331,8 @@ pub(crate) fn get_published(inp: &mut In<'_>, names: &mut Interner) -> Decoded<P
                 app_id,
                 delivery_mode,
                 priority,
-            },
+            }
+            .into(),
         },
     })
 }

@@ -4,6 +4,8 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 
+use crate::deadline::Deadline;
+
 use super::sessions::TxOp;
 use super::{State, View};
 use crate::dead_letter::DeathReason;
@@ -50,6 +52,13 @@ impl<E: Envelope> State<E> {
                 }
                 Some(_) => {}
             }
+        }
+        let size = E::payload_len(&body);
+        if size > crate::MAX_PAYLOAD {
+            return Err(AmqpError::precondition(format!(
+                "message size {size} is larger than max size {}",
+                crate::MAX_PAYLOAD
+            )));
         }
         let ch = self.sessions.channel(channel)?;
         let key = match &ch.last_routing_key {
@@ -140,7 +149,9 @@ impl<E: Envelope> State<E> {
             return true;
         };
         let size = E::payload_len(&body);
-        let footprint = memory::footprint::<E>(&body);
+        // Sizes are kept as `u32` (publishes above `MAX_PAYLOAD` are refused); a footprint
+        // beyond saturates, counted the same when it is taken off again.
+        let footprint = memory::footprint::<E>(&body).min(u32::MAX as usize);
         let ttl = match (q.args.message_ttl, E::expiration(&body)) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -152,13 +163,13 @@ impl<E: Envelope> State<E> {
         q.next_seq += 1;
         let mut message = QueuedMessage {
             seq: q.next_seq,
-            size,
-            footprint,
+            size: u32::try_from(size).unwrap_or(u32::MAX),
+            footprint: footprint as u32,
             body,
-            redelivered: false,
-            expires_at: ttl.map(|t| Instant::now() + t),
-            priority,
+            expires_at: ttl.map(|t| Deadline::after(Instant::now(), t)),
             deliveries: 0,
+            priority,
+            redelivered: false,
             stored: false,
         };
         if message.expires_at.is_some() {

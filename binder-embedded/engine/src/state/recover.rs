@@ -6,6 +6,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::State;
+use crate::deadline::Deadline;
 use crate::envelope::Envelope;
 use crate::error::AmqpResult;
 use crate::memory;
@@ -69,7 +70,7 @@ impl<E: Envelope> State<E> {
                 continue;
             };
             let body = Arc::new(E::from_native(m.published));
-            let footprint = memory::footprint::<E>(&body);
+            let footprint = memory::footprint::<E>(&body).min(u32::MAX as usize);
             let ttl = match (q.args.message_ttl, E::expiration(&body)) {
                 (Some(a), Some(b)) => Some(a.min(b)),
                 (a, b) => a.or(b),
@@ -81,13 +82,13 @@ impl<E: Envelope> State<E> {
             q.next_seq = q.next_seq.max(m.seq);
             let message = QueuedMessage {
                 seq: m.seq,
-                size: E::payload_len(&body),
-                footprint,
+                size: u32::try_from(E::payload_len(&body)).unwrap_or(u32::MAX),
+                footprint: footprint as u32,
                 body,
-                redelivered: m.redelivered,
-                expires_at: ttl.map(|t| now + t),
-                priority,
+                expires_at: ttl.map(|t| Deadline::after(now, t)),
                 deliveries: u32::from(m.redelivered),
+                priority,
+                redelivered: m.redelivered,
                 stored: self.keeps_messages,
             };
             if message.expires_at.is_some() {
