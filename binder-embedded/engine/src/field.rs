@@ -281,6 +281,26 @@ mod tests {
     use super::*;
 
     #[test]
+    fn an_empty_table_is_a_null_pointer_and_is_one_again_once_emptied() {
+        assert_eq!(std::mem::size_of::<FieldTable>(), 8);
+        let mut t = FieldTable::new();
+        assert_eq!(t.get("a"), None);
+        assert_eq!(t.iter().count(), 0);
+        assert_eq!(t.insert("a", 1i32), None);
+        assert_eq!(t.insert("b", "x"), None);
+        assert_eq!((t.len(), t.contains("a"), t.is_empty()), (2, true, false));
+        assert_eq!(t.remove("a"), Some(FieldValue::I32(1)));
+        assert_ne!(t, FieldTable::new());
+        assert_eq!(t.remove("b"), Some(FieldValue::from("x")));
+        assert!(t.is_empty());
+        assert_eq!(t, FieldTable::new(), "emptied, it equals a new table");
+        assert_eq!(t.remove("b"), None);
+        let collected: FieldTable = std::iter::empty::<(String, FieldValue)>().collect();
+        assert!(collected.is_empty() && collected == FieldTable::new());
+        assert_eq!(collected.into_iter().count(), 0);
+    }
+
+    #[test]
     fn decimal_renders_with_scale_and_sign() {
         let d = |scale, value| Decimal { scale, value }.to_string();
         assert_eq!(d(2, 12345), "123.45");

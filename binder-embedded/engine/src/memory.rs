@@ -4,23 +4,25 @@
 //! `malloc` rounds it (16-byte steps, 8 bytes of chunk header, 32 bytes at least):
 //!
 //! * the shared record (the envelope's record, in its `Arc`; [`Published`](crate::Published)
-//!   is 320 bytes: 352);
+//!   is 80 bytes: 112);
 //! * the payload's block, and the routing key's (counted as the message's own, although
 //!   consecutive publishes with the same key share one);
-//! * the header table: a `BTreeMap` allocates a node of 11 slots (724 bytes) for its first
+//! * the header table, when it has entries: its box (32), and a `BTreeMap` allocates a node of 11 slots (724 bytes) for its first
 //!   entry, and about one more per five entries beyond eleven; each name and string value
 //!   has a block of its own, nested arrays and tables are counted the same way;
-//! * the property strings (a content type shared with other messages counts nothing);
+//! * the properties' box when any property was set (240), and the property strings (a
+//!   content type shared with other messages counts nothing);
 //!   an [`Envelope`] reports the payload, headers and properties of its records
 //!   ([`Envelope::message_heap`]), with [`block`], [`btree_nodes`] and [`shared_str`];
-//! * the queue's entry for it ([`QueuedMessage`], 56 bytes); from delivery to settlement
+//! * the queue's entry for it ([`QueuedMessage`], 40 bytes); from delivery to settlement
 //!   also the channel's record of the delivery and the delivery handed to the consumer
-//!   (136 bytes more).
+//!   (120 bytes more).
 //!
 //! Measured on this engine (RSS growth per message, `tests/memory_footprint.rs`): a queued
-//! 20-byte message without headers costs about 440 bytes and is counted as 472; one of 200
-//! bytes with three headers and two id properties costs about 1 580 and is counted as 1 610;
-//! a 20-byte delivery awaiting its ack costs about 615 and is counted as 608.
+//! 20-byte message without headers costs about 184 bytes and is counted as 216 (its routing
+//! key, shared by consecutive publishes, is counted whole); one of 200 bytes with three
+//! headers and two id properties costs about 1 590 and is counted as 1 624; a 20-byte
+//! delivery awaiting its ack costs about 344 and is counted as 336.
 //! A message routed to several queues is counted once per queue that holds it: the record
 //! is shared, but counting it once would undercount as soon as the first queue lets it go.
 
@@ -173,6 +175,19 @@ mod tests {
             routing_key: Arc::from("q"),
             message,
         }
+    }
+
+    #[test]
+    fn the_documented_sizes_hold() {
+        assert_eq!(
+            (
+                RECORD,
+                ENTRY,
+                PROPERTIES,
+                block(size_of::<BTreeMap<String, FieldValue>>())
+            ),
+            (112, 40, 240, 32)
+        );
     }
 
     #[test]

@@ -5,9 +5,16 @@
 //! bytes of the window over `n` are what the queue holds per message beyond the payload. The
 //! vector that held the payloads is kept (emptied) until the window closed, so its own buffer
 //! is not freed inside it.
+//!
+//! Our broker runs without a memory high watermark: with the default one (400 MiB), 1 M
+//! messages nobody consumes would block the publisher (RabbitMQ's flow control, by design)
+//! and the run would wait forever; it publishes with `try_basic_publish` and fails, saying
+//! so, if it is ever blocked.
 
 use binder_core::Message;
-use binder_embedded::engine::{Broker, FieldTable, PublishOptions, PublishStatus, QueueOptions};
+use binder_embedded::engine::{
+    Broker, BrokerConfig, FieldTable, PublishOptions, PublishStatus, QueueOptions, TryPublish,
+};
 use tokio::sync::mpsc;
 
 use crate::alloc::Counting;
@@ -32,18 +39,30 @@ pub async fn run(i: usize, msgs: &[BenchMsg]) -> Vec<Figure> {
     match i {
         0 => {
             const QUEUE: &str = "bench.memory";
-            let broker = Broker::new();
+            let broker = Broker::with_config(BrokerConfig {
+                memory_high_watermark: None,
+                ..BrokerConfig::default()
+            });
             let conn = broker.connect();
             let ch = conn.open_channel().expect("channel.open");
             ch.queue_declare(QUEUE, QueueOptions::default(), FieldTable::new())
                 .expect("queue.declare");
             let counting = Counting::start();
-            for p in payloads.drain(..) {
-                let outcome = ch
-                    .basic_publish("", QUEUE, PublishOptions::default(), Message::new(p))
-                    .await
-                    .expect("basic.publish");
+            for (published, p) in payloads.drain(..).enumerate() {
+                let outcome =
+                    match ch.try_basic_publish("", QUEUE, PublishOptions::default(), Message::new(p))
+                    {
+                        TryPublish::Done(outcome) => outcome.expect("basic.publish"),
+                        TryPublish::Blocked(_) => panic!(
+                            "publisher blocked after {published} messages ({:?}, {} B counted)",
+                            broker.blocked_reason(),
+                            broker.memory_used()
+                        ),
+                        TryPublish::Pending(_) => panic!("the in-memory store confirms at once"),
+                    };
                 assert_eq!(outcome.status, PublishStatus::Routed(1));
+                // As `basic_publish` does: let the runtime's other tasks in.
+                tokio::task::coop::consume_budget().await;
             }
             let figures = per_message(&counting, n);
             drop(counting);
