@@ -96,6 +96,15 @@ pub(crate) fn footprint<E: Envelope>(body: &E::Record) -> usize {
         + E::message_heap(body)
 }
 
+/// [`footprint`] as a queue entry keeps it: a `u32`, saturated below `u32::MAX` by the cost
+/// of a delivery, so that adding it never overflows (a message's footprint beyond 4 GiB,
+/// with the payload limited to [`MAX_PAYLOAD`](crate::MAX_PAYLOAD), takes gigabytes of
+/// headers). The same figure is added to and taken off the count.
+pub(crate) fn entry_footprint<E: Envelope>(body: &E::Record) -> u32 {
+    let most = u32::MAX as usize - crate::state::DELIVERED;
+    footprint::<E>(body).min(most) as u32
+}
+
 /// The heap blocks a message owns: payload, headers, the properties' box and its strings.
 pub fn message_heap(m: &Message) -> usize {
     let boxed = if m.properties.is_allocated() {

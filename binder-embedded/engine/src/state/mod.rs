@@ -39,7 +39,7 @@ use tokio::sync::mpsc::UnboundedSender;
 use self::accounting::MemoryCount;
 use self::registry::Registry;
 use self::sessions::Sessions;
-pub(crate) use self::sessions::Settle;
+pub(crate) use self::sessions::{DELIVERED, Settle};
 use self::work::{AfterLock, Work};
 use crate::envelope::Envelope;
 use crate::error::{AmqpError, AmqpResult, ReplyCode};

@@ -149,9 +149,8 @@ impl<E: Envelope> State<E> {
             return true;
         };
         let size = E::payload_len(&body);
-        // Sizes are kept as `u32` (publishes above `MAX_PAYLOAD` are refused); a footprint
-        // beyond saturates, counted the same when it is taken off again.
-        let footprint = memory::footprint::<E>(&body).min(u32::MAX as usize);
+        // Sizes are kept as `u32` (publishes above `MAX_PAYLOAD` are refused).
+        let footprint = memory::entry_footprint::<E>(&body);
         let ttl = match (q.args.message_ttl, E::expiration(&body)) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -164,7 +163,7 @@ impl<E: Envelope> State<E> {
         let mut message = QueuedMessage {
             seq: q.next_seq,
             size: u32::try_from(size).unwrap_or(u32::MAX),
-            footprint: footprint as u32,
+            footprint,
             body,
             expires_at: ttl.map(|t| Deadline::after(Instant::now(), t)),
             deliveries: 0,
@@ -182,7 +181,7 @@ impl<E: Envelope> State<E> {
                 Overflow::RejectPublishDlx => {
                     if !redead {
                         let name = q.name.clone();
-                        self.memory.used += footprint;
+                        self.memory.used += footprint as usize;
                         self.work.dying.push((message, name, DeathReason::MaxLen));
                     }
                     return false;
@@ -204,7 +203,7 @@ impl<E: Envelope> State<E> {
         }
         q.storage.push(message);
         q.published += 1;
-        self.memory.used += footprint;
+        self.memory.used += footprint as usize;
         while q.over_limits() {
             let Some(head) = q.storage.pop() else { break };
             self.work

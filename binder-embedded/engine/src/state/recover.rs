@@ -70,7 +70,7 @@ impl<E: Envelope> State<E> {
                 continue;
             };
             let body = Arc::new(E::from_native(m.published));
-            let footprint = memory::footprint::<E>(&body).min(u32::MAX as usize);
+            let footprint = memory::entry_footprint::<E>(&body);
             let ttl = match (q.args.message_ttl, E::expiration(&body)) {
                 (Some(a), Some(b)) => Some(a.min(b)),
                 (a, b) => a.or(b),
@@ -83,7 +83,7 @@ impl<E: Envelope> State<E> {
             let message = QueuedMessage {
                 seq: m.seq,
                 size: u32::try_from(E::payload_len(&body)).unwrap_or(u32::MAX),
-                footprint: footprint as u32,
+                footprint,
                 body,
                 expires_at: ttl.map(|t| Deadline::after(now, t)),
                 deliveries: u32::from(m.redelivered),
@@ -95,7 +95,7 @@ impl<E: Envelope> State<E> {
                 self.work.timer_dirty = true;
             }
             q.storage.push(message);
-            self.memory.used += footprint;
+            self.memory.used += footprint as usize;
         }
         self.close_connection(connection);
         Ok(())
