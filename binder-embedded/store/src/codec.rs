@@ -457,7 +457,8 @@ mod tests {
                     delivery_mode: Some(2),
                     timestamp: Some(7),
                     ..Default::default()
-                },
+                }
+                .into(),
             },
         };
         let mut out = Out::default();
