@@ -13,7 +13,7 @@
 
 use binder_core::Message;
 use binder_embedded::engine::{
-    Broker, BrokerConfig, FieldTable, PublishOptions, PublishStatus, QueueOptions, TryPublish,
+    Broker, BrokerConfig, FieldTable, PublishOptions, PublishStatus, QueueOptions,
 };
 use tokio::sync::mpsc;
 
@@ -47,13 +47,13 @@ fn queue_all<E: stream_engine::Envelope>(
     let counting = Counting::start();
     for (published, p) in payloads.drain(..).enumerate() {
         let outcome = match ch.try_basic_publish("", QUEUE, PublishOptions::default(), wrap(p)) {
-            TryPublish::Done(outcome) => outcome.expect("basic.publish"),
-            TryPublish::Blocked(_) => panic!(
+            stream_engine::TryPublish::Done(outcome) => outcome.expect("basic.publish"),
+            stream_engine::TryPublish::Blocked(_) => panic!(
                 "publisher blocked after {published} messages ({:?}, {} B counted)",
                 broker.blocked_reason(),
                 broker.memory_used()
             ),
-            TryPublish::Pending(_) => panic!("the in-memory store confirms at once"),
+            stream_engine::TryPublish::Pending(_) => panic!("the in-memory store confirms at once"),
         };
         assert_eq!(outcome.status, PublishStatus::Routed(1));
     }
