@@ -90,7 +90,8 @@ pub async fn run(i: usize, msgs: &[BenchMsg]) -> Vec<Figure> {
             figures
         }
         1 => {
-            let broker = stream_engine::Broker::<stream_engine::Native>::with_config(unwatermarked());
+            let broker =
+                stream_engine::Broker::<stream_engine::Native>::with_config(unwatermarked());
             let figures = queue_all(broker, &mut payloads, stream_engine::Message::new);
             drop(payloads);
             figures
