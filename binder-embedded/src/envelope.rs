@@ -208,7 +208,8 @@ fn to_engine(message: Message) -> engine::Message {
             app_id: p.app_id,
             delivery_mode: p.delivery_mode.map(DeliveryMode::as_u8),
             priority: p.priority,
-        },
+        }
+        .into(),
     }
 }
 
@@ -254,8 +255,9 @@ fn to_framework(message: engine::Message) -> Message {
     let engine::Message {
         payload,
         headers,
-        properties: p,
+        properties,
     } = message;
+    let p = properties.into_inner();
     Message {
         payload,
         headers: table_to_framework(headers),

@@ -162,19 +162,32 @@ field_from! {
     Bytes => Bytes, Vec<FieldValue> => Array, FieldTable => Table,
 }
 
+type Map = BTreeMap<String, FieldValue>;
+
+/// The map every empty table reads as.
+static EMPTY: Map = BTreeMap::new();
+
 /// An AMQP field table: names to values, kept sorted by name.
+///
+/// Most messages carry no headers, so an empty table is one null pointer and allocates
+/// nothing; the map is boxed on the first insert and dropped again when its last entry is
+/// removed (an empty table is always the null pointer, so equality is the maps').
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct FieldTable(BTreeMap<String, FieldValue>);
+pub struct FieldTable(Option<Box<Map>>);
 
 impl FieldTable {
     /// An empty table (allocates nothing).
     pub const fn new() -> Self {
-        FieldTable(BTreeMap::new())
+        FieldTable(None)
+    }
+
+    fn map(&self) -> &Map {
+        self.0.as_deref().unwrap_or(&EMPTY)
     }
 
     /// The value of `name`, if present.
     pub fn get(&self, name: &str) -> Option<&FieldValue> {
-        self.0.get(name)
+        self.0.as_ref()?.get(name)
     }
 
     /// The value of `name` if it is a string.
@@ -188,39 +201,46 @@ impl FieldTable {
         name: impl Into<String>,
         value: impl Into<FieldValue>,
     ) -> Option<FieldValue> {
-        self.0.insert(name.into(), value.into())
+        self.0
+            .get_or_insert_with(Box::default)
+            .insert(name.into(), value.into())
     }
 
     /// Removes `name`, returning its value.
     pub fn remove(&mut self, name: &str) -> Option<FieldValue> {
-        self.0.remove(name)
+        let map = self.0.as_mut()?;
+        let removed = map.remove(name);
+        if map.is_empty() {
+            self.0 = None;
+        }
+        removed
     }
 
     /// Whether `name` is present.
     pub fn contains(&self, name: &str) -> bool {
-        self.0.contains_key(name)
+        self.map().contains_key(name)
     }
 
     /// Number of fields.
     pub fn len(&self) -> usize {
-        self.0.len()
+        self.map().len()
     }
 
     /// Whether there are no fields.
     pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        self.0.is_none()
     }
 
     /// Iterates in name order.
     pub fn iter(&self) -> impl Iterator<Item = (&String, &FieldValue)> {
-        self.0.iter()
+        self.map().iter()
     }
 }
 
 impl fmt::Display for FieldTable {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("{")?;
-        for (i, (k, v)) in self.0.iter().enumerate() {
+        for (i, (k, v)) in self.iter().enumerate() {
             if i > 0 {
                 f.write_str(", ")?;
             }
@@ -232,11 +252,11 @@ impl fmt::Display for FieldTable {
 
 impl<K: Into<String>, V: Into<FieldValue>> FromIterator<(K, V)> for FieldTable {
     fn from_iter<I: IntoIterator<Item = (K, V)>>(iter: I) -> Self {
-        FieldTable(
-            iter.into_iter()
-                .map(|(k, v)| (k.into(), v.into()))
-                .collect(),
-        )
+        let map: Map = iter
+            .into_iter()
+            .map(|(k, v)| (k.into(), v.into()))
+            .collect();
+        FieldTable((!map.is_empty()).then(|| Box::new(map)))
     }
 }
 
@@ -244,7 +264,7 @@ impl IntoIterator for FieldTable {
     type Item = (String, FieldValue);
     type IntoIter = std::collections::btree_map::IntoIter<String, FieldValue>;
     fn into_iter(self) -> Self::IntoIter {
-        self.0.into_iter()
+        self.0.map(|map| *map).unwrap_or_default().into_iter()
     }
 }
 
@@ -252,13 +272,33 @@ impl<'a> IntoIterator for &'a FieldTable {
     type Item = (&'a String, &'a FieldValue);
     type IntoIter = std::collections::btree_map::Iter<'a, String, FieldValue>;
     fn into_iter(self) -> Self::IntoIter {
-        self.0.iter()
+        self.map().iter()
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_empty_table_is_a_null_pointer_and_is_one_again_once_emptied() {
+        assert_eq!(std::mem::size_of::<FieldTable>(), 8);
+        let mut t = FieldTable::new();
+        assert_eq!(t.get("a"), None);
+        assert_eq!(t.iter().count(), 0);
+        assert_eq!(t.insert("a", 1i32), None);
+        assert_eq!(t.insert("b", "x"), None);
+        assert_eq!((t.len(), t.contains("a"), t.is_empty()), (2, true, false));
+        assert_eq!(t.remove("a"), Some(FieldValue::I32(1)));
+        assert_ne!(t, FieldTable::new());
+        assert_eq!(t.remove("b"), Some(FieldValue::from("x")));
+        assert!(t.is_empty());
+        assert_eq!(t, FieldTable::new(), "emptied, it equals a new table");
+        assert_eq!(t.remove("b"), None);
+        let collected: FieldTable = std::iter::empty::<(String, FieldValue)>().collect();
+        assert!(collected.is_empty() && collected == FieldTable::new());
+        assert_eq!(collected.into_iter().count(), 0);
+    }
 
     #[test]
     fn decimal_renders_with_scale_and_sign() {

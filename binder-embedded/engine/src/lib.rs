@@ -18,6 +18,7 @@
 
 mod broker;
 mod dead_letter;
+mod deadline;
 mod envelope;
 mod error;
 mod exchange;
@@ -38,13 +39,14 @@ pub use broker::{
     Broker, Channel, ChannelEvents, Connection, Consumer, GetOk, PendingConfirm, TryPublish,
 };
 pub use dead_letter::DeathReason;
+pub use deadline::Deadline;
 pub use envelope::{Envelope, Native};
 pub use error::{AmqpError, AmqpResult, ReplyCode};
 pub use field::{Decimal, FieldTable, FieldValue};
 pub use inspect::{
     BindingInfo, ConsumerInfo, ExchangeInfo, PeekedMessage, QueueInfo, Redrive, Totals,
 };
-pub use message::{Message, Properties, Published};
+pub use message::{Message, Properties, PropertiesBox, Published};
 pub use storage::{FifoStorage, PriorityStorage, QueueStorage, QueuedMessage};
 pub use store::{
     BindingDef, DestinationKind, Durability, ExchangeDef, MemoryStore, MessageStore, QueueDef,
@@ -61,6 +63,11 @@ pub use store::{
 pub fn topic_matches(pattern: &str, routing_key: &str) -> bool {
     topic::TopicPattern::new(pattern).matches(routing_key)
 }
+
+/// The largest payload the engine takes, in bytes (2 GiB): a publish of more is refused with
+/// `PRECONDITION_FAILED`, as RabbitMQ refuses one above its `max_message_size`. Queue entries
+/// keep sizes as `u32`.
+pub const MAX_PAYLOAD: usize = 1 << 31;
 
 pub use types::{
     BrokerConfig, ChannelEvent, ConsumeOptions, Delivery, ExchangeKind, ExchangeOptions,

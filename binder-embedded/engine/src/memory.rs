@@ -4,34 +4,37 @@
 //! `malloc` rounds it (16-byte steps, 8 bytes of chunk header, 32 bytes at least):
 //!
 //! * the shared record (the envelope's record, in its `Arc`; [`Published`](crate::Published)
-//!   is 320 bytes: 352);
+//!   is 80 bytes: 112);
 //! * the payload's block, and the routing key's (counted as the message's own, although
 //!   consecutive publishes with the same key share one);
-//! * the header table: a `BTreeMap` allocates a node of 11 slots (724 bytes) for its first
+//! * the header table, when it has entries: its box (32), and a `BTreeMap` allocates a node of 11 slots (724 bytes) for its first
 //!   entry, and about one more per five entries beyond eleven; each name and string value
 //!   has a block of its own, nested arrays and tables are counted the same way;
-//! * the property strings (a content type shared with other messages counts nothing);
+//! * the properties' box when any property was set (240), and the property strings (a
+//!   content type shared with other messages counts nothing);
 //!   an [`Envelope`] reports the payload, headers and properties of its records
 //!   ([`Envelope::message_heap`]), with [`block`], [`btree_nodes`] and [`shared_str`];
-//! * the queue's entry for it ([`QueuedMessage`], 56 bytes); from delivery to settlement
+//! * the queue's entry for it ([`QueuedMessage`], 40 bytes); from delivery to settlement
 //!   also the channel's record of the delivery and the delivery handed to the consumer
-//!   (136 bytes more).
+//!   (120 bytes more).
 //!
 //! Measured on this engine (RSS growth per message, `tests/memory_footprint.rs`): a queued
-//! 20-byte message without headers costs about 440 bytes and is counted as 472; one of 200
-//! bytes with three headers and two id properties costs about 1 580 and is counted as 1 610;
-//! a 20-byte delivery awaiting its ack costs about 615 and is counted as 608.
+//! 20-byte message without headers costs about 184 bytes and is counted as 216 (its routing
+//! key, shared by consecutive publishes, is counted whole); one of 200 bytes with three
+//! headers and two id properties costs about 1 590 and is counted as 1 624; a 20-byte
+//! delivery awaiting its ack costs about 344 and is counted as 336.
 //! A message routed to several queues is counted once per queue that holds it: the record
 //! is shared, but counting it once would undercount as soon as the first queue lets it go.
 
+use std::collections::BTreeMap;
 use std::mem::size_of;
 use std::sync::Arc;
 
 use crate::envelope::{Envelope, Native};
 use crate::field::{FieldTable, FieldValue};
-use crate::message::Message;
 #[cfg(test)]
 use crate::message::Published;
+use crate::message::{Message, Properties};
 use crate::storage::QueuedMessage;
 
 /// The heap a block of `n` bytes takes under glibc `malloc`: the request plus an 8-byte
@@ -93,8 +96,22 @@ pub(crate) fn footprint<E: Envelope>(body: &E::Record) -> usize {
         + E::message_heap(body)
 }
 
-/// The heap blocks a message owns: payload, headers, property strings.
+/// [`footprint`] as a queue entry keeps it: a `u32`, saturated below `u32::MAX` by the cost
+/// of a delivery, so that adding it never overflows (a message's footprint beyond 4 GiB,
+/// with the payload limited to [`MAX_PAYLOAD`](crate::MAX_PAYLOAD), takes gigabytes of
+/// headers). The same figure is added to and taken off the count.
+pub(crate) fn entry_footprint<E: Envelope>(body: &E::Record) -> u32 {
+    let most = u32::MAX as usize - crate::state::DELIVERED;
+    footprint::<E>(body).min(most) as u32
+}
+
+/// The heap blocks a message owns: payload, headers, the properties' box and its strings.
 pub fn message_heap(m: &Message) -> usize {
+    let boxed = if m.properties.is_allocated() {
+        block(size_of::<Properties>())
+    } else {
+        0
+    };
     let p = &m.properties;
     let strings = [
         &p.content_encoding,
@@ -107,6 +124,7 @@ pub fn message_heap(m: &Message) -> usize {
         &p.app_id,
     ];
     block(m.payload.len())
+        + boxed
         + headers(&m.headers)
         + shared_str(p.content_type.as_ref())
         + strings
@@ -124,9 +142,13 @@ pub fn shared_str(s: Option<&Arc<str>>) -> usize {
     }
 }
 
-/// A header table's nodes and the blocks of its names and values.
+/// A header table's box (none when it is empty), nodes and the blocks of its names and values.
 fn headers(h: &FieldTable) -> usize {
-    btree_nodes(h.len(), size_of::<String>() + size_of::<FieldValue>())
+    if h.is_empty() {
+        return 0;
+    }
+    block(size_of::<BTreeMap<String, FieldValue>>())
+        + btree_nodes(h.len(), size_of::<String>() + size_of::<FieldValue>())
         + h.iter()
             .map(|(name, value)| block(name.len()) + header_value(value))
             .sum::<usize>()
@@ -150,6 +172,7 @@ mod tests {
     use super::*;
 
     const RECORD: usize = record::<Native>();
+    const PROPERTIES: usize = block(size_of::<Properties>());
 
     fn footprint(p: &Published) -> usize {
         super::footprint::<Native>(p)
@@ -161,6 +184,19 @@ mod tests {
             routing_key: Arc::from("q"),
             message,
         }
+    }
+
+    #[test]
+    fn the_documented_sizes_hold() {
+        assert_eq!(
+            (
+                RECORD,
+                ENTRY,
+                PROPERTIES,
+                block(size_of::<BTreeMap<String, FieldValue>>())
+            ),
+            (112, 40, 240, 32)
+        );
     }
 
     #[test]
@@ -184,7 +220,7 @@ mod tests {
     fn headers_and_properties_count() {
         let plain = footprint(&published(Message::new("x")));
         let one = footprint(&published(Message::new("x").with_header("k", "v")));
-        assert_eq!(one - plain, block(BTREE_LEAF) + 32 + 32);
+        assert_eq!(one - plain, block(24) + block(BTREE_LEAF) + 32 + 32);
         let mut many = Message::new("x");
         for i in 0..40 {
             many = many.with_header(format!("header-{i:02}"), i as i64);
@@ -199,7 +235,10 @@ mod tests {
         assert!(footprint(&published(nested)) - plain > 2 * block(BTREE_LEAF));
         let mut with_id = Message::new("x");
         with_id.properties.message_id = Some("m".repeat(100));
-        assert_eq!(footprint(&published(with_id)) - plain, block(100));
+        assert_eq!(
+            footprint(&published(with_id)) - plain,
+            PROPERTIES + block(100)
+        );
     }
 
     #[test]
@@ -208,12 +247,12 @@ mod tests {
         let keep = shared.clone();
         let plain = footprint(&published(Message::new("x")));
         let with_shared = footprint(&published(Message::new("x").with_content_type(shared)));
-        assert_eq!(with_shared, plain);
+        assert_eq!(with_shared, plain + PROPERTIES, "only the properties' box");
         drop(keep);
         let own = footprint(&published(
             Message::new("x").with_content_type("application/json"),
         ));
-        assert_eq!(own - plain, block(16 + 16));
+        assert_eq!(own - plain, PROPERTIES + block(16 + 16));
     }
 
     trait TapInsert {

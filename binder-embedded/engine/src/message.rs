@@ -1,6 +1,8 @@
 //! Messages as the engine holds them: AMQP basic properties, a header table and a payload,
 //! and the published record (message plus exchange and routing key) queues share.
 
+use std::fmt;
+use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -39,6 +41,22 @@ pub struct Properties {
 }
 
 impl Properties {
+    /// No property set (what an empty [`PropertiesBox`] reads as).
+    pub const EMPTY: Properties = Properties {
+        content_type: None,
+        content_encoding: None,
+        correlation_id: None,
+        message_id: None,
+        reply_to: None,
+        expiration: None,
+        timestamp: None,
+        kind: None,
+        user_id: None,
+        app_id: None,
+        delivery_mode: None,
+        priority: None,
+    };
+
     /// The `expiration` as a duration, if it is a valid millisecond count.
     pub fn expiration_duration(&self) -> Option<Duration> {
         self.expiration
@@ -53,15 +71,91 @@ impl Properties {
     }
 }
 
+/// The properties every empty [`PropertiesBox`] reads as.
+static NO_PROPERTIES: Properties = Properties::EMPTY;
+
+/// A message's [`Properties`], allocated only once one is written: most messages set none
+/// (or share a content type), so an unset box is one null pointer instead of the 200-odd
+/// bytes of the struct in every queued message.
+///
+/// It reads as the properties it holds ([`Deref`]), or as [`Properties::EMPTY`]; writing a
+/// field through it ([`DerefMut`]: `message.properties.priority = Some(5)`) allocates the box
+/// if it has none. Equality is the properties', whether boxed or not.
+#[derive(Clone, Default)]
+pub struct PropertiesBox(Option<Box<Properties>>);
+
+impl PropertiesBox {
+    /// Whether the properties are allocated (the memory count charges the box then, even if
+    /// every field was set back to `None`).
+    pub fn is_allocated(&self) -> bool {
+        self.0.is_some()
+    }
+
+    /// The properties, taken out of the box (a default struct when none is allocated).
+    pub fn into_inner(self) -> Properties {
+        self.0.map(|p| *p).unwrap_or_default()
+    }
+}
+
+impl Deref for PropertiesBox {
+    type Target = Properties;
+
+    #[inline]
+    fn deref(&self) -> &Properties {
+        self.0.as_deref().unwrap_or(&NO_PROPERTIES)
+    }
+}
+
+impl DerefMut for PropertiesBox {
+    #[inline]
+    fn deref_mut(&mut self) -> &mut Properties {
+        self.0.get_or_insert_with(Box::default)
+    }
+}
+
+/// Boxes the properties, unless none is set.
+impl From<Properties> for PropertiesBox {
+    fn from(p: Properties) -> Self {
+        if p == Properties::EMPTY {
+            PropertiesBox(None)
+        } else {
+            PropertiesBox(Some(Box::new(p)))
+        }
+    }
+}
+
+impl PartialEq for PropertiesBox {
+    fn eq(&self, other: &Self) -> bool {
+        **self == **other
+    }
+}
+
+impl Eq for PropertiesBox {}
+
+impl PartialEq<Properties> for PropertiesBox {
+    fn eq(&self, other: &Properties) -> bool {
+        **self == *other
+    }
+}
+
+impl fmt::Debug for PropertiesBox {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&**self, f)
+    }
+}
+
 /// A message: properties, application headers and the payload.
+///
+/// Compact for the common case of a message without headers or properties: 48 bytes (the
+/// payload's `Bytes`, and a null pointer each for the headers and the properties).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Message {
     /// The payload.
     pub payload: Bytes,
     /// Application headers.
     pub headers: FieldTable,
-    /// The basic properties.
-    pub properties: Properties,
+    /// The basic properties (boxed when any is set).
+    pub properties: PropertiesBox,
 }
 
 impl Message {
@@ -87,7 +181,7 @@ impl Message {
 
     /// Replaces the properties.
     pub fn with_properties(mut self, properties: Properties) -> Self {
-        self.properties = properties;
+        self.properties = properties.into();
         self
     }
 
@@ -108,4 +202,39 @@ pub struct Published {
     pub routing_key: Arc<str>,
     /// The message.
     pub message: Message,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_message_without_headers_or_properties_allocates_nothing_beyond_its_payload() {
+        assert_eq!(std::mem::size_of::<Message>(), 48);
+        let mut m = Message::new("x");
+        assert!(!m.properties.is_allocated() && m.headers.is_empty());
+        assert_eq!(m.properties.priority, None, "reads as no properties");
+        assert_eq!(m, Message::new("x"));
+        m.properties.priority = Some(3);
+        assert!(m.properties.is_allocated());
+        assert_ne!(m, Message::new("x"));
+        m.properties.priority = None;
+        assert_eq!(m, Message::new("x"), "equal whether boxed or not");
+        let with = Message::new("x").with_properties(Properties::default());
+        assert!(
+            !with.properties.is_allocated(),
+            "empty properties are not boxed"
+        );
+        let p = Properties {
+            message_id: Some("m".into()),
+            ..Default::default()
+        };
+        assert_eq!(
+            Message::new("x")
+                .with_properties(p.clone())
+                .properties
+                .into_inner(),
+            p
+        );
+    }
 }

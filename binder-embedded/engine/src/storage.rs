@@ -13,32 +13,35 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 
+use crate::deadline::Deadline;
 use crate::envelope::{Envelope, Native};
 
-/// A message in a queue.
+/// A message in a queue: 40 bytes, since every queued message has one (sizes as `u32`, the
+/// expiry as a [`Deadline`]; the engine refuses payloads of more than
+/// [`MAX_PAYLOAD`](crate::MAX_PAYLOAD) bytes).
 #[derive(Debug, Clone)]
 pub struct QueuedMessage<E: Envelope = Native> {
     /// Position in the queue's arrival order; requeued messages go back by it.
     pub seq: u64,
     /// Payload bytes, kept here so length limits (`x-max-length-bytes`) do not touch the
     /// shared message.
-    pub size: usize,
+    pub size: u32,
     /// The memory this copy of the message is counted as against the memory high watermark
     /// (payload, headers, properties and the engine's bookkeeping; see
     /// [`BrokerConfig::memory_high_watermark`](super::BrokerConfig::memory_high_watermark)).
-    pub footprint: usize,
+    pub footprint: u32,
     /// The message (shared with other queues it was routed to), or `None` while it is
     /// paged: then only the message store holds it, and the broker reads it back
     /// ([`MessageStore::read`](crate::MessageStore::read)) before it is delivered.
     pub body: Option<Arc<E::Record>>,
-    /// It was delivered before.
-    pub redelivered: bool,
     /// When it expires, from queue or message TTL.
-    pub expires_at: Option<Instant>,
-    /// Effective priority (0 when the queue has none).
-    pub priority: u8,
+    pub expires_at: Option<Deadline>,
     /// Times it was delivered (for `x-delivery-limit`).
     pub deliveries: u32,
+    /// Effective priority (0 when the queue has none).
+    pub priority: u8,
+    /// It was delivered before.
+    pub redelivered: bool,
     /// The message store was told of it (a persistent message in a durable queue, with a
     /// store that keeps messages): its delivery and removal are reported too.
     pub stored: bool,
@@ -47,12 +50,17 @@ pub struct QueuedMessage<E: Envelope = Native> {
 impl<E: Envelope> QueuedMessage<E> {
     /// Payload bytes, as counted against length limits.
     pub fn size(&self) -> usize {
-        self.size
+        self.size as usize
     }
 
     /// Bytes counted against the memory high watermark.
     pub fn footprint(&self) -> usize {
-        self.footprint
+        self.footprint as usize
+    }
+
+    /// When it expires, if it does.
+    pub fn expiry(&self) -> Option<Instant> {
+        self.expires_at.map(Deadline::instant)
     }
 }
 
@@ -83,6 +91,8 @@ pub trait QueueStorage<E: Envelope = Native>: fmt::Debug + Send {
     /// The ready messages in delivery order, to change in place (paging a body back in).
     fn iter_mut(&mut self) -> Box<dyn Iterator<Item = &mut QueuedMessage<E>> + '_>;
 }
+
+const _: () = assert!(std::mem::size_of::<QueuedMessage<Native>>() == 40);
 
 /// First-in, first-out storage in memory.
 #[derive(Debug, Default)]
@@ -229,10 +239,10 @@ mod tests {
                 routing_key: Arc::from(""),
                 message: Message::new(vec![0u8; 10]),
             })),
-            redelivered: false,
             expires_at: None,
-            priority,
             deliveries: 0,
+            priority,
+            redelivered: false,
             stored: false,
         }
     }

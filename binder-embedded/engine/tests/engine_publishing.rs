@@ -400,3 +400,23 @@ async fn deliveries_a_no_ack_consumer_has_not_taken_count_against_the_watermark(
     assert_eq!(broker.memory_used(), 0);
     assert!(!broker.is_blocked());
 }
+
+#[tokio::test]
+async fn a_payload_above_the_engines_max_size_is_refused_with_precondition_failed() {
+    let (broker, _c, ch) = open();
+    ch.queue_declare("big", QueueOptions::default(), FieldTable::new())
+        .unwrap();
+    // Zeroed pages are mapped lazily: this does not make the test process 2 GiB resident.
+    let huge = Message::new(vec![0u8; MAX_PAYLOAD + 1]);
+    let err = ch
+        .basic_publish("", "big", PublishOptions::default(), huge)
+        .await
+        .unwrap_err();
+    assert_eq!(err.code, ReplyCode::PreconditionFailed);
+    assert!(err.text.contains("larger than max size"), "{}", err.text);
+    assert_eq!(
+        broker.queue_counts("big"),
+        Some((0, 0)),
+        "nothing was queued"
+    );
+}

@@ -130,7 +130,8 @@ pub fn message_from_wire(properties: &BasicProperties, payload: Bytes) -> Messag
             app_id: s(properties.app_id()),
             delivery_mode: *properties.delivery_mode(),
             priority: *properties.priority(),
-        },
+        }
+        .into(),
     }
 }
 

@@ -331,7 +331,8 @@ pub(crate) fn get_published(inp: &mut In<'_>, names: &mut Interner) -> Decoded<P
                 app_id,
                 delivery_mode,
                 priority,
-            },
+            }
+            .into(),
         },
     })
 }
@@ -456,7 +457,8 @@ mod tests {
                     delivery_mode: Some(2),
                     timestamp: Some(7),
                     ..Default::default()
-                },
+                }
+                .into(),
             },
         };
         let mut out = Out::default();

@@ -5,9 +5,16 @@
 //! bytes of the window over `n` are what the queue holds per message beyond the payload. The
 //! vector that held the payloads is kept (emptied) until the window closed, so its own buffer
 //! is not freed inside it.
+//!
+//! Our broker runs without a memory high watermark: with the default one (400 MiB), 1 M
+//! messages nobody consumes would block the publisher (RabbitMQ's flow control, by design)
+//! and the run would wait forever; it publishes with `try_basic_publish` and fails, saying
+//! so, if it is ever blocked.
 
 use binder_core::Message;
-use binder_embedded::engine::{Broker, FieldTable, PublishOptions, PublishStatus, QueueOptions};
+use binder_embedded::engine::{
+    Broker, BrokerConfig, FieldTable, PublishOptions, PublishStatus, QueueOptions,
+};
 use tokio::sync::mpsc;
 
 use crate::alloc::Counting;
@@ -15,8 +22,53 @@ use crate::payload::{BenchMsg, encode};
 use crate::peer_rs::Parked;
 use crate::rounds::{Figure, Unit};
 
-/// The contenders, in report order.
-pub const CONTENDERS: [&str; 3] = ["ours (engine)", "ruststream", "mpsc unbounded"];
+/// The contenders, in report order: the engine as the `embedded` binder runs it (holding the
+/// framework's records), and the engine with its own records (`stream_engine::Message`).
+pub const CONTENDERS: [&str; 4] = [
+    "ours (engine)",
+    "engine, native records",
+    "ruststream",
+    "mpsc unbounded",
+];
+
+/// Publishes every payload into a fresh queue of `broker` (no watermark); `wrap` makes the
+/// message. Returns the counted bytes per message.
+fn queue_all<E: stream_engine::Envelope>(
+    broker: stream_engine::Broker<E>,
+    payloads: &mut Vec<Vec<u8>>,
+    wrap: impl Fn(Vec<u8>) -> E::Message,
+) -> Vec<Figure> {
+    const QUEUE: &str = "bench.memory";
+    let n = payloads.len();
+    let conn = broker.connect();
+    let ch = conn.open_channel().expect("channel.open");
+    ch.queue_declare(QUEUE, QueueOptions::default(), FieldTable::new())
+        .expect("queue.declare");
+    let counting = Counting::start();
+    for (published, p) in payloads.drain(..).enumerate() {
+        let outcome = match ch.try_basic_publish("", QUEUE, PublishOptions::default(), wrap(p)) {
+            stream_engine::TryPublish::Done(outcome) => outcome.expect("basic.publish"),
+            stream_engine::TryPublish::Blocked(_) => panic!(
+                "publisher blocked after {published} messages ({:?}, {} B counted)",
+                broker.blocked_reason(),
+                broker.memory_used()
+            ),
+            stream_engine::TryPublish::Pending(_) => panic!("the in-memory store confirms at once"),
+        };
+        assert_eq!(outcome.status, PublishStatus::Routed(1));
+    }
+    let figures = per_message(&counting, n);
+    drop(counting);
+    drop((ch, conn, broker));
+    figures
+}
+
+fn unwatermarked() -> BrokerConfig {
+    BrokerConfig {
+        memory_high_watermark: None,
+        ..BrokerConfig::default()
+    }
+}
 
 fn per_message(counting: &Counting, n: usize) -> Vec<Figure> {
     vec![Figure {
@@ -31,27 +83,20 @@ pub async fn run(i: usize, msgs: &[BenchMsg]) -> Vec<Figure> {
     let mut payloads: Vec<Vec<u8>> = msgs.iter().map(encode).collect();
     match i {
         0 => {
-            const QUEUE: &str = "bench.memory";
-            let broker = Broker::new();
-            let conn = broker.connect();
-            let ch = conn.open_channel().expect("channel.open");
-            ch.queue_declare(QUEUE, QueueOptions::default(), FieldTable::new())
-                .expect("queue.declare");
-            let counting = Counting::start();
-            for p in payloads.drain(..) {
-                let outcome = ch
-                    .basic_publish("", QUEUE, PublishOptions::default(), Message::new(p))
-                    .await
-                    .expect("basic.publish");
-                assert_eq!(outcome.status, PublishStatus::Routed(1));
-            }
-            let figures = per_message(&counting, n);
-            drop(counting);
+            let figures = queue_all(Broker::with_config(unwatermarked()), &mut payloads, |p| {
+                Message::new(p)
+            });
             drop(payloads);
-            drop((ch, conn, broker));
             figures
         }
         1 => {
+            let broker =
+                stream_engine::Broker::<stream_engine::Native>::with_config(unwatermarked());
+            let figures = queue_all(broker, &mut payloads, stream_engine::Message::new);
+            drop(payloads);
+            figures
+        }
+        2 => {
             const NAME: &str = "bench.memory";
             let parked = Parked::open(NAME);
             let counting = Counting::start();
@@ -64,7 +109,7 @@ pub async fn run(i: usize, msgs: &[BenchMsg]) -> Vec<Figure> {
             drop(parked);
             figures
         }
-        2 => {
+        3 => {
             let (tx, rx) = mpsc::unbounded_channel::<Vec<u8>>();
             let counting = Counting::start();
             for p in payloads.drain(..) {

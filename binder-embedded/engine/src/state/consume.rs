@@ -358,7 +358,7 @@ impl<E: Envelope> State<E> {
                     break;
                 };
                 if let Some(at) = message.expires_at {
-                    if at <= *now.get_or_insert_with(Instant::now) {
+                    if at.is_due(*now.get_or_insert_with(Instant::now)) {
                         self.work
                             .dying
                             .push((message, q.name.clone(), DeathReason::Expired));

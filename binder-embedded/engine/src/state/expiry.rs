@@ -28,7 +28,7 @@ impl<E: Envelope> State<E> {
             .storage
             .peek()
             .and_then(|m| m.expires_at)
-            .is_some_and(|at| at <= now)
+            .is_some_and(|at| at.is_due(now))
         {
             let m = q.storage.pop().expect("peeked");
             self.work
@@ -57,7 +57,7 @@ impl<E: Envelope> State<E> {
                     earliest(at);
                 }
             }
-            if let Some(at) = q.storage.peek().and_then(|m| m.expires_at) {
+            if let Some(at) = q.storage.peek().and_then(|m| m.expiry()) {
                 earliest(at);
             }
         }

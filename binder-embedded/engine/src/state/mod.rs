@@ -41,7 +41,7 @@ use self::accounting::MemoryCount;
 pub(crate) use self::paging::check_ratio as check_paging_ratio;
 use self::registry::Registry;
 use self::sessions::Sessions;
-pub(crate) use self::sessions::Settle;
+pub(crate) use self::sessions::{DELIVERED, Settle};
 use self::work::{AfterLock, Work};
 use crate::envelope::Envelope;
 use crate::error::{AmqpError, AmqpResult, ReplyCode};

@@ -26,7 +26,7 @@ pub(crate) const HEAD: usize = 512;
 pub(crate) const BATCH: usize = 256;
 
 /// What a stub counts against the watermark: its queue entry.
-pub(crate) const STUB: usize = memory::ENTRY;
+pub(crate) const STUB: u32 = memory::ENTRY as u32;
 
 /// Whether a stored message entering a queue that holds `queue_len` ready messages is paged
 /// now: the store pages, a watermark is set, the memory count is above its paging share, and
@@ -40,7 +40,7 @@ pub(crate) fn page_now(pages: bool, config: &BrokerConfig, used: usize, queue_le
 }
 
 /// Drops a stored message's body (the store holds it); returns the bytes it no longer counts.
-pub(crate) fn page_out<E: Envelope>(message: &mut QueuedMessage<E>) -> usize {
+pub(crate) fn page_out<E: Envelope>(message: &mut QueuedMessage<E>) -> u32 {
     message.body = None;
     let freed = message.footprint - STUB;
     message.footprint = STUB;
@@ -98,8 +98,8 @@ impl<E: Envelope> State<E> {
                 break;
             };
             let body = Arc::new(E::from_native(published));
-            let footprint = memory::footprint::<E>(&body);
-            added += footprint - m.footprint;
+            let footprint = memory::entry_footprint::<E>(&body);
+            added += (footprint - m.footprint) as usize;
             m.footprint = footprint;
             m.body = Some(body);
         }

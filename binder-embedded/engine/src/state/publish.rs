@@ -4,6 +4,8 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 
+use crate::deadline::Deadline;
+
 use super::sessions::TxOp;
 use super::{State, View, paging};
 use crate::dead_letter::DeathReason;
@@ -50,6 +52,13 @@ impl<E: Envelope> State<E> {
                 }
                 Some(_) => {}
             }
+        }
+        let size = E::payload_len(&body);
+        if size > crate::MAX_PAYLOAD {
+            return Err(AmqpError::precondition(format!(
+                "message size {size} is larger than max size {}",
+                crate::MAX_PAYLOAD
+            )));
         }
         let ch = self.sessions.channel(channel)?;
         let key = match &ch.last_routing_key {
@@ -140,7 +149,8 @@ impl<E: Envelope> State<E> {
             return true;
         };
         let size = E::payload_len(&body);
-        let mut footprint = memory::footprint::<E>(&body);
+        // Sizes are kept as `u32` (publishes above `MAX_PAYLOAD` are refused).
+        let mut footprint = memory::entry_footprint::<E>(&body);
         let ttl = match (q.args.message_ttl, E::expiration(&body)) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -153,13 +163,13 @@ impl<E: Envelope> State<E> {
         let persistent = self.keeps_messages && q.durable && E::persistent(&body);
         let mut message = QueuedMessage {
             seq: q.next_seq,
-            size,
+            size: u32::try_from(size).unwrap_or(u32::MAX),
             footprint,
             body: Some(body),
-            redelivered: false,
-            expires_at: ttl.map(|t| Instant::now() + t),
-            priority,
+            expires_at: ttl.map(|t| Deadline::after(Instant::now(), t)),
             deliveries: 0,
+            priority,
+            redelivered: false,
             stored: false,
         };
         if message.expires_at.is_some() {
@@ -172,7 +182,7 @@ impl<E: Envelope> State<E> {
                 Overflow::RejectPublishDlx => {
                     if !redead {
                         let name = q.name.clone();
-                        self.memory.used += footprint;
+                        self.memory.used += footprint as usize;
                         self.work.dying.push((message, name, DeathReason::MaxLen));
                     }
                     return false;
@@ -200,7 +210,7 @@ impl<E: Envelope> State<E> {
         }
         q.storage.push(message);
         q.published += 1;
-        self.memory.used += footprint;
+        self.memory.used += footprint as usize;
         while q.over_limits() {
             let Some(head) = q.storage.pop() else { break };
             self.work

@@ -6,6 +6,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::{State, paging};
+use crate::deadline::Deadline;
 use crate::envelope::Envelope;
 use crate::error::AmqpResult;
 use crate::memory;
@@ -69,7 +70,7 @@ impl<E: Envelope> State<E> {
                 continue;
             };
             let body = Arc::new(E::from_native(m.published));
-            let footprint = memory::footprint::<E>(&body);
+            let footprint = memory::entry_footprint::<E>(&body);
             let ttl = match (q.args.message_ttl, E::expiration(&body)) {
                 (Some(a), Some(b)) => Some(a.min(b)),
                 (a, b) => a.or(b),
@@ -81,13 +82,13 @@ impl<E: Envelope> State<E> {
             q.next_seq = q.next_seq.max(m.seq);
             let mut message = QueuedMessage {
                 seq: m.seq,
-                size: E::payload_len(&body),
+                size: u32::try_from(E::payload_len(&body)).unwrap_or(u32::MAX),
                 footprint,
                 body: Some(body),
-                redelivered: m.redelivered,
-                expires_at: ttl.map(|t| now + t),
-                priority,
+                expires_at: ttl.map(|t| Deadline::after(now, t)),
                 deliveries: u32::from(m.redelivered),
+                priority,
+                redelivered: m.redelivered,
                 stored: self.keeps_messages,
             };
             if message.expires_at.is_some() {
@@ -98,7 +99,7 @@ impl<E: Envelope> State<E> {
                 footprint -= paging::page_out(&mut message);
             }
             q.storage.push(message);
-            self.memory.used += footprint;
+            self.memory.used += footprint as usize;
         }
         self.close_connection(connection);
         Ok(())

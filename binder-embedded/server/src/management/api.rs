@@ -553,7 +553,7 @@ pub(crate) async fn publish<E: WireEnvelope>(
     let message = Message {
         payload: bytes.into(),
         headers: hdrs,
-        properties: props,
+        properties: props.into(),
     };
     let conn = broker.connect();
     let ch = conn.open_channel()?;
