@@ -129,7 +129,7 @@ impl Scenario {
             Scenario::AppPublishOnly => "app sends only (no consumer)".to_owned(),
             Scenario::AppConsumeOnly => "app handler only (full queue)".to_owned(),
             Scenario::AppOneSenderMetrics => "app handler, 1 sender, metrics".to_owned(),
-            Scenario::AppOneSenderMacro => "app #[stream_listener], 1 sender".to_owned(),
+            Scenario::AppOneSenderMacro => "app macro listener, 1 sender".to_owned(),
         }
     }
 }

@@ -142,6 +142,7 @@ async fn launch(app: Blueprint, tracker: HealthTracker) -> Result<RunningApp, St
         }
     }
 
+    let output_failed = !problems.is_empty();
     let inflight = Arc::new(Inflight::default());
     let context = Arc::new(Context {
         outputs: outputs
@@ -187,9 +188,22 @@ async fn launch(app: Blueprint, tracker: HealthTracker) -> Result<RunningApp, St
         let (desired, _) = watch::channel(initial);
         let mut actual = Vec::new();
         let name: Arc<str> = Arc::from(input.as_str());
-        let routes = listeners
-            .into_iter()
-            .map(|l| Route {
+        let mut routes = Vec::with_capacity(listeners.len());
+        for l in listeners {
+            let handler = match l.handler.build(&context) {
+                Ok(h) => h,
+                Err(e) => {
+                    // Only an output that failed to open (already reported) can be missing.
+                    if !output_failed {
+                        problems.push(StartupProblem::Check(format!(
+                            "listener `{}` of binding `{input}`: {e}",
+                            l.name
+                        )));
+                    }
+                    continue;
+                }
+            };
+            routes.push(Route {
                 // Checked before anything connected: a condition that does not parse
                 // stopped the start.
                 condition: l
@@ -197,10 +211,10 @@ async fn launch(app: Blueprint, tracker: HealthTracker) -> Result<RunningApp, St
                     .as_deref()
                     .and_then(|c| Condition::parse(c).ok()),
                 output: l.output.as_ref().and_then(|o| outputs.get(o).cloned()),
-                handler: l.handler,
+                handler,
                 name: l.name,
-            })
-            .collect();
+            });
+        }
         let runtime = Arc::new(InputRuntime {
             name: name.clone(),
             routes: Routes::new(name, routes),
