@@ -115,6 +115,16 @@ async fn launch(app: Blueprint, tracker: HealthTracker) -> Result<RunningApp, St
     if !problems.is_empty() {
         return Err(StartupError::new(problems));
     }
+    // Each binding's number in events (`Received::binding_index`): its place among the
+    // bindings sorted by name, the order of `Control::bindings` too.
+    let mut names: Vec<&String> = resolved.keys().collect();
+    names.sort();
+    let index_of_binding: HashMap<String, usize> = names
+        .into_iter()
+        .enumerate()
+        .map(|(i, name)| (name.clone(), i))
+        .collect();
+    let observers_of = |name: &str| observers.for_binding(index_of_binding[name]);
 
     let mut ready: Vec<String> = Vec::new();
     let mut outputs: HashMap<String, Arc<OutputInner>> = HashMap::new();
@@ -126,7 +136,7 @@ async fn launch(app: Blueprint, tracker: HealthTracker) -> Result<RunningApp, St
             binder,
             codecs.clone(),
             &patience,
-            observers.clone(),
+            observers_of(name),
         )
         .await
         {
@@ -223,7 +233,7 @@ async fn launch(app: Blueprint, tracker: HealthTracker) -> Result<RunningApp, St
                 &binding,
                 consumer.clone(),
                 app.hook.clone(),
-                observers.clone(),
+                observers_of(&input),
             ),
             codecs: codecs.clone(),
             backoff: BackOff::of(&binding.consumer),
@@ -231,7 +241,7 @@ async fn launch(app: Blueprint, tracker: HealthTracker) -> Result<RunningApp, St
             inflight: inflight.clone(),
             health: tracker.clone(),
             content_type: Arc::from(binding.content_type.as_str()),
-            observers: observers.clone(),
+            observers: observers_of(&input),
             acknowledge_mode: consumer.acknowledge_mode(),
             config: binding.clone(),
         });
@@ -321,14 +331,17 @@ async fn launch(app: Blueprint, tracker: HealthTracker) -> Result<RunningApp, St
     })
 }
 
-/// What each binding is, for the bindings endpoint.
+/// What each binding is, for the bindings endpoint, sorted by name: a binding's place here
+/// is its number in events.
 fn binding_infos(
     config: &StreamConfig,
     resolved: &HashMap<String, Arc<dyn Binder>>,
     outputs: &[String],
 ) -> Vec<BindingInfo> {
-    resolved
-        .iter()
+    let mut sorted: Vec<(&String, &Arc<dyn Binder>)> = resolved.iter().collect();
+    sorted.sort_by(|a, b| a.0.cmp(b.0));
+    sorted
+        .into_iter()
         .map(|(name, binder)| {
             let binding = config.binding(name);
             BindingInfo {

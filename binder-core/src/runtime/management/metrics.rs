@@ -55,8 +55,9 @@ pub(crate) struct Metrics {
     registry: Registry,
     families: Families,
     /// The application's bindings, fixed once it has started ([`Metrics::know`]): read
-    /// without a lock on every event.
-    known: OnceLock<HashMap<String, Arc<BindingMetrics>, Fnv>>,
+    /// without a lock on every event, by the binding's number in events (the order of
+    /// `Control::bindings`), or by name for events that carry no number.
+    known: OnceLock<Known>,
     /// Bindings met later (dynamic destinations), and all of them before the start.
     bindings: RwLock<HashMap<String, Arc<BindingMetrics>>>,
 }
@@ -154,10 +155,17 @@ impl Metrics {
         }
     }
 
-    /// Runs `f` on a binding's metrics: the application's own from the map fixed at start,
-    /// without a lock or a reference count; others created on their first event.
-    fn with(&self, name: &str, f: impl FnOnce(&BindingMetrics)) {
-        match self.known.get().and_then(|known| known.get(name)) {
+    /// Runs `f` on a binding's metrics: the application's own from the table fixed at
+    /// start (by number, else by name), without a lock or a reference count; others created
+    /// on their first event.
+    #[inline]
+    fn with(&self, index: Option<usize>, name: &str, f: impl FnOnce(&BindingMetrics)) {
+        let known = self.known.get().and_then(|known| {
+            index
+                .and_then(|i| known.by_index.get(i))
+                .or_else(|| known.by_name.get(name))
+        });
+        match known {
             Some(m) => f(m),
             None => f(&self.binding(name)),
         }
@@ -212,12 +220,18 @@ impl Metrics {
 
     /// Every binding of the application appears from the first scrape on, at zero.
     pub(crate) fn know(&self, control: &Control) {
-        let known = control
+        let by_index: Vec<Arc<BindingMetrics>> = control
             .bindings
             .iter()
-            .map(|b| (b.name.clone(), self.binding(&b.name)))
+            .map(|b| self.binding(&b.name))
             .collect();
-        let _ = self.known.set(known);
+        let by_name = control
+            .bindings
+            .iter()
+            .zip(&by_index)
+            .map(|(b, m)| (b.name.clone(), m.clone()))
+            .collect();
+        let _ = self.known.set(Known { by_index, by_name });
     }
 
     /// The text exposition (OpenMetrics), with the binders' connection states read now.
@@ -245,6 +259,14 @@ impl Metrics {
         let _ = encode(&mut out, &self.registry);
         out
     }
+}
+
+/// The application's bindings' metrics, fixed at start.
+struct Known {
+    /// By the binding's number in events.
+    by_index: Vec<Arc<BindingMetrics>>,
+    /// By name, for events that carry no number.
+    by_name: HashMap<String, Arc<BindingMetrics>, Fnv>,
 }
 
 /// FNV-1a: binding names are short and chosen by the application, so the lookup on every
@@ -282,14 +304,14 @@ pub(crate) struct MetricsObserver(pub(crate) Arc<Metrics>);
 
 impl Observer for MetricsObserver {
     fn received(&self, event: &Received<'_>) {
-        self.0.with(event.binding, |m| {
+        self.0.with(event.binding_index, event.binding, |m| {
             m.received.inc();
             m.in_flight.inc();
         });
     }
 
     fn handled(&self, event: &Handled<'_>) {
-        self.0.with(event.binding, |m| {
+        self.0.with(event.binding_index, event.binding, |m| {
             m.handled.inc();
             m.handled_duration.observe(event.duration);
             m.in_flight.dec();
@@ -297,7 +319,7 @@ impl Observer for MetricsObserver {
     }
 
     fn failed(&self, event: &Failed<'_>) {
-        self.0.with(event.binding, |m| {
+        self.0.with(event.binding_index, event.binding, |m| {
             m.failed.inc();
             m.failed_duration.observe(event.duration);
             if !event.will_retry {
@@ -307,19 +329,19 @@ impl Observer for MetricsObserver {
     }
 
     fn retried(&self, event: &Retried<'_>) {
-        self.0.with(event.binding, |m| {
+        self.0.with(event.binding_index, event.binding, |m| {
             m.retried.inc();
         });
     }
 
     fn dead_lettered(&self, event: &DeadLettered<'_>) {
-        self.0.with(event.binding, |m| {
+        self.0.with(None, event.binding, |m| {
             m.dead_lettered.inc();
         });
     }
 
     fn sent(&self, event: &Sent<'_>) {
-        self.0.with(event.binding, |m| {
+        self.0.with(event.binding_index, event.binding, |m| {
             m.sent.inc();
             if event.error.is_some() {
                 m.send_failed.inc();
