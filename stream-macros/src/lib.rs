@@ -181,7 +181,9 @@ fn return_conversion(ret: &ReturnType, has_output: bool) -> Result<TokenStream2,
 /// `Headers`, `Incoming` (the whole delivery), `Out<SomeOutput>` handles and `State<T>`
 /// shared state. The macro keeps the function as written and adds a nameable
 /// `<fn>_listener` value (registered with `inventory`, or by hand with
-/// `AppBuilder::register`).
+/// `AppBuilder::register`). Its handler is built when the application starts, resolving the
+/// `Out<...>` and `State<T>` arguments once; each call decodes the payload from the borrowed
+/// delivery (`handler::call`).
 #[proc_macro_attribute]
 pub fn stream_listener(attr: TokenStream, item: TokenStream) -> TokenStream {
     let mut args = ListenerArgs::default();

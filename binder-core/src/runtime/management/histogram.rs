@@ -28,7 +28,9 @@ const FIRST_BOUND_NANOS: u64 = 100_000;
 #[derive(Debug, Clone, Default)]
 pub(crate) struct DurationHistogram(Arc<Inner>);
 
+/// On cache lines of its own (see `padded`).
 #[derive(Debug, Default)]
+#[repr(align(128))]
 struct Inner {
     /// Per bucket (not cumulative); the last is `+Inf`.
     counts: [AtomicU64; 20],

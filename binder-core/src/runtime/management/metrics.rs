@@ -5,12 +5,12 @@ use std::collections::HashMap;
 use std::sync::{Arc, OnceLock, RwLock};
 
 use prometheus_client::encoding::text::encode;
-use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
 use super::histogram::DurationHistogram;
+use super::padded::{PaddedCounter, PaddedGauge};
 
 use super::super::control::Control;
 use super::super::observe::{DeadLettered, Failed, Handled, Observer, Received, Retried, Sent};
@@ -21,32 +21,33 @@ type Histograms = Family<Labels, DurationHistogram>;
 
 /// Every metric family.
 struct Families {
-    received: Family<Labels, Counter>,
-    handled: Family<Labels, Counter>,
-    failed: Family<Labels, Counter>,
-    retried: Family<Labels, Counter>,
-    dead_lettered: Family<Labels, Counter>,
-    in_flight: Family<Labels, Gauge>,
+    received: Family<Labels, PaddedCounter>,
+    handled: Family<Labels, PaddedCounter>,
+    failed: Family<Labels, PaddedCounter>,
+    retried: Family<Labels, PaddedCounter>,
+    dead_lettered: Family<Labels, PaddedCounter>,
+    in_flight: Family<Labels, PaddedGauge>,
     handler_duration: Histograms,
-    sent: Family<Labels, Counter>,
-    send_failed: Family<Labels, Counter>,
+    sent: Family<Labels, PaddedCounter>,
+    send_failed: Family<Labels, PaddedCounter>,
     send_latency: Histograms,
     binder_up: Family<Labels, Gauge>,
     binder_state: Family<Labels, Gauge>,
 }
 
-/// One binding's metrics, looked up once (no label set built per event).
+/// One binding's metrics, looked up once (no label set built per event), each value on
+/// cache lines of its own.
 struct BindingMetrics {
-    received: Counter,
-    handled: Counter,
-    failed: Counter,
-    retried: Counter,
-    dead_lettered: Counter,
-    in_flight: Gauge,
+    received: PaddedCounter,
+    handled: PaddedCounter,
+    failed: PaddedCounter,
+    retried: PaddedCounter,
+    dead_lettered: PaddedCounter,
+    in_flight: PaddedGauge,
     handled_duration: DurationHistogram,
     failed_duration: DurationHistogram,
-    sent: Counter,
-    send_failed: Counter,
+    sent: PaddedCounter,
+    send_failed: PaddedCounter,
     send_latency: DurationHistogram,
 }
 
