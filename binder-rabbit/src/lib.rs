@@ -11,7 +11,7 @@ mod tls;
 
 pub use admin::{Kept, PeekedMessage, Replay, origin};
 pub use binder::{RabbitBinder, link};
-pub use settings::RabbitSettings;
+pub use settings::{RabbitSettings, uri_component};
 pub use tls::{KeyStore, TlsSettings, TlsVersion, TrustStore};
 
 /// The README's examples, compiled as doctests so they cannot go stale.

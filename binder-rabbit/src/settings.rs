@@ -117,8 +117,14 @@ fn parse_iso_duration(iso: &str) -> Option<Duration> {
     number.is_empty().then_some(total)
 }
 
-/// Percent-encodes a URI component (user, password, virtual host).
-fn encode(s: &str) -> String {
+/// Percent-encodes a URI component (user, password, virtual host; a management API path
+/// segment): every byte but RFC 3986's unreserved ones as `%XX`.
+///
+/// ```
+/// assert_eq!(binder_rabbit::uri_component("/"), "%2F");
+/// assert_eq!(binder_rabbit::uri_component("a b~c"), "a%20b~c");
+/// ```
+pub fn uri_component(s: &str) -> String {
     s.bytes()
         .map(|b| match b {
             b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
@@ -383,9 +389,9 @@ impl Reader<'_> {
         let uri_of = |hostport: &str| {
             format!(
                 "{scheme}://{}:{}@{hostport}/{}",
-                encode(&user),
-                encode(&pass),
-                encode(&vhost)
+                uri_component(&user),
+                uri_component(&pass),
+                uri_component(&vhost)
             )
         };
         let addresses: Option<Vec<String>> = self.value("addresses").map(|v| match &v.kind {

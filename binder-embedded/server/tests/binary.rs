@@ -1,9 +1,14 @@
 //! The `stream-broker` binary: starts from a TOML file, serves, and shuts down gracefully on
 //! SIGTERM.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+#[path = "common/process.rs"]
+mod process;
+
+use std::process::Command;
 use std::time::Duration;
+
+/// How long the binary may take to log that it listens.
+const WAIT: Duration = Duration::from_secs(30);
 
 #[test]
 fn the_binary_serves_and_stops_on_sigterm() {
@@ -15,27 +20,14 @@ fn the_binary_serves_and_stops_on_sigterm() {
         "vhosts = [\"/\"]\n[limits]\nheartbeat = 30\n[[users]]\nname = \"guest\"\npassword = \"guest\"\npermissions = { \"/\" = { configure = \".*\", write = \".*\", read = \".*\" } }\n",
     )
     .unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_stream-broker"))
-        .args([
-            "--config",
-            file.to_str().unwrap(),
-            "--listen",
-            "127.0.0.1:0",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stdout = BufReader::new(child.stdout.take().unwrap());
-    let mut addr = None;
-    for line in stdout.lines() {
-        let line = line.unwrap();
-        if let Some(rest) = line.split("local_addr=").nth(1) {
-            addr = Some(rest.split_whitespace().next().unwrap().to_owned());
-            break;
-        }
-    }
-    let addr = addr.expect("no listening line");
+    let mut command = process::stream_broker();
+    command.args([
+        "--config",
+        file.to_str().unwrap(),
+        "--listen",
+        "127.0.0.1:0",
+    ]);
+    let (mut child, addr) = process::spawn_until(command, "local_addr=", "local_addr", WAIT);
     let runtime = tokio::runtime::Runtime::new().unwrap();
     runtime.block_on(async {
         let conn = lapin::Connection::connect(
@@ -70,7 +62,7 @@ fn an_unknown_key_stops_the_binary_with_its_name() {
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join("broker.toml");
     std::fs::write(&file, "listen = \"127.0.0.1:0\"\nlisten_backlog = 5\n").unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_stream-broker"))
+    let out = process::stream_broker()
         .args(["--config", file.to_str().unwrap()])
         .output()
         .unwrap();
@@ -82,28 +74,14 @@ fn an_unknown_key_stops_the_binary_with_its_name() {
 
 #[test]
 fn management_listen_serves_the_api_and_a_remote_address_must_be_allowed() {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_stream-broker"))
-        .args([
-            "--listen",
-            "127.0.0.1:0",
-            "--management-listen",
-            "127.0.0.1:0",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stdout = BufReader::new(child.stdout.take().unwrap());
-    let mut addr = None;
-    for line in stdout.lines() {
-        let line = line.unwrap();
-        if line.contains("management API listening") {
-            let rest = line.split("addr=").nth(1).expect("an addr field");
-            addr = Some(rest.split_whitespace().next().unwrap().to_owned());
-            break;
-        }
-    }
-    let addr = addr.expect("no management line");
+    let mut command = process::stream_broker();
+    command.args([
+        "--listen",
+        "127.0.0.1:0",
+        "--management-listen",
+        "127.0.0.1:0",
+    ]);
+    let (mut child, addr) = process::spawn_until(command, "management API listening", "addr", WAIT);
     let answer = {
         use std::io::{Read, Write};
         let mut s = std::net::TcpStream::connect(&addr).unwrap();
@@ -124,7 +102,7 @@ fn management_listen_serves_the_api_and_a_remote_address_must_be_allowed() {
         "{answer}"
     );
 
-    let out = Command::new(env!("CARGO_BIN_EXE_stream-broker"))
+    let out = process::stream_broker()
         .args([
             "--listen",
             "127.0.0.1:0",

@@ -25,12 +25,14 @@
 //! file layer tests (`stream-store`'s `tests/faults.rs`).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+#[path = "common/process.rs"]
+mod process;
 
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
@@ -68,7 +70,8 @@ struct BrokerProcess {
 
 impl BrokerProcess {
     fn start(dir: &Path) -> BrokerProcess {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_stream-broker"))
+        let mut command = process::stream_broker();
+        command
             .args(["--listen", "127.0.0.1:0", "--data-dir"])
             .arg(dir)
             .args(
@@ -76,24 +79,14 @@ impl BrokerProcess {
                     .map(|mode| vec!["--durability".to_owned(), mode])
                     .unwrap_or_default(),
             )
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("stream-broker starts");
-        let stdout = BufReader::new(child.stdout.take().unwrap());
-        let (tx, rx) = std::sync::mpsc::channel();
-        // Reads the listening line, then keeps draining the log so the child never blocks.
-        std::thread::spawn(move || {
-            for line in stdout.lines() {
-                let Ok(line) = line else { break };
-                if let Some(rest) = line.split("local_addr=").nth(1) {
-                    let _ = tx.send(rest.split_whitespace().next().unwrap_or("").to_owned());
-                }
-            }
-        });
-        let addr = rx
-            .recv_timeout(Duration::from_secs(120))
-            .expect("stream-broker recovers and listens within 120 s");
+            .stderr(Stdio::inherit());
+        // Recovery of a large store may take a while before the listening line.
+        let (child, addr) = process::spawn_until(
+            command,
+            "local_addr=",
+            "local_addr",
+            Duration::from_secs(120),
+        );
         BrokerProcess { child, addr }
     }
 

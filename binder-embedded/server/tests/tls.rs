@@ -8,6 +8,8 @@
 //! startup naming the key and the path; shutdown sends 320 then close_notify.
 
 mod common;
+#[path = "common/process.rs"]
+mod process;
 
 use std::io::Write;
 use std::net::SocketAddr;
@@ -881,8 +883,7 @@ fn the_generated_keys_are_the_formats_the_docs_name() {
 
 #[test]
 fn the_binary_serves_tls_at_tls_listen_and_refuses_the_flag_without_a_tls_table() {
-    use std::io::{BufRead, BufReader};
-    use std::process::{Command, Stdio};
+    use std::process::Command;
 
     let pki = Pki::new();
     let file = pki.path("broker.toml");
@@ -895,30 +896,16 @@ fn the_binary_serves_tls_at_tls_listen_and_refuses_the_flag_without_a_tls_table(
         ),
     )
     .unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_stream-broker"))
-        .args([
-            "--config",
-            file.to_str().unwrap(),
-            "--tls-listen",
-            "127.0.0.1:0",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stdout = BufReader::new(child.stdout.take().unwrap());
-    let mut tls_addr = None;
-    for line in stdout.lines() {
-        let line = line.unwrap();
-        if let Some(rest) = line.split("tls_addr=").nth(1) {
-            tls_addr = Some(rest.split_whitespace().next().unwrap().to_owned());
-            break;
-        }
-    }
-    let tls_addr: SocketAddr = tls_addr
-        .expect("a listening line with tls_addr")
-        .parse()
-        .unwrap();
+    let mut command = process::stream_broker();
+    command.args([
+        "--config",
+        file.to_str().unwrap(),
+        "--tls-listen",
+        "127.0.0.1:0",
+    ]);
+    let (mut child, tls_addr) =
+        process::spawn_until(command, "tls_addr=", "tls_addr", Duration::from_secs(30));
+    let tls_addr: SocketAddr = tls_addr.parse().unwrap();
     assert_ne!(tls_addr.port(), 1, "--tls-listen overrides tls.listen");
     let runtime = tokio::runtime::Runtime::new().unwrap();
     runtime.block_on(async {
@@ -949,7 +936,7 @@ fn the_binary_serves_tls_at_tls_listen_and_refuses_the_flag_without_a_tls_table(
 
     let plain = pki.path("plain.toml");
     std::fs::write(&plain, "listen = \"127.0.0.1:0\"\n").unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_stream-broker"))
+    let out = process::stream_broker()
         .args([
             "--config",
             plain.to_str().unwrap(),

@@ -187,7 +187,7 @@ impl<E: Envelope> State<E> {
             return;
         };
         if let Some(conn) = self.sessions.connections.get_mut(&ch.connection) {
-            conn.channels.retain(|c| *c != id);
+            conn.channels.remove(&id);
         }
         for consumer in ch.consumers.values() {
             self.remove_consumer(*consumer, false);

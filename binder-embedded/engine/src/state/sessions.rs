@@ -1,6 +1,7 @@
 //! Connections, channels and consumers: who is attached to the broker, with each channel's
 //! delivery tags, unacknowledged deliveries, prefetch, confirm and transaction state.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use rustc_hash::FxHashMap as HashMap;
@@ -90,10 +91,11 @@ pub(crate) struct ChannelState<E: Envelope> {
     pub events: UnboundedSender<ChannelEvent<E>>,
 }
 
-/// One connection: its channels.
+/// One connection: its channels, in the order they were opened (ids only grow), so that a
+/// connection with thousands of channels closes one in log time.
 #[derive(Debug, Default)]
 pub(crate) struct ConnectionState {
-    pub channels: Vec<u64>,
+    pub channels: BTreeSet<u64>,
 }
 
 /// Every connection, channel and consumer, by id (ids are shared by all three).
@@ -138,7 +140,7 @@ impl<E: Envelope> Sessions<E> {
             .connections
             .get_mut(&connection)
             .ok_or_else(|| AmqpError::new(ReplyCode::ChannelError, "connection is closed"))?;
-        conn.channels.push(id);
+        conn.channels.insert(id);
         self.channels.insert(
             id,
             ChannelState {

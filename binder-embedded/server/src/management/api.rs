@@ -59,6 +59,25 @@ impl<E: WireEnvelope> Api<E> {
         out
     }
 
+    /// One JSON value per item of every vhost the user sees (`vhost` `None`), or of one vhost
+    /// (404 if there is none, 401 if the user may not see it).
+    fn list(
+        &self,
+        login: &Login,
+        vhost: Option<&str>,
+        items: impl Fn(&Self, &str, &Broker<E>) -> Vec<Value>,
+    ) -> Reply {
+        let list = match vhost {
+            Some(vhost) => items(self, vhost, self.broker(login, vhost)?),
+            None => self
+                .visible(login)
+                .into_iter()
+                .flat_map(|(vhost, broker)| items(self, vhost, broker))
+                .collect(),
+        };
+        Ok(Json(Value::Array(list)))
+    }
+
     fn node(&self) -> String {
         format!("stream-broker@{}", self.addr)
     }
@@ -169,11 +188,7 @@ pub(crate) async fn overview<E: WireEnvelope>(
         let totals = broker.totals();
         consumers += u64::from(totals.consumers);
         channels += u64::from(totals.channels);
-        let s = api.rates.vhost(vhost);
-        stats.publish.count += s.publish.count;
-        stats.publish.rate += s.publish.rate;
-        stats.deliver_get.count += s.deliver_get.count;
-        stats.deliver_get.rate += s.deliver_get.rate;
+        stats += api.rates.vhost(vhost);
     }
     let connections = api
         .shared
@@ -238,26 +253,22 @@ pub(crate) async fn vhosts<E: WireEnvelope>(
 pub(crate) async fn queues<E: WireEnvelope>(
     (State(api), ConnectInfo(peer), headers): Ctx<E>,
 ) -> Reply {
-    let login = api.login(&headers, peer)?;
-    let mut list = Vec::new();
-    for (vhost, broker) in api.visible(&login) {
-        list.extend(broker.queues().iter().map(|q| queue_json(&api, vhost, q)));
-    }
-    Ok(Json(Value::Array(list)))
+    api.list(&api.login(&headers, peer)?, None, queues_of)
 }
 
 pub(crate) async fn vhost_queues<E: WireEnvelope>(
     (State(api), ConnectInfo(peer), headers): Ctx<E>,
     Path(vhost): Path<String>,
 ) -> Reply {
-    let login = api.login(&headers, peer)?;
-    let broker = api.broker(&login, &vhost)?;
-    let list = broker
+    api.list(&api.login(&headers, peer)?, Some(&vhost), queues_of)
+}
+
+fn queues_of<E: WireEnvelope>(api: &Api<E>, vhost: &str, broker: &Broker<E>) -> Vec<Value> {
+    broker
         .queues()
         .iter()
-        .map(|q| queue_json(&api, &vhost, q))
-        .collect();
-    Ok(Json(Value::Array(list)))
+        .map(|q| queue_json(api, vhost, q))
+        .collect()
 }
 
 pub(crate) async fn queue<E: WireEnvelope>(
@@ -433,26 +444,22 @@ pub(crate) fn message_json<E: WireEnvelope>(
 pub(crate) async fn exchanges<E: WireEnvelope>(
     (State(api), ConnectInfo(peer), headers): Ctx<E>,
 ) -> Reply {
-    let login = api.login(&headers, peer)?;
-    let mut list = Vec::new();
-    for (vhost, broker) in api.visible(&login) {
-        list.extend(broker.exchanges().iter().map(|x| exchange_json(vhost, x)));
-    }
-    Ok(Json(Value::Array(list)))
+    api.list(&api.login(&headers, peer)?, None, exchanges_of)
 }
 
 pub(crate) async fn vhost_exchanges<E: WireEnvelope>(
     (State(api), ConnectInfo(peer), headers): Ctx<E>,
     Path(vhost): Path<String>,
 ) -> Reply {
-    let login = api.login(&headers, peer)?;
-    let broker = api.broker(&login, &vhost)?;
-    let list = broker
+    api.list(&api.login(&headers, peer)?, Some(&vhost), exchanges_of)
+}
+
+fn exchanges_of<E: WireEnvelope>(_: &Api<E>, vhost: &str, broker: &Broker<E>) -> Vec<Value> {
+    broker
         .exchanges()
         .iter()
-        .map(|x| exchange_json(&vhost, x))
-        .collect();
-    Ok(Json(Value::Array(list)))
+        .map(|x| exchange_json(vhost, x))
+        .collect()
 }
 
 pub(crate) async fn exchange<E: WireEnvelope>(
@@ -565,37 +572,34 @@ pub(crate) async fn publish<E: WireEnvelope>(
 pub(crate) async fn bindings<E: WireEnvelope>(
     (State(api), ConnectInfo(peer), headers): Ctx<E>,
 ) -> Reply {
-    let login = api.login(&headers, peer)?;
-    let mut list = Vec::new();
-    for (vhost, broker) in api.visible(&login) {
-        list.extend(broker.bindings().iter().map(|b| binding_json(vhost, b)));
-    }
-    Ok(Json(Value::Array(list)))
+    api.list(&api.login(&headers, peer)?, None, bindings_of)
 }
 
 pub(crate) async fn vhost_bindings<E: WireEnvelope>(
     (State(api), ConnectInfo(peer), headers): Ctx<E>,
     Path(vhost): Path<String>,
 ) -> Reply {
-    let login = api.login(&headers, peer)?;
-    let broker = api.broker(&login, &vhost)?;
-    let list = broker
+    api.list(&api.login(&headers, peer)?, Some(&vhost), bindings_of)
+}
+
+fn bindings_of<E: WireEnvelope>(_: &Api<E>, vhost: &str, broker: &Broker<E>) -> Vec<Value> {
+    broker
         .bindings()
         .iter()
-        .map(|b| binding_json(&vhost, b))
-        .collect();
-    Ok(Json(Value::Array(list)))
+        .map(|b| binding_json(vhost, b))
+        .collect()
 }
 
 pub(crate) async fn consumers<E: WireEnvelope>(
     (State(api), ConnectInfo(peer), headers): Ctx<E>,
 ) -> Reply {
-    let login = api.login(&headers, peer)?;
-    let mut list = Vec::new();
-    for (vhost, broker) in api.visible(&login) {
-        list.extend(broker.consumers().iter().map(|c| consumer_json(vhost, c)));
-    }
-    Ok(Json(Value::Array(list)))
+    api.list(&api.login(&headers, peer)?, None, |_, vhost, broker| {
+        broker
+            .consumers()
+            .iter()
+            .map(|c| consumer_json(vhost, c))
+            .collect()
+    })
 }
 
 pub(crate) async fn connections<E: WireEnvelope>(

@@ -35,6 +35,30 @@ pub(crate) struct Stats {
     pub deliver_get: Rated,
 }
 
+impl Stats {
+    /// The sample of cumulative counts `published` and `delivered` taken `elapsed` after
+    /// `last`; the first sample (no `last`) has no rate yet.
+    fn after(last: Option<Stats>, published: u64, delivered: u64, elapsed: Duration) -> Stats {
+        let (last, elapsed) = match last {
+            Some(last) => (last, elapsed),
+            None => (Stats::default(), Duration::ZERO),
+        };
+        Stats {
+            publish: last.publish.next(published, elapsed),
+            deliver_get: last.deliver_get.next(delivered, elapsed),
+        }
+    }
+}
+
+impl std::ops::AddAssign for Stats {
+    fn add_assign(&mut self, other: Stats) {
+        self.publish.count += other.publish.count;
+        self.publish.rate += other.publish.rate;
+        self.deliver_get.count += other.deliver_get.count;
+        self.deliver_get.rate += other.deliver_get.rate;
+    }
+}
+
 /// The last sample of every queue and broker.
 #[derive(Debug, Default)]
 pub(crate) struct Rates {
@@ -68,46 +92,20 @@ impl Rates {
         let mut next = HashMap::new();
         let mut delivered: HashMap<String, u64> = HashMap::new();
         for (key, (published, deliveries)) in queues {
-            let last = s.queues.get(&key).copied();
-            let stats = match last {
-                Some(last) => Stats {
-                    publish: last.publish.next(published, elapsed),
-                    deliver_get: last.deliver_get.next(deliveries, elapsed),
-                },
-                None => Stats {
-                    publish: Rated {
-                        count: published,
-                        rate: 0.0,
-                    },
-                    deliver_get: Rated {
-                        count: deliveries,
-                        rate: 0.0,
-                    },
-                },
-            };
+            let stats = Stats::after(s.queues.get(&key).copied(), published, deliveries, elapsed);
             *delivered.entry(key.0.clone()).or_default() += deliveries;
             next.insert(key, stats);
         }
         let mut vhost_next = HashMap::new();
         for (vhost, published) in vhosts {
             let deliveries = delivered.get(&vhost).copied().unwrap_or(0);
-            let stats = match s.vhosts.get(&vhost).copied() {
-                Some(last) => Stats {
-                    publish: last.publish.next(published, elapsed),
-                    // Deleted queues take their deliveries with them: never a negative rate.
-                    deliver_get: last.deliver_get.next(deliveries, elapsed),
-                },
-                None => Stats {
-                    publish: Rated {
-                        count: published,
-                        rate: 0.0,
-                    },
-                    deliver_get: Rated {
-                        count: deliveries,
-                        rate: 0.0,
-                    },
-                },
-            };
+            // Deleted queues take their deliveries with them: `next` never rates negative.
+            let stats = Stats::after(
+                s.vhosts.get(&vhost).copied(),
+                published,
+                deliveries,
+                elapsed,
+            );
             vhost_next.insert(vhost, stats);
         }
         s.queues = next;

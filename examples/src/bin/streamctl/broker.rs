@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use binder_core::config::{ConfigLoader, StreamConfig};
-use binder_rabbit::{RabbitBinder, RabbitSettings};
+use binder_rabbit::{RabbitBinder, RabbitSettings, uri_component};
 use clap::Args;
 use lapin::uri::AMQPUri;
 
@@ -122,10 +122,10 @@ impl Target {
         let host = parsed.authority.host.clone();
         settings.uris = vec![format!(
             "{scheme}://{}:{}@{host}:{}/{}",
-            encode(&user),
-            encode(&password),
+            uri_component(&user),
+            uri_component(&password),
             parsed.authority.port,
-            encode(&parsed.vhost)
+            uri_component(&parsed.vhost)
         )];
         settings.connection_name = "streamctl".to_owned();
         Ok(Broker {
@@ -176,18 +176,4 @@ fn config_settings(config: &StreamConfig, name: &str) -> Result<RabbitSettings, 
     }
     RabbitSettings::from_config(&config.binder_environment(name))
         .map_err(|e| TargetError::Config(format!("binder `{name}`: {e}")))
-}
-
-/// Percent-encodes everything but RFC 3986's unreserved characters (for URI user, password
-/// and vhost, and management API path segments).
-pub fn encode(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for b in text.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
 }

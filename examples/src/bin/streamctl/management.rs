@@ -6,7 +6,7 @@ use std::time::Duration;
 use base64::Engine as _;
 use serde_json::Value;
 
-use crate::broker::encode;
+use binder_rabbit::uri_component;
 
 /// Why a management API call failed.
 #[derive(Debug, thiserror::Error)]
@@ -148,7 +148,7 @@ impl Management {
 
     /// The objects of a list endpoint (`queues`, `exchanges`, `bindings`) in `vhost`.
     pub fn list(&self, what: &str, vhost: &str) -> Result<Vec<Value>, ManagementError> {
-        let path = format!("{what}/{}", encode(vhost));
+        let path = format!("{what}/{}", uri_component(vhost));
         match self.get(&path)? {
             Value::Array(items) => Ok(items),
             other => Err(ManagementError::Status {
