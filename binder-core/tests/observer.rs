@@ -14,26 +14,43 @@ use binder_embedded::EmbeddedBinder;
 use binder_embedded::engine::Broker;
 use tokio::sync::mpsc;
 
-/// Records each event as a line of text.
-struct Recorder(mpsc::UnboundedSender<String>);
+/// Records each event as a line of text; with `indexes`, each binding name is followed by
+/// the binding's number in the event (`in#0`, `dest#-` for none).
+struct Recorder(mpsc::UnboundedSender<String>, bool);
 
 impl Recorder {
     fn note(&self, line: String) {
         let _ = self.0.send(line);
     }
+
+    fn name(&self, binding: &str, index: Option<usize>) -> String {
+        match (self.1, index) {
+            (false, _) => binding.to_owned(),
+            (true, Some(i)) => format!("{binding}#{i}"),
+            (true, None) => format!("{binding}#-"),
+        }
+    }
 }
 
 impl Observer for Recorder {
     fn received(&self, e: &Received<'_>) {
-        self.note(format!("received {} from {}", e.binding, e.queue));
+        self.note(format!(
+            "received {} from {}",
+            self.name(e.binding, e.binding_index),
+            e.queue
+        ));
     }
     fn handled(&self, e: &Handled<'_>) {
-        self.note(format!("handled {} attempt {}", e.binding, e.attempt));
+        self.note(format!(
+            "handled {} attempt {}",
+            self.name(e.binding, e.binding_index),
+            e.attempt
+        ));
     }
     fn failed(&self, e: &Failed<'_>) {
         self.note(format!(
             "failed {} attempt {}: {}{}",
-            e.binding,
+            self.name(e.binding, e.binding_index),
             e.attempt,
             e.error,
             if e.will_retry { ", will retry" } else { "" }
@@ -42,7 +59,9 @@ impl Observer for Recorder {
     fn retried(&self, e: &Retried<'_>) {
         self.note(format!(
             "retried {} attempt {} after {:?}",
-            e.binding, e.attempt, e.delay
+            self.name(e.binding, e.binding_index),
+            e.attempt,
+            e.delay
         ));
     }
     fn dead_lettered(&self, e: &DeadLettered<'_>) {
@@ -69,14 +88,14 @@ impl Observer for Recorder {
         };
         self.note(format!(
             "settled {} {how}{}",
-            e.binding,
+            self.name(e.binding, e.binding_index),
             if e.error.is_some() { " (failed)" } else { "" }
         ));
     }
     fn sent(&self, e: &Sent<'_>) {
         self.note(format!(
             "sent {}{}{}",
-            e.binding,
+            self.name(e.binding, e.binding_index),
             e.partition
                 .map(|n| format!(" partition {n}"))
                 .unwrap_or_default(),
@@ -106,7 +125,7 @@ fn app(yaml: &str) -> (AppBuilder, mpsc::UnboundedReceiver<String>) {
     let (tx, rx) = mpsc::unbounded_channel();
     let builder = App::builder(config(yaml))
         .binder("embedded", Arc::new(EmbeddedBinder::new(Broker::new())))
-        .observer(Recorder(tx));
+        .observer(Recorder(tx, false));
     (builder, rx)
 }
 
@@ -281,6 +300,60 @@ async fn pause_resume_and_output_stop_start() {
             "state out stopped",
             "state out running",
         ]
+    );
+    running.shutdown().await;
+}
+
+#[tokio::test]
+async fn events_number_bindings_in_the_order_of_their_names() {
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let running = App::builder(config(
+        "spring.cloud.stream.bindings:\n  b-in: {destination: obs-index, group: g}\n  a-out: {destination: obs-index}\n  c-out: {destination: obs-index-other}\n",
+    ))
+    .binder("embedded", Arc::new(EmbeddedBinder::new(Broker::new())))
+    .observer(Recorder(tx, true))
+    .listener(
+        "b-in",
+        handler::incoming(|_m| async { Ok::<(), HandlerError>(()) }),
+    )
+    .output("c-out")
+    .output("a-out")
+    .start()
+    .await
+    .unwrap();
+    until(&mut rx, "state b-in (obs-index.g) running").await;
+    running
+        .output("a-out")
+        .unwrap()
+        .send_message(Message::new("one"))
+        .await
+        .unwrap();
+    let (sent, lines) = sends_apart(until(&mut rx, "settled b-in#1 ack").await);
+    assert_eq!(sent, vec!["sent a-out#0"]);
+    assert_eq!(
+        lines,
+        vec![
+            "received b-in#1 from obs-index.g",
+            "handled b-in#1 attempt 1",
+            "settled b-in#1 ack",
+        ]
+    );
+    running
+        .output("c-out")
+        .unwrap()
+        .send_message(Message::new("two"))
+        .await
+        .unwrap();
+    assert_eq!(until(&mut rx, "sent c-out#2").await, vec!["sent c-out#2"]);
+    // A destination sent to dynamically is not one of the application's bindings.
+    running
+        .publisher()
+        .send_message("obs-index-dynamic", Message::new("three"))
+        .await
+        .unwrap();
+    assert_eq!(
+        until(&mut rx, "sent obs-index-dynamic#-").await,
+        vec!["sent obs-index-dynamic#-"]
     );
     running.shutdown().await;
 }

@@ -33,6 +33,11 @@
 //!    Prometheus metrics exposed (`management.endpoints.web.exposure.include: prometheus`): the
 //!    metrics observer sees every delivery, handler attempt, settlement and send. The report
 //!    gives its rate over scenario 3's, round by round: what metrics cost on the handler path.
+//! 8. `app, 1 sender, #[stream_listener]` — scenario 3 with the handler declared by the macro
+//!    (`async fn count(m: BenchMsg, tally: State<Tally>)`, registered with
+//!    `AppBuilder::register`, its counters in `State`) instead of `handler::payload`. The
+//!    report gives its rate over scenario 3's, round by round: what the macro's generated
+//!    handler costs against the plain one.
 //!
 //! A run's time goes from spawning the producer task(s) to the consumer having received
 //! every message (for the app, to the handler having counted the last one; its ack follows).
@@ -63,13 +68,14 @@ use std::time::{Duration, Instant};
 
 use binder_core::Message;
 use binder_core::config::ConfigLoader;
-use binder_core::runtime::{App, Output, RunningApp, handler};
+use binder_core::runtime::{App, Output, RunningApp, State, handler};
 use binder_embedded::EmbeddedBinder;
 use binder_embedded::engine::{
     Broker, Channel, ConsumeOptions, Consumer, Delivery, ExchangeKind, ExchangeOptions, FieldTable,
     PublishOptions, PublishStatus, QueueOptions,
 };
 use serde::{Deserialize, Serialize};
+use stream_macros::{input, stream_listener};
 use tokio::sync::{Notify, mpsc};
 use tokio::task::JoinHandle;
 
@@ -99,10 +105,11 @@ enum Scenario {
     AppPublishOnly,
     AppConsumeOnly,
     AppOneSenderMetrics,
+    AppOneSenderMacro,
 }
 
 impl Scenario {
-    const ALL: [Scenario; 7] = [
+    const ALL: [Scenario; 8] = [
         Scenario::MpscBounded,
         Scenario::EngineDirect,
         Scenario::AppOneSender,
@@ -110,6 +117,7 @@ impl Scenario {
         Scenario::AppPublishOnly,
         Scenario::AppConsumeOnly,
         Scenario::AppOneSenderMetrics,
+        Scenario::AppOneSenderMacro,
     ];
 
     fn label(self, senders: usize) -> String {
@@ -121,6 +129,7 @@ impl Scenario {
             Scenario::AppPublishOnly => "app sends only (no consumer)".to_owned(),
             Scenario::AppConsumeOnly => "app handler only (full queue)".to_owned(),
             Scenario::AppOneSenderMetrics => "app handler, 1 sender, metrics".to_owned(),
+            Scenario::AppOneSenderMacro => "app macro listener, 1 sender".to_owned(),
         }
     }
 }
@@ -391,6 +400,36 @@ fn app_yaml(destination: &str, auto_startup: bool, metrics: bool) -> String {
     )
 }
 
+/// How the app of a handler scenario declares its handler.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum HandlerKind {
+    /// `handler::payload` with a closure (scenarios 3 to 7).
+    Payload,
+    /// `#[stream_listener]` on [`count`] (scenario 8).
+    Macro,
+}
+
+/// The input binding of the app scenarios, for the macro's listener.
+#[input("in")]
+struct BenchIn;
+
+/// The state of [`count`]: what it has handled, and whom to tell after the `n`-th.
+struct Tally {
+    progress: Arc<Progress>,
+    all_handled: Arc<Notify>,
+    n: usize,
+}
+
+/// Scenario 8's handler: what scenario 3's closure does, as a listener declared with the
+/// macro.
+#[stream_listener(input = BenchIn)]
+async fn count(m: BenchMsg, tally: State<Tally>) {
+    tally.progress.id_sum.fetch_add(m.id, Ordering::Relaxed);
+    if tally.progress.received.fetch_add(1, Ordering::Relaxed) + 1 == tally.n {
+        tally.all_handled.notify_one();
+    }
+}
+
 /// A started app of the handler scenarios, before the clock starts: output `out`, input
 /// `in` with a handler that counts and sums the ids of `n` messages.
 struct BenchApp {
@@ -403,7 +442,7 @@ struct BenchApp {
 }
 
 impl BenchApp {
-    async fn start(n: usize, auto_startup: bool, metrics: bool) -> BenchApp {
+    async fn start(n: usize, auto_startup: bool, metrics: bool, kind: HandlerKind) -> BenchApp {
         let destination = format!("bench-{}", APP_RUNS.fetch_add(1, Ordering::Relaxed));
         let config = ConfigLoader::new()
             .env(Vec::<(String, String)>::new())
@@ -427,9 +466,17 @@ impl BenchApp {
             })
         };
         let broker = Broker::new();
-        let app = App::builder(config)
-            .binder("embedded", Arc::new(EmbeddedBinder::new(broker.clone())))
-            .listener("in", handler)
+        let builder =
+            App::builder(config).binder("embedded", Arc::new(EmbeddedBinder::new(broker.clone())));
+        let builder = match kind {
+            HandlerKind::Payload => builder.listener("in", handler),
+            HandlerKind::Macro => builder.register(&count_listener).state(Tally {
+                progress: progress.clone(),
+                all_handled: all_handled.clone(),
+                n,
+            }),
+        };
+        let app = builder
             .output("out")
             .management()
             .start()
@@ -455,10 +502,15 @@ impl BenchApp {
     }
 }
 
-async fn run_app(msgs: Vec<BenchMsg>, senders: usize, metrics: bool) -> RunResult {
+async fn run_app(
+    msgs: Vec<BenchMsg>,
+    senders: usize,
+    metrics: bool,
+    kind: HandlerKind,
+) -> RunResult {
     let n = msgs.len();
     let senders = senders.clamp(1, n);
-    let bench = BenchApp::start(n, true, metrics).await;
+    let bench = BenchApp::start(n, true, metrics, kind).await;
 
     // Each sender's share, contiguous, split before the clock starts.
     let per_sender = n.div_ceil(senders);
@@ -514,7 +566,7 @@ enum Phase {
 /// which shows what each costs without the other competing for the CPU and the engine lock.
 async fn run_app_split(msgs: Vec<BenchMsg>, phase: Phase) -> RunResult {
     let n = msgs.len();
-    let bench = BenchApp::start(n, false, false).await;
+    let bench = BenchApp::start(n, false, false, HandlerKind::Payload).await;
 
     let start = Instant::now();
     send_all(bench.output.clone(), msgs).await;
@@ -539,6 +591,7 @@ async fn run_app_split(msgs: Vec<BenchMsg>, phase: Phase) -> RunResult {
 // ---- driver -----------------------------------------------------------------------------
 
 async fn run(scenario: Scenario, settings: Settings) -> RunResult {
+    use HandlerKind::{Macro, Payload};
     let n = settings.messages;
     // Inputs are built before the timed part of each scenario.
     let fut = async move {
@@ -547,9 +600,12 @@ async fn run(scenario: Scenario, settings: Settings) -> RunResult {
             Scenario::EngineDirect => {
                 run_engine(payloads(n).into_iter().map(Message::new).collect()).await
             }
-            Scenario::AppOneSender => run_app(bench_msgs(n), 1, false).await,
-            Scenario::AppManySenders => run_app(bench_msgs(n), settings.senders, false).await,
-            Scenario::AppOneSenderMetrics => run_app(bench_msgs(n), 1, true).await,
+            Scenario::AppOneSender => run_app(bench_msgs(n), 1, false, Payload).await,
+            Scenario::AppManySenders => {
+                run_app(bench_msgs(n), settings.senders, false, Payload).await
+            }
+            Scenario::AppOneSenderMetrics => run_app(bench_msgs(n), 1, true, Payload).await,
+            Scenario::AppOneSenderMacro => run_app(bench_msgs(n), 1, false, Macro).await,
             Scenario::AppPublishOnly => run_app_split(bench_msgs(n), Phase::Publish).await,
             Scenario::AppConsumeOnly => run_app_split(bench_msgs(n), Phase::Consume).await,
         }
@@ -667,8 +723,14 @@ fn main() {
             rs.len(),
         );
     }
-    let (with, without) = (&results[6], &results[2]);
-    if !with.is_empty() && with.len() == without.len() {
+    for (label, of) in [
+        ("metrics on / off (7 / 3)", 6),
+        ("#[stream_listener] / handler::payload (8 / 3)", 7),
+    ] {
+        let (with, without) = (&results[of], &results[2]);
+        if with.is_empty() || with.len() != without.len() {
+            continue;
+        }
         let mut ratios: Vec<f64> = with
             .iter()
             .zip(without)
@@ -679,7 +741,7 @@ fn main() {
             .fold((f64::MAX, f64::MIN), |(lo, hi), r| (lo.min(*r), hi.max(*r)));
         println!();
         println!(
-            "metrics on / off (7 / 3), per round: median {:.3} ({lo:.3}–{hi:.3}) over {} rounds",
+            "{label}, per round: median {:.3} ({lo:.3}–{hi:.3}) over {} rounds",
             median(&mut ratios),
             ratios.len()
         );

@@ -187,7 +187,9 @@ fn return_conversion(ret: &ReturnType, has_output: bool) -> Result<TokenStream2,
 /// `Headers`, `Incoming` (the whole delivery), `Out<SomeOutput>` handles and `State<T>`
 /// shared state. The macro keeps the function as written and adds a nameable
 /// `<fn>_listener` value (registered with `inventory`, or by hand with
-/// `AppBuilder::register`).
+/// `AppBuilder::register`). Its handler is built when the application starts, resolving the
+/// `Out<...>` and `State<T>` arguments once; each call decodes the payload from the borrowed
+/// delivery (`handler::call`).
 #[proc_macro_attribute]
 pub fn stream_listener(attr: TokenStream, item: TokenStream) -> TokenStream {
     let mut args = ListenerArgs::default();
@@ -253,6 +255,10 @@ fn listener(args: ListenerArgs, func: ItemFn) -> Result<TokenStream2, syn::Error
         ));
     }
 
+    // Resolved once, when the application starts: `Out<...>` and `State<...>` arguments.
+    let mut resolve = Vec::new();
+    // Per call, from the borrowed delivery: the payload decoded in place, clones of what
+    // the function takes by value.
     let mut extract = Vec::new();
     let mut call_args = Vec::new();
     let mut uses = Vec::new();
@@ -281,12 +287,14 @@ fn listener(args: ListenerArgs, func: ItemFn) -> Result<TokenStream2, syn::Error
                     ));
                 }
                 incoming_arg = Some(var.clone());
+                extract.push(quote_spanned! {span=> let #var: #ty = __call.to_incoming(); });
             }
             "Message" => {
-                extract.push(quote_spanned! {span=> let #var: #ty = __incoming.message.clone(); })
+                extract.push(quote_spanned! {span=> let #var: #ty = ::core::clone::Clone::clone(__call.message); })
             }
-            "Headers" => extract
-                .push(quote_spanned! {span=> let #var: #ty = __incoming.message.headers.clone(); }),
+            "Headers" => extract.push(
+                quote_spanned! {span=> let #var: #ty = ::core::clone::Clone::clone(&__call.message.headers); },
+            ),
             "Out" => {
                 let Some(binding) = seg.and_then(first_generic) else {
                     return Err(syn::Error::new(
@@ -295,7 +303,8 @@ fn listener(args: ListenerArgs, func: ItemFn) -> Result<TokenStream2, syn::Error
                     ));
                 };
                 uses.push(quote_spanned! {span=> <#binding as ::binder_core::runtime::OutputBinding>::NAME });
-                extract.push(quote_spanned! {span=> let #var: #ty = __incoming.context().out::<#binding>()?; });
+                resolve.push(quote_spanned! {span=> let #var: #ty = __context.out::<#binding>()?; });
+                extract.push(quote! { let #var = ::core::clone::Clone::clone(&#var); });
             }
             "State" => {
                 let Some(inner) = seg.and_then(first_generic) else {
@@ -307,7 +316,8 @@ fn listener(args: ListenerArgs, func: ItemFn) -> Result<TokenStream2, syn::Error
                 states.push(
                     quote_spanned! {span=> ::binder_core::runtime::StateType::of::<#inner>() },
                 );
-                extract.push(quote_spanned! {span=> let #var: #ty = __incoming.context().state::<#inner>()?; });
+                resolve.push(quote_spanned! {span=> let #var: #ty = __context.state::<#inner>()?; });
+                extract.push(quote! { let #var = ::core::clone::Clone::clone(&#var); });
             }
             _ => {
                 if let Some(first) = payload_seen {
@@ -320,13 +330,16 @@ fn listener(args: ListenerArgs, func: ItemFn) -> Result<TokenStream2, syn::Error
                 }
                 payload_seen = Some(span);
                 payload_type = Some(ty);
-                extract
-                    .push(quote_spanned! {span=> let #var: #ty = __incoming.decoded::<#ty>()?; });
+                extract.push(quote_spanned! {span=>
+                    let #var: #ty = match __call.decoded::<#ty>() {
+                        ::core::result::Result::Ok(v) => v,
+                        ::core::result::Result::Err(e) => return ::core::result::Result::Err(e),
+                    };
+                });
             }
         }
         call_args.push(var);
     }
-    let incoming_move = incoming_arg.map(|v| quote! { let #v = __incoming; });
     // The payload type for the AsyncAPI document: with its schema when it implements
     // `JsonSchema` (told at compile time by binder-core's `__payload_type!`), or required to
     // with `schema`.
@@ -385,15 +398,22 @@ fn listener(args: ListenerArgs, func: ItemFn) -> Result<TokenStream2, syn::Error
         };
 
         #[doc(hidden)]
-        fn #make() -> ::std::sync::Arc<dyn ::binder_core::runtime::Handler> {
-            ::std::sync::Arc::new(::binder_core::runtime::handler::incoming(
-                |__incoming: ::binder_core::runtime::Incoming| async move {
+        fn #make(
+            __context: &::binder_core::runtime::Context,
+        ) -> ::core::result::Result<
+            ::std::sync::Arc<dyn ::binder_core::runtime::Handler>,
+            ::binder_core::runtime::HandlerError,
+        > {
+            #(#resolve)*
+            ::core::result::Result::Ok(::std::sync::Arc::new(::binder_core::runtime::handler::call(
+                move |__call: ::binder_core::runtime::Call<'_>| {
                     #(#extract)*
-                    #incoming_move
-                    let __result = #fn_name(#(#call_args),*).await;
-                    ::binder_core::runtime::IntoOutcome::into_outcome(#conversion)
+                    ::core::result::Result::Ok(async move {
+                        let __result = #fn_name(#(#call_args),*).await;
+                        ::binder_core::runtime::IntoOutcome::into_outcome(#conversion)
+                    })
                 },
-            ))
+            )))
         }
 
         ::binder_core::__private::inventory::submit! {

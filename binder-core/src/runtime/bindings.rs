@@ -61,10 +61,17 @@ pub mod processor {
 }
 
 /// A typed handle on an output binding, as a listener argument (`out: Out<Invoices>`).
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct Out<B: OutputBinding> {
     output: Output,
     _binding: PhantomData<fn() -> B>,
+}
+
+/// Cloning shares the output; the binding type itself need not be `Clone`.
+impl<B: OutputBinding> Clone for Out<B> {
+    fn clone(&self) -> Self {
+        Out::new(self.output.clone())
+    }
 }
 
 impl<B: OutputBinding> Out<B> {

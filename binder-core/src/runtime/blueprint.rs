@@ -7,7 +7,9 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::declare::StateType;
+use super::bindings::Context;
+use super::declare::{MakeHandler, StateType};
+use super::error::HandlerError;
 use super::handler::Handler;
 use super::health::Health;
 use super::input::ErrorHook;
@@ -26,9 +28,26 @@ pub(crate) struct Listener {
     pub condition: Option<String>,
     /// The types of its `State<T>` arguments, checked at startup.
     pub states: &'static [StateType],
-    pub handler: Arc<dyn Handler>,
+    pub handler: ListenerHandler,
     /// Its payload type, when known (for the AsyncAPI document).
     pub payload: Option<PayloadType>,
+}
+
+/// A listener's handler: given ready in code, or built at startup from the application's
+/// context (a declared listener resolves its outputs and state once, there).
+pub(crate) enum ListenerHandler {
+    Ready(Arc<dyn Handler>),
+    AtStart(MakeHandler),
+}
+
+impl ListenerHandler {
+    /// The handler to run, built now if it is built at startup.
+    pub(crate) fn build(self, context: &Context) -> Result<Arc<dyn Handler>, HandlerError> {
+        match self {
+            ListenerHandler::Ready(h) => Ok(h),
+            ListenerHandler::AtStart(make) => make(context),
+        }
+    }
 }
 
 /// The parts of an application to start.

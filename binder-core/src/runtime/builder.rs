@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::blueprint::{Blueprint, Listener};
+use super::blueprint::{Blueprint, Listener, ListenerHandler};
 use super::declare::{self, ListenerDef};
 use super::handler::Handler;
 use super::health::Health;
@@ -87,7 +87,7 @@ impl AppBuilder {
             output: None,
             condition: None,
             states: &[],
-            handler: Arc::new(handler),
+            handler: ListenerHandler::Ready(Arc::new(handler)),
             payload: None,
         });
         self
@@ -111,7 +111,7 @@ impl AppBuilder {
             output: None,
             condition: Some(condition),
             states: &[],
-            handler: Arc::new(handler),
+            handler: ListenerHandler::Ready(Arc::new(handler)),
             payload: None,
         });
         self
@@ -129,7 +129,7 @@ impl AppBuilder {
             output: def.output.map(str::to_owned),
             condition: def.condition.map(str::to_owned),
             states: def.states,
-            handler: (def.handler)(),
+            handler: ListenerHandler::AtStart(def.handler),
             payload: def.payload.map(|payload| payload()),
         });
         self
@@ -185,7 +185,7 @@ impl AppBuilder {
             output: Some(output),
             condition: None,
             states: &[],
-            handler: Arc::new(handler),
+            handler: ListenerHandler::Ready(Arc::new(handler)),
             payload: None,
         });
         self

@@ -2,8 +2,15 @@
 
 use std::sync::Arc;
 
+use super::bindings::Context;
+use super::error::HandlerError;
 use super::handler::Handler;
 use crate::asyncapi::PayloadType;
+
+/// Builds a declared listener's handler once, when the application starts, with what its
+/// arguments need from the application: its `Out<...>` outputs and `State<T>` values are
+/// resolved here, not per message.
+pub type MakeHandler = fn(&Context) -> Result<Arc<dyn Handler>, HandlerError>;
 
 /// A listener as the macros declare it: a nameable value that can also be registered by hand
 /// with [`AppBuilder::register`](super::builder::AppBuilder::register).
@@ -21,8 +28,8 @@ pub struct ListenerDef {
     pub uses: &'static [&'static str],
     /// The state types of its `State<T>` arguments, checked at startup.
     pub states: &'static [StateType],
-    /// Builds the handler.
-    pub handler: fn() -> Arc<dyn Handler>,
+    /// Builds the handler at startup (see [`MakeHandler`]).
+    pub handler: MakeHandler,
     /// Its payload argument's type, for the AsyncAPI document (`None`: it takes no payload
     /// argument).
     pub payload: Option<fn() -> PayloadType>,

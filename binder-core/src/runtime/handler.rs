@@ -280,3 +280,46 @@ where
 {
     IncomingHandler(f)
 }
+
+struct CallHandler<F>(F);
+
+impl<F, Fut, R> Handler for CallHandler<F>
+where
+    F: Fn(Call<'_>) -> Result<Fut, HandlerError> + Send + Sync + 'static,
+    Fut: Future<Output = R> + Send + 'static,
+    R: IntoOutcome,
+{
+    fn call(&self, call: Call<'_>) -> BoxFuture<Result<Outcome, HandlerError>> {
+        match (self.0)(call) {
+            Ok(fut) => Box::pin(async move { fut.await.into_outcome() }),
+            Err(e) => Box::pin(async move { Err(e) }),
+        }
+    }
+}
+
+/// A handler that takes what it needs from the borrowed [`Call`] (decodes the payload,
+/// clones only what it keeps) and returns the future to run, or the error that fails the
+/// attempt at once (an undecodable payload). This is what `#[stream_listener]` generates:
+/// no copy of the delivery per message.
+///
+/// ```
+/// use binder_core::runtime::{handler, Call, HandlerError};
+///
+/// #[derive(serde::Deserialize)]
+/// struct Order { id: u32 }
+///
+/// let h = handler::call(|call: Call<'_>| {
+///     let order: Order = call.decoded()?;
+///     let attempt = call.attempt;
+///     Ok::<_, HandlerError>(async move { println!("order {} (attempt {attempt})", order.id) })
+/// });
+/// # let _ = h;
+/// ```
+pub fn call<F, Fut, R>(f: F) -> impl Handler
+where
+    F: Fn(Call<'_>) -> Result<Fut, HandlerError> + Send + Sync + 'static,
+    Fut: Future<Output = R> + Send + 'static,
+    R: IntoOutcome,
+{
+    CallHandler(f)
+}

@@ -52,7 +52,7 @@ mod trace;
 pub use binders::BinderLookupError;
 pub use bindings::{Context, InputBinding, Out, OutputBinding, Sink, Source, State, processor};
 pub use builder::{App, AppBuilder};
-pub use declare::{ListenerDef, ListenerRegistration, OutputRegistration, StateType};
+pub use declare::{ListenerDef, ListenerRegistration, MakeHandler, OutputRegistration, StateType};
 pub use error::HandlerError;
 pub use handler::{Call, Handler, Incoming, IntoOutcome, Outcome, Reply, ReplyBody};
 pub use health::{Health, HealthStatus};

@@ -63,6 +63,11 @@ pub trait Observer: Send + Sync + 'static {
 pub struct Received<'a> {
     /// The input binding.
     pub binding: &'a str,
+    /// The binding's number in this application: dense from 0 over its bindings in the order
+    /// of their names, the same in every event about it, so an observer can keep per-binding
+    /// data in a `Vec` instead of hashing the name per event. `None` for a destination sent
+    /// to dynamically (`RunningApp::publisher`).
+    pub binding_index: Option<usize>,
     /// The queue it came from.
     pub queue: &'a str,
     /// The broker delivered it before.
@@ -75,6 +80,11 @@ pub struct Received<'a> {
 pub struct Handled<'a> {
     /// The input binding.
     pub binding: &'a str,
+    /// The binding's number in this application: dense from 0 over its bindings in the order
+    /// of their names, the same in every event about it, so an observer can keep per-binding
+    /// data in a `Vec` instead of hashing the name per event. `None` for a destination sent
+    /// to dynamically (`RunningApp::publisher`).
+    pub binding_index: Option<usize>,
     /// The attempt's number, from 1.
     pub attempt: u32,
     /// How long the attempt took (the handler and its reply).
@@ -87,6 +97,11 @@ pub struct Handled<'a> {
 pub struct Failed<'a> {
     /// The input binding.
     pub binding: &'a str,
+    /// The binding's number in this application: dense from 0 over its bindings in the order
+    /// of their names, the same in every event about it, so an observer can keep per-binding
+    /// data in a `Vec` instead of hashing the name per event. `None` for a destination sent
+    /// to dynamically (`RunningApp::publisher`).
+    pub binding_index: Option<usize>,
     /// The attempt's number, from 1.
     pub attempt: u32,
     /// How long the attempt took.
@@ -103,6 +118,11 @@ pub struct Failed<'a> {
 pub struct Retried<'a> {
     /// The input binding.
     pub binding: &'a str,
+    /// The binding's number in this application: dense from 0 over its bindings in the order
+    /// of their names, the same in every event about it, so an observer can keep per-binding
+    /// data in a `Vec` instead of hashing the name per event. `None` for a destination sent
+    /// to dynamically (`RunningApp::publisher`).
+    pub binding_index: Option<usize>,
     /// The number of the attempt about to run.
     pub attempt: u32,
     /// The back-off waited before it.
@@ -170,6 +190,11 @@ impl From<Settlement> for Settle {
 pub struct Settled<'a> {
     /// The input binding.
     pub binding: &'a str,
+    /// The binding's number in this application: dense from 0 over its bindings in the order
+    /// of their names, the same in every event about it, so an observer can keep per-binding
+    /// data in a `Vec` instead of hashing the name per event. `None` for a destination sent
+    /// to dynamically (`RunningApp::publisher`).
+    pub binding_index: Option<usize>,
     /// How.
     pub how: Settle,
     /// Why the settlement failed, if it did (the broker will redeliver).
@@ -182,6 +207,11 @@ pub struct Settled<'a> {
 pub struct Sent<'a> {
     /// The output binding (or dynamic destination).
     pub binding: &'a str,
+    /// The binding's number in this application: dense from 0 over its bindings in the order
+    /// of their names, the same in every event about it, so an observer can keep per-binding
+    /// data in a `Vec` instead of hashing the name per event. `None` for a destination sent
+    /// to dynamically (`RunningApp::publisher`).
+    pub binding_index: Option<usize>,
     /// The partition it was sent to, for a partitioned output.
     pub partition: Option<u32>,
     /// From the publish to its confirm (or its failure).
@@ -204,7 +234,7 @@ pub struct BindingStateChanged<'a> {
 
 /// The observers of an application; empty (and free) when none is registered.
 #[derive(Clone, Default)]
-pub(crate) struct Observers(Option<Arc<[Arc<dyn Observer>]>>);
+pub(crate) struct Observers(Option<Arc<[Arc<dyn Observer>]>>, Option<usize>);
 
 impl std::fmt::Debug for Observers {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -216,10 +246,21 @@ impl Observers {
     /// These observers.
     pub(crate) fn new(list: Vec<Arc<dyn Observer>>) -> Self {
         if list.is_empty() {
-            Observers(None)
+            Observers(None, None)
         } else {
-            Observers(Some(list.into()))
+            Observers(Some(list.into()), None)
         }
+    }
+
+    /// The same observers, for the binding numbered `index` (see `Received::binding_index`).
+    pub(crate) fn for_binding(&self, index: usize) -> Self {
+        Observers(self.0.clone(), Some(index))
+    }
+
+    /// The number of the binding these observers report for, if any.
+    #[inline]
+    pub(crate) fn binding_index(&self) -> Option<usize> {
+        self.1
     }
 
     /// Whether any observer is registered.

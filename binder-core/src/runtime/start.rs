@@ -127,6 +127,16 @@ async fn launch(
     if !problems.is_empty() {
         return Err(StartupError::new(problems));
     }
+    // Each binding's number in events (`Received::binding_index`): its place among the
+    // bindings sorted by name, the order of `Control::bindings` too.
+    let mut names: Vec<&String> = resolved.keys().collect();
+    names.sort();
+    let index_of_binding: HashMap<String, usize> = names
+        .into_iter()
+        .enumerate()
+        .map(|(i, name)| (name.clone(), i))
+        .collect();
+    let observers_of = |name: &str| observers.for_binding(index_of_binding[name]);
 
     let mut ready: Vec<String> = Vec::new();
     let mut outputs: HashMap<String, Arc<OutputInner>> = HashMap::new();
@@ -138,7 +148,7 @@ async fn launch(
             binder,
             codecs.clone(),
             &patience,
-            observers.clone(),
+            observers_of(name),
         )
         .await
         {
@@ -154,6 +164,7 @@ async fn launch(
         }
     }
 
+    let output_failed = !problems.is_empty();
     let inflight = Arc::new(Inflight::default());
     let context = Arc::new(Context {
         outputs: outputs
@@ -199,9 +210,22 @@ async fn launch(
         let (desired, _) = watch::channel(initial);
         let mut actual = Vec::new();
         let name: Arc<str> = Arc::from(input.as_str());
-        let routes = listeners
-            .into_iter()
-            .map(|l| Route {
+        let mut routes = Vec::with_capacity(listeners.len());
+        for l in listeners {
+            let handler = match l.handler.build(&context) {
+                Ok(h) => h,
+                Err(e) => {
+                    // Only an output that failed to open (already reported) can be missing.
+                    if !output_failed {
+                        problems.push(StartupProblem::Check(format!(
+                            "listener `{}` of binding `{input}`: {e}",
+                            l.name
+                        )));
+                    }
+                    continue;
+                }
+            };
+            routes.push(Route {
                 // Checked before anything connected: a condition that does not parse
                 // stopped the start.
                 condition: l
@@ -209,10 +233,10 @@ async fn launch(
                     .as_deref()
                     .and_then(|c| Condition::parse(c).ok()),
                 output: l.output.as_ref().and_then(|o| outputs.get(o).cloned()),
-                handler: l.handler,
+                handler,
                 name: l.name,
-            })
-            .collect();
+            });
+        }
         let runtime = Arc::new(InputRuntime {
             name: name.clone(),
             routes: Routes::new(name, routes),
@@ -221,7 +245,7 @@ async fn launch(
                 &binding,
                 consumer.clone(),
                 app.hook.clone(),
-                observers.clone(),
+                observers_of(&input),
             ),
             codecs: codecs.clone(),
             backoff: BackOff::of(&binding.consumer),
@@ -229,7 +253,7 @@ async fn launch(
             inflight: inflight.clone(),
             health: tracker.clone(),
             content_type: Arc::from(binding.content_type.as_str()),
-            observers: observers.clone(),
+            observers: observers_of(&input),
             acknowledge_mode: consumer.acknowledge_mode(),
             config: binding.clone(),
         });
@@ -320,15 +344,18 @@ async fn launch(
     })
 }
 
-/// What each binding is, for the bindings endpoint.
+/// What each binding is, for the bindings endpoint, sorted by name: a binding's place here
+/// is its number in events.
 fn binding_infos(
     config: &StreamConfig,
     resolved: &HashMap<String, Arc<dyn Binder>>,
     outputs: &[String],
 ) -> Vec<BindingInfo> {
     let outputs: HashSet<&str> = outputs.iter().map(String::as_str).collect();
-    resolved
-        .iter()
+    let mut sorted: Vec<(&String, &Arc<dyn Binder>)> = resolved.iter().collect();
+    sorted.sort_by(|a, b| a.0.cmp(b.0));
+    sorted
+        .into_iter()
         .map(|(name, binder)| {
             // Borrowed when the binding is configured: cloning every binding's whole
             // configuration showed in the start time of apps with thousands of bindings.

@@ -188,6 +188,7 @@ impl InputRuntime {
                 self.observers.emit(|o| {
                     o.received(&Received {
                         binding: &self.name,
+                        binding_index: self.observers.binding_index(),
                         queue: &pending.queue,
                         redelivered: pending.redelivered,
                     })
@@ -222,6 +223,7 @@ impl InputRuntime {
             self.observers.emit(|o| {
                 o.retried(&Retried {
                     binding: &self.name,
+                    binding_index: self.observers.binding_index(),
                     attempt,
                     delay: wait,
                 })
@@ -254,6 +256,7 @@ impl InputRuntime {
             Ok(()) => self.observers.emit(|o| {
                 o.handled(&Handled {
                     binding: &self.name,
+                    binding_index: self.observers.binding_index(),
                     attempt,
                     duration,
                 })
@@ -263,6 +266,7 @@ impl InputRuntime {
                 self.observers.emit(|o| {
                     o.failed(&Failed {
                         binding: &self.name,
+                        binding_index: self.observers.binding_index(),
                         attempt,
                         duration,
                         error,
@@ -277,6 +281,7 @@ impl InputRuntime {
         self.observers.emit(|o| {
             o.settled(&Settled {
                 binding: &self.name,
+                binding_index: self.observers.binding_index(),
                 how,
                 error,
             })

@@ -148,6 +148,7 @@ impl FailurePolicy {
         self.observers.emit(|o| {
             o.settled(&Settled {
                 binding: &self.binding,
+                binding_index: self.observers.binding_index(),
                 how,
                 error: gave_up.settle_error.as_ref(),
             })

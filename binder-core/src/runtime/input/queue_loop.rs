@@ -340,6 +340,7 @@ impl QueueLoop {
                 self.rt.observers.emit(|o| {
                     o.settled(&Settled {
                         binding: &self.rt.name,
+                        binding_index: self.rt.observers.binding_index(),
                         how: Settle::Requeue,
                         error: requeued.as_ref().err(),
                     })

@@ -21,11 +21,16 @@ const BOUNDS: [f64; 19] = {
     b
 };
 
+/// [`BOUNDS`]' first bound, 100 µs, in nanoseconds.
+const FIRST_BOUND_NANOS: u64 = 100_000;
+
 /// Durations counted per bucket, with their sum in nanoseconds. Cheap to clone (shared).
 #[derive(Debug, Clone, Default)]
 pub(crate) struct DurationHistogram(Arc<Inner>);
 
+/// On cache lines of its own (see `padded`).
 #[derive(Debug, Default)]
+#[repr(align(128))]
 struct Inner {
     /// Per bucket (not cumulative); the last is `+Inf`.
     counts: [AtomicU64; 20],
@@ -34,14 +39,18 @@ struct Inner {
 
 impl DurationHistogram {
     /// Counts one duration.
+    #[inline]
     pub(crate) fn observe(&self, d: Duration) {
-        let seconds = d.as_secs_f64();
-        let bucket = BOUNDS
-            .iter()
-            .position(|b| seconds <= *b)
-            .unwrap_or(BOUNDS.len());
-        self.0.counts[bucket].fetch_add(1, Ordering::Relaxed);
         let nanos = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        // Bucket `i` holds up to 100 µs · 2^i: the first bound at or above the duration,
+        // found from the bits of its multiple of 100 µs rather than by comparing floats.
+        let bucket = if nanos <= FIRST_BOUND_NANOS {
+            0
+        } else {
+            let multiple = (nanos - 1) / FIRST_BOUND_NANOS;
+            ((u64::BITS - multiple.leading_zeros()) as usize).min(BOUNDS.len())
+        };
+        self.0.counts[bucket].fetch_add(1, Ordering::Relaxed);
         self.0.sum_nanos.fetch_add(nanos, Ordering::Relaxed);
     }
 }
@@ -91,5 +100,18 @@ mod tests {
             h.0.sum_nanos.load(Ordering::Relaxed),
             300_000 + 3_600_000_000_000
         );
+        h.observe(Duration::from_micros(200));
+        h.observe(Duration::from_nanos(200_001));
+        h.observe(Duration::from_micros(100 << 18));
+        h.observe(Duration::from_nanos((100_000 << 18) + 1));
+        let counts: Vec<u64> =
+            h.0.counts
+                .iter()
+                .map(|c| c.load(Ordering::Relaxed))
+                .collect();
+        assert_eq!(counts[1], 2, "200 µs is within 200 µs");
+        assert_eq!(counts[2], 1, "just above 200 µs is within 400 µs");
+        assert_eq!(counts[18], 1, "the last bound holds itself");
+        assert_eq!(counts[19], 2, "just above the last bound is beyond it");
     }
 }

@@ -5,12 +5,12 @@ use std::collections::HashMap;
 use std::sync::{Arc, OnceLock, RwLock};
 
 use prometheus_client::encoding::text::encode;
-use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
 use super::histogram::DurationHistogram;
+use super::padded::{PaddedCounter, PaddedGauge};
 
 use super::super::control::Control;
 use super::super::observe::{DeadLettered, Failed, Handled, Observer, Received, Retried, Sent};
@@ -21,32 +21,33 @@ type Histograms = Family<Labels, DurationHistogram>;
 
 /// Every metric family.
 struct Families {
-    received: Family<Labels, Counter>,
-    handled: Family<Labels, Counter>,
-    failed: Family<Labels, Counter>,
-    retried: Family<Labels, Counter>,
-    dead_lettered: Family<Labels, Counter>,
-    in_flight: Family<Labels, Gauge>,
+    received: Family<Labels, PaddedCounter>,
+    handled: Family<Labels, PaddedCounter>,
+    failed: Family<Labels, PaddedCounter>,
+    retried: Family<Labels, PaddedCounter>,
+    dead_lettered: Family<Labels, PaddedCounter>,
+    in_flight: Family<Labels, PaddedGauge>,
     handler_duration: Histograms,
-    sent: Family<Labels, Counter>,
-    send_failed: Family<Labels, Counter>,
+    sent: Family<Labels, PaddedCounter>,
+    send_failed: Family<Labels, PaddedCounter>,
     send_latency: Histograms,
     binder_up: Family<Labels, Gauge>,
     binder_state: Family<Labels, Gauge>,
 }
 
-/// One binding's metrics, looked up once (no label set built per event).
+/// One binding's metrics, looked up once (no label set built per event), each value on
+/// cache lines of its own.
 struct BindingMetrics {
-    received: Counter,
-    handled: Counter,
-    failed: Counter,
-    retried: Counter,
-    dead_lettered: Counter,
-    in_flight: Gauge,
+    received: PaddedCounter,
+    handled: PaddedCounter,
+    failed: PaddedCounter,
+    retried: PaddedCounter,
+    dead_lettered: PaddedCounter,
+    in_flight: PaddedGauge,
     handled_duration: DurationHistogram,
     failed_duration: DurationHistogram,
-    sent: Counter,
-    send_failed: Counter,
+    sent: PaddedCounter,
+    send_failed: PaddedCounter,
     send_latency: DurationHistogram,
 }
 
@@ -55,8 +56,9 @@ pub(crate) struct Metrics {
     registry: Registry,
     families: Families,
     /// The application's bindings, fixed once it has started ([`Metrics::know`]): read
-    /// without a lock on every event.
-    known: OnceLock<HashMap<String, Arc<BindingMetrics>, Fnv>>,
+    /// without a lock on every event, by the binding's number in events (the order of
+    /// `Control::bindings`), or by name for events that carry no number.
+    known: OnceLock<Known>,
     /// Bindings met later (dynamic destinations), and all of them before the start.
     bindings: RwLock<HashMap<String, Arc<BindingMetrics>>>,
 }
@@ -154,10 +156,17 @@ impl Metrics {
         }
     }
 
-    /// Runs `f` on a binding's metrics: the application's own from the map fixed at start,
-    /// without a lock or a reference count; others created on their first event.
-    fn with(&self, name: &str, f: impl FnOnce(&BindingMetrics)) {
-        match self.known.get().and_then(|known| known.get(name)) {
+    /// Runs `f` on a binding's metrics: the application's own from the table fixed at
+    /// start (by number, else by name), without a lock or a reference count; others created
+    /// on their first event.
+    #[inline]
+    fn with(&self, index: Option<usize>, name: &str, f: impl FnOnce(&BindingMetrics)) {
+        let known = self.known.get().and_then(|known| {
+            index
+                .and_then(|i| known.by_index.get(i))
+                .or_else(|| known.by_name.get(name))
+        });
+        match known {
             Some(m) => f(m),
             None => f(&self.binding(name)),
         }
@@ -212,12 +221,18 @@ impl Metrics {
 
     /// Every binding of the application appears from the first scrape on, at zero.
     pub(crate) fn know(&self, control: &Control) {
-        let known = control
+        let by_index: Vec<Arc<BindingMetrics>> = control
             .bindings
             .iter()
-            .map(|b| (b.name.clone(), self.binding(&b.name)))
+            .map(|b| self.binding(&b.name))
             .collect();
-        let _ = self.known.set(known);
+        let by_name = control
+            .bindings
+            .iter()
+            .zip(&by_index)
+            .map(|(b, m)| (b.name.clone(), m.clone()))
+            .collect();
+        let _ = self.known.set(Known { by_index, by_name });
     }
 
     /// The text exposition (OpenMetrics), with the binders' connection states read now.
@@ -245,6 +260,14 @@ impl Metrics {
         let _ = encode(&mut out, &self.registry);
         out
     }
+}
+
+/// The application's bindings' metrics, fixed at start.
+struct Known {
+    /// By the binding's number in events.
+    by_index: Vec<Arc<BindingMetrics>>,
+    /// By name, for events that carry no number.
+    by_name: HashMap<String, Arc<BindingMetrics>, Fnv>,
 }
 
 /// FNV-1a: binding names are short and chosen by the application, so the lookup on every
@@ -282,14 +305,14 @@ pub(crate) struct MetricsObserver(pub(crate) Arc<Metrics>);
 
 impl Observer for MetricsObserver {
     fn received(&self, event: &Received<'_>) {
-        self.0.with(event.binding, |m| {
+        self.0.with(event.binding_index, event.binding, |m| {
             m.received.inc();
             m.in_flight.inc();
         });
     }
 
     fn handled(&self, event: &Handled<'_>) {
-        self.0.with(event.binding, |m| {
+        self.0.with(event.binding_index, event.binding, |m| {
             m.handled.inc();
             m.handled_duration.observe(event.duration);
             m.in_flight.dec();
@@ -297,7 +320,7 @@ impl Observer for MetricsObserver {
     }
 
     fn failed(&self, event: &Failed<'_>) {
-        self.0.with(event.binding, |m| {
+        self.0.with(event.binding_index, event.binding, |m| {
             m.failed.inc();
             m.failed_duration.observe(event.duration);
             if !event.will_retry {
@@ -307,19 +330,19 @@ impl Observer for MetricsObserver {
     }
 
     fn retried(&self, event: &Retried<'_>) {
-        self.0.with(event.binding, |m| {
+        self.0.with(event.binding_index, event.binding, |m| {
             m.retried.inc();
         });
     }
 
     fn dead_lettered(&self, event: &DeadLettered<'_>) {
-        self.0.with(event.binding, |m| {
+        self.0.with(None, event.binding, |m| {
             m.dead_lettered.inc();
         });
     }
 
     fn sent(&self, event: &Sent<'_>) {
-        self.0.with(event.binding, |m| {
+        self.0.with(event.binding_index, event.binding, |m| {
             m.sent.inc();
             if event.error.is_some() {
                 m.send_failed.inc();

@@ -9,6 +9,7 @@ mod bindings;
 mod health;
 mod histogram;
 mod metrics;
+mod padded;
 
 use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};

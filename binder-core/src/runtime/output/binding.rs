@@ -79,6 +79,7 @@ impl OutputInner {
             self.observers.emit(|o| {
                 o.sent(&Sent {
                     binding: &self.binding,
+                    binding_index: self.observers.binding_index(),
                     partition,
                     latency,
                     error: published.as_ref().err(),
