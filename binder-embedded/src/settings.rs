@@ -175,15 +175,20 @@ fn parse_size(text: &str) -> Option<u64> {
     n.checked_mul(scale)
 }
 
-/// `memory-paging-ratio`: a fraction of the memory high watermark, above 0 and at most 1.
-fn paging_ratio(key: &str, value: &Value) -> BinderResult<f64> {
-    let fraction = match &value.kind {
+/// A number given as one (integer or float) or as a string.
+fn as_number(value: &Value) -> Option<f64> {
+    match &value.kind {
         ValueKind::Float(f) => Some(*f),
         ValueKind::I64(i) => Some(*i as f64),
         ValueKind::U64(u) => Some(*u as f64),
         ValueKind::String(s) => s.trim().parse::<f64>().ok(),
         _ => None,
-    };
+    }
+}
+
+/// `memory-paging-ratio`: a fraction of the memory high watermark, above 0 and at most 1.
+fn paging_ratio(key: &str, value: &Value) -> BinderResult<f64> {
+    let fraction = as_number(value);
     match fraction {
         Some(f) if f > 0.0 && f <= 1.0 => Ok(f),
         _ => Err(config_error(
@@ -197,13 +202,7 @@ fn paging_ratio(key: &str, value: &Value) -> BinderResult<f64> {
 }
 
 fn relative(key: &str, value: &Value) -> BinderResult<MemoryWatermark> {
-    let fraction = match &value.kind {
-        ValueKind::Float(f) => Some(*f),
-        ValueKind::I64(i) => Some(*i as f64),
-        ValueKind::U64(u) => Some(*u as f64),
-        ValueKind::String(s) => s.trim().parse::<f64>().ok(),
-        _ => None,
-    };
+    let fraction = as_number(value);
     match fraction {
         Some(f) if f > 0.0 && f <= 1.0 => Ok(MemoryWatermark::Relative(f)),
         Some(f) if f > 1.0 => Err(config_error(

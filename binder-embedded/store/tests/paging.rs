@@ -62,6 +62,15 @@ async fn publish(ch: &Channel, queue: &str, range: std::ops::Range<u64>) {
     }
 }
 
+/// A confirm channel on `conn` with the durable queue `q` declared.
+fn durable_q(conn: &Connection) -> Channel {
+    let ch = conn.open_channel().unwrap();
+    ch.queue_declare("q", durable_queue(), FieldTable::new())
+        .unwrap();
+    ch.confirm_select().unwrap();
+    ch
+}
+
 async fn next(consumer: &mut Consumer) -> Delivery {
     tokio::time::timeout(Duration::from_secs(10), consumer.recv())
         .await
@@ -74,10 +83,7 @@ async fn a_paged_backlog_is_delivered_complete_and_in_order() {
     let fs = FaultFs::new();
     let (_store, broker) = open(&fs, Path::new("/data"), StoreConfig::default());
     let conn = broker.connect();
-    let ch = conn.open_channel().unwrap();
-    ch.queue_declare("q", durable_queue(), FieldTable::new())
-        .unwrap();
-    ch.confirm_select().unwrap();
+    let ch = durable_q(&conn);
     publish(&ch, "q", 0..5_000).await;
     let paged = broker.paged_messages("q").unwrap();
     assert!(paged > 4_000, "only {paged} of 5000 paged");
@@ -119,10 +125,7 @@ async fn paged_messages_are_redelivered_and_requeued_with_their_bodies() {
     let fs = FaultFs::new();
     let (_store, broker) = open(&fs, Path::new("/data"), StoreConfig::default());
     let conn = broker.connect();
-    let ch = conn.open_channel().unwrap();
-    ch.queue_declare("q", durable_queue(), FieldTable::new())
-        .unwrap();
-    ch.confirm_select().unwrap();
+    let ch = durable_q(&conn);
     publish(&ch, "q", 0..3_000).await;
     assert!(broker.paged_messages("q").unwrap() > 2_000);
     // Take 1,500 (the last 1,000 of them read back from the store), requeue them all.
@@ -161,10 +164,7 @@ async fn compaction_and_segment_deletion_keep_stubs_readable() {
     };
     let (store, broker) = open(&fs, Path::new("/data"), config);
     let conn = broker.connect();
-    let ch = conn.open_channel().unwrap();
-    ch.queue_declare("q", durable_queue(), FieldTable::new())
-        .unwrap();
-    ch.confirm_select().unwrap();
+    let ch = durable_q(&conn);
     publish(&ch, "q", 0..6_000).await;
     assert!(broker.paged_messages("q").unwrap() > 5_000);
     // Remove nine in ten of the paged messages without reading them: their segments become
@@ -246,10 +246,7 @@ async fn a_paged_backlog_survives_a_crash() {
     let dir = Path::new("/data");
     let (_store, broker) = open(&fs, dir, StoreConfig::default());
     let conn = broker.connect();
-    let ch = conn.open_channel().unwrap();
-    ch.queue_declare("q", durable_queue(), FieldTable::new())
-        .unwrap();
-    ch.confirm_select().unwrap();
+    let ch = durable_q(&conn);
     publish(&ch, "q", 0..4_000).await;
     assert!(broker.paged_messages("q").unwrap() > 3_000);
     // 1,200 delivered (some of them paged and read back), 200 of those acknowledged.
@@ -289,10 +286,7 @@ async fn a_read_error_is_reported_and_the_message_kept() {
     let dir = Path::new("/data");
     let (_store, broker) = open(&fs, dir, StoreConfig::default());
     let conn = broker.connect();
-    let ch = conn.open_channel().unwrap();
-    ch.queue_declare("q", durable_queue(), FieldTable::new())
-        .unwrap();
-    ch.confirm_select().unwrap();
+    let ch = durable_q(&conn);
     publish(&ch, "q", 0..2_000).await;
     assert!(broker.paged_messages("q").unwrap() > 1_000);
     // Damage every segment: flip one byte in each record's body from the 600th on.
