@@ -50,7 +50,7 @@
 mod describe;
 mod payload;
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use serde_json::{Map, Value, json};
 
@@ -216,18 +216,20 @@ impl DocumentBuilder<'_> {
             channels: Map::new(),
             operations: Map::new(),
             messages: Map::new(),
-            channel_ids: Vec::new(),
+            channel_ids: HashMap::new(),
+            channel_keys: HashSet::new(),
+            environments: HashMap::new(),
             operation_ids: HashSet::new(),
             message_ids: HashSet::new(),
         };
+        // Indexed once: an application may have thousands of bindings.
+        let mut payloads: HashMap<&str, Vec<&Payload>> = HashMap::new();
+        for (binding, payload) in &self.payloads {
+            payloads.entry(binding.as_str()).or_default().push(payload);
+        }
         for (name, role) in &self.roles {
-            let payloads: Vec<&Payload> = self
-                .payloads
-                .iter()
-                .filter(|(b, _)| b == name)
-                .map(|(_, p)| p)
-                .collect();
-            out.binding(self.config, &self.config.binding(name), *role, &payloads);
+            let of_binding = payloads.get(name.as_str()).map_or(&[][..], Vec::as_slice);
+            out.binding(self.config, &self.config.binding(name), *role, of_binding);
         }
         let raw = self.config.raw();
         let text = |path: &[&str]| descend(raw, path).and_then(|v| v.clone().into_string().ok());
@@ -299,8 +301,12 @@ struct Assembly {
     channels: Map<String, Value>,
     operations: Map<String, Value>,
     messages: Map<String, Value>,
-    /// Each channel's identity (binder, address) and key.
-    channel_ids: Vec<((String, Option<String>), String)>,
+    /// Each shared channel's key by its identity (binder, address).
+    channel_ids: HashMap<(String, Option<String>), String>,
+    /// Every channel key taken.
+    channel_keys: HashSet<String>,
+    /// The configuration tree each binder sees, made once per binder.
+    environments: HashMap<String, std::sync::Arc<config::Value>>,
     operation_ids: HashSet<String>,
     message_ids: HashSet<String>,
 }
@@ -315,7 +321,11 @@ impl Assembly {
     ) {
         let binder_name = config.binder_for(&binding.name);
         let binder_type = config.binder_type(&binder_name);
-        let environment = config.binder_environment(&binder_name);
+        let environment = self
+            .environments
+            .entry(binder_name.clone())
+            .or_insert_with(|| std::sync::Arc::new(config.binder_environment(&binder_name)))
+            .clone();
         let binder = json!({"name": binder_name, "type": binder_type});
         let request = DescribeRequest {
             binding,
@@ -534,19 +544,15 @@ impl Assembly {
         messages: &[String],
     ) -> String {
         // Channels without an address are never shared: each is its own anonymous queue.
-        let existing = identity.1.as_ref().and_then(|_| {
-            self.channel_ids
-                .iter()
-                .find(|(i, _)| *i == identity)
-                .map(|(_, k)| k.clone())
-        });
+        let existing = identity
+            .1
+            .as_ref()
+            .and_then(|_| self.channel_ids.get(&identity).cloned());
         let key = match existing {
             Some(key) => key,
             None => {
-                let mut used: HashSet<String> =
-                    self.channel_ids.iter().map(|(_, k)| k.clone()).collect();
                 let key = unique(
-                    &mut used,
+                    &mut self.channel_keys,
                     key_of(identity.1.as_deref().unwrap_or(&parts.title)),
                 );
                 let mut channel = json!({
@@ -560,7 +566,9 @@ impl Assembly {
                     channel["bindings"] = Value::Object(parts.bindings);
                 }
                 self.channels.insert(key.clone(), channel);
-                self.channel_ids.push((identity, key.clone()));
+                if identity.1.is_some() {
+                    self.channel_ids.insert(identity, key.clone());
+                }
                 key
             }
         };
