@@ -10,6 +10,10 @@
 //! installs it with `npm install --prefix target/asyncapi-validator @asyncapi/specs@6`), or
 //! the file `ASYNCAPI_SCHEMA` names. Without them the validation is skipped with the reason
 //! printed, unless `REQUIRE_ASYNCAPI_VALIDATOR=1`, which makes it fail.
+#[path = "support/cli.rs"]
+mod cli;
+
+use cli::streamctl;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -18,16 +22,6 @@ use binder_core::config::{ConfigLoader, StreamConfig};
 use binder_core::runtime::App;
 use serde_json::Value;
 use stream_macros::{input, stream_listener};
-
-fn streamctl(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_streamctl"))
-        .args(args)
-        .env_remove("STREAM_CONFIG")
-        .env_remove("SPRING_PROFILES_ACTIVE")
-        .env_remove("SPRING_APPLICATION_JSON")
-        .output()
-        .unwrap()
-}
 
 fn write(dir: &Path, name: &str, text: &str) -> String {
     let path = dir.join(name);

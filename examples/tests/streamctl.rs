@@ -1,16 +1,10 @@
 //! `streamctl plan` as an operator runs it.
 
-use std::process::Command;
+#[path = "support/cli.rs"]
+mod cli;
 
-fn streamctl(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_streamctl"))
-        .args(args)
-        .env_remove("STREAM_CONFIG")
-        .env_remove("SPRING_PROFILES_ACTIVE")
-        .env_remove("SPRING_APPLICATION_JSON")
-        .output()
-        .unwrap()
-}
+use cli::streamctl;
+use std::process::Command;
 
 fn write(text: &str) -> (tempfile::TempDir, String) {
     let dir = tempfile::tempdir().unwrap();

@@ -1,26 +1,20 @@
 //! `streamctl`'s operator verbs (`list_*`, `purge_queue`, `dlq …`) as an operator runs them:
 //! against the shared RabbitMQ over AMQP (it has no management plugin), against a private
 //! RabbitMQ node with the management plugin, and against `stream-broker`.
+#[path = "support/cli.rs"]
+mod cli;
+
+use cli::streamctl;
 
 #[path = "../../binder-rabbit/tests/common/mod.rs"]
 mod common;
 
-use std::process::{Command, Output};
+use std::process::Output;
 
 use common::{PrivateNode, amqp_url, unique};
 use lapin::options::{BasicPublishOptions, QueueDeclareOptions, QueueDeleteOptions};
 use lapin::types::{AMQPValue, FieldTable, ShortString};
 use lapin::{BasicProperties, Connection, ConnectionProperties};
-
-fn streamctl(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_streamctl"))
-        .args(args)
-        .env_remove("STREAM_CONFIG")
-        .env_remove("SPRING_PROFILES_ACTIVE")
-        .env_remove("SPRING_APPLICATION_JSON")
-        .output()
-        .unwrap()
-}
 
 fn text(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
