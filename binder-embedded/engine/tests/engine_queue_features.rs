@@ -64,6 +64,39 @@ async fn queue_ttl_expires_at_the_head_and_dead_letters() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn messages_expiring_together_are_dead_lettered_in_queue_order() {
+    let (_b, _c, ch) = open();
+    with_dlq(&ch, &[("x-message-ttl", FieldValue::I32(1000))]);
+    for body in ["1", "2", "3", "4"] {
+        publish(&ch, "", "q", body).await;
+    }
+    tokio::time::sleep(Duration::from_millis(1001)).await;
+    // The first expiry check after the deadline finds all four due at once.
+    assert!(ch.basic_get("q", true).unwrap().is_none());
+    assert_eq!(drain(&ch, "dlq"), ["1", "2", "3", "4"]);
+}
+
+#[tokio::test]
+async fn a_multiple_nack_dead_letters_in_delivery_order() {
+    let (_b, _c, ch) = open();
+    with_dlq(&ch, &[]);
+    for body in ["1", "2", "3"] {
+        publish(&ch, "", "q", body).await;
+    }
+    let mut last = 0;
+    for _ in 0..3 {
+        last = ch
+            .basic_get("q", false)
+            .unwrap()
+            .unwrap()
+            .delivery
+            .delivery_tag;
+    }
+    ch.basic_nack(last, true, false).unwrap();
+    assert_eq!(drain(&ch, "dlq"), ["1", "2", "3"]);
+}
+
+#[tokio::test(start_paused = true)]
 async fn per_message_ttl_expires_on_delivery_attempt_and_keeps_the_original_expiration() {
     let (_b, _c, ch) = open();
     with_dlq(&ch, &[]);

@@ -361,7 +361,7 @@ impl<E: Envelope> State<E> {
                     if at.is_due(*now.get_or_insert_with(Instant::now)) {
                         self.work
                             .dying
-                            .push((message, q.name.clone(), DeathReason::Expired));
+                            .push_back((message, q.name.clone(), DeathReason::Expired));
                         continue;
                     }
                 }

@@ -33,7 +33,7 @@ impl<E: Envelope> State<E> {
             let m = q.storage.pop().expect("peeked");
             self.work
                 .dying
-                .push((m, q.name.clone(), DeathReason::Expired));
+                .push_back((m, q.name.clone(), DeathReason::Expired));
         }
     }
 
@@ -70,7 +70,7 @@ impl<E: Envelope> State<E> {
     /// messages or credit are dispatched.
     pub(crate) fn settle(&mut self) {
         loop {
-            if let Some((message, queue, reason)) = self.work.dying.pop() {
+            if let Some((message, queue, reason)) = self.work.dying.pop_front() {
                 self.memory.used -= message.footprint();
                 self.dead_letter(message, &queue, reason);
                 continue;

@@ -183,7 +183,9 @@ impl<E: Envelope> State<E> {
                     if !redead {
                         let name = q.name.clone();
                         self.memory.used += footprint as usize;
-                        self.work.dying.push((message, name, DeathReason::MaxLen));
+                        self.work
+                            .dying
+                            .push_back((message, name, DeathReason::MaxLen));
                     }
                     return false;
                 }
@@ -215,7 +217,7 @@ impl<E: Envelope> State<E> {
             let Some(head) = q.storage.pop() else { break };
             self.work
                 .dying
-                .push((head, q.name.clone(), DeathReason::MaxLen));
+                .push_back((head, q.name.clone(), DeathReason::MaxLen));
         }
         if q.parked > 0 {
             self.work.mark_dirty(q.name.clone());

@@ -87,7 +87,7 @@ impl<E: Envelope> State<E> {
                     self.memory.used += u.message.footprint();
                     self.work
                         .dying
-                        .push((u.message, u.queue.clone(), DeathReason::Rejected));
+                        .push_back((u.message, u.queue.clone(), DeathReason::Rejected));
                     self.work.mark_dirty(u.queue);
                 }
             }
@@ -117,7 +117,7 @@ impl<E: Envelope> State<E> {
         {
             self.work
                 .dying
-                .push((message, queue, DeathReason::DeliveryLimit));
+                .push_back((message, queue, DeathReason::DeliveryLimit));
             return;
         }
         q.storage.requeue(message);

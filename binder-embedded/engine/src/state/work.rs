@@ -2,6 +2,7 @@
 //! (queues to dispatch, messages to dead-letter) and after (timer wake-up, consumer wake-ups,
 //! freeing settled messages).
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 use crate::dead_letter::DeathReason;
@@ -16,8 +17,10 @@ use crate::store::Durability;
 pub(crate) struct Work<E: Envelope> {
     /// Queues with work to do (dispatch, overflow).
     pub dirty: Vec<Arc<str>>,
-    /// Messages waiting to be dead-lettered: message, queue it died in, reason.
-    pub dying: Vec<(QueuedMessage<E>, Arc<str>, DeathReason)>,
+    /// Messages waiting to be dead-lettered, first to die first: message, queue it died in,
+    /// reason. A FIFO, so messages that die together (expired at once, a multiple nack)
+    /// reach the dead-letter queue in their queue order, as on RabbitMQ.
+    pub dying: VecDeque<(QueuedMessage<E>, Arc<str>, DeathReason)>,
     /// Set when a message with an expiry or a queue with `x-expires` appears, so the timer
     /// recomputes its deadline.
     pub timer_dirty: bool,
@@ -38,7 +41,7 @@ impl<E: Envelope> Work<E> {
     pub(crate) fn new() -> Self {
         Work {
             dirty: Vec::new(),
-            dying: Vec::new(),
+            dying: VecDeque::new(),
             timer_dirty: false,
             garbage: Vec::new(),
             wakes: Vec::new(),
