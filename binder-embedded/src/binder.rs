@@ -4,6 +4,7 @@
 
 use std::collections::{HashSet, VecDeque};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
@@ -517,7 +518,13 @@ impl AmqpBroker for EmbeddedBinder {
     async fn producer(&self, spec: ProducerSpec) -> BinderResult<Box<dyn AmqpProducer>> {
         let channel = self.channel()?;
         channel.confirm_select().map_err(broker_error)?;
-        Ok(Box::new(EmbeddedProducer { channel, spec }))
+        Ok(Box::new(EmbeddedProducer {
+            channel,
+            spec,
+            broker: self.broker.clone(),
+            waiting: AtomicUsize::new(0),
+            blocked_since: Mutex::new(None),
+        }))
     }
 
     async fn subscribe(&self, spec: SubscriptionSpec) -> BinderResult<Box<dyn Subscription>> {
@@ -582,6 +589,13 @@ impl AmqpBroker for EmbeddedBinder {
 struct EmbeddedProducer {
     channel: Channel,
     spec: ProducerSpec,
+    /// The broker, to say why publishers are blocked.
+    broker: Broker,
+    /// Sends of this producer waiting for the broker to unblock publishers: the first one
+    /// to wait logs a warning, the last one to go on logs that they resumed.
+    waiting: AtomicUsize,
+    /// When the first of the waiting sends began to wait.
+    blocked_since: Mutex<Option<std::time::Instant>>,
 }
 
 /// A publish's confirm as the SPI reports it.
@@ -597,6 +611,64 @@ fn confirmed(
             "a full queue refused the message (x-overflow: reject-publish)".to_owned(),
         )),
         Err(e) => Err(refused(e.to_string())),
+    }
+}
+
+/// A send of an [`EmbeddedProducer`] waiting for the broker to unblock publishers (memory or
+/// disk alarm). The first waiting send of a producer says so, once, and the last one to go on
+/// (or to be dropped) says for how long: a send that only waits would otherwise look like a
+/// hung service.
+struct BlockedWait<'a>(&'a EmbeddedProducer);
+
+impl<'a> BlockedWait<'a> {
+    fn begin(producer: &'a EmbeddedProducer) -> Self {
+        if producer.waiting.fetch_add(1, Ordering::AcqRel) == 0 {
+            let reason = producer
+                .broker
+                .blocked_reason()
+                .unwrap_or_else(|| "an alarm that has just cleared".to_owned());
+            tracing::warn!(
+                exchange = %producer.spec.exchange,
+                "sends to `{}` wait: the embedded broker blocks publishers ({reason}) until its \
+                 memory use falls under `{PREFIX}.memory-high-watermark` (or the data \
+                 directory's free space rises over `{PREFIX}.disk-free-limit`); consumers go on",
+                producer.spec.exchange
+            );
+            *producer
+                .blocked_since
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()) = Some(std::time::Instant::now());
+        }
+        BlockedWait(producer)
+    }
+}
+
+impl Drop for BlockedWait<'_> {
+    fn drop(&mut self) {
+        let producer = self.0;
+        if producer.waiting.fetch_sub(1, Ordering::AcqRel) != 1 {
+            return;
+        }
+        let since = producer
+            .blocked_since
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        let waited = since.map(|t| format!(" after {:.1?}", t.elapsed()));
+        let waited = waited.unwrap_or_default();
+        let exchange = &producer.spec.exchange;
+        if producer.broker.is_blocked() {
+            tracing::info!(
+                exchange = %exchange,
+                "sends to `{exchange}` stopped waiting{waited} (cancelled); the embedded broker \
+                 still blocks publishers"
+            );
+        } else {
+            tracing::info!(
+                exchange = %exchange,
+                "sends to `{exchange}` go on{waited}: the embedded broker unblocked publishers"
+            );
+        }
     }
 }
 
@@ -635,6 +707,7 @@ impl AmqpProducer for EmbeddedProducer {
                 confirmed(exchange, routing_key, pending.wait().await)
             }),
             TryPublish::Blocked(message) => BinderFuture::boxed(async move {
+                let _waiting = BlockedWait::begin(self);
                 let outcome = self
                     .channel
                     .basic_publish(exchange, routing_key, options, *message)

@@ -1,5 +1,6 @@
-//! What a service logs when it starts: one line per binding, naming its binder, where the
-//! messages go, the destination, the group and the queue.
+//! What a service logs when it starts (one line per binding, naming its binder, where the
+//! messages go, the destination, the group and the queue) and when something holds it up: a
+//! lost subscription, an unreachable broker, sends waiting on a blocked broker.
 
 use std::io::Write;
 use std::sync::{Arc, Mutex};
@@ -152,6 +153,55 @@ async fn a_lost_subscription_and_the_resubscription_are_logged_at_warn() {
     let again = captured.line_with("consuming again").await;
     assert!(again.contains(" WARN "), "{again}");
     assert!(again.contains("binding=jobs-in"), "{again}");
+    app.shutdown().await;
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn sends_waiting_on_a_blocked_embedded_broker_are_logged_once_at_warn() {
+    let captured = Captured::default();
+    let _guard = captured.install();
+    let broker = Broker::new();
+    let config = ConfigLoader::new()
+        .env(Vec::<(String, String)>::new())
+        .yaml_str("spring.cloud.stream.bindings.held-out.destination: blocked-log-held\n")
+        .load()
+        .unwrap();
+    let app = App::builder(config)
+        .binder("embedded", Arc::new(EmbeddedBinder::new(broker.clone())))
+        .output("held-out")
+        .start()
+        .await
+        .unwrap();
+    let out = app.output("held-out").unwrap();
+    broker.set_disk_alarm(true);
+    let sends: Vec<_> = (0..3)
+        .map(|i| {
+            let out = out.clone();
+            tokio::spawn(async move { out.send(&format!("held {i}")).await })
+        })
+        .collect();
+    let waits = captured.line_with("sends to `blocked-log-held` wait").await;
+    assert!(waits.contains(" WARN "), "{waits}");
+    assert!(waits.contains("low on disk"), "{waits}");
+    broker.set_disk_alarm(false);
+    for send in sends {
+        send.await.unwrap().unwrap();
+    }
+    let resumed = captured
+        .line_with("sends to `blocked-log-held` go on after")
+        .await;
+    assert!(resumed.contains(" INFO "), "{resumed}");
+    let text = captured.text();
+    assert_eq!(
+        text.matches("sends to `blocked-log-held` wait").count(),
+        1,
+        "one warning for the three waiting sends:\n{text}"
+    );
+    assert_eq!(
+        text.matches("sends to `blocked-log-held` go on").count(),
+        1,
+        "{text}"
+    );
     app.shutdown().await;
 }
 
