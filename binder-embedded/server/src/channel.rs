@@ -91,8 +91,13 @@ impl<E: WireEnvelope> Conn<E> {
                 .on(ids),
             ));
         }
-        let engine = self
-            .engine
+        let Some(connection) = &self.engine else {
+            return Err(Fault::connection(
+                reply::CHANNEL_ERROR,
+                "the connection is closing",
+            ));
+        };
+        let engine = connection
             .open_channel()
             .map_err(|e| Fault::engine(id, e, ids))?;
         let Some(events) = engine.events() else {

@@ -87,7 +87,10 @@ pub struct Conn<E: WireEnvelope> {
     pub user: Arc<User>,
     pub vhost: String,
     pub broker: Broker<E>,
-    pub engine: Connection<E>,
+    /// The engine connection: owns the channels and the exclusive queues. Taken (closed)
+    /// once the connection is torn down, so its exclusive queues are gone before the client
+    /// sees `connection.close-ok`, even though the socket may linger.
+    pub engine: Option<Connection<E>>,
     pub out: mpsc::Sender<Bytes>,
     pub frame_max: usize,
     pub channel_max: u16,
@@ -222,7 +225,7 @@ impl<E: WireEnvelope> Conn<E> {
             user: agreed.user,
             vhost: agreed.vhost,
             broker,
-            engine,
+            engine: Some(engine),
             out,
             frame_max: agreed.frame_max,
             channel_max: if agreed.channel_max == 0 {
@@ -387,11 +390,15 @@ impl<E: WireEnvelope> Conn<E> {
         let _ = tokio::time::timeout(Duration::from_secs(3), wait).await;
     }
 
-    /// Stops every consumer pump and closes every channel.
+    /// Stops every consumer pump, closes every channel, then the engine connection (deleting
+    /// its exclusive queues). Running it again does nothing.
     async fn teardown(&mut self) {
         let ids: Vec<u16> = self.channels.keys().copied().collect();
         for id in ids {
             self.drop_channel(id).await;
+        }
+        if let Some(engine) = self.engine.take() {
+            engine.close();
         }
     }
 
@@ -509,6 +516,10 @@ impl<E: WireEnvelope> Conn<E> {
     ) -> Result<bool, Fault> {
         match method {
             AMQPClass::Connection(connection::AMQPMethod::Close(_)) => {
+                // Everything the connection owned goes first, as on RabbitMQ: a client that
+                // has its close-ok finds its exclusive queues deleted and its unacked
+                // deliveries requeued.
+                self.teardown().await;
                 self.send_method(
                     0,
                     AMQPClass::Connection(connection::AMQPMethod::CloseOk(connection::CloseOk {})),

@@ -397,6 +397,52 @@ async fn a_closed_connection_keeps_its_socket_for_a_second_close() {
     server.shutdown().await;
 }
 
+#[tokio::test]
+async fn exclusive_queues_are_gone_when_the_client_has_its_close_ok() {
+    // The socket stays open after close-ok (it lingers for the client to close it); what the
+    // connection owned must not linger with it.
+    let broker = Broker::new();
+    let server = server_with(config(), broker.clone()).await;
+    let mut raw = Raw::connect(&server).await;
+    raw.handshake(131072, 2047, 0).await;
+    raw.open_channel(1).await;
+    raw.method(
+        1,
+        AMQPClass::Queue(queue::AMQPMethod::Declare(queue::Declare {
+            queue: "raw-exclusive".into(),
+            exclusive: true,
+            ..Default::default()
+        })),
+    )
+    .await;
+    match raw.next_method().await {
+        Some((1, AMQPClass::Queue(queue::AMQPMethod::DeclareOk(_)))) => {}
+        other => panic!("expected declare-ok, got {other:?}"),
+    }
+    assert!(broker.queue_counts("raw-exclusive").is_some());
+    raw.method(
+        0,
+        AMQPClass::Connection(connection::AMQPMethod::Close(connection::Close {
+            reply_code: 200,
+            reply_text: "bye".into(),
+            class_id: 0,
+            method_id: 0,
+        })),
+    )
+    .await;
+    match raw.next_method().await {
+        Some((0, AMQPClass::Connection(connection::AMQPMethod::CloseOk(_)))) => {}
+        other => panic!("expected close-ok, got {other:?}"),
+    }
+    assert_eq!(
+        broker.queue_counts("raw-exclusive"),
+        None,
+        "the exclusive queue outlived its connection's close-ok"
+    );
+    drop(raw);
+    server.shutdown().await;
+}
+
 /// A consumer whose socket is not read does not pull the queue into the server's memory:
 /// the messages stay in the engine.
 #[tokio::test]
