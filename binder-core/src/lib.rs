@@ -9,7 +9,9 @@ pub mod message;
 pub mod runtime;
 
 pub use codec::{Codec, CodecFailure, Codecs, DEFAULT_CONTENT_TYPE, DecodeError, EncodeError};
-pub use message::{Decimal, DeliveryMode, HeaderValue, Headers, Message, Properties};
+pub use message::{
+    Decimal, DeliveryMode, HeaderValue, Headers, Message, Properties, SharedProperties,
+};
 
 /// Items the macros' generated code names; not part of the API.
 #[doc(hidden)]

@@ -10,13 +10,16 @@
 //! (`spring.embedded.listen`); those conversions, and the arguments of declarations, are here.
 
 use std::borrow::Cow;
+use std::collections::BTreeMap;
 use std::mem::size_of;
 use std::sync::Arc;
 use std::time::Duration;
 
 use binder_amqp::ExchangeType;
 use binder_core::binder::Published;
-use binder_core::message::{Decimal, DeliveryMode, HeaderValue, Headers, Message, Properties};
+use binder_core::message::{
+    Decimal, DeliveryMode, HeaderValue, Headers, Message, Properties, SharedProperties,
+};
 use stream_engine as engine;
 use stream_engine::memory::{block, btree_nodes, shared_str};
 
@@ -91,24 +94,7 @@ impl engine::Envelope for Framework {
     #[inline]
     fn message_heap(record: &Published) -> usize {
         let m = &record.message;
-        let p = &m.properties;
-        let strings = [
-            &p.content_encoding,
-            &p.correlation_id,
-            &p.message_id,
-            &p.reply_to,
-            &p.expiration,
-            &p.kind,
-            &p.user_id,
-            &p.app_id,
-        ];
-        block(m.payload.len())
-            + headers_heap(&m.headers)
-            + shared_str(p.content_type.as_ref())
-            + strings
-                .iter()
-                .map(|s| s.as_ref().map_or(0, |s| block(s.len())))
-                .sum::<usize>()
+        block(m.payload.len()) + headers_heap(&m.headers) + properties_heap(&m.properties)
     }
 
     #[inline]
@@ -153,10 +139,38 @@ impl stream_broker::WireEnvelope for Framework {
     }
 }
 
-/// A header map's nodes and the blocks of its names and values, as the engine counts a
-/// field table.
+/// The properties' allocation and its strings, unless other messages share it (the
+/// properties an output gives every message it sends: they are none of them's to count).
+fn properties_heap(p: &SharedProperties) -> usize {
+    if !p.is_allocated() || p.is_shared() {
+        return 0;
+    }
+    let strings = [
+        &p.content_encoding,
+        &p.correlation_id,
+        &p.message_id,
+        &p.reply_to,
+        &p.expiration,
+        &p.kind,
+        &p.user_id,
+        &p.app_id,
+    ];
+    block(2 * size_of::<usize>() + size_of::<Properties>())
+        + shared_str(p.content_type.as_ref())
+        + strings
+            .iter()
+            .map(|s| s.as_ref().map_or(0, |s| block(s.len())))
+            .sum::<usize>()
+}
+
+/// A header map's box, nodes and the blocks of its names and values (nothing when it is
+/// empty), as the engine counts a field table.
 fn headers_heap(h: &Headers) -> usize {
-    btree_nodes(h.len(), size_of::<String>() + size_of::<HeaderValue>())
+    if !h.is_allocated() {
+        return 0;
+    }
+    block(size_of::<BTreeMap<String, HeaderValue>>())
+        + btree_nodes(h.len(), size_of::<String>() + size_of::<HeaderValue>())
         + h.iter()
             .map(|(name, value)| block(name.len()) + value_heap(value))
             .sum::<usize>()
@@ -190,8 +204,9 @@ fn to_engine(message: Message) -> engine::Message {
     let Message {
         payload,
         headers,
-        properties: p,
+        properties,
     } = message;
+    let p = properties.into_inner();
     engine::Message {
         payload,
         headers: table_to_engine(headers),
@@ -274,7 +289,8 @@ fn to_framework(message: engine::Message) -> Message {
             app_id: p.app_id,
             delivery_mode: p.delivery_mode.map(DeliveryMode::from_u8),
             priority: p.priority,
-        },
+        }
+        .into(),
     }
 }
 
@@ -390,6 +406,52 @@ mod tests {
         assert_eq!(&*back.routing_key, "k");
         assert_eq!(back.message.payload.as_ptr(), payload_at);
         assert_eq!(Framework::to_native(&back).message.headers.len(), 17);
+    }
+
+    #[test]
+    fn a_record_counts_its_own_headers_and_properties_and_not_shared_ones() {
+        assert_eq!(size_of::<Message>(), 48, "payload, and a pointer each");
+        assert_eq!(size_of::<Published>(), 80);
+        let record = |message: Message| Published {
+            exchange: Arc::from(""),
+            routing_key: Arc::from("q"),
+            message,
+        };
+        let bare = Framework::message_heap(&record(Message::new(vec![0u8; 100])));
+        assert_eq!(bare, block(100), "nothing but the payload");
+        let output: SharedProperties = Properties {
+            content_type: Some("application/json".into()),
+            delivery_mode: Some(DeliveryMode::Persistent),
+            ..Properties::default()
+        }
+        .into();
+        let shared = record(Message::new(vec![0u8; 100]).with_properties(output.clone()));
+        assert_eq!(
+            Framework::message_heap(&shared),
+            bare,
+            "properties shared with the output count nothing"
+        );
+        drop(output);
+        let own_properties = block(16 + size_of::<Properties>()) + block(16 + 16);
+        assert_eq!(
+            Framework::message_heap(&shared),
+            bare + own_properties,
+            "the last holder counts them, and its content type"
+        );
+        let mut with_id = Message::new(vec![0u8; 100]);
+        with_id.properties.message_id = Some("m".repeat(40));
+        assert_eq!(
+            Framework::message_heap(&record(with_id)),
+            bare + block(16 + size_of::<Properties>()) + block(40)
+        );
+        let one =
+            Framework::message_heap(&record(Message::new(vec![0u8; 100]).with_header("k", "v")));
+        assert_eq!(
+            one - bare,
+            block(24)
+                + btree_nodes(1, size_of::<String>() + size_of::<HeaderValue>())
+                + 2 * block(1)
+        );
     }
 
     #[test]

@@ -118,7 +118,8 @@ pub async fn round_trip_durable_group(env: &Env) {
             app_id: Some("kit".into()),
             delivery_mode: Some(DeliveryMode::Persistent),
             priority: Some(3),
-        },
+        }
+        .into(),
     };
     app.output("out")
         .unwrap()

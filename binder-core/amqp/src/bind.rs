@@ -13,7 +13,7 @@ use binder_core::binder::{
     FailureAction, GaveUp, Producer, Settlement, Settler, Subscription,
 };
 use binder_core::config::{AcknowledgeMode, BindingConfig};
-use binder_core::message::{DeliveryMode, Message};
+use binder_core::message::{DeliveryMode, Message, Properties};
 
 use crate::broker::{AmqpBroker, AmqpProducer, ProducerSpec, SubscriptionSpec};
 use crate::dead_letter::{DeadLetter, Fitted, FrameBudget, HeadersTooLarge, republish_headers};
@@ -88,13 +88,18 @@ pub async fn bind_producer(
     let routing = RoutingKey::of(binding)?;
     let topology = plan_producer(binding);
     broker.provision(&topology.plan).await?;
+    let delivery_mode = rabbit(binding).producer.delivery_mode;
     let producer = broker
         .producer(ProducerSpec {
             exchange: topology.exchange,
-            delivery_mode: rabbit(binding).producer.delivery_mode,
+            delivery_mode,
         })
         .await?;
-    Ok(Box::new(AmqpOutput { producer, routing }))
+    Ok(Box::new(AmqpOutput {
+        producer,
+        routing,
+        delivery_mode,
+    }))
 }
 
 /// An AMQP producer as the SPI's [`Producer`]: it routes each message by the binding's
@@ -103,6 +108,8 @@ pub async fn bind_producer(
 struct AmqpOutput {
     producer: Box<dyn AmqpProducer>,
     routing: RoutingKey,
+    /// What the producer sets on a message without a delivery mode (`deliveryMode`).
+    delivery_mode: DeliveryMode,
 }
 
 impl Producer for AmqpOutput {
@@ -123,6 +130,10 @@ impl Producer for AmqpOutput {
             }
             Err(e) => BinderFuture::ready(Err(e)),
         }
+    }
+
+    fn complete_properties(&self, properties: &mut Properties) {
+        properties.delivery_mode.get_or_insert(self.delivery_mode);
     }
 }
 

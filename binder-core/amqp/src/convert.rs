@@ -162,7 +162,8 @@ pub fn message(payload: Vec<u8>, props: &BasicProperties) -> Message {
             app_id: text(props.app_id()),
             delivery_mode: props.delivery_mode().map(DeliveryMode::from_u8),
             priority: *props.priority(),
-        },
+        }
+        .into(),
     }
 }
 
@@ -259,7 +260,7 @@ mod tests {
     #[test]
     fn properties_round_trip() {
         let mut m = Message::new("x").with_header("h", 1i32);
-        m.properties = every_property();
+        m.properties = every_property().into();
         let back = message(m.payload.to_vec(), &properties(&m));
         assert_eq!(back, m);
     }
@@ -292,7 +293,7 @@ mod tests {
             "a-longer-header-name",
             HeaderValue::from("v".repeat(70_000)),
         );
-        m.properties = every_property();
+        m.properties = every_property().into();
         assert_eq!(
             header_frame_size(&m),
             wire_size(&m),

@@ -211,6 +211,14 @@ pub trait Producer: fmt::Debug + Send + Sync {
         message: Message,
         partition: Option<u32>,
     ) -> BinderFuture<'a, BinderResult<()>>;
+    /// Sets what this producer would set on every message it publishes that lacks it (the
+    /// AMQP binders' delivery mode). The runtime applies it once, to the properties an output
+    /// shares between all the messages it sends (see [`SharedProperties`](crate::SharedProperties)),
+    /// so that the producer finds them complete and need not copy them per message. The
+    /// default sets nothing.
+    fn complete_properties(&self, properties: &mut crate::message::Properties) {
+        let _ = properties;
+    }
 }
 
 /// What waits in a consumer's source ([`Binder::backlog`]).

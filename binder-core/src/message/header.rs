@@ -163,19 +163,37 @@ header_from! {
     Bytes => Bytes, Vec<HeaderValue> => Array, Headers => Table,
 }
 
+type Map = BTreeMap<String, HeaderValue>;
+
+/// What every empty table reads as.
+static EMPTY: Map = BTreeMap::new();
+
 /// An AMQP field table: header names to values, kept sorted by name.
+///
+/// One pointer: an empty table (most messages carry none) allocates nothing; the map is
+/// boxed on the first insert and dropped again when its last entry is removed, so an empty
+/// table is always the null pointer.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Headers(BTreeMap<String, HeaderValue>);
+pub struct Headers(Option<Box<Map>>);
 
 impl Headers {
-    /// An empty table.
-    pub fn new() -> Self {
-        Self::default()
+    /// An empty table (allocates nothing).
+    pub const fn new() -> Self {
+        Headers(None)
+    }
+
+    fn map(&self) -> &Map {
+        self.0.as_deref().unwrap_or(&EMPTY)
+    }
+
+    /// Whether the map is allocated (it is exactly when the table has entries).
+    pub fn is_allocated(&self) -> bool {
+        self.0.is_some()
     }
 
     /// The value of `name`, if present.
     pub fn get(&self, name: &str) -> Option<&HeaderValue> {
-        self.0.get(name)
+        self.map().get(name)
     }
 
     /// The value of `name` if it is a string.
@@ -189,39 +207,46 @@ impl Headers {
         name: impl Into<String>,
         value: impl Into<HeaderValue>,
     ) -> Option<HeaderValue> {
-        self.0.insert(name.into(), value.into())
+        self.0
+            .get_or_insert_with(Box::default)
+            .insert(name.into(), value.into())
     }
 
     /// Removes `name`, returning its value.
     pub fn remove(&mut self, name: &str) -> Option<HeaderValue> {
-        self.0.remove(name)
+        let map = self.0.as_mut()?;
+        let removed = map.remove(name);
+        if map.is_empty() {
+            self.0 = None;
+        }
+        removed
     }
 
     /// Whether `name` is present.
     pub fn contains(&self, name: &str) -> bool {
-        self.0.contains_key(name)
+        self.map().contains_key(name)
     }
 
     /// Number of headers.
     pub fn len(&self) -> usize {
-        self.0.len()
+        self.map().len()
     }
 
     /// Whether there are no headers.
     pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        self.0.is_none()
     }
 
     /// Iterates in name order.
     pub fn iter(&self) -> impl Iterator<Item = (&String, &HeaderValue)> {
-        self.0.iter()
+        self.map().iter()
     }
 }
 
 impl fmt::Display for Headers {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("{")?;
-        for (i, (k, v)) in self.0.iter().enumerate() {
+        for (i, (k, v)) in self.map().iter().enumerate() {
             if i > 0 {
                 f.write_str(", ")?;
             }
@@ -233,11 +258,11 @@ impl fmt::Display for Headers {
 
 impl<K: Into<String>, V: Into<HeaderValue>> FromIterator<(K, V)> for Headers {
     fn from_iter<I: IntoIterator<Item = (K, V)>>(iter: I) -> Self {
-        Headers(
-            iter.into_iter()
-                .map(|(k, v)| (k.into(), v.into()))
-                .collect(),
-        )
+        let map: Map = iter
+            .into_iter()
+            .map(|(k, v)| (k.into(), v.into()))
+            .collect();
+        Headers((!map.is_empty()).then(|| Box::new(map)))
     }
 }
 
@@ -245,7 +270,7 @@ impl IntoIterator for Headers {
     type Item = (String, HeaderValue);
     type IntoIter = std::collections::btree_map::IntoIter<String, HeaderValue>;
     fn into_iter(self) -> Self::IntoIter {
-        self.0.into_iter()
+        self.0.map(|m| *m).unwrap_or_default().into_iter()
     }
 }
 
@@ -253,7 +278,7 @@ impl<'a> IntoIterator for &'a Headers {
     type Item = (&'a String, &'a HeaderValue);
     type IntoIter = std::collections::btree_map::Iter<'a, String, HeaderValue>;
     fn into_iter(self) -> Self::IntoIter {
-        self.0.iter()
+        self.map().iter()
     }
 }
 
@@ -285,13 +310,29 @@ impl serde::Serialize for HeaderValue {
 
 impl serde::Serialize for Headers {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_map(self.0.iter())
+        s.collect_map(self.map().iter())
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_empty_table_is_one_null_pointer_and_is_freed_when_emptied() {
+        assert_eq!(std::mem::size_of::<Headers>(), 8);
+        let mut h = Headers::new();
+        assert!(!h.is_allocated() && h.is_empty() && h.get("a").is_none());
+        h.insert("a", 1i32);
+        assert!(h.is_allocated() && h.len() == 1 && h.contains("a"));
+        assert_eq!(h.remove("b"), None);
+        assert_eq!(h.remove("a"), Some(HeaderValue::I32(1)));
+        assert!(!h.is_allocated(), "emptied: freed");
+        assert_eq!(h, Headers::new(), "equal to a table never allocated");
+        let none: Headers = Vec::<(String, HeaderValue)>::new().into_iter().collect();
+        assert!(!none.is_allocated());
+        assert_eq!(none.into_iter().count(), 0);
+    }
 
     #[test]
     fn decimal_renders_with_scale() {

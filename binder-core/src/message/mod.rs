@@ -4,7 +4,7 @@ mod header;
 mod properties;
 
 pub use header::{Decimal, HeaderValue, Headers};
-pub use properties::{DeliveryMode, Properties};
+pub use properties::{DeliveryMode, Properties, SharedProperties};
 
 use bytes::Bytes;
 
@@ -27,8 +27,9 @@ pub struct Message {
     pub payload: Bytes,
     /// Application headers (an AMQP field table).
     pub headers: Headers,
-    /// The standard AMQP properties.
-    pub properties: Properties,
+    /// The standard AMQP properties (one pointer, shared copy-on-write; reads and writes of
+    /// its fields go through to [`Properties`]).
+    pub properties: SharedProperties,
 }
 
 impl Message {
@@ -52,9 +53,10 @@ impl Message {
         self
     }
 
-    /// Replaces the properties.
-    pub fn with_properties(mut self, properties: Properties) -> Self {
-        self.properties = properties;
+    /// Replaces the properties (a [`Properties`], or [`SharedProperties`] to share them with
+    /// other messages).
+    pub fn with_properties(mut self, properties: impl Into<SharedProperties>) -> Self {
+        self.properties = properties.into();
         self
     }
 

@@ -185,14 +185,19 @@ fn main() {
                 println!(
                     "  {} messages queued; counted by a counting global allocator (net bytes \
                      allocated while queueing / messages); ours: a queue of the embedded binder's \
-                     engine (framework records); native: the engine with its own records; \
+                     engine (framework records), bare and with the properties Output::send gives; native: the engine with its own records; \
                      ruststream: a MemoryBroker subscription nobody reads; mpsc: tokio \
                      unbounded; no memory watermark",
                     s.memory_messages
                 );
                 let msgs = bench_msgs(s.memory_messages);
                 let r = run_rounds(&c, s.rounds, |i| timed(Box::pin(memory::run(i, &msgs))));
-                report(&c, &[""], &r, &[(0, 2, 0), (0, 3, 0), (1, 2, 0), (1, 3, 0)]);
+                report(
+                    &c,
+                    &[""],
+                    &r,
+                    &[(0, 3, 0), (1, 3, 0), (0, 4, 0), (2, 3, 0), (2, 4, 0)],
+                );
             }
             _ => {
                 let many = format!("{} destinations", s.destinations);

@@ -11,7 +11,7 @@
 //! and the run would wait forever; it publishes with `try_basic_publish` and fails, saying
 //! so, if it is ever blocked.
 
-use binder_core::Message;
+use binder_core::{DeliveryMode, Message, Properties, SharedProperties};
 use binder_embedded::engine::{
     Broker, BrokerConfig, FieldTable, PublishOptions, PublishStatus, QueueOptions,
 };
@@ -23,9 +23,13 @@ use crate::peer_rs::Parked;
 use crate::rounds::{Figure, Unit};
 
 /// The contenders, in report order: the engine as the `embedded` binder runs it (holding the
-/// framework's records), and the engine with its own records (`stream_engine::Message`).
-pub const CONTENDERS: [&str; 4] = [
+/// framework's records), once with bare messages and once with the properties an output
+/// gives every message it sends (its content type and delivery mode, one allocation the
+/// output shares between them), and the engine with its own records
+/// (`stream_engine::Message`).
+pub const CONTENDERS: [&str; 5] = [
     "ours (engine)",
+    "ours, Output::send's properties",
     "engine, native records",
     "ruststream",
     "mpsc unbounded",
@@ -90,13 +94,28 @@ pub async fn run(i: usize, msgs: &[BenchMsg]) -> Vec<Figure> {
             figures
         }
         1 => {
+            // What `Output::send` puts on every message: the binding's content type and the
+            // producer's delivery mode, in one allocation the output holds and shares.
+            let output: SharedProperties = Properties {
+                content_type: Some("application/json".into()),
+                delivery_mode: Some(DeliveryMode::Persistent),
+                ..Properties::default()
+            }
+            .into();
+            let figures = queue_all(Broker::with_config(unwatermarked()), &mut payloads, |p| {
+                Message::new(p).with_properties(output.clone())
+            });
+            drop(payloads);
+            figures
+        }
+        2 => {
             let broker =
                 stream_engine::Broker::<stream_engine::Native>::with_config(unwatermarked());
             let figures = queue_all(broker, &mut payloads, stream_engine::Message::new);
             drop(payloads);
             figures
         }
-        2 => {
+        3 => {
             const NAME: &str = "bench.memory";
             let parked = Parked::open(NAME);
             let counting = Counting::start();
@@ -109,7 +128,7 @@ pub async fn run(i: usize, msgs: &[BenchMsg]) -> Vec<Figure> {
             drop(parked);
             figures
         }
-        3 => {
+        4 => {
             let (tx, rx) = mpsc::unbounded_channel::<Vec<u8>>();
             let counting = Counting::start();
             for p in payloads.drain(..) {

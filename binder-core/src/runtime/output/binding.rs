@@ -13,7 +13,7 @@ use super::partitioning::{self, Partitioning};
 use crate::binder::{Binder, Producer};
 use crate::codec::Codecs;
 use crate::config::BindingConfig;
-use crate::message::Message;
+use crate::message::{Headers, Message, Properties, SharedProperties};
 
 /// One output binding, ready to send.
 #[derive(Debug)]
@@ -21,6 +21,9 @@ pub(crate) struct OutputInner {
     pub binding: String,
     producer: Box<dyn Producer>,
     content_type: Arc<str>,
+    /// The properties every message sent without any gets: the binding's content type and
+    /// what the producer sets (its delivery mode), one allocation shared by them all.
+    properties: SharedProperties,
     partitioning: Option<Partitioning>,
     codecs: Arc<Codecs>,
     observers: Observers,
@@ -46,10 +49,17 @@ impl OutputInner {
                 binding: binding.name.clone(),
                 source,
             })?;
+        let content_type: Arc<str> = Arc::from(binding.content_type.as_str());
+        let mut properties = Properties {
+            content_type: Some(content_type.clone()),
+            ..Properties::default()
+        };
+        producer.complete_properties(&mut properties);
         Ok(OutputInner {
             binding: binding.name.clone(),
             producer,
-            content_type: Arc::from(binding.content_type.as_str()),
+            content_type,
+            properties: properties.into(),
             partitioning,
             codecs,
             observers,
@@ -61,7 +71,9 @@ impl OutputInner {
         if self.stopped.load(Ordering::Acquire) {
             return Err(SendError::Stopped(self.binding.clone()));
         }
-        if message.properties.content_type.is_none() {
+        if !message.properties.is_allocated() {
+            message.properties = self.properties.clone();
+        } else if message.properties.content_type.is_none() {
             message.properties.content_type = Some(self.content_type.clone());
         }
         trace::propagate(&mut message);
@@ -92,8 +104,12 @@ impl OutputInner {
 
     pub(crate) async fn send<T: Serialize + ?Sized>(&self, payload: &T) -> Result<(), SendError> {
         let bytes = self.encode(payload)?;
-        self.send_message(Message::new(bytes).with_content_type(self.content_type()))
-            .await
+        self.send_message(Message {
+            payload: bytes,
+            headers: Headers::new(),
+            properties: self.properties.clone(),
+        })
+        .await
     }
 
     /// `payload` encoded with the binding's content type.
@@ -102,11 +118,6 @@ impl OutputInner {
         payload: &T,
     ) -> Result<bytes::Bytes, SendError> {
         Ok(self.codecs.encode(&self.content_type, payload)?)
-    }
-
-    /// The binding's content type.
-    pub(crate) fn content_type(&self) -> Arc<str> {
-        self.content_type.clone()
     }
 }
 

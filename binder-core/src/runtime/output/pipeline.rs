@@ -168,7 +168,9 @@ impl Pipeline {
     /// refused here and nothing is sent (it takes no number).
     pub async fn send<T: Serialize + ?Sized>(&mut self, payload: &T) -> Result<u64, SendError> {
         let bytes = self.inner.encode(payload)?;
-        let message = Message::new(bytes).with_content_type(self.inner.content_type());
+        // Without properties: the send gives it the output's shared ones (content type and
+        // delivery mode).
+        let message = Message::new(bytes);
         Ok(self.send_message(message).await)
     }
 
