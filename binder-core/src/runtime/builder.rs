@@ -267,9 +267,7 @@ impl AppBuilder {
             if let Some(metrics) = &pending.metrics {
                 self.parts
                     .observers
-                    .push(Arc::new(super::management::MetricsObserver(
-                        metrics.clone(),
-                    )));
+                    .push(Arc::new(super::management::MetricsObserver::new(metrics)));
             }
             self.parts.management = Some(pending);
         }

@@ -5,7 +5,6 @@
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
-use std::time::Instant;
 
 use futures::FutureExt;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -16,7 +15,9 @@ use super::super::error::HandlerError;
 use super::super::handler::{Call, Outcome, ReplyBody};
 use super::super::health::HealthTracker;
 use super::super::inflight::Inflight;
-use super::super::observe::{Failed, Handled, Observers, Received, Retried, Settle, Settled};
+use super::super::observe::{
+    Failed, Handled, Observers, Received, Retried, Settle, Settled, Stamp,
+};
 use super::super::panics;
 use super::super::retry::BackOff;
 use super::super::trace;
@@ -244,14 +245,14 @@ impl InputRuntime {
     /// ended.
     fn observe_attempt(
         &self,
-        started: Option<Instant>,
+        started: Option<Stamp>,
         attempt: u32,
         result: &Result<(), HandlerError>,
     ) {
         let Some(started) = started else {
             return;
         };
-        let duration = started.elapsed();
+        let duration = self.observers.elapsed(started);
         match result {
             Ok(()) => self.observers.emit(|o| {
                 o.handled(&Handled {

@@ -87,7 +87,7 @@ impl OutputInner {
         let started = self.observers.clock();
         let published = self.producer.publish(message, partition).await;
         if let Some(started) = started {
-            let latency = started.elapsed();
+            let latency = self.observers.elapsed(started);
             self.observers.emit(|o| {
                 o.sent(&Sent {
                     binding: &self.binding,
