@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use binder_core::Message;
 use binder_core::config::{ConfigLoader, StreamConfig};
-use binder_core::runtime::{App, HandlerError, HealthStatus, RunningApp, handler};
+use binder_core::runtime::{App, AppBuilder, HandlerError, HealthStatus, RunningApp, handler};
 use binder_embedded::EmbeddedBinder;
 use binder_embedded::engine::Broker;
 use serde_json::Value;
@@ -58,7 +58,17 @@ async fn get_json(addr: SocketAddr, path: &str) -> (u16, Value) {
 
 /// An application with an input `in` (failing for payload `fail`) and an output `out`.
 async fn start(yaml: &str, broker: Broker) -> RunningApp {
-    let running = App::builder(config(yaml))
+    let running = builder(yaml, broker)
+        .start()
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    running.health().wait_for(|s| *s == HealthStatus::Up).await;
+    running
+}
+
+/// The application of `start`, not started yet.
+fn builder(yaml: &str, broker: Broker) -> AppBuilder {
+    App::builder(config(yaml))
         .binder("embedded", Arc::new(EmbeddedBinder::new(broker)))
         .listener(
             "in",
@@ -72,11 +82,6 @@ async fn start(yaml: &str, broker: Broker) -> RunningApp {
         )
         .output("out")
         .management()
-        .start()
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
-    running.health().wait_for(|s| *s == HealthStatus::Up).await;
-    running
 }
 
 const BINDINGS: &str = "spring.cloud.stream.bindings:\n  in: {destination: mgmt-in, group: g, consumer: {maxAttempts: 1}}\n  out: {destination: mgmt-in}\n";
@@ -275,12 +280,18 @@ async fn the_asyncapi_document_at_asyncapi_json() {
     let yaml = format!(
         "{BINDINGS}spring.application.name: mgmt-svc\nmanagement:\n  server.port: 0\n  endpoints.web.exposure.include: health,asyncapi\n"
     );
-    let running = start(&yaml, Broker::new()).await;
+    let app = builder(&yaml, Broker::new());
+    // The running application builds its document when first asked for: the same.
+    let before_start = app.asyncapi();
+    let running = app.start().await.unwrap_or_else(|e| panic!("{e}"));
     let addr = running.management_address().unwrap();
     let (status, body) = http(addr, "GET", "/actuator/asyncapi.json", None).await;
     assert_eq!(status, 200, "{body}");
     let doc: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(&doc, before_start.as_json());
     assert_eq!(&doc, running.asyncapi().as_json());
+    let (_, again) = http(addr, "GET", "/actuator/asyncapi.json", None).await;
+    assert_eq!(again, body, "a second request serves the same document");
     assert_eq!(doc["asyncapi"], "3.0.0");
     assert_eq!(doc["info"]["title"], "mgmt-svc");
     // `in` and `out` share destination `mgmt-in`: one channel, an exchange, both messages.

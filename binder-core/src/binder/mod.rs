@@ -231,7 +231,7 @@ pub struct Backlog {
 }
 
 /// Whether a binding consumes (input) or publishes (output).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum BindingRole {
     /// An input.
     Consumer,

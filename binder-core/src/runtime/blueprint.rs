@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use super::bindings::Context;
 use super::declare::{MakeHandler, StateType};
+use super::document::DocumentPlan;
 use super::error::HandlerError;
 use super::handler::Handler;
 use super::health::Health;
@@ -52,7 +53,9 @@ impl ListenerHandler {
 
 /// The parts of an application to start.
 pub(crate) struct Blueprint {
-    pub config: StreamConfig,
+    /// Shared with what the running application keeps (its AsyncAPI document's plan among
+    /// them), never copied: with thousands of bindings a copy shows in the start time.
+    pub config: Arc<StreamConfig>,
     /// Binder instances given in code, by configuration name or type.
     pub binders: HashMap<String, Arc<dyn Binder>>,
     pub listeners: Vec<Listener>,
@@ -78,7 +81,7 @@ impl Blueprint {
     /// An application on this configuration with nothing in it yet.
     pub(crate) fn new(config: StreamConfig) -> Self {
         Blueprint {
-            config,
+            config: Arc::new(config),
             binders: HashMap::new(),
             listeners: Vec::new(),
             outputs: Vec::new(),
@@ -99,20 +102,7 @@ impl Blueprint {
     /// The AsyncAPI document of the application: its listeners' inputs, its outputs, their
     /// payload types.
     pub(crate) fn asyncapi(&self) -> Document {
-        let mut doc = Document::builder(&self.config);
-        for listener in &self.listeners {
-            doc = doc.input(listener.input.as_str());
-            if let Some(payload) = listener.payload {
-                doc = doc.payload(listener.input.as_str(), payload);
-            }
-        }
-        for output in &self.outputs {
-            doc = doc.output(output.as_str());
-        }
-        for (binding, payload) in &self.payloads {
-            doc = doc.payload(binding.as_str(), *payload);
-        }
-        doc.build()
+        DocumentPlan::of(self).document()
     }
 
     /// Declares an output binding (once).

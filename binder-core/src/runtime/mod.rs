@@ -27,6 +27,7 @@ mod builder;
 mod check;
 mod control;
 mod declare;
+mod document;
 mod error;
 pub mod handler;
 mod health;

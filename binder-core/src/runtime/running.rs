@@ -11,6 +11,7 @@ use tokio::task::JoinHandle;
 
 use super::binders::Binders;
 use super::control::Control;
+use super::document::LazyDocument;
 use super::health::{Health, HealthTracker};
 use super::inflight::Inflight;
 use super::lifecycle::{BindingState, ControlError};
@@ -37,7 +38,7 @@ pub struct RunningApp {
     pub(crate) inflight: Arc<Inflight>,
     pub(crate) shutdown_timeout: Duration,
     pub(crate) health: HealthTracker,
-    pub(crate) asyncapi: Arc<Document>,
+    pub(crate) asyncapi: Arc<LazyDocument>,
     /// The management server, when one was started with the application.
     #[cfg(feature = "management")]
     pub(crate) management: Option<super::management::ManagementServer>,
@@ -49,12 +50,13 @@ impl RunningApp {
         self.health.health()
     }
 
-    /// The application's AsyncAPI 3.0.0 document (as [`AppBuilder::asyncapi`] built it at
-    /// start; the management server serves it at `/asyncapi.json`).
+    /// The application's AsyncAPI 3.0.0 document: what [`AppBuilder::asyncapi`] gave just
+    /// before the start (the management server serves it at `/asyncapi.json`). It is built
+    /// the first time it is asked for, here or there, and kept; starting does not build it.
     ///
     /// [`AppBuilder::asyncapi`]: super::AppBuilder::asyncapi
     pub fn asyncapi(&self) -> &Document {
-        &self.asyncapi
+        self.asyncapi.get()
     }
 
     /// The sender of an output binding.

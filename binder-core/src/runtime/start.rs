@@ -12,6 +12,7 @@ use super::bindings::Context;
 use super::blueprint::{Blueprint, Listener};
 use super::check;
 use super::control::{BindingInfo, Control, InputControl};
+use super::document::{DocumentPlan, LazyDocument};
 use super::health::HealthTracker;
 use super::inflight::Inflight;
 use super::input::delivery::InputRuntime;
@@ -26,7 +27,6 @@ use super::retry::BackOff;
 use super::running::RunningApp;
 use super::spel::syntax::ast::Condition;
 use super::startup::{StartupError, StartupProblem};
-use crate::asyncapi::Document;
 use crate::binder::{Binder, BindingRole, BoundConsumer};
 use crate::config::StreamConfig;
 
@@ -34,7 +34,8 @@ use crate::config::StreamConfig;
 #[cfg_attr(not(feature = "management"), allow(unused_mut, unused_variables))]
 pub(crate) async fn start(mut app: Blueprint) -> Result<RunningApp, StartupError> {
     let tracker = HealthTracker::new(app.health.clone());
-    let asyncapi = Arc::new(app.asyncapi());
+    // Built when first asked for, from what it says as of now.
+    let asyncapi = Arc::new(LazyDocument::new(DocumentPlan::of(&app)));
     // The management server listens first, so a probe sees the startup.
     #[cfg(feature = "management")]
     let management = match app.management.take() {
@@ -93,7 +94,7 @@ fn binder_line(config: &StreamConfig, binding: &str, binder: &Arc<dyn Binder>) -
 async fn launch(
     app: Blueprint,
     tracker: HealthTracker,
-    asyncapi: Arc<Document>,
+    asyncapi: Arc<LazyDocument>,
 ) -> Result<RunningApp, StartupError> {
     // Zero means no limit, in code as in `spring.cloud.stream.startupTimeout: 0`.
     let limit = app
@@ -106,7 +107,7 @@ async fn launch(
     };
     let mut problems = check::problems(&app);
     let binders = Arc::new(Binders::new(app.binders));
-    let config = Arc::new(app.config);
+    let config = app.config;
     let codecs = Arc::new(app.codecs);
     let observers = Observers::new(app.observers);
 

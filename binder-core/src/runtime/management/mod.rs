@@ -25,9 +25,9 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use super::control::Control;
+use super::document::LazyDocument;
 use super::health::Health;
 use super::lifecycle::ControlError;
-use crate::asyncapi::Document;
 use crate::config::{ManagementConfig, ShowDetails};
 pub(crate) use metrics::{Metrics, MetricsObserver};
 
@@ -52,7 +52,7 @@ struct Shared {
     health: Health,
     control: OnceLock<Arc<Control>>,
     metrics: Option<Arc<Metrics>>,
-    asyncapi: Arc<Document>,
+    asyncapi: Arc<LazyDocument>,
 }
 
 /// The management server of an application, prepared before it starts.
@@ -89,7 +89,7 @@ impl ManagementServer {
     pub(crate) async fn start(
         pending: Pending,
         health: Health,
-        asyncapi: Arc<Document>,
+        asyncapi: Arc<LazyDocument>,
     ) -> Result<Self, ManagementError> {
         let address = SocketAddr::new(
             pending.config.address(),
@@ -279,8 +279,20 @@ async fn bindings_change(State(shared): Ctx, Path(name): Path<String>, body: Byt
     }
 }
 
+/// The document, built by the first request (off the runtime's workers: with thousands of
+/// bindings that takes a while).
 async fn asyncapi(State(shared): Ctx) -> Response {
-    json(StatusCode::OK, shared.asyncapi.as_json().clone())
+    if let Some(doc) = shared.asyncapi.built() {
+        return json(StatusCode::OK, doc.as_json().clone());
+    }
+    let shared = shared.clone();
+    match tokio::task::spawn_blocking(move || shared.asyncapi.get().as_json().clone()).await {
+        Ok(doc) => json(StatusCode::OK, doc),
+        Err(e) => error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("the AsyncAPI document could not be built: {e}"),
+        ),
+    }
 }
 
 async fn prometheus(State(shared): Ctx) -> Response {
