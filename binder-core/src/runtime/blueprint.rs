@@ -15,7 +15,7 @@ use super::handler::Handler;
 use super::health::Health;
 use super::input::ErrorHook;
 use super::observe::Observer;
-use crate::asyncapi::{Document, PayloadType};
+use crate::asyncapi::PayloadType;
 use crate::binder::Binder;
 use crate::codec::Codecs;
 use crate::config::StreamConfig;
@@ -99,10 +99,18 @@ impl Blueprint {
         }
     }
 
-    /// The AsyncAPI document of the application: its listeners' inputs, its outputs, their
-    /// payload types.
-    pub(crate) fn asyncapi(&self) -> Document {
-        DocumentPlan::of(self).document()
+    /// What the application's AsyncAPI document is made of (names and payload types; the
+    /// configuration is shared, not copied).
+    pub(crate) fn document_plan(&self) -> DocumentPlan {
+        DocumentPlan::new(
+            self.config.clone(),
+            self.listeners
+                .iter()
+                .map(|l| (l.input.clone(), l.payload))
+                .collect(),
+            self.outputs.clone(),
+            self.payloads.clone(),
+        )
     }
 
     /// Declares an output binding (once).

@@ -218,7 +218,7 @@ impl AppBuilder {
     /// output, the payload types known so far, and the binders' protocol bindings.
     /// [`RunningApp::asyncapi`] and the management server's `/asyncapi.json` serve the same.
     pub fn asyncapi(&self) -> Document {
-        self.parts.asyncapi()
+        self.parts.document_plan().document()
     }
 
     /// Registers a codec for a content type.

@@ -5,7 +5,6 @@
 
 use std::sync::{Arc, OnceLock};
 
-use super::blueprint::Blueprint;
 use crate::asyncapi::{Document, PayloadType};
 use crate::config::StreamConfig;
 
@@ -22,18 +21,20 @@ pub(crate) struct DocumentPlan {
 }
 
 impl DocumentPlan {
-    /// What `app`'s document is made of (names and payload types; the configuration is
-    /// shared, not copied).
-    pub(crate) fn of(app: &Blueprint) -> Self {
+    /// A plan of the document of an application with this configuration, these listeners'
+    /// inputs (with their payload types, in the order given), these outputs and these
+    /// registered payload types (`Blueprint::document_plan` takes them).
+    pub(crate) fn new(
+        config: Arc<StreamConfig>,
+        inputs: Vec<(String, Option<PayloadType>)>,
+        outputs: Vec<String>,
+        payloads: Vec<(String, PayloadType)>,
+    ) -> Self {
         DocumentPlan {
-            config: app.config.clone(),
-            inputs: app
-                .listeners
-                .iter()
-                .map(|l| (l.input.clone(), l.payload))
-                .collect(),
-            outputs: app.outputs.clone(),
-            payloads: app.payloads.clone(),
+            config,
+            inputs,
+            outputs,
+            payloads,
         }
     }
 

@@ -12,7 +12,7 @@ use super::bindings::Context;
 use super::blueprint::{Blueprint, Listener};
 use super::check;
 use super::control::{BindingInfo, Control, InputControl};
-use super::document::{DocumentPlan, LazyDocument};
+use super::document::LazyDocument;
 use super::health::HealthTracker;
 use super::inflight::Inflight;
 use super::input::delivery::InputRuntime;
@@ -35,7 +35,7 @@ use crate::config::StreamConfig;
 pub(crate) async fn start(mut app: Blueprint) -> Result<RunningApp, StartupError> {
     let tracker = HealthTracker::new(app.health.clone());
     // Built when first asked for, from what it says as of now.
-    let asyncapi = Arc::new(LazyDocument::new(DocumentPlan::of(&app)));
+    let asyncapi = Arc::new(LazyDocument::new(app.document_plan()));
     // The management server listens first, so a probe sees the startup.
     #[cfg(feature = "management")]
     let management = match app.management.take() {
