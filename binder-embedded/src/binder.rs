@@ -214,7 +214,33 @@ fn describe(
     Ok(binder_amqp::asyncapi::describe(request, "/"))
 }
 
-inventory::submit! { binder_core::asyncapi::DescriberRegistration::new("embedded", describe) }
+/// The servers of the AsyncAPI document: the broker's listener (`spring.embedded.listen`, and
+/// its TLS listener), none when it serves only its own process.
+fn servers(
+    request: &binder_core::asyncapi::ServerRequest<'_>,
+) -> Result<Vec<binder_core::asyncapi::ServerDescription>, String> {
+    let settings = EmbeddedSettings::from_config(request.environment).map_err(|e| e.to_string())?;
+    let at = crate::listen::served_at(&settings).map_err(|e| e.to_string())?;
+    Ok(at
+        .into_iter()
+        .map(|(addr, tls)| {
+            let port = if addr.port() == 0 {
+                " (port 0: the port is chosen when the listener starts)"
+            } else {
+                ""
+            };
+            let description = format!(
+                "The broker of binder `{}`, served by the application on the network{port}.",
+                request.binder_name
+            );
+            binder_amqp::asyncapi::server(&addr.to_string(), tls, "/", description)
+        })
+        .collect())
+}
+
+inventory::submit! {
+    binder_core::asyncapi::DescriberRegistration::new("embedded", describe).servers(servers)
+}
 
 /// Makes sure the `embedded` binder's registration is linked into the program. Call it once
 /// (e.g. at the top of `main`) in a program that names nothing else from this crate: the

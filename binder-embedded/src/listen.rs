@@ -153,6 +153,19 @@ fn server_config(settings: &EmbeddedSettings, listen: SocketAddr) -> BinderResul
     Ok(config)
 }
 
+/// Where the settings serve the broker: its AMQP address, then its TLS address if the
+/// server configuration has one (none without `listen`). Port 0 stays 0: it is chosen when
+/// the listener starts.
+pub(crate) fn served_at(settings: &EmbeddedSettings) -> BinderResult<Vec<(SocketAddr, bool)>> {
+    let Some(asked) = settings.listen else {
+        return Ok(Vec::new());
+    };
+    let config = server_config(settings, asked)?;
+    let mut at = vec![(config.listen, false)];
+    at.extend(config.tls.map(|tls| (tls.listen, true)));
+    Ok(at)
+}
+
 /// The listener of the broker every binder created from configuration shares.
 pub(crate) fn shared() -> Arc<Listener> {
     static SHARED: std::sync::LazyLock<Arc<Listener>> = std::sync::LazyLock::new(Default::default);

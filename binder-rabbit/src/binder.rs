@@ -50,7 +50,39 @@ fn describe(
     Ok(binder_amqp::asyncapi::describe(request, &vhost))
 }
 
-inventory::submit! { binder_core::asyncapi::DescriberRegistration::new("rabbit", describe) }
+/// The servers of the AsyncAPI document: one per address the binder connects to (a cluster's
+/// nodes in `addresses` each), credentials left out.
+fn servers(
+    request: &binder_core::asyncapi::ServerRequest<'_>,
+) -> Result<Vec<binder_core::asyncapi::ServerDescription>, String> {
+    let settings = RabbitSettings::from_config(request.environment).map_err(|e| e.to_string())?;
+    let several = settings.uris.len() > 1;
+    settings
+        .uris
+        .iter()
+        .enumerate()
+        .map(|(i, uri)| {
+            let parsed: lapin::uri::AMQPUri = uri.parse()?;
+            let host = format!("{}:{}", parsed.authority.host, parsed.authority.port);
+            let description = if several {
+                format!(
+                    "RabbitMQ node {} of {} that binder `{}` connects to (in this order, the first that answers).",
+                    i + 1,
+                    settings.uris.len(),
+                    request.binder_name
+                )
+            } else {
+                format!("RabbitMQ, as binder `{}` connects to it.", request.binder_name)
+            };
+            let tls = parsed.scheme == lapin::uri::AMQPScheme::AMQPS;
+            Ok(binder_amqp::asyncapi::server(&host, tls, &parsed.vhost, description))
+        })
+        .collect()
+}
+
+inventory::submit! {
+    binder_core::asyncapi::DescriberRegistration::new("rabbit", describe).servers(servers)
+}
 
 /// Makes sure the `rabbit` binder's registration is linked into the program (call it once in
 /// a program that names nothing else from this crate).

@@ -21,7 +21,7 @@ use std::process::Command;
 use binder_core::config::{ConfigLoader, StreamConfig};
 use binder_core::runtime::App;
 use serde_json::Value;
-use stream_macros::{input, stream_listener};
+use stream_macros::{input, output, stream_listener};
 
 fn write(dir: &Path, name: &str, text: &str) -> String {
     let path = dir.join(name);
@@ -162,6 +162,25 @@ fn streamctl_asyncapi_prints_a_valid_document_of_the_configuration() {
     assert_eq!(audit["x-routingKeyExpression"], "headers['kind']");
     assert!(audit.get("cc").is_none(), "{audit}");
 
+    // The rabbit binder's server, its channels' references; the embedded binder serves
+    // nothing on the network here: no server, and its channels name none.
+    let servers = doc["servers"].as_object().unwrap();
+    assert_eq!(servers.keys().collect::<Vec<_>>(), ["mq"], "{servers:?}");
+    let mq = &servers["mq"];
+    assert_eq!(mq["host"], "mq.example:5672");
+    assert_eq!(mq["protocol"], "amqp");
+    assert_eq!(mq["protocolVersion"], "0.9.1");
+    assert_eq!(mq["pathname"], "/%2Fprod");
+    assert_eq!(mq["x-binder"]["type"], "rabbit");
+    for channel in ["orders", "orders_billing", "orders_billing_dlq", "audit"] {
+        assert_eq!(
+            doc["channels"][channel]["servers"],
+            serde_json::json!([{"$ref": "#/servers/mq"}]),
+            "{channel}"
+        );
+    }
+    assert!(doc["channels"]["invoices_created"].get("servers").is_none());
+
     // No program, no payload types: said so, nothing invented.
     let payload = &doc["components"]["messages"]["orders-in"]["payload"];
     assert_eq!(payload.as_object().unwrap().len(), 1, "{payload}");
@@ -172,6 +191,56 @@ fn streamctl_asyncapi_prints_a_valid_document_of_the_configuration() {
             .starts_with("No schema")
     );
 
+    assert_valid(&doc);
+}
+
+#[test]
+fn servers_are_a_clusters_nodes_and_the_embedded_brokers_listener() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(
+        dir.path(),
+        "application.yaml",
+        r#"
+spring:
+  embedded.listen: 127.0.0.1:5673
+  rabbitmq: {addresses: "node-a.example:5672,amqps://guest:secret@node-b.example:5671/%2F", ssl.enabled: true}
+  cloud.stream:
+    binders:
+      local: {type: embedded}
+      cluster: {type: rabbit}
+    bindings:
+      orders-in: {destination: orders, group: billing, binder: cluster}
+      events-out: {destination: events, binder: local}
+"#,
+    );
+    let out = streamctl(&["asyncapi", "--config", &path, "--input", "orders-in"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let servers = &doc["servers"];
+    let text = servers.to_string();
+    assert!(
+        !text.contains("secret") && !text.contains("guest"),
+        "{text}"
+    );
+    assert_eq!(servers["cluster"]["host"], "node-a.example:5672");
+    assert_eq!(servers["cluster"]["protocol"], "amqps");
+    assert_eq!(servers["cluster-2"]["host"], "node-b.example:5671");
+    assert_eq!(servers["cluster-2"]["protocol"], "amqps");
+    assert_eq!(servers["local"]["host"], "127.0.0.1:5673");
+    assert_eq!(servers["local"]["protocol"], "amqp");
+    assert_eq!(servers["local"]["pathname"], "/%2F");
+    assert_eq!(
+        doc["channels"]["orders"]["servers"],
+        serde_json::json!([{"$ref": "#/servers/cluster"}, {"$ref": "#/servers/cluster-2"}])
+    );
+    assert_eq!(
+        doc["channels"]["events"]["servers"],
+        serde_json::json!([{"$ref": "#/servers/local"}])
+    );
     assert_valid(&doc);
 }
 
@@ -271,6 +340,79 @@ async fn take_order(order: Order) {
 #[stream_listener(input = PingsIn)]
 async fn take_ping(ping: Ping) {
     let _ = ping.at;
+}
+
+// Processors: a typed reply is the payload of their output; a `Message` reply is untyped.
+
+#[input("payments-in")]
+struct PaymentsIn;
+
+#[output("receipts-out")]
+struct ReceiptsOut;
+
+#[input("raw-in")]
+struct RawIn;
+
+#[output("raw-out")]
+struct RawOut;
+
+#[derive(serde::Deserialize)]
+#[allow(dead_code)]
+struct Payment {
+    cents: i64,
+}
+
+/// A receipt.
+#[derive(serde::Serialize, schemars::JsonSchema)]
+struct Receipt {
+    cents: i64,
+}
+
+#[stream_listener(input = PaymentsIn, output = ReceiptsOut)]
+async fn pay(payment: Payment) -> Result<Receipt, binder_core::runtime::HandlerError> {
+    Ok(Receipt {
+        cents: payment.cents,
+    })
+}
+
+#[stream_listener(input = RawIn, output = RawOut)]
+async fn relay(message: binder_core::message::Message) -> binder_core::message::Message {
+    message
+}
+
+#[test]
+fn a_processors_reply_type_is_its_outputs_payload() {
+    binder_embedded::link();
+    let config: StreamConfig = ConfigLoader::new()
+        .env(Vec::<(String, String)>::new())
+        .yaml_str(
+            "spring.cloud.stream.bindings:\n  payments-in: {destination: payments}\n  receipts-out: {destination: receipts}\n  raw-in: {destination: raw}\n  raw-out: {destination: relayed}\n",
+        )
+        .load()
+        .unwrap();
+    assert!(pay_listener.reply.is_some());
+    assert!(relay_listener.reply.is_none());
+    let doc = App::builder(config)
+        .register(&pay_listener)
+        .register(&relay_listener)
+        .asyncapi()
+        .into_json();
+    let messages = &doc["components"]["messages"];
+    assert_eq!(doc["operations"]["receipts-out"]["action"], "send");
+    assert_eq!(
+        messages["receipts-out"]["payload"]["$ref"],
+        "#/components/schemas/Receipt"
+    );
+    assert_eq!(messages["receipts-out"]["name"], "Receipt");
+    assert_eq!(
+        doc["components"]["schemas"]["Receipt"]["properties"]["cents"]["type"],
+        "integer"
+    );
+    let untyped = messages["raw-out"]["payload"]["description"]
+        .as_str()
+        .unwrap();
+    assert!(untyped.starts_with("No schema"), "{untyped}");
+    assert_valid(&doc);
 }
 
 #[test]

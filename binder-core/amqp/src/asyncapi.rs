@@ -6,9 +6,12 @@
 //! queues are channels too. Everything comes from the binding's topology plan
 //! ([`plan_consumer`], [`plan_producer`]), so the document and `streamctl plan` agree.
 //!
-//! Each AMQP binder registers [`describe`] for its binder type, with its virtual host.
+//! Each AMQP binder registers [`describe`] for its binder type, with its virtual host, and
+//! its servers, each made by [`server`].
 
-use binder_core::asyncapi::{BindingDescription, ChannelDescription, DescribeRequest};
+use binder_core::asyncapi::{
+    BindingDescription, ChannelDescription, DescribeRequest, ServerDescription,
+};
 use binder_core::binder::BindingRole;
 use binder_core::config::AcknowledgeMode;
 use binder_core::message::DeliveryMode;
@@ -48,6 +51,36 @@ pub fn describe(request: &DescribeRequest<'_>, vhost: &str) -> BindingDescriptio
     match request.role {
         BindingRole::Consumer => consumer(request, vhost),
         BindingRole::Producer => producer(request, vhost),
+    }
+}
+
+/// The AMQP protocol version the binders speak.
+pub const AMQP_PROTOCOL_VERSION: &str = "0.9.1";
+
+/// An AMQP 0-9-1 server at `host` (`host:port`, no credentials), over TLS (`amqps`) or not,
+/// serving `vhost`, written as an AMQP URI's path (`/` is `/%2F`).
+///
+/// ```
+/// let s = binder_amqp::asyncapi::server("rabbit.example:5671", true, "/", "RabbitMQ".into());
+/// assert_eq!((s.protocol.as_str(), s.pathname.as_deref()), ("amqps", Some("/%2F")));
+/// let s = binder_amqp::asyncapi::server("localhost:5672", false, "prod eu", "RabbitMQ".into());
+/// assert_eq!((s.protocol.as_str(), s.pathname.as_deref()), ("amqp", Some("/prod%20eu")));
+/// ```
+pub fn server(host: &str, tls: bool, vhost: &str, description: String) -> ServerDescription {
+    let mut pathname = String::from("/");
+    for b in vhost.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+            pathname.push(char::from(b));
+        } else {
+            pathname.push_str(&format!("%{b:02X}"));
+        }
+    }
+    ServerDescription {
+        host: host.to_owned(),
+        protocol: if tls { "amqps" } else { "amqp" }.to_owned(),
+        protocol_version: Some(AMQP_PROTOCOL_VERSION.to_owned()),
+        pathname: Some(pathname),
+        description,
     }
 }
 

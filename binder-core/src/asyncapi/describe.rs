@@ -2,8 +2,10 @@
 //! `inventory`, like its [`BinderRegistration`](crate::binder::BinderRegistration)) that
 //! tells, for one binding, the protocol bindings of its channel, operation and message, the
 //! channel a consumer really receives from when it is not the destination itself (an AMQP
-//! queue), and further channels that carry the binding's messages (a dead-letter queue).
-//! binder-core knows no protocol: what is in the bindings objects is the binder's.
+//! queue), and further channels that carry the binding's messages (a dead-letter queue); and,
+//! for a binder configuration, the servers its channels are on (a RabbitMQ node, the embedded
+//! broker's listener). binder-core knows no protocol: what is in the bindings objects and the
+//! servers is the binder's.
 
 use std::fmt;
 
@@ -62,6 +64,35 @@ pub struct DescribeRequest<'a> {
     pub environment: &'a config::Value,
 }
 
+/// A server a binder configuration's channels are on: AsyncAPI's Server object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerDescription {
+    /// `host[:port]`, without credentials.
+    pub host: String,
+    /// The protocol (`amqp`, `amqps`).
+    pub protocol: String,
+    /// The protocol's version (`0.9.1`).
+    pub protocol_version: Option<String>,
+    /// The path on the server (an AMQP virtual host, `/%2F` for `/`, as in an AMQP URI).
+    pub pathname: Option<String>,
+    /// What the server is.
+    pub description: String,
+}
+
+/// What a servers describer is asked about: one binder configuration.
+#[derive(Debug, Clone, Copy)]
+pub struct ServerRequest<'a> {
+    /// The binder configuration's name (`binders.<name>`, or the bare type).
+    pub binder_name: &'a str,
+    /// The configuration tree the binder sees (`StreamConfig::binder_environment`).
+    pub environment: &'a config::Value,
+}
+
+/// Describes a binder configuration's servers. None: its channels are on no server a client
+/// could connect to (an in-process broker); an error (a setting that cannot be read) is
+/// written into the document's description instead.
+pub type DescribeServers = fn(&ServerRequest<'_>) -> Result<Vec<ServerDescription>, String>;
+
 /// A binder type's describer, collected with `inventory`:
 ///
 /// ```
@@ -86,6 +117,9 @@ pub struct DescriberRegistration {
     /// Describes one binding; an error (a binder setting that cannot be read) is written into
     /// the document's description of the binding instead of the bindings.
     pub describe: fn(&DescribeRequest<'_>) -> Result<BindingDescription, String>,
+    /// Describes the servers of one binder configuration ([`DescriberRegistration::servers`]);
+    /// none: the document names no server for its channels.
+    pub servers: Option<DescribeServers>,
 }
 
 impl DescriberRegistration {
@@ -97,7 +131,35 @@ impl DescriberRegistration {
         DescriberRegistration {
             binder_type,
             describe,
+            servers: None,
         }
+    }
+
+    /// The same registration, describing its binder configurations' servers with `servers`:
+    ///
+    /// ```
+    /// use binder_core::asyncapi::{
+    ///     BindingDescription, DescriberRegistration, ServerDescription, ServerRequest,
+    /// };
+    ///
+    /// fn servers(_: &ServerRequest<'_>) -> Result<Vec<ServerDescription>, String> {
+    ///     Ok(vec![ServerDescription {
+    ///         host: "broker.example:5672".into(),
+    ///         protocol: "amqp".into(),
+    ///         protocol_version: Some("0.9.1".into()),
+    ///         pathname: None,
+    ///         description: "The example broker.".into(),
+    ///     }])
+    /// }
+    ///
+    /// inventory::submit! {
+    ///     DescriberRegistration::new("example-servers", |_| Ok(BindingDescription::default()))
+    ///         .servers(servers)
+    /// }
+    /// ```
+    pub const fn servers(mut self, servers: DescribeServers) -> Self {
+        self.servers = Some(servers);
+        self
     }
 }
 
