@@ -140,6 +140,23 @@ fn is_unit(ty: &Type) -> bool {
     matches!(ty, Type::Tuple(t) if t.elems.is_empty())
 }
 
+/// The type a listener replies with: its return type, inside `Result` or `Option`; none for
+/// `()`, a `Message` (its payload is not typed) or a type that cannot be named (`impl Trait`).
+fn reply_type(ret: &ReturnType) -> Option<&Type> {
+    let ReturnType::Type(_, ty) = ret else {
+        return None;
+    };
+    let seg = last_segment(ty);
+    let inner = match seg.map(|s| s.ident.to_string()).as_deref() {
+        Some("Result" | "Option") => seg.and_then(first_generic)?,
+        _ => ty,
+    };
+    let named =
+        matches!(inner, Type::Path(_)) || matches!(inner, Type::Tuple(t) if !t.elems.is_empty());
+    let message = last_segment(inner).is_some_and(|s| s.ident == "Message");
+    (named && !message).then_some(inner)
+}
+
 /// How the return value becomes an outcome; `None` when the signature is wrong.
 fn return_conversion(ret: &ReturnType, has_output: bool) -> Result<TokenStream2, syn::Error> {
     let value = quote! { __result };
@@ -153,8 +170,17 @@ fn return_conversion(ret: &ReturnType, has_output: bool) -> Result<TokenStream2,
     let seg = last_segment(ty);
     let wrapper = seg.map(|s| s.ident.to_string());
     let inner_unit = seg.and_then(first_generic).is_some_and(is_unit);
+    // A `Message` (bare, in `Option` or in `Result`) is sent as it is, not serialised.
+    let replied = match wrapper.as_deref() {
+        Some("Result" | "Option") => seg.and_then(first_generic),
+        _ => Some(&**ty),
+    };
+    let message = replied
+        .and_then(last_segment)
+        .is_some_and(|s| s.ident == "Message");
     match (wrapper.as_deref(), has_output) {
         (Some("Result"), false) if inner_unit => Ok(value),
+        (_, true) if message => Ok(value),
         (Some("Result" | "Option"), true) => {
             Ok(quote! { #value.map(::binder_core::runtime::Reply) })
         }
@@ -172,7 +198,9 @@ fn return_conversion(ret: &ReturnType, has_output: bool) -> Result<TokenStream2,
 ///
 /// * `input` (required): a type declared with `#[input]`, or `Sink`;
 /// * `output`: where the return value goes (SCSt's `@SendTo`); the function then returns a
-///   value, an `Option` or a `Result` of one;
+///   value, an `Option` or a `Result` of one; a value is encoded with the output's content
+///   type (and its type is the output's payload in the AsyncAPI document), a `Message` is
+///   sent as it is;
 /// * `condition`: which messages this listener takes, from their headers
 ///   (`headers['type'] == 'created'`, `!=`, `&&`, `||`, `!`, parentheses, `null`). Several
 ///   listeners may share an input: a message goes to the one whose condition matches, else to
@@ -359,6 +387,13 @@ fn listener(args: ListenerArgs, func: ItemFn) -> Result<TokenStream2, syn::Error
         (None, None) => quote! { ::core::option::Option::None },
     };
 
+    // The return value's type, for the output's payload in the AsyncAPI document.
+    let reply = match reply_type(&sig.output).filter(|_| args.output.is_some()) {
+        Some(ty) => {
+            quote! { ::core::option::Option::Some(|| ::binder_core::__payload_type!(#ty)) }
+        }
+        None => quote! { ::core::option::Option::None },
+    };
     let conversion = return_conversion(&sig.output, args.output.is_some())?;
     let fn_name = &sig.ident;
     let vis = &func.vis;
@@ -395,6 +430,7 @@ fn listener(args: ListenerArgs, func: ItemFn) -> Result<TokenStream2, syn::Error
             states: &[#(#states),*],
             handler: #make,
             payload: #payload,
+            reply: #reply,
         };
 
         #[doc(hidden)]

@@ -132,6 +132,9 @@ impl AppBuilder {
             handler: ListenerHandler::AtStart(def.handler),
             payload: def.payload.map(|payload| payload()),
         });
+        if let (Some(output), Some(reply)) = (def.output, def.reply) {
+            self.parts.payloads.push((output.to_owned(), reply()));
+        }
         self
     }
 

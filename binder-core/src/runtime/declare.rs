@@ -33,6 +33,9 @@ pub struct ListenerDef {
     /// Its payload argument's type, for the AsyncAPI document (`None`: it takes no payload
     /// argument).
     pub payload: Option<fn() -> PayloadType>,
+    /// Its return value's type, the payload of its `output` binding, for the AsyncAPI
+    /// document (`None`: no output, or it returns a [`Message`](crate::message::Message)).
+    pub reply: Option<fn() -> PayloadType>,
 }
 
 /// The type of a `State<T>` argument: a listener taking one cannot start unless a value of
