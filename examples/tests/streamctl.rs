@@ -123,3 +123,31 @@ fn provision_declares_the_plan_on_rabbitmq() {
         .args(["-q", "delete_queue", &queue])
         .output();
 }
+
+/// `streamctl … | head` ends it quietly, with status 0, as other tools end, not with a panic.
+#[test]
+fn output_into_a_closed_pipe_ends_quietly() {
+    use std::io::Read;
+    use std::process::Stdio;
+    let (_dir, path) =
+        write("spring.cloud.stream.bindings.orders-in: {destination: orders, group: billing}\n");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_streamctl"))
+        .args(["asyncapi", "--config", &path])
+        .env_remove("STREAM_CONFIG")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The reading end closes before the program writes.
+    drop(child.stdout.take());
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{status:?} {stderr}");
+    assert!(stderr.is_empty(), "{stderr}");
+}

@@ -65,6 +65,6 @@ pub fn run(args: AsyncApiArgs) -> ExitCode {
     if let Some(version) = args.version {
         doc = doc.version(version);
     }
-    println!("{}", doc.infer_roles().build());
+    outln!("{}", doc.infer_roles().build());
     ExitCode::SUCCESS
 }

@@ -77,14 +77,14 @@ pub async fn run(command: DlqCommand) -> Result<(), TargetError> {
             match format {
                 Format::Json => {
                     let items: Vec<Value> = peeked.iter().map(to_json).collect();
-                    println!("{}", Value::Array(items));
+                    outln!("{}", Value::Array(items));
                 }
                 Format::Text => {
                     if !target.quiet {
-                        println!("Dead-letter queue {queue}: {} shown", peeked.len());
+                        outln!("Dead-letter queue {queue}: {} shown", peeked.len());
                     }
                     for (i, m) in peeked.iter().enumerate() {
-                        print!("{}", to_text(i + 1, m));
+                        out!("{}", to_text(i + 1, m));
                     }
                 }
             }
@@ -99,11 +99,12 @@ pub async fn run(command: DlqCommand) -> Result<(), TargetError> {
             let report = binder.replay(&queue, count.unwrap_or(u32::MAX)).await;
             binder.close().await;
             let report = report.map_err(|e| TargetError::Failed(e.to_string()))?;
-            println!("replayed {} messages from {queue}", report.replayed);
+            outln!("replayed {} messages from {queue}", report.replayed);
             for kept in &report.kept {
-                println!(
+                outln!(
                     "kept a message (routing key `{}`): {}",
-                    kept.routing_key, kept.reason
+                    kept.routing_key,
+                    kept.reason
                 );
             }
             if report.kept.is_empty() {
@@ -120,7 +121,7 @@ pub async fn run(command: DlqCommand) -> Result<(), TargetError> {
             let purged = binder.purge_queue(&queue).await;
             binder.close().await;
             let purged = purged.map_err(|e| TargetError::Failed(e.to_string()))?;
-            println!("purged {purged} messages from {queue}");
+            outln!("purged {purged} messages from {queue}");
             Ok(())
         }
     }

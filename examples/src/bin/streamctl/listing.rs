@@ -160,7 +160,7 @@ pub async fn list(
 
 fn info(target: &Target, entity: Entity, broker: &Broker, how: &str) {
     if !target.quiet {
-        println!(
+        outln!(
             "Listing {} for vhost {} ({how}) ...",
             entity.plural(),
             broker.vhost
@@ -294,10 +294,10 @@ async fn from_amqp(
 fn print(columns: &[String], rows: Vec<Vec<Value>>, format: Format) {
     match format {
         Format::Text => {
-            println!("{}", columns.join("\t"));
+            outln!("{}", columns.join("\t"));
             for row in rows {
                 let cells: Vec<String> = row.iter().map(render).collect();
-                println!("{}", cells.join("\t"));
+                outln!("{}", cells.join("\t"));
             }
         }
         Format::Json => {
@@ -308,7 +308,7 @@ fn print(columns: &[String], rows: Vec<Vec<Value>>, format: Format) {
                     Value::Object(map)
                 })
                 .collect();
-            println!("{}", Value::Array(objects));
+            outln!("{}", Value::Array(objects));
         }
     }
 }
@@ -346,14 +346,14 @@ fn render_nested(value: &Value) -> String {
 pub async fn purge(target: &Target, queue: &str) -> Result<(), TargetError> {
     let broker = target.resolve(None)?;
     if !target.quiet {
-        println!("Purging queue '{queue}' in vhost '{}' ...", broker.vhost);
+        outln!("Purging queue '{queue}' in vhost '{}' ...", broker.vhost);
     }
     let binder = broker.binder();
     let purged = binder.purge_queue(queue).await;
     binder_core::binder::Binder::close(&binder).await;
     let purged = purged.map_err(|e| TargetError::Failed(e.to_string()))?;
     if !target.quiet {
-        println!("purged {purged} messages");
+        outln!("purged {purged} messages");
     }
     Ok(())
 }

@@ -39,6 +39,35 @@ use binder_core::config::ConfigLoader;
 use binder_rabbit::{RabbitBinder, RabbitSettings};
 use clap::{Parser, Subcommand};
 
+/// `println!` on standard output, except that output into a closed pipe
+/// (`streamctl list_queues | head -3`) ends the program quietly, as it ends other
+/// command-line tools (Rust ignores `SIGPIPE`: `println!` would panic).
+macro_rules! outln {
+    ($($arg:tt)*) => {
+        $crate::write_out(format_args!("{}\n", format_args!($($arg)*)))
+    };
+}
+
+/// `print!` on standard output, ending quietly on a closed pipe (see `outln!`).
+macro_rules! out {
+    ($($arg:tt)*) => {
+        $crate::write_out(format_args!($($arg)*))
+    };
+}
+
+/// Writes to standard output. A closed pipe ends the program with status 0: whoever read
+/// the output stopped wanting it. Any other write error ends it with status 1.
+fn write_out(text: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    if let Err(e) = std::io::stdout().lock().write_fmt(text) {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(0);
+        }
+        eprintln!("streamctl: cannot write the output: {e}");
+        std::process::exit(1);
+    }
+}
+
 mod asyncapi;
 mod broker;
 mod dlq;
@@ -197,7 +226,7 @@ async fn provision(config: binder_core::config::StreamConfig) -> ExitCode {
     for (name, bindings) in by_binder {
         let binder_type = config.binder_type(&name);
         if binder_type == "embedded" {
-            println!(
+            outln!(
                 "skipped {}: binder `{name}` is embedded, its broker lives inside the application",
                 bindings.join(", ")
             );
@@ -224,7 +253,7 @@ async fn provision(config: binder_core::config::StreamConfig) -> ExitCode {
             }
         };
         match binder.provision(&plan).await {
-            Ok(()) => println!(
+            Ok(()) => outln!(
                 "provisioned on `{name}` ({binder_type}): {} exchanges, {} queues, {} bindings",
                 plan.exchanges.len(),
                 plan.queues.len(),
@@ -297,9 +326,9 @@ fn main() -> ExitCode {
                 }
             };
             match format {
-                Format::Text => print!("{}", plan.to_text()),
+                Format::Text => out!("{}", plan.to_text()),
                 Format::Json => match serde_json::to_string_pretty(&plan) {
-                    Ok(json) => println!("{json}"),
+                    Ok(json) => outln!("{json}"),
                     Err(e) => {
                         eprintln!("streamctl: {e}");
                         return ExitCode::FAILURE;
