@@ -168,3 +168,95 @@ async fn interval_mode_confirms_at_once_and_syncs_within_the_interval() {
     let (_store, broker) = open_fault(&after, Path::new(DIR), config);
     assert_eq!(broker.queue_counts("q"), Some((1, 0)));
 }
+
+/// Publishes `count` persistent messages named `{prefix}{i}` in one transaction and commits.
+async fn commit_batch(ch: &Channel, prefix: &str, count: usize) -> AmqpResult<()> {
+    for i in 0..count {
+        ch.basic_publish(
+            "",
+            "q",
+            Default::default(),
+            persistent(format!("{prefix}{i}")),
+        )
+        .await?;
+    }
+    ch.tx_commit().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_commit_ok_is_released_for_a_transaction_a_crash_loses() {
+    for (round, crash_after) in [1usize, 10, 60].into_iter().enumerate() {
+        let fs = FaultFs::new();
+        // Syncs take a real disk's time, so commits are under way when the crash comes.
+        fs.set_sync_delay(Duration::from_millis(2));
+        let (store, broker) = open_fault(&fs, Path::new(DIR), StoreConfig::default());
+        declare(&broker);
+        let committed = Arc::new(Mutex::new(Vec::new()));
+        let mut publishers = Vec::new();
+        for p in 0..3 {
+            let broker = broker.clone();
+            let committed = committed.clone();
+            publishers.push(tokio::spawn(async move {
+                let conn = broker.connect();
+                let ch = conn.open_channel().unwrap();
+                ch.tx_select().unwrap();
+                // Bounded, so that a broker that never fails a commit ends the test too.
+                for t in 0..2000 {
+                    let prefix = format!("p{p}-t{t}-");
+                    match commit_batch(&ch, &prefix, 5).await {
+                        Ok(()) => committed.lock().unwrap().push(prefix),
+                        Err(e) => {
+                            assert_eq!(e.code, ReplyCode::InternalError, "{e}");
+                            return;
+                        }
+                    }
+                }
+            }));
+        }
+        while committed.lock().unwrap().len() < crash_after {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        let after = fs.crash();
+        for p in publishers {
+            p.await.unwrap();
+        }
+        let committed = committed.lock().unwrap().clone();
+        drop(broker);
+        drop(store);
+        let (_store, broker) = open_fault(&after, Path::new(DIR), StoreConfig::default());
+        let conn = broker.connect();
+        let ch = conn.open_channel().unwrap();
+        let kept: HashSet<String> = drain(&ch, "q").into_iter().map(|(b, _)| b).collect();
+        for prefix in &committed {
+            for i in 0..5 {
+                let body = format!("{prefix}{i}");
+                assert!(
+                    kept.contains(&body),
+                    "round {round}: {body} was committed (commit-ok) but lost in the crash"
+                );
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_failed_sync_fails_the_commit_and_keeps_earlier_commits() {
+    let fs = FaultFs::new();
+    let (_store, broker) = open_fault(&fs, Path::new(DIR), StoreConfig::default());
+    declare(&broker);
+    let conn = broker.connect();
+    let ch = conn.open_channel().unwrap();
+    ch.tx_select().unwrap();
+    commit_batch(&ch, "ok", 3).await.unwrap();
+    fs.fail_syncs(true);
+    let error = commit_batch(&ch, "lost", 3).await.unwrap_err();
+    assert_eq!(error.code, ReplyCode::InternalError);
+    assert!(error.text.contains("injected sync failure"), "{error}");
+    // Nothing of the failed commit was confirmed: after a crash only the first commit is there.
+    let after = fs.crash();
+    let (_store, broker) = open_fault(&after, Path::new(DIR), StoreConfig::default());
+    let conn = broker.connect();
+    let ch = conn.open_channel().unwrap();
+    let kept: Vec<String> = drain(&ch, "q").into_iter().map(|(b, _)| b).collect();
+    assert_eq!(kept, ["ok0", "ok1", "ok2"]);
+}
