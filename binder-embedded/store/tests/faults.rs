@@ -14,6 +14,14 @@ use stream_store::{FaultFs, StoreConfig, SyncMode};
 
 const DIR: &str = "/data";
 
+/// The bodies in queue `q` once a store is opened again on `files` (what a crash left).
+fn recovered(files: &FaultFs) -> Vec<String> {
+    let (_store, broker) = open_fault(files, Path::new(DIR), StoreConfig::default());
+    let conn = broker.connect();
+    let ch = conn.open_channel().unwrap();
+    drain(&ch, "q").into_iter().map(|(b, _)| b).collect()
+}
+
 fn declare(broker: &Broker) {
     let conn = broker.connect();
     let ch = conn.open_channel().unwrap();
@@ -64,10 +72,7 @@ async fn no_confirm_is_released_for_data_a_crash_loses() {
         assert!(confirmed.len() >= crash_after);
         drop(broker);
         drop(store);
-        let (_store, broker) = open_fault(&after, Path::new(DIR), StoreConfig::default());
-        let conn = broker.connect();
-        let ch = conn.open_channel().unwrap();
-        let kept: Vec<String> = drain(&ch, "q").into_iter().map(|(b, _)| b).collect();
+        let kept = recovered(&after);
         let unique: HashSet<String> = kept.iter().cloned().collect();
         assert_eq!(unique.len(), kept.len(), "round {round}: each message once");
         let lost: Vec<&String> = confirmed.difference(&unique).collect();
@@ -114,10 +119,7 @@ async fn a_failed_sync_fails_the_publish_and_keeps_what_was_confirmed() {
     assert!(store.close().is_err(), "closing a failed store reports it");
 
     let after = fs.crash();
-    let (_store, broker) = open_fault(&after, Path::new(DIR), StoreConfig::default());
-    let conn = broker.connect();
-    let ch = conn.open_channel().unwrap();
-    let kept: Vec<String> = drain(&ch, "q").into_iter().map(|(b, _)| b).collect();
+    let kept = recovered(&after);
     let want: Vec<String> = (0..10).map(|i| format!("ok{i}")).collect();
     assert_eq!(kept, want);
 }
@@ -223,10 +225,7 @@ async fn no_commit_ok_is_released_for_a_transaction_a_crash_loses() {
         let committed = committed.lock().unwrap().clone();
         drop(broker);
         drop(store);
-        let (_store, broker) = open_fault(&after, Path::new(DIR), StoreConfig::default());
-        let conn = broker.connect();
-        let ch = conn.open_channel().unwrap();
-        let kept: HashSet<String> = drain(&ch, "q").into_iter().map(|(b, _)| b).collect();
+        let kept: HashSet<String> = recovered(&after).into_iter().collect();
         for prefix in &committed {
             for i in 0..5 {
                 let body = format!("{prefix}{i}");
@@ -254,9 +253,6 @@ async fn a_failed_sync_fails_the_commit_and_keeps_earlier_commits() {
     assert!(error.text.contains("injected sync failure"), "{error}");
     // Nothing of the failed commit was confirmed: after a crash only the first commit is there.
     let after = fs.crash();
-    let (_store, broker) = open_fault(&after, Path::new(DIR), StoreConfig::default());
-    let conn = broker.connect();
-    let ch = conn.open_channel().unwrap();
-    let kept: Vec<String> = drain(&ch, "q").into_iter().map(|(b, _)| b).collect();
+    let kept = recovered(&after);
     assert_eq!(kept, ["ok0", "ok1", "ok2"]);
 }
