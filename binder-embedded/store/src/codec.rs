@@ -260,6 +260,19 @@ fn get_table(inp: &mut In<'_>, depth: u32) -> Decoded<FieldTable> {
     Ok(t)
 }
 
+/// Bytes a published message's record takes beyond its exchange, routing key and body when
+/// its properties are short and it has few headers: enough that the usual record is encoded
+/// without growing its buffer.
+const RECORD_SLACK: usize = 256;
+
+/// A buffer sized for `p`'s record, so that encoding it does not reallocate (under the
+/// broker's lock) in the usual case.
+pub(crate) fn out_for(p: &Published) -> Out {
+    Out(Vec::with_capacity(
+        p.exchange.len() + p.routing_key.len() + p.message.payload.len() + RECORD_SLACK,
+    ))
+}
+
 /// Encodes a published message.
 pub(crate) fn put_published(out: &mut Out, p: &Published) {
     out.str(&p.exchange);
@@ -461,8 +474,14 @@ mod tests {
                 .into(),
             },
         };
-        let mut out = Out::default();
+        let mut out = out_for(&p);
+        let sized = out.0.capacity();
         put_published(&mut out, &p);
+        assert_eq!(
+            out.0.capacity(),
+            sized,
+            "the record fits the buffer sized for it"
+        );
         let names = &mut Interner::default();
         let back = get_published(&mut In(&out.0), names).unwrap();
         assert_eq!(back, p);

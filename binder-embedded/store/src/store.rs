@@ -13,7 +13,7 @@ use stream_engine::{
 };
 use tokio::sync::oneshot;
 
-use crate::codec::{self, Out};
+use crate::codec;
 use crate::config::{ConfigError, StoreConfig, SyncMode};
 use crate::frame;
 use crate::fs::{FileSystem, RealFs};
@@ -265,8 +265,9 @@ impl MessageStore for DiskStore {
                 waiter,
             }
         } else {
-            let mut out = Out::default();
-            codec::put_published(&mut out, &message.published());
+            let published = message.published();
+            let mut out = codec::out_for(&published);
+            codec::put_published(&mut out, &published);
             if out.0.len() > frame::MAX_PAYLOAD - 1024 {
                 return failed_now(format!(
                     "a message of {} bytes is over the store's record limit",
