@@ -270,10 +270,17 @@ impl<E: Envelope> State<E> {
     /// round-robin among equals, only the first consumer under single-active-consumer.
     pub(super) fn dispatch(&mut self, queue: &str) {
         loop {
-            self.expire_head(queue);
-            let Some(q) = self.registry.queues.get_mut(queue) else {
+            let Some(mut q) = self.registry.queues.get_mut(queue) else {
                 return;
             };
+            // Looked up once when the head cannot expire (the common case).
+            if q.storage.peek().is_some_and(|m| m.expires_at.is_some()) {
+                self.expire_head(queue);
+                let Some(again) = self.registry.queues.get_mut(queue) else {
+                    return;
+                };
+                q = again;
+            }
             if q.storage.is_empty() || q.consumers.is_empty() {
                 return;
             }
@@ -331,7 +338,8 @@ impl<E: Envelope> State<E> {
                 .expect("chosen above");
             // A lone (or single active) consumer takes all its credit allows in one burst,
             // handed over with one inbox lock; competing consumers go round-robin, one each.
-            let burst = if candidates == 1 || q.consumers.len() == 1 {
+            let lone = candidates == 1 || q.consumers.len() == 1;
+            let burst = if lone {
                 let window = |limit: u32, used: u32| {
                     if limit == 0 {
                         usize::MAX
@@ -350,7 +358,7 @@ impl<E: Envelope> State<E> {
                 1
             };
             let mut now: Option<Instant> = None;
-            let mut deliveries = Vec::with_capacity(burst);
+            let mut deliveries = std::mem::take(&mut self.work.deliver_scratch);
             // A no-ack consumer's deliveries stay counted until its handle takes them.
             let mut footprints = Vec::new();
             for _ in 0..burst {
@@ -402,13 +410,22 @@ impl<E: Envelope> State<E> {
                     );
                 }
             }
-            q.delivered += deliveries.len() as u64;
-            if consumer.inbox.push_many(deliveries, footprints) {
+            let delivered = deliveries.len();
+            q.delivered += delivered as u64;
+            if consumer.inbox.push_many(&mut deliveries, footprints) {
                 self.work.wakes.push(consumer.inbox.clone());
             }
+            self.work.keep_deliver_scratch(deliveries);
             if consumer.parked {
                 consumer.parked = false;
                 q.parked -= 1;
+            }
+            // A lone consumer given its whole burst has used its credit or emptied the queue:
+            // another round would find nothing to do (it is the common case: at prefetch 1,
+            // every ack dispatches one message). Expired or paged messages cut a burst short:
+            // then the next round goes on.
+            if lone && delivered == burst {
+                return;
             }
         }
     }
