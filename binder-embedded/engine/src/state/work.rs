@@ -111,17 +111,12 @@ pub(crate) struct AfterLock<E: Envelope> {
 /// A list that is usually empty or of one item (an operation's wake-ups, the records an ack
 /// frees): those need no allocation, which a `Vec` taken out of the state at every operation
 /// would cost.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub(crate) enum Few<T> {
+    #[default]
     Empty,
     One(T),
     Many(Vec<T>),
-}
-
-impl<T> Default for Few<T> {
-    fn default() -> Self {
-        Few::Empty
-    }
 }
 
 impl<T> Few<T> {
@@ -171,6 +166,28 @@ impl<T> IntoIterator for Few<T> {
             Few::Empty => None.into_iter().chain(Vec::new()),
             Few::One(item) => Some(item).into_iter().chain(Vec::new()),
             Few::Many(items) => None.into_iter().chain(items),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Few;
+
+    #[test]
+    fn few_keeps_its_items_in_order_whatever_their_number() {
+        for n in 0..6 {
+            let mut few = Few::default();
+            if n > 2 {
+                few.reserve(n - 1);
+            }
+            for i in 0..n {
+                few.push(i);
+            }
+            assert_eq!(
+                few.into_iter().collect::<Vec<_>>(),
+                (0..n).collect::<Vec<_>>()
+            );
         }
     }
 }
