@@ -5,7 +5,7 @@ use std::sync::Arc;
 use tokio::time::Instant;
 
 use super::State;
-use super::sessions::{ConsumerState, Unacked};
+use super::sessions::{ChannelState, ConsumerState, Unacked};
 use crate::dead_letter::DeathReason;
 use crate::envelope::Envelope;
 use crate::error::{AmqpError, AmqpResult, ReplyCode};
@@ -297,45 +297,48 @@ impl<E: Envelope> State<E> {
             } else {
                 q.consumers.len()
             };
-            let mut chosen: Option<(usize, i64)> = None;
-            for step in 0..candidates {
-                let idx = if q.args.single_active_consumer {
-                    0
-                } else {
-                    (q.cursor + step) % q.consumers.len()
-                };
-                let qc = &q.consumers[idx];
-                if chosen.is_some_and(|(_, p)| p >= qc.priority) {
-                    continue;
-                }
-                let Some(c) = self.sessions.consumers.get(&qc.id) else {
-                    continue;
-                };
-                let Some(ch) = self.sessions.channels.get(&c.channel) else {
-                    continue;
-                };
-                let has_credit = c.no_ack
+            let has_credit = |c: &ConsumerState<E>, ch: &ChannelState<E>| {
+                c.no_ack
                     || ((c.prefetch == 0 || c.unacked < c.prefetch)
-                        && (ch.channel_prefetch == 0 || ch.channel_unacked < ch.channel_prefetch));
-                if has_credit {
-                    chosen = Some((idx, qc.priority));
+                        && (ch.channel_prefetch == 0 || ch.channel_unacked < ch.channel_prefetch))
+            };
+            // One candidate (the common case) is looked up once, not scanned and then again.
+            let chosen = if candidates == 1 {
+                Some((0, q.consumers[0].priority))
+            } else {
+                let mut chosen: Option<(usize, i64)> = None;
+                for step in 0..candidates {
+                    let idx = (q.cursor + step) % q.consumers.len();
+                    let qc = &q.consumers[idx];
+                    if chosen.is_some_and(|(_, p)| p >= qc.priority) {
+                        continue;
+                    }
+                    let Some(c) = self.sessions.consumers.get(&qc.id) else {
+                        continue;
+                    };
+                    let Some(ch) = self.sessions.channels.get(&c.channel) else {
+                        continue;
+                    };
+                    if has_credit(c, ch) {
+                        chosen = Some((idx, qc.priority));
+                    }
                 }
-            }
+                chosen
+            };
             let Some((idx, _)) = chosen else {
                 return;
             };
             let consumer_id = q.consumers[idx].id;
+            let Some(consumer) = self.sessions.consumers.get_mut(&consumer_id) else {
+                return;
+            };
+            let Some(ch) = self.sessions.channels.get_mut(&consumer.channel) else {
+                return;
+            };
+            if candidates == 1 && !has_credit(consumer, ch) {
+                return;
+            }
             q.cursor = idx + 1;
-            let consumer = self
-                .sessions
-                .consumers
-                .get_mut(&consumer_id)
-                .expect("chosen above");
-            let ch = self
-                .sessions
-                .channels
-                .get_mut(&consumer.channel)
-                .expect("chosen above");
             // A lone (or single active) consumer takes all its credit allows in one burst,
             // handed over with one inbox lock; competing consumers go round-robin, one each.
             let lone = candidates == 1 || q.consumers.len() == 1;

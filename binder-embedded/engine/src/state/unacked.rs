@@ -80,6 +80,16 @@ impl<E: Envelope> UnackedLog<E> {
                 None => 0,
             }
         };
+        if end == 1 {
+            // One delivery (a `multiple` ack at prefetch 1): no drain.
+            if let Some(Some(u)) = self.entries.pop_front() {
+                taken.push(u);
+                self.live -= 1;
+            }
+            self.first += 1;
+            self.trim();
+            return;
+        }
         // Sized up front: `flatten` gives no size hint, and collecting would reallocate at
         // every doubling.
         taken.reserve(self.live.min(end));
