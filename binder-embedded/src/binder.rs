@@ -799,6 +799,15 @@ impl DeliverySource for EngineConsumer {
         true
     }
 
+    fn try_receive(&mut self, into: &mut VecDeque<Delivery>, max: usize) -> usize {
+        let Some(consumer) = self.consumer.as_mut() else {
+            return 0;
+        };
+        let n = consumer.try_recv_many(&mut self.batch, max);
+        into.extend(self.batch.drain(..));
+        n
+    }
+
     async fn cancel(
         &mut self,
         channel: &EngineAcks,

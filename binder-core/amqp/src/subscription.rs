@@ -38,6 +38,14 @@ pub trait DeliverySource: fmt::Debug + Send + 'static {
         max: usize,
     ) -> impl Future<Output = bool> + Send;
 
+    /// Appends the deliveries the client has already buffered, `max` at most, without
+    /// waiting or asking the broker; returns how many. A client that cannot tell keeps
+    /// this default (none): the subscription then waits through [`Self::receive`].
+    fn try_receive(&mut self, into: &mut VecDeque<Self::Delivery>, max: usize) -> usize {
+        let _ = (into, max);
+        0
+    }
+
     /// Cancels the consumer (`basic.cancel`) and waits for the broker's answer. With
     /// `auto_ack`, appends the deliveries the broker sent before the cancel took effect: it
     /// counts them consumed, so they are handed out rather than lost.
@@ -95,24 +103,49 @@ impl<S: DeliverySource> BufferedSubscription<S> {
         self.acks.flush()
     }
 
-    /// Waits for the next batch (after sending the acks held back for the last one); false
-    /// once the consumer has ended.
-    async fn refill(&mut self) -> bool {
+    /// Sends the acks held back for the last batch, before the next one is taken.
+    fn flush_before_batch(&self) {
         if let Err(e) = self.acks.flush() {
             tracing::warn!(error = %e, "sending held-back acks failed; the broker will redeliver");
         }
-        let Some(source) = self.source.as_mut() else {
-            return false;
-        };
-        if !source.receive(&mut self.ready, BATCH).await {
-            return false;
-        }
+    }
+
+    /// Records a batch just taken.
+    fn batch_taken(&self) {
         if !self.auto_ack {
             // The whole batch counts as outstanding from now on, so the acks of its first
             // deliveries wait for the rest (or for half the prefetch window of them): the
             // runtime comes back for each of them, and flushes before it stops doing so.
             self.acks.batch_taken(self.ready.iter().map(S::tag));
         }
+    }
+
+    /// The next batch if the client already holds one (after sending the acks held back for
+    /// the last one), without waiting: at prefetch 1 the ack of a delivery usually brings the
+    /// next one, and taking it here spares the boxed future of [`Self::refill`].
+    fn refill_now(&mut self) -> bool {
+        self.flush_before_batch();
+        let Some(source) = self.source.as_mut() else {
+            return false;
+        };
+        if source.try_receive(&mut self.ready, BATCH) == 0 {
+            return false;
+        }
+        self.batch_taken();
+        true
+    }
+
+    /// Waits for the next batch (after sending the acks held back for the last one); false
+    /// once the consumer has ended.
+    async fn refill(&mut self) -> bool {
+        self.flush_before_batch();
+        let Some(source) = self.source.as_mut() else {
+            return false;
+        };
+        if !source.receive(&mut self.ready, BATCH).await {
+            return false;
+        }
+        self.batch_taken();
         true
     }
 }
@@ -121,6 +154,11 @@ impl<S: DeliverySource> BufferedSubscription<S> {
 impl<S: DeliverySource> Subscription for BufferedSubscription<S> {
     fn next(&mut self) -> BinderFuture<'_, Option<Inbound>> {
         if let Some(d) = self.ready.pop_front() {
+            return BinderFuture::ready(Some(self.inbound(d)));
+        }
+        if self.refill_now()
+            && let Some(d) = self.ready.pop_front()
+        {
             return BinderFuture::ready(Some(self.inbound(d)));
         }
         BinderFuture::boxed(async move {

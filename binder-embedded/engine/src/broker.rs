@@ -831,9 +831,13 @@ impl<E: Envelope> Consumer<E> {
             // Register before looking, so a push in between is not missed.
             let notified = self.inbox.notified();
             tokio::pin!(notified);
-            notified.as_mut().enable();
+            let stale = notified.as_mut().enable();
             match self.inbox.take(buffer, limit) {
                 None => return 0,
+                // The permit of a push whose deliveries were taken already (a push into the
+                // empty inbox wakes the handle even while it is busy): register afresh
+                // rather than asking the engine twice.
+                Some(0) if stale => continue,
                 Some(0) => {}
                 Some(n) => {
                     self.released();
@@ -856,6 +860,17 @@ impl<E: Envelope> Consumer<E> {
                 }
             }
         }
+    }
+
+    /// Takes up to `limit` deliveries already handed to this consumer, without waiting and
+    /// without asking the engine for more (no lock of the broker); returns how many were
+    /// added (0 also once cancelled: [`Consumer::recv_many`] tells the two apart).
+    pub fn try_recv_many(&mut self, buffer: &mut Vec<Delivery<E>>, limit: usize) -> usize {
+        let n = self.inbox.take(buffer, limit.max(1)).unwrap_or(0);
+        if n > 0 {
+            self.released();
+        }
+        n
     }
 
     /// A delivery if one is ready now.

@@ -78,13 +78,18 @@ impl<E: Envelope> Inbox<E> {
     /// wake-up can cost a system call, which would hold up every other operation on the
     /// broker.
     #[must_use = "a handle waiting on an empty inbox must be woken"]
-    pub(crate) fn push_many(&self, deliveries: Vec<Delivery<E>>, footprints: Vec<usize>) -> bool {
+    /// `deliveries` is left empty (its buffer is the caller's to reuse).
+    pub(crate) fn push_many(
+        &self,
+        deliveries: &mut Vec<Delivery<E>>,
+        footprints: Vec<usize>,
+    ) -> bool {
         if deliveries.is_empty() {
             return false;
         }
         let mut held = self.lock();
         let was_empty = held.deliveries.is_empty();
-        held.deliveries.extend(deliveries);
+        held.deliveries.extend(deliveries.drain(..));
         if self.released.is_some() {
             held.footprints.extend(footprints);
         }

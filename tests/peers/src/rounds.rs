@@ -54,11 +54,16 @@ pub fn run_rounds(
     mut run: impl FnMut(usize) -> Vec<Figure>,
 ) -> Vec<Vec<Vec<Figure>>> {
     let count = contenders.len();
+    // For profiling one contender: the others do not run (and have no figures, nor ratios).
+    let only = std::env::var("BENCH_ONLY").ok().filter(|o| !o.is_empty());
     let mut results: Vec<Vec<Vec<Figure>>> = vec![Vec::new(); count];
     for round in 0..=rounds {
         let mut line = String::new();
         for k in 0..count {
             let i = (round + k) % count;
+            if only.as_deref().is_some_and(|o| o != contenders[i]) {
+                continue;
+            }
             let figures = run(i);
             let shown: Vec<String> = figures.iter().map(ToString::to_string).collect();
             line.push_str(&format!("  {}={}", contenders[i], shown.join("/")));

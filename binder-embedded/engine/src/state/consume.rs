@@ -5,7 +5,7 @@ use std::sync::Arc;
 use tokio::time::Instant;
 
 use super::State;
-use super::sessions::{ConsumerState, Unacked};
+use super::sessions::{ChannelState, ConsumerState, Unacked};
 use crate::dead_letter::DeathReason;
 use crate::envelope::Envelope;
 use crate::error::{AmqpError, AmqpResult, ReplyCode};
@@ -270,10 +270,17 @@ impl<E: Envelope> State<E> {
     /// round-robin among equals, only the first consumer under single-active-consumer.
     pub(super) fn dispatch(&mut self, queue: &str) {
         loop {
-            self.expire_head(queue);
-            let Some(q) = self.registry.queues.get_mut(queue) else {
+            let Some(mut q) = self.registry.queues.get_mut(queue) else {
                 return;
             };
+            // Looked up once when the head cannot expire (the common case).
+            if q.storage.peek().is_some_and(|m| m.expires_at.is_some()) {
+                self.expire_head(queue);
+                let Some(again) = self.registry.queues.get_mut(queue) else {
+                    return;
+                };
+                q = again;
+            }
             if q.storage.is_empty() || q.consumers.is_empty() {
                 return;
             }
@@ -290,48 +297,52 @@ impl<E: Envelope> State<E> {
             } else {
                 q.consumers.len()
             };
-            let mut chosen: Option<(usize, i64)> = None;
-            for step in 0..candidates {
-                let idx = if q.args.single_active_consumer {
-                    0
-                } else {
-                    (q.cursor + step) % q.consumers.len()
-                };
-                let qc = &q.consumers[idx];
-                if chosen.is_some_and(|(_, p)| p >= qc.priority) {
-                    continue;
-                }
-                let Some(c) = self.sessions.consumers.get(&qc.id) else {
-                    continue;
-                };
-                let Some(ch) = self.sessions.channels.get(&c.channel) else {
-                    continue;
-                };
-                let has_credit = c.no_ack
+            let has_credit = |c: &ConsumerState<E>, ch: &ChannelState<E>| {
+                c.no_ack
                     || ((c.prefetch == 0 || c.unacked < c.prefetch)
-                        && (ch.channel_prefetch == 0 || ch.channel_unacked < ch.channel_prefetch));
-                if has_credit {
-                    chosen = Some((idx, qc.priority));
+                        && (ch.channel_prefetch == 0 || ch.channel_unacked < ch.channel_prefetch))
+            };
+            // One candidate (the common case) is looked up once, not scanned and then again.
+            let chosen = if candidates == 1 {
+                Some((0, q.consumers[0].priority))
+            } else {
+                let mut chosen: Option<(usize, i64)> = None;
+                for step in 0..candidates {
+                    let idx = (q.cursor + step) % q.consumers.len();
+                    let qc = &q.consumers[idx];
+                    if chosen.is_some_and(|(_, p)| p >= qc.priority) {
+                        continue;
+                    }
+                    let Some(c) = self.sessions.consumers.get(&qc.id) else {
+                        continue;
+                    };
+                    let Some(ch) = self.sessions.channels.get(&c.channel) else {
+                        continue;
+                    };
+                    if has_credit(c, ch) {
+                        chosen = Some((idx, qc.priority));
+                    }
                 }
-            }
+                chosen
+            };
             let Some((idx, _)) = chosen else {
                 return;
             };
             let consumer_id = q.consumers[idx].id;
+            let Some(consumer) = self.sessions.consumers.get_mut(&consumer_id) else {
+                return;
+            };
+            let Some(ch) = self.sessions.channels.get_mut(&consumer.channel) else {
+                return;
+            };
+            if candidates == 1 && !has_credit(consumer, ch) {
+                return;
+            }
             q.cursor = idx + 1;
-            let consumer = self
-                .sessions
-                .consumers
-                .get_mut(&consumer_id)
-                .expect("chosen above");
-            let ch = self
-                .sessions
-                .channels
-                .get_mut(&consumer.channel)
-                .expect("chosen above");
             // A lone (or single active) consumer takes all its credit allows in one burst,
             // handed over with one inbox lock; competing consumers go round-robin, one each.
-            let burst = if candidates == 1 || q.consumers.len() == 1 {
+            let lone = candidates == 1 || q.consumers.len() == 1;
+            let burst = if lone {
                 let window = |limit: u32, used: u32| {
                     if limit == 0 {
                         usize::MAX
@@ -350,7 +361,7 @@ impl<E: Envelope> State<E> {
                 1
             };
             let mut now: Option<Instant> = None;
-            let mut deliveries = Vec::with_capacity(burst);
+            let mut deliveries = std::mem::take(&mut self.work.deliver_scratch);
             // A no-ack consumer's deliveries stay counted until its handle takes them.
             let mut footprints = Vec::new();
             for _ in 0..burst {
@@ -402,13 +413,22 @@ impl<E: Envelope> State<E> {
                     );
                 }
             }
-            q.delivered += deliveries.len() as u64;
-            if consumer.inbox.push_many(deliveries, footprints) {
+            let delivered = deliveries.len();
+            q.delivered += delivered as u64;
+            if consumer.inbox.push_many(&mut deliveries, footprints) {
                 self.work.wakes.push(consumer.inbox.clone());
             }
+            self.work.keep_deliver_scratch(deliveries);
             if consumer.parked {
                 consumer.parked = false;
                 q.parked -= 1;
+            }
+            // A lone consumer given its whole burst has used its credit or emptied the queue:
+            // another round would find nothing to do (it is the common case: at prefetch 1,
+            // every ack dispatches one message). Expired or paged messages cut a burst short:
+            // then the next round goes on.
+            if lone && delivered == burst {
+                return;
             }
         }
     }

@@ -45,31 +45,39 @@ impl<E: Envelope> State<E> {
         outcome: Settle,
     ) -> AmqpResult<()> {
         let ch = self.sessions.channel(channel)?;
-        let settled: Vec<Unacked<E>> = if multiple {
-            ch.unacked.remove_up_to(tag)
+        let mut settled: Vec<Unacked<E>> = std::mem::take(&mut self.work.settle_scratch);
+        if multiple {
+            ch.unacked.remove_up_to_into(tag, &mut settled);
         } else {
             match ch.unacked.remove(tag) {
-                Some(u) => vec![u],
+                Some(u) => settled.push(u),
                 None => {
+                    self.work.keep_settle_scratch(settled);
                     return Err(AmqpError::precondition(format!(
                         "unknown delivery tag {tag}"
                     )));
                 }
             }
-        };
-        // Credit is returned per consumer once per batch, not once per message.
+        }
+        // Credit is returned per consumer once per batch, not once per message; the deliveries
+        // of a batch nearly always share one consumer, which needs no list.
+        let mut first_credit: Option<(u64, u32)> = None;
         let mut credit: Vec<(u64, u32)> = Vec::new();
         let mut counted = 0u32;
         if outcome == Settle::Ack {
             // One allocation for the batch rather than one per doubling.
             self.work.garbage.reserve(settled.len());
         }
-        for mut u in settled {
+        for mut u in settled.drain(..) {
             self.memory.undelivered(&mut u.message);
             if let Some(id) = u.consumer {
-                match credit.iter_mut().find(|(c, _)| *c == id) {
-                    Some((_, n)) => *n += 1,
-                    None => credit.push((id, 1)),
+                match &mut first_credit {
+                    None => first_credit = Some((id, 1)),
+                    Some((c, n)) if *c == id => *n += 1,
+                    Some(_) => match credit.iter_mut().find(|(c, _)| *c == id) {
+                        Some((_, n)) => *n += 1,
+                        None => credit.push((id, 1)),
+                    },
                 }
             }
             counted += u32::from(u.counted);
@@ -80,7 +88,9 @@ impl<E: Envelope> State<E> {
                         self.store.removed(&u.queue, u.message.seq, Removal::Acked);
                     }
                     self.work.mark_dirty(u.queue);
-                    self.work.garbage.extend(u.message.body);
+                    if let Some(body) = u.message.body {
+                        self.work.garbage.push(body);
+                    }
                 }
                 Settle::Requeue => self.requeue(u.queue, u.message),
                 Settle::Discard => {
@@ -92,7 +102,8 @@ impl<E: Envelope> State<E> {
                 }
             }
         }
-        for (id, n) in credit {
+        self.work.keep_settle_scratch(settled);
+        for (id, n) in first_credit.into_iter().chain(credit) {
             if let Some(c) = self.sessions.consumers.get_mut(&id) {
                 c.unacked -= n;
             }

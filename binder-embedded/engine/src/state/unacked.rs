@@ -65,6 +65,13 @@ impl<E: Envelope> UnackedLog<E> {
 
     /// Removes every delivery up to and including `tag` (all of them for tag 0).
     pub(super) fn remove_up_to(&mut self, tag: u64) -> Vec<Unacked<E>> {
+        let mut taken = Vec::new();
+        self.remove_up_to_into(tag, &mut taken);
+        taken
+    }
+
+    /// [`Self::remove_up_to`] appending to `taken` (a buffer the caller reuses).
+    pub(super) fn remove_up_to_into(&mut self, tag: u64, taken: &mut Vec<Unacked<E>>) {
         let end = if tag == 0 {
             self.entries.len()
         } else {
@@ -73,14 +80,24 @@ impl<E: Envelope> UnackedLog<E> {
                 None => 0,
             }
         };
+        if end == 1 {
+            // One delivery (a `multiple` ack at prefetch 1): no drain.
+            if let Some(Some(u)) = self.entries.pop_front() {
+                taken.push(u);
+                self.live -= 1;
+            }
+            self.first += 1;
+            self.trim();
+            return;
+        }
         // Sized up front: `flatten` gives no size hint, and collecting would reallocate at
         // every doubling.
-        let mut taken = Vec::with_capacity(self.live.min(end));
+        taken.reserve(self.live.min(end));
+        let before = taken.len();
         taken.extend(self.entries.drain(..end).flatten());
         self.first += end as u64;
-        self.live -= taken.len();
+        self.live -= taken.len() - before;
         self.trim();
-        taken
     }
 
     /// Removes everything, oldest first.
