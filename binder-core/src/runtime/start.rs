@@ -79,9 +79,18 @@ pub(crate) async fn start(mut app: Blueprint) -> Result<RunningApp, StartupError
     result
 }
 
+/// The binder a binding resolved to, with the configuration name (or bare type) that chose
+/// it: looked up once per binding, then read by the log, the bindings endpoint and the list
+/// of binders in use.
+struct Resolved {
+    /// Shared by every binding of the binder configuration.
+    name: Arc<str>,
+    binder: Arc<dyn Binder>,
+}
+
 /// How the startup log names a binding's binder: its configuration name, type and broker.
-fn binder_line(config: &StreamConfig, binding: &str, binder: &Arc<dyn Binder>) -> String {
-    let name = config.binder_for(binding);
+fn binder_line(resolved: &Resolved) -> String {
+    let (name, binder) = (&*resolved.name, &resolved.binder);
     let binder_type = binder.binder_type();
     let name = if name == binder_type {
         format!("binder `{name}`")
@@ -111,16 +120,44 @@ async fn launch(
     let codecs = Arc::new(app.codecs);
     let observers = Observers::new(app.observers);
 
-    let mut resolved: HashMap<String, Arc<dyn Binder>> = HashMap::new();
+    let mut resolved: HashMap<String, Resolved> = HashMap::new();
+    // Each binder configuration is looked up once; a binding whose lookup failed is looked
+    // up again, so that every binding of an unavailable binder is reported.
+    let mut by_binder: HashMap<String, Arc<str>> = HashMap::new();
+    let mut found: HashMap<Arc<str>, Arc<dyn Binder>> = HashMap::new();
     for name in app
         .listeners
         .iter()
         .map(|l| &l.input)
         .chain(app.outputs.iter())
     {
+        if resolved.contains_key(name) {
+            continue;
+        }
+        let binder_name = config.binder_for(name);
+        if let Some(known) = by_binder.get(&binder_name) {
+            let binder = found[known].clone();
+            resolved.insert(
+                name.clone(),
+                Resolved {
+                    name: known.clone(),
+                    binder,
+                },
+            );
+            continue;
+        }
         match binders.for_binding(&config, name) {
-            Ok(b) => {
-                resolved.insert(name.clone(), b);
+            Ok(binder) => {
+                let shared: Arc<str> = Arc::from(binder_name.as_str());
+                by_binder.insert(binder_name, shared.clone());
+                found.insert(shared.clone(), binder.clone());
+                resolved.insert(
+                    name.clone(),
+                    Resolved {
+                        name: shared,
+                        binder,
+                    },
+                );
             }
             Err(e) => problems.push(e.into()),
         }
@@ -139,14 +176,16 @@ async fn launch(
         .collect();
     let observers_of = |name: &str| observers.for_binding(index_of_binding[name]);
 
+    // The startup log's lines, formatted only when they are logged.
+    let log_ready = tracing::enabled!(tracing::Level::INFO);
     let mut ready: Vec<String> = Vec::new();
     let mut outputs: HashMap<String, Arc<OutputInner>> = HashMap::new();
     for name in &app.outputs {
-        let binding = config.binding(name);
+        let binding = config.binding_ref(name);
         let binder = &resolved[name];
         match OutputInner::open(
             &binding,
-            binder,
+            &binder.binder,
             codecs.clone(),
             &patience,
             observers_of(name),
@@ -154,11 +193,13 @@ async fn launch(
         .await
         {
             Ok(o) => {
-                ready.push(format!(
-                    "output binding `{name}`: {}, destination `{}`",
-                    binder_line(&config, name, binder),
-                    binding.destination
-                ));
+                if log_ready {
+                    ready.push(format!(
+                        "output binding `{name}`: {}, destination `{}`",
+                        binder_line(binder),
+                        binding.destination
+                    ));
+                }
                 outputs.insert(name.clone(), Arc::new(o));
             }
             Err(e) => problems.push(e.into()),
@@ -189,8 +230,9 @@ async fn launch(
     let mut inputs = HashMap::new();
     let mut tasks = Vec::new();
     for (input, listeners) in by_input {
-        let binding = config.binding(&input);
-        let binder = resolved[&input].clone();
+        let binding = config.binding_ref(&input);
+        let resolution = &resolved[&input];
+        let binder = &resolution.binder;
         let what = format!("binding `{input}`");
         let consumer: Arc<dyn BoundConsumer> =
             match when_reachable(&what, &patience, || binder.bind_consumer(&binding)).await {
@@ -256,7 +298,7 @@ async fn launch(
             content_type: Arc::from(binding.content_type.as_str()),
             observers: observers_of(&input),
             acknowledge_mode: consumer.acknowledge_mode(),
-            config: binding.clone(),
+            config: binding.clone().into_owned(),
         });
         for index in 0..consumer.sources().len() {
             let (reported, seen) = watch::channel(BindingState::Stopped);
@@ -269,26 +311,28 @@ async fn launch(
                 reported,
             )));
         }
-        ready.push(format!(
-            "input binding `{input}`: {}, destination `{}`, {}, queue{} {}",
-            binder_line(&config, &input, &binder),
-            binding.destination,
-            match &binding.group {
-                Some(g) => format!("group `{g}`"),
-                None => "no group (anonymous)".to_owned(),
-            },
-            if consumer.sources().len() == 1 {
-                ""
-            } else {
-                "s"
-            },
-            consumer
-                .sources()
-                .iter()
-                .map(|q| format!("`{q}`"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        ));
+        if log_ready {
+            ready.push(format!(
+                "input binding `{input}`: {}, destination `{}`, {}, queue{} {}",
+                binder_line(resolution),
+                binding.destination,
+                match &binding.group {
+                    Some(g) => format!("group `{g}`"),
+                    None => "no group (anonymous)".to_owned(),
+                },
+                if consumer.sources().len() == 1 {
+                    ""
+                } else {
+                    "s"
+                },
+                consumer
+                    .sources()
+                    .iter()
+                    .map(|q| format!("`{q}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
         inputs.insert(input.clone(), InputControl { desired, actual });
     }
     if !problems.is_empty() {
@@ -312,7 +356,7 @@ async fn launch(
         .collect();
     bound.sort_by(|a, b| a.0.cmp(b.0));
     for (name, role) in bound {
-        resolved[name].bound(&config.binding(name), role);
+        resolved[name].binder.bound(&config.binding_ref(name), role);
     }
     let outputs = Arc::new(outputs);
     let publisher = Publisher {
@@ -328,7 +372,7 @@ async fn launch(
         outputs.clone(),
         observers,
         binding_infos(&config, &resolved, &app.outputs),
-        binders_in_use(&config, &resolved),
+        binders_in_use(&found),
     ));
     Ok(RunningApp {
         control,
@@ -349,48 +393,36 @@ async fn launch(
 /// is its number in events.
 fn binding_infos(
     config: &StreamConfig,
-    resolved: &HashMap<String, Arc<dyn Binder>>,
+    resolved: &HashMap<String, Resolved>,
     outputs: &[String],
 ) -> Vec<BindingInfo> {
     let outputs: HashSet<&str> = outputs.iter().map(String::as_str).collect();
-    let mut sorted: Vec<(&String, &Arc<dyn Binder>)> = resolved.iter().collect();
+    let mut sorted: Vec<(&String, &Resolved)> = resolved.iter().collect();
     sorted.sort_by(|a, b| a.0.cmp(b.0));
     sorted
         .into_iter()
-        .map(|(name, binder)| {
+        .map(|(name, resolution)| {
             // Borrowed when the binding is configured: cloning every binding's whole
             // configuration showed in the start time of apps with thousands of bindings.
-            let (destination, group) = match config.bindings.get(name) {
-                Some(b) => (b.destination.clone(), b.group.clone()),
-                None => {
-                    let b = config.binding(name);
-                    (b.destination, b.group)
-                }
-            };
+            let binding = config.binding_ref(name);
             BindingInfo {
                 name: name.clone(),
-                destination,
-                group,
+                destination: binding.destination.clone(),
+                group: binding.group.clone(),
                 input: !outputs.contains(name.as_str()),
-                binder: config.binder_for(name),
-                binder_type: binder.binder_type().to_owned(),
+                binder: resolution.name.to_string(),
+                binder_type: resolution.binder.binder_type().to_owned(),
             }
         })
         .collect()
 }
 
-/// The binders the bindings use, by configuration name, each once, sorted.
-fn binders_in_use(
-    config: &StreamConfig,
-    resolved: &HashMap<String, Arc<dyn Binder>>,
-) -> Vec<(String, Arc<dyn Binder>)> {
-    let mut out: Vec<(String, Arc<dyn Binder>)> = Vec::new();
-    for (name, binder) in resolved {
-        let binder_name = config.binder_for(name);
-        if !out.iter().any(|(n, _)| *n == binder_name) {
-            out.push((binder_name, binder.clone()));
-        }
-    }
+/// The binders the bindings use, by configuration name (or bare type), each once, sorted.
+fn binders_in_use(found: &HashMap<Arc<str>, Arc<dyn Binder>>) -> Vec<(String, Arc<dyn Binder>)> {
+    let mut out: Vec<(String, Arc<dyn Binder>)> = found
+        .iter()
+        .map(|(name, binder)| (name.to_string(), binder.clone()))
+        .collect();
     out.sort_by(|a, b| a.0.cmp(&b.0));
     out
 }
