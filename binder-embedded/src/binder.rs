@@ -265,6 +265,10 @@ fn broker_error(e: AmqpError) -> BinderError {
 pub struct EmbeddedBinder {
     broker: Broker,
     connection: Arc<Mutex<Option<Connection>>>,
+    /// The channel that declares and deletes topology, kept between provisionings (opening a
+    /// channel per binding showed in the start time of applications with thousands of
+    /// bindings); `None` until first needed, and again after an error closed it.
+    declarations: Arc<Mutex<Option<Channel>>>,
     /// Bindings already warned about (durability the engine cannot keep): once each.
     warned: Arc<Mutex<HashSet<String>>>,
     /// The broker served on the network (`spring.embedded.listen`), if it is.
@@ -282,6 +286,7 @@ impl EmbeddedBinder {
         EmbeddedBinder {
             broker,
             connection: Arc::new(Mutex::new(None)),
+            declarations: Arc::new(Mutex::new(None)),
             warned: Arc::new(Mutex::new(HashSet::new())),
             listener,
         }
@@ -365,11 +370,39 @@ impl EmbeddedBinder {
         &self.broker
     }
 
-    /// A fresh channel (channel errors close channels, so each operation gets its own).
+    /// A fresh channel (channel errors close channels, so each producer and subscription
+    /// gets its own).
     fn channel(&self) -> BinderResult<Channel> {
         let mut conn = self.connection.lock().unwrap_or_else(|p| p.into_inner());
         let conn = conn.get_or_insert_with(|| self.broker.connect());
         conn.open_channel().map_err(broker_error)
+    }
+
+    /// Runs topology operations on the declaration channel (opened if there is none). The
+    /// channel goes back for the next provisioning unless an operation failed: a channel
+    /// error closes the channel, so the next one opens another. Provisionings that overlap
+    /// each get a channel; one of them is kept.
+    fn declaring(&self, ops: impl FnOnce(&Channel) -> BinderResult<()>) -> BinderResult<()> {
+        let kept = self
+            .declarations
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        let ch = match kept {
+            Some(ch) => ch,
+            None => {
+                let ch = self.channel()?;
+                // Nobody reads its notifications (flow control): they are dropped, not kept.
+                drop(ch.events());
+                ch
+            }
+        };
+        ops(&ch)?;
+        self.declarations
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get_or_insert(ch);
+        Ok(())
     }
 }
 
@@ -449,7 +482,8 @@ impl Binder for EmbeddedBinder {
     /// `durability_asked`) and the broker keeps messages in memory only (no
     /// `spring.embedded.data-dir`).
     fn bound(&self, binding: &BindingConfig, role: BindingRole) {
-        if self.broker.keeps_messages() {
+        // Nothing to work out when the warning would not be logged.
+        if self.broker.keeps_messages() || !tracing::enabled!(tracing::Level::WARN) {
             return;
         }
         let Some(asked) = self.durability_asked(binding, role) else {
@@ -473,6 +507,12 @@ impl Binder for EmbeddedBinder {
 
     async fn close(&self) {
         self.listener.stop().await;
+        let declarations = self
+            .declarations
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        drop(declarations);
         let conn = self
             .connection
             .lock()
@@ -487,58 +527,60 @@ impl AmqpBroker for EmbeddedBinder {
     async fn provision(&self, plan: &TopologyPlan) -> BinderResult<()> {
         let declare =
             |what: String| move |e: AmqpError| BinderError::declare(&what, &e).with_source(e);
-        let ch = self.channel()?;
-        for x in &plan.exchanges {
-            let options = ExchangeOptions {
-                passive: false,
-                durable: x.durable,
-                auto_delete: x.auto_delete,
-                internal: x.internal,
-            };
-            ch.exchange_declare(
-                &x.name,
-                convert::exchange_kind(x.kind),
-                options,
-                convert::table_to_engine(x.arguments.clone()),
-            )
-            .map_err(declare(format!("exchange `{}`", x.name)))?;
-        }
-        for q in &plan.queues {
-            let options = QueueOptions {
-                passive: false,
-                durable: q.durable,
-                exclusive: q.exclusive,
-                auto_delete: q.auto_delete,
-            };
-            ch.queue_declare(
-                &q.name,
-                options,
-                convert::table_to_engine(q.arguments.clone()),
-            )
-            .map_err(declare(format!("queue `{}`", q.name)))?;
-        }
-        for b in &plan.bindings {
-            let what = format!(
-                "binding {} -> {} ({})",
-                b.source, b.destination, b.routing_key
-            );
-            match b.destination_type {
-                DestinationType::Queue => ch.queue_bind(
-                    &b.destination,
-                    &b.source,
-                    &b.routing_key,
-                    convert::table_to_engine(b.arguments.clone()),
-                ),
-                DestinationType::Exchange => ch.exchange_bind(
-                    &b.destination,
-                    &b.source,
-                    &b.routing_key,
-                    convert::table_to_engine(b.arguments.clone()),
-                ),
+        self.declaring(|ch| {
+            for x in &plan.exchanges {
+                let options = ExchangeOptions {
+                    passive: false,
+                    durable: x.durable,
+                    auto_delete: x.auto_delete,
+                    internal: x.internal,
+                };
+                ch.exchange_declare(
+                    &x.name,
+                    convert::exchange_kind(x.kind),
+                    options,
+                    convert::table_to_engine(x.arguments.clone()),
+                )
+                .map_err(declare(format!("exchange `{}`", x.name)))?;
             }
-            .map_err(declare(what))?;
-        }
-        Ok(())
+            for q in &plan.queues {
+                let options = QueueOptions {
+                    passive: false,
+                    durable: q.durable,
+                    exclusive: q.exclusive,
+                    auto_delete: q.auto_delete,
+                };
+                ch.queue_declare(
+                    &q.name,
+                    options,
+                    convert::table_to_engine(q.arguments.clone()),
+                )
+                .map_err(declare(format!("queue `{}`", q.name)))?;
+            }
+            for b in &plan.bindings {
+                let bound = match b.destination_type {
+                    DestinationType::Queue => ch.queue_bind(
+                        &b.destination,
+                        &b.source,
+                        &b.routing_key,
+                        convert::table_to_engine(b.arguments.clone()),
+                    ),
+                    DestinationType::Exchange => ch.exchange_bind(
+                        &b.destination,
+                        &b.source,
+                        &b.routing_key,
+                        convert::table_to_engine(b.arguments.clone()),
+                    ),
+                };
+                bound.map_err(|e| {
+                    declare(format!(
+                        "binding {} -> {} ({})",
+                        b.source, b.destination, b.routing_key
+                    ))(e)
+                })?;
+            }
+            Ok(())
+        })
     }
 
     async fn producer(&self, spec: ProducerSpec) -> BinderResult<Box<dyn AmqpProducer>> {
@@ -597,17 +639,18 @@ impl AmqpBroker for EmbeddedBinder {
     }
 
     async fn remove(&self, plan: &TopologyPlan) -> BinderResult<()> {
-        let ch = self.channel()?;
-        for q in &plan.queues {
-            ch.queue_delete(&q.name, false, false)
-                .map_err(broker_error)?;
-        }
-        for x in &plan.exchanges {
-            if !x.name.starts_with("amq.") {
-                ch.exchange_delete(&x.name, false).map_err(broker_error)?;
+        self.declaring(|ch| {
+            for q in &plan.queues {
+                ch.queue_delete(&q.name, false, false)
+                    .map_err(broker_error)?;
             }
-        }
-        Ok(())
+            for x in &plan.exchanges {
+                if !x.name.starts_with("amq.") {
+                    ch.exchange_delete(&x.name, false).map_err(broker_error)?;
+                }
+            }
+            Ok(())
+        })
     }
 }
 

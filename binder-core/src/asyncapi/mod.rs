@@ -246,10 +246,7 @@ impl DocumentBuilder<'_> {
             let of_binding = payloads.get(name.as_str()).map_or(&[][..], Vec::as_slice);
             // Borrowed when configured: cloning each binding's configuration shows with
             // thousands of them.
-            let binding = match self.config.bindings.get(name) {
-                Some(b) => std::borrow::Cow::Borrowed(b),
-                None => std::borrow::Cow::Owned(self.config.binding(name)),
-            };
+            let binding = self.config.binding_ref(name);
             out.binding(self.config, &binding, *role, of_binding);
         }
         let (servers, server_trouble) = out.servers(self.config);

@@ -1,5 +1,6 @@
 //! The resolved configuration: binders and bindings with every default applied.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use config::{Value, ValueKind};
@@ -166,17 +167,36 @@ pub struct StreamConfig {
 impl StreamConfig {
     /// The binding with this name, or one built from the defaults if none is configured.
     pub fn binding(&self, name: &str) -> BindingConfig {
-        self.bindings.get(name).cloned().unwrap_or_else(|| {
-            BindingConfig::resolve(name, self.template.0.clone(), self.template.1.clone())
-        })
+        self.binding_ref(name).into_owned()
+    }
+
+    /// The binding with this name, borrowed when it is configured, else built from the
+    /// defaults: [`StreamConfig::binding`] without copying a configured binding (startup reads
+    /// every binding several times, and with thousands of them the copies show).
+    pub fn binding_ref(&self, name: &str) -> Cow<'_, BindingConfig> {
+        match self.bindings.get(name) {
+            Some(b) => Cow::Borrowed(b),
+            None => Cow::Owned(BindingConfig::resolve(
+                name,
+                self.template.0.clone(),
+                self.template.1.clone(),
+            )),
+        }
     }
 
     /// The configuration tree a binder configuration sees: the application's whole tree
     /// (unless `inheritEnvironment: false`) overlaid with its `environment`. A bare binder
     /// type (no `binders.<name>` entry) sees the whole tree.
     pub fn binder_environment(&self, name: &str) -> Value {
+        self.binder_environment_ref(name).into_owned()
+    }
+
+    /// [`StreamConfig::binder_environment`], borrowing the application's tree when the binder
+    /// sees it unchanged (a bare binder type): the tree holds every binding, so a copy of it
+    /// shows in the start time of applications with thousands of them.
+    pub fn binder_environment_ref(&self, name: &str) -> Cow<'_, Value> {
         let Some(binder) = self.binders.get(name) else {
-            return self.raw.clone();
+            return Cow::Borrowed(&self.raw);
         };
         let mut tree = if binder.inherit_environment {
             self.raw.clone()
@@ -186,7 +206,7 @@ impl StreamConfig {
         let mut environment = binder.environment.clone();
         super::env::expand_dotted(&mut environment);
         super::env::merge(&mut tree, environment);
-        tree
+        Cow::Owned(tree)
     }
 
     /// This configuration with only the named bindings, for one of several services hosted

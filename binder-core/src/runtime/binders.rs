@@ -96,7 +96,7 @@ impl Binders {
                 .unwrap_or_else(|p| p.into_inner())
                 .insert(name.clone());
             if first {
-                if let Err(source) = b.configure(&config.binder_environment(&name)) {
+                if let Err(source) = b.configure(&config.binder_environment_ref(&name)) {
                     return Err(BinderLookupError::Configure {
                         binding: binding.to_owned(),
                         binder: name,
@@ -123,7 +123,7 @@ impl Binders {
                 available,
             });
         };
-        let env = config.binder_environment(&name);
+        let env = config.binder_environment_ref(&name);
         let binder = (registration.create)(&env).map_err(|source| BinderLookupError::Create {
             binding: binding.to_owned(),
             binder: name.clone(),

@@ -77,7 +77,7 @@ pub(crate) fn problems(app: &Blueprint) -> Vec<StartupProblem> {
         }
     }
     for input in &inputs {
-        let b = app.config.binding(input);
+        let b = app.config.binding_ref(input);
         if b.consumer.batch_mode {
             problems.push(format!(
                 "binding `{input}`: consumer.batchMode is not supported yet"
@@ -85,7 +85,7 @@ pub(crate) fn problems(app: &Blueprint) -> Vec<StartupProblem> {
         }
     }
     for name in &app.outputs {
-        let b = app.config.binding(name);
+        let b = app.config.binding_ref(name);
         if let Err(e) = output::check(&b) {
             typed.push(e.into());
         }

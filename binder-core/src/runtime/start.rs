@@ -2,10 +2,12 @@
 //! input's consumer bound on its binder (which prepares what its middleware needs), their
 //! failure policies and queue loops; every problem found is reported at once.
 
+use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use tokio::sync::{Mutex, Semaphore, watch};
+use tokio::task::JoinHandle;
 
 use super::binders::Binders;
 use super::bindings::Context;
@@ -28,7 +30,7 @@ use super::running::RunningApp;
 use super::spel::syntax::ast::Condition;
 use super::startup::{StartupError, StartupProblem};
 use crate::binder::{Binder, BindingRole, BoundConsumer};
-use crate::config::StreamConfig;
+use crate::config::BindingConfig;
 
 /// Checks, binds each binding on its binder and subscribes; the application's health follows.
 #[cfg_attr(not(feature = "management"), allow(unused_mut, unused_variables))]
@@ -79,9 +81,20 @@ pub(crate) async fn start(mut app: Blueprint) -> Result<RunningApp, StartupError
     result
 }
 
+/// The binder a binding resolved to, with the configuration name (or bare type) that chose
+/// it: looked up once per binding, then read by the log, the bindings endpoint and the list
+/// of binders in use.
+struct Resolved<'c> {
+    /// Shared by every binding of the binder configuration.
+    name: Arc<str>,
+    binder: Arc<dyn Binder>,
+    /// The binding's configuration, looked up once (borrowed when configured).
+    config: Cow<'c, BindingConfig>,
+}
+
 /// How the startup log names a binding's binder: its configuration name, type and broker.
-fn binder_line(config: &StreamConfig, binding: &str, binder: &Arc<dyn Binder>) -> String {
-    let name = config.binder_for(binding);
+fn binder_line(resolved: &Resolved<'_>) -> String {
+    let (name, binder) = (&*resolved.name, &resolved.binder);
     let binder_type = binder.binder_type();
     let name = if name == binder_type {
         format!("binder `{name}`")
@@ -111,16 +124,46 @@ async fn launch(
     let codecs = Arc::new(app.codecs);
     let observers = Observers::new(app.observers);
 
-    let mut resolved: HashMap<String, Arc<dyn Binder>> = HashMap::new();
+    let mut resolved: HashMap<String, Resolved<'_>> = HashMap::new();
+    // Each binder configuration is looked up once; a binding whose lookup failed is looked
+    // up again, so that every binding of an unavailable binder is reported.
+    let mut by_binder: HashMap<String, Arc<str>> = HashMap::new();
+    let mut found: HashMap<Arc<str>, Arc<dyn Binder>> = HashMap::new();
     for name in app
         .listeners
         .iter()
         .map(|l| &l.input)
         .chain(app.outputs.iter())
     {
+        if resolved.contains_key(name) {
+            continue;
+        }
+        let binder_name = config.binder_for(name);
+        if let Some(known) = by_binder.get(&binder_name) {
+            let binder = found[known].clone();
+            resolved.insert(
+                name.clone(),
+                Resolved {
+                    name: known.clone(),
+                    binder,
+                    config: config.binding_ref(name),
+                },
+            );
+            continue;
+        }
         match binders.for_binding(&config, name) {
-            Ok(b) => {
-                resolved.insert(name.clone(), b);
+            Ok(binder) => {
+                let shared: Arc<str> = Arc::from(binder_name.as_str());
+                by_binder.insert(binder_name, shared.clone());
+                found.insert(shared.clone(), binder.clone());
+                resolved.insert(
+                    name.clone(),
+                    Resolved {
+                        name: shared,
+                        binder,
+                        config: config.binding_ref(name),
+                    },
+                );
             }
             Err(e) => problems.push(e.into()),
         }
@@ -130,23 +173,26 @@ async fn launch(
     }
     // Each binding's number in events (`Received::binding_index`): its place among the
     // bindings sorted by name, the order of `Control::bindings` too.
-    let mut names: Vec<&String> = resolved.keys().collect();
-    names.sort();
-    let index_of_binding: HashMap<String, usize> = names
-        .into_iter()
+    // Sorted once: the bindings are bound, and listed for the bindings endpoint, in this order.
+    let mut names: Vec<&str> = resolved.keys().map(String::as_str).collect();
+    names.sort_unstable();
+    let index_of_binding: HashMap<&str, usize> = names
+        .iter()
         .enumerate()
-        .map(|(i, name)| (name.clone(), i))
+        .map(|(i, name)| (*name, i))
         .collect();
     let observers_of = |name: &str| observers.for_binding(index_of_binding[name]);
 
+    // The startup log's lines, formatted only when they are logged.
+    let log_ready = tracing::enabled!(tracing::Level::INFO);
     let mut ready: Vec<String> = Vec::new();
     let mut outputs: HashMap<String, Arc<OutputInner>> = HashMap::new();
     for name in &app.outputs {
-        let binding = config.binding(name);
         let binder = &resolved[name];
+        let binding = &binder.config;
         match OutputInner::open(
-            &binding,
-            binder,
+            binding,
+            &binder.binder,
             codecs.clone(),
             &patience,
             observers_of(name),
@@ -154,11 +200,13 @@ async fn launch(
         .await
         {
             Ok(o) => {
-                ready.push(format!(
-                    "output binding `{name}`: {}, destination `{}`",
-                    binder_line(&config, name, binder),
-                    binding.destination
-                ));
+                if log_ready {
+                    ready.push(format!(
+                        "output binding `{name}`: {}, destination `{}`",
+                        binder_line(binder),
+                        binding.destination
+                    ));
+                }
                 outputs.insert(name.clone(), Arc::new(o));
             }
             Err(e) => problems.push(e.into()),
@@ -187,13 +235,14 @@ async fn launch(
         }
     }
     let mut inputs = HashMap::new();
-    let mut tasks = Vec::new();
+    let mut loops = Vec::new();
     for (input, listeners) in by_input {
-        let binding = config.binding(&input);
-        let binder = resolved[&input].clone();
+        let resolution = &resolved[&input];
+        let binding = &resolution.config;
+        let binder = &resolution.binder;
         let what = format!("binding `{input}`");
         let consumer: Arc<dyn BoundConsumer> =
-            match when_reachable(&what, &patience, || binder.bind_consumer(&binding)).await {
+            match when_reachable(&what, &patience, || binder.bind_consumer(binding)).await {
                 Ok(consumer) => Arc::from(consumer),
                 Err(e) => {
                     problems.push(StartupProblem::Input {
@@ -243,7 +292,7 @@ async fn launch(
             routes: Routes::new(name, routes),
             context: context.clone(),
             failure: FailurePolicy::new(
-                &binding,
+                binding,
                 consumer.clone(),
                 app.hook.clone(),
                 observers_of(&input),
@@ -256,63 +305,66 @@ async fn launch(
             content_type: Arc::from(binding.content_type.as_str()),
             observers: observers_of(&input),
             acknowledge_mode: consumer.acknowledge_mode(),
-            config: binding.clone(),
+            config: BindingConfig::clone(binding),
         });
         for index in 0..consumer.sources().len() {
             let (reported, seen) = watch::channel(BindingState::Stopped);
             actual.push(seen);
-            tasks.push(tokio::spawn(run_queue(
+            loops.push(run_queue(
                 runtime.clone(),
                 consumer.clone(),
                 index,
                 desired.subscribe(),
                 reported,
-            )));
+            ));
         }
-        ready.push(format!(
-            "input binding `{input}`: {}, destination `{}`, {}, queue{} {}",
-            binder_line(&config, &input, &binder),
-            binding.destination,
-            match &binding.group {
-                Some(g) => format!("group `{g}`"),
-                None => "no group (anonymous)".to_owned(),
-            },
-            if consumer.sources().len() == 1 {
-                ""
-            } else {
-                "s"
-            },
-            consumer
-                .sources()
-                .iter()
-                .map(|q| format!("`{q}`"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        ));
+        if log_ready {
+            ready.push(format!(
+                "input binding `{input}`: {}, destination `{}`, {}, queue{} {}",
+                binder_line(resolution),
+                binding.destination,
+                match &binding.group {
+                    Some(g) => format!("group `{g}`"),
+                    None => "no group (anonymous)".to_owned(),
+                },
+                if consumer.sources().len() == 1 {
+                    ""
+                } else {
+                    "s"
+                },
+                consumer
+                    .sources()
+                    .iter()
+                    .map(|q| format!("`{q}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
         inputs.insert(input.clone(), InputControl { desired, actual });
     }
     if !problems.is_empty() {
-        for t in &tasks {
-            t.abort();
-        }
+        // No queue loop has started: dropping them leaves every queue unconsumed.
+        drop(loops);
         for b in binders.owned() {
             b.close().await;
         }
         return Err(StartupError::new(problems));
     }
+    let tasks = spawn_all(loops).await;
     for line in &ready {
         tracing::info!("{line}");
     }
     // Each binder hears of its bindings once everything is provisioned, so that what it
     // says about one (the embedded binder's durability warnings) sees the whole topology.
-    let mut bound: Vec<(&String, BindingRole)> = outputs
-        .keys()
-        .map(|name| (name, BindingRole::Producer))
-        .chain(inputs.keys().map(|name| (name, BindingRole::Consumer)))
-        .collect();
-    bound.sort_by(|a, b| a.0.cmp(b.0));
-    for (name, role) in bound {
-        resolved[name].bound(&config.binding(name), role);
+    // Every binding was bound (a failure returned above): each is an output or an input.
+    for name in &names {
+        let role = if outputs.contains_key(*name) {
+            BindingRole::Producer
+        } else {
+            BindingRole::Consumer
+        };
+        let resolution = &resolved[*name];
+        resolution.binder.bound(&resolution.config, role);
     }
     let outputs = Arc::new(outputs);
     let publisher = Publisher {
@@ -327,8 +379,8 @@ async fn launch(
         inputs,
         outputs.clone(),
         observers,
-        binding_infos(&config, &resolved, &app.outputs),
-        binders_in_use(&config, &resolved),
+        binding_infos(&names, &resolved, &app.outputs),
+        binders_in_use(&found),
     ));
     Ok(RunningApp {
         control,
@@ -348,49 +400,50 @@ async fn launch(
 /// What each binding is, for the bindings endpoint, sorted by name: a binding's place here
 /// is its number in events.
 fn binding_infos(
-    config: &StreamConfig,
-    resolved: &HashMap<String, Arc<dyn Binder>>,
+    sorted: &[&str],
+    resolved: &HashMap<String, Resolved<'_>>,
     outputs: &[String],
 ) -> Vec<BindingInfo> {
     let outputs: HashSet<&str> = outputs.iter().map(String::as_str).collect();
-    let mut sorted: Vec<(&String, &Arc<dyn Binder>)> = resolved.iter().collect();
-    sorted.sort_by(|a, b| a.0.cmp(b.0));
     sorted
-        .into_iter()
-        .map(|(name, binder)| {
-            // Borrowed when the binding is configured: cloning every binding's whole
-            // configuration showed in the start time of apps with thousands of bindings.
-            let (destination, group) = match config.bindings.get(name) {
-                Some(b) => (b.destination.clone(), b.group.clone()),
-                None => {
-                    let b = config.binding(name);
-                    (b.destination, b.group)
-                }
-            };
+        .iter()
+        .map(|name| {
+            let resolution = &resolved[*name];
+            let binding = &resolution.config;
             BindingInfo {
-                name: name.clone(),
-                destination,
-                group,
-                input: !outputs.contains(name.as_str()),
-                binder: config.binder_for(name),
-                binder_type: binder.binder_type().to_owned(),
+                name: (*name).to_owned(),
+                destination: binding.destination.clone(),
+                group: binding.group.clone(),
+                input: !outputs.contains(name),
+                binder: resolution.name.to_string(),
+                binder_type: resolution.binder.binder_type().to_owned(),
             }
         })
         .collect()
 }
 
-/// The binders the bindings use, by configuration name, each once, sorted.
-fn binders_in_use(
-    config: &StreamConfig,
-    resolved: &HashMap<String, Arc<dyn Binder>>,
-) -> Vec<(String, Arc<dyn Binder>)> {
-    let mut out: Vec<(String, Arc<dyn Binder>)> = Vec::new();
-    for (name, binder) in resolved {
-        let binder_name = config.binder_for(name);
-        if !out.iter().any(|(n, _)| *n == binder_name) {
-            out.push((binder_name, binder.clone()));
-        }
+/// Spawns the queue loops from a task of the runtime, where each spawn goes to its worker's
+/// queue; spawned from outside the runtime (`start` awaited in `block_on`, as `#[tokio::main]`
+/// does), each spawn would wake a parked worker, a system call per queue.
+async fn spawn_all<F>(loops: Vec<F>) -> Vec<JoinHandle<()>>
+where
+    F: Future<Output = ()> + Send + 'static,
+{
+    let spawner = tokio::spawn(async move { loops.into_iter().map(tokio::spawn).collect() });
+    match spawner.await {
+        Ok(tasks) => tasks,
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        // The runtime is shutting down: the loops were dropped with the spawner.
+        Err(_) => Vec::new(),
     }
+}
+
+/// The binders the bindings use, by configuration name (or bare type), each once, sorted.
+fn binders_in_use(found: &HashMap<Arc<str>, Arc<dyn Binder>>) -> Vec<(String, Arc<dyn Binder>)> {
+    let mut out: Vec<(String, Arc<dyn Binder>)> = found
+        .iter()
+        .map(|(name, binder)| (name.to_string(), binder.clone()))
+        .collect();
     out.sort_by(|a, b| a.0.cmp(&b.0));
     out
 }
