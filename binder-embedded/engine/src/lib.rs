@@ -46,7 +46,7 @@ pub use field::{Decimal, FieldTable, FieldValue};
 pub use inspect::{
     BindingInfo, ConsumerInfo, ExchangeInfo, PeekedMessage, QueueInfo, Redrive, Totals,
 };
-pub use message::{Message, Properties, PropertiesBox, Published};
+pub use message::{Message, Properties, PropertiesBox, Published, Route};
 pub use storage::{FifoStorage, PriorityStorage, QueueStorage, QueuedMessage};
 pub use store::{
     BindingDef, DestinationKind, Durability, ExchangeDef, MemoryStore, MessageStore, QueueDef,

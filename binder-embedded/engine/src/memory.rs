@@ -32,9 +32,9 @@ use std::sync::Arc;
 
 use crate::envelope::{Envelope, Native};
 use crate::field::{FieldTable, FieldValue};
-#[cfg(test)]
-use crate::message::Published;
 use crate::message::{Message, Properties};
+#[cfg(test)]
+use crate::message::{Published, Route};
 use crate::storage::QueuedMessage;
 
 /// The heap a block of `n` bytes takes under glibc `malloc`: the request plus an 8-byte
@@ -88,12 +88,23 @@ const fn record<E: Envelope>() -> usize {
     block(2 * size_of::<usize>() + size_of::<E::Record>())
 }
 
+/// A route's block: the `Arc`'s two counts and the two names (`Arc<str>` each).
+pub(crate) const ROUTE: usize = block(2 * size_of::<usize>() + 2 * size_of::<Arc<str>>());
+
+/// The route's blocks (its own and its routing key's), when the record holds it with at most
+/// one other holder (the channel's cache): a route that earlier messages still hold is
+/// theirs (see the module docs).
+fn route<E: Envelope>(body: &E::Record) -> usize {
+    if E::route_holders(body) <= 2 {
+        ROUTE + block(2 * size_of::<usize>() + E::routing_key(body).len())
+    } else {
+        0
+    }
+}
+
 /// The estimated heap one queue's copy of a message keeps alive (see the module docs).
 pub(crate) fn footprint<E: Envelope>(body: &E::Record) -> usize {
-    record::<E>()
-        + ENTRY
-        + block(2 * size_of::<usize>() + E::routing_key(body).len())
-        + E::message_heap(body)
+    record::<E>() + ENTRY + route::<E>(body) + E::message_heap(body)
 }
 
 /// [`footprint`] as a queue entry keeps it: a `u32`, saturated below `u32::MAX` by the cost
@@ -179,11 +190,7 @@ mod tests {
     }
 
     fn published(message: Message) -> Published {
-        Published {
-            exchange: Arc::from(""),
-            routing_key: Arc::from("q"),
-            message,
-        }
+        Published::new("", "q", message)
     }
 
     #[test]
@@ -192,11 +199,43 @@ mod tests {
             (
                 RECORD,
                 ENTRY,
+                ROUTE,
                 PROPERTIES,
                 block(size_of::<BTreeMap<String, FieldValue>>())
             ),
-            (112, 40, 240, 32)
+            (80, 40, 64, 240, 32)
         );
+        assert_eq!(
+            size_of::<Published>(),
+            56,
+            "the message and one route pointer"
+        );
+    }
+
+    #[test]
+    fn a_route_counts_for_a_message_that_holds_it_with_at_most_the_channels_cache() {
+        let route = Route::new("", "orders.created");
+        let own = |route: &Route| Published {
+            route: route.clone(),
+            message: Message::new("x"),
+        };
+        let first = own(&route);
+        let with_route = footprint(&first);
+        let key = block(16 + "orders.created".len());
+        assert_eq!(
+            with_route,
+            RECORD + ENTRY + ROUTE + key + 32,
+            "held by the channel's cache and this message: counted"
+        );
+        let second = own(&route);
+        assert_eq!(
+            footprint(&second),
+            with_route - ROUTE - key,
+            "an earlier message holds it too: not counted again"
+        );
+        drop((first, second, route));
+        let alone = published(Message::new("x"));
+        assert_eq!(footprint(&alone), RECORD + ENTRY + ROUTE + 32 + 32);
     }
 
     #[test]
@@ -209,9 +248,9 @@ mod tests {
     }
 
     #[test]
-    fn a_small_message_costs_its_record_entry_and_payload() {
+    fn a_small_message_costs_its_record_entry_route_and_payload() {
         let small = footprint(&published(Message::new(vec![0u8; 20])));
-        assert_eq!(small, RECORD + ENTRY + 32 + 32);
+        assert_eq!(small, RECORD + ENTRY + ROUTE + 32 + 32);
         let big = footprint(&published(Message::new(vec![0u8; 10_000])));
         assert_eq!(big - small, block(10_000) - block(20));
     }

@@ -234,11 +234,11 @@ mod tests {
             seq,
             size: 10,
             footprint: 100,
-            body: Some(Arc::new(Published {
-                exchange: Arc::from(""),
-                routing_key: Arc::from(""),
-                message: Message::new(vec![0u8; 10]),
-            })),
+            body: Some(Arc::new(Published::new(
+                "",
+                "",
+                Message::new(vec![0u8; 10]),
+            ))),
             expires_at: None,
             deliveries: 0,
             priority,

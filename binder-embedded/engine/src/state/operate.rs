@@ -137,7 +137,8 @@ impl<E: Envelope> State<E> {
             Err(e) => return Err(self.read_failed(queue, &e)),
         };
         let mut copy = E::Record::clone(&body);
-        E::set_routing_key(&mut copy, Arc::from(routing_key));
+        let name = self.registry.exchange_name(exchange);
+        E::set_route(&mut copy, E::new_route(name, Arc::from(routing_key)));
         // Channel 0 is no channel: nothing is returned (not mandatory).
         Ok(
             match self.route_and_enqueue(0, exchange, false, Arc::new(copy)) {

@@ -32,7 +32,7 @@ impl<E: Envelope> State<E> {
     }
 
     /// `basic.publish` of a message the caller already put in an `Arc` (so the message is
-    /// copied once, not at every layer); its `exchange` field is filled in here.
+    /// copied once, not at every layer); its route is set here.
     pub(crate) fn publish(
         &mut self,
         channel: u64,
@@ -61,19 +61,20 @@ impl<E: Envelope> State<E> {
             )));
         }
         let ch = self.sessions.channel(channel)?;
-        let key = match &ch.last_routing_key {
-            Some(last) if **last == *routing_key => last.clone(),
+        let route = match &ch.last_route {
+            Some(last) if E::is_route(last, exchange, routing_key) => last.clone(),
             _ => {
-                let key: Arc<str> = Arc::from(routing_key);
-                ch.last_routing_key = Some(key.clone());
-                key
+                let name = self.registry.exchange_name(exchange);
+                let route = E::new_route(name, Arc::from(routing_key));
+                ch.last_route = Some(route.clone());
+                route
             }
         };
         match Arc::get_mut(&mut body) {
-            Some(b) => E::set_routing_key(b, key),
+            Some(b) => E::set_route(b, route),
             None => {
                 let mut copy = E::Record::clone(&body);
-                E::set_routing_key(&mut copy, key);
+                E::set_route(&mut copy, route);
                 body = Arc::new(copy);
             }
         }
@@ -101,20 +102,12 @@ impl<E: Envelope> State<E> {
         channel: u64,
         exchange: &str,
         mandatory: bool,
-        mut body: Arc<E::Record>,
+        body: Arc<E::Record>,
     ) -> PublishStatus {
         self.published += 1;
         let mut targets = std::mem::take(&mut self.work.route_scratch);
         targets.clear();
-        let name = self.registry.route_record(exchange, &body, &mut targets);
-        match Arc::get_mut(&mut body) {
-            Some(b) => E::set_exchange(b, name),
-            None => {
-                let mut copy = E::Record::clone(&body);
-                E::set_exchange(&mut copy, name);
-                body = Arc::new(copy);
-            }
-        }
+        self.registry.route_record(exchange, &body, &mut targets);
         if targets.is_empty() {
             if mandatory {
                 if let Some(ch) = self.sessions.channels.get(&channel) {
