@@ -30,7 +30,7 @@ impl<E: Envelope> State<E> {
             .and_then(|m| m.expires_at)
             .is_some_and(|at| at.is_due(now))
         {
-            let m = q.storage.pop().expect("peeked");
+            let m = q.pop(&mut self.memory.used).expect("peeked");
             self.work
                 .dying
                 .push_back((m, q.name.clone(), DeathReason::Expired));
@@ -106,8 +106,8 @@ impl<E: Envelope> State<E> {
                 }
             },
         };
-        if message.stored {
-            self.store.removed(queue, message.seq, Removal::Died);
+        if message.stored() {
+            self.store.removed(queue, message.seq(), Removal::Died);
         }
         let (Some((dlx, routing_key)), Some(record)) = (dlx, record) else {
             return;
