@@ -260,6 +260,27 @@ pub struct FifoStorage<E: Envelope = Native> {
     bytes: usize,
 }
 
+/// Ring buffers of up to this many slots are kept whole; larger ones give back half their
+/// capacity once three quarters of it is unused, so a queue that drained a backlog does not
+/// keep its memory (the two rings of a drained 1 M backlog hold 88 MiB).
+const KEEP_SLOTS: usize = 1024;
+
+fn shrink<T>(ring: &mut VecDeque<T>) {
+    let capacity = ring.capacity();
+    if capacity > KEEP_SLOTS && ring.len() < capacity / 4 {
+        ring.shrink_to(capacity / 2);
+    }
+}
+
+impl<E: Envelope> FifoStorage<E> {
+    /// Gives back ring capacity after messages left (see [`KEEP_SLOTS`]).
+    #[inline]
+    fn left(&mut self) {
+        shrink(&mut self.messages);
+        shrink(&mut self.held);
+    }
+}
+
 impl<E: Envelope> Default for FifoStorage<E> {
     fn default() -> Self {
         FifoStorage {
@@ -305,6 +326,7 @@ impl<E: Envelope> QueueStorage<E> for FifoStorage<E> {
         } else {
             self.bytes -= m.size();
         }
+        self.left();
         Some(m)
     }
 
@@ -323,7 +345,10 @@ impl<E: Envelope> QueueStorage<E> for FifoStorage<E> {
     fn drain(&mut self) -> Vec<QueuedMessage<E>> {
         self.bytes = 0;
         self.held.clear();
-        self.messages.drain(..).collect()
+        let drained = self.messages.drain(..).collect();
+        self.messages.shrink_to(KEEP_SLOTS);
+        self.held.shrink_to(KEEP_SLOTS);
+        drained
     }
 
     fn iter(&self) -> Box<dyn Iterator<Item = (&QueuedMessage<E>, Option<&E::Record>)> + '_> {
@@ -357,6 +382,7 @@ impl<E: Envelope> QueueStorage<E> for FifoStorage<E> {
         } else {
             self.bytes -= m.size();
         }
+        self.left();
         Some(m)
     }
 }
@@ -571,5 +597,25 @@ mod tests {
         let drained = s.drain();
         assert_eq!(drained.len(), 4);
         assert_eq!(s.bytes(), 0);
+    }
+
+    #[test]
+    fn a_drained_ring_gives_back_its_capacity() {
+        let mut s = FifoStorage::<Native>::default();
+        for i in 0..100_000 {
+            s.push_held(msg(i, 0), record());
+        }
+        assert!(s.messages.capacity() >= 100_000 && s.held.capacity() >= 100_000);
+        while s.len() > 10 {
+            s.pop();
+        }
+        assert!(
+            s.messages.capacity() <= 4 * KEEP_SLOTS,
+            "{}",
+            s.messages.capacity()
+        );
+        assert!(s.held.capacity() <= 4 * KEEP_SLOTS, "{}", s.held.capacity());
+        let order: Vec<u64> = std::iter::from_fn(|| s.pop()).map(|m| m.seq()).collect();
+        assert_eq!(order, (99_990..100_000).collect::<Vec<u64>>(), "order kept");
     }
 }
