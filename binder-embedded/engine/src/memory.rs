@@ -1,28 +1,39 @@
 //! What a message held by the engine costs in memory, as the memory high watermark counts it.
 //!
 //! The estimate adds up the heap blocks a queued message keeps alive, each rounded as glibc's
-//! `malloc` rounds it (16-byte steps, 8 bytes of chunk header, 32 bytes at least):
+//! `malloc` rounds it (16-byte steps, 8 bytes of chunk header, 32 bytes at least), and the
+//! slots it takes in its queue's ring buffers:
 //!
-//! * the shared record (the envelope's record, in its `Arc`; [`Published`](crate::Published)
-//!   is 80 bytes: 112);
-//! * the payload's block, and the routing key's (counted as the message's own, although
-//!   consecutive publishes with the same key share one);
-//! * the header table, when it has entries: its box (32), and a `BTreeMap` allocates a node of 11 slots (724 bytes) for its first
-//!   entry, and about one more per five entries beyond eleven; each name and string value
-//!   has a block of its own, nested arrays and tables are counted the same way;
+//! * the record (the envelope's record; [`Published`](crate::Published) is 56 bytes): in
+//!   its shared `Arc`, a block of 80; or, held by a queue that has a backlog (a record that
+//!   reaches only that queue, see [`QueuedMessage`]), its 56-byte slot in the queue's ring of
+//!   records: [`unheld`] (24) less, until it leaves the queue boxed again;
+//! * the queue's entry for it ([`QueuedMessage`], 32 bytes); from delivery to settlement
+//!   also the channel's record of the delivery and the delivery handed to the consumer
+//!   (112 bytes more);
+//! * its route (exchange and routing key, [`Route`](crate::Route)): the route's block (64)
+//!   and the routing key's, when the message holds the route with at most one other holder
+//!   (the publishing channel's cache); a route earlier messages still hold is counted by the
+//!   first of them;
+//! * the payload's block;
+//! * the header table, when it has entries: its box (32), and a `BTreeMap` allocates a node
+//!   of 11 slots (724 bytes) for its first entry, and about one more per five entries beyond
+//!   eleven; each name and string value has a block of its own, nested arrays and tables are
+//!   counted the same way;
 //! * the properties' box when any property was set (240), and the property strings (a
 //!   content type shared with other messages counts nothing);
 //!   an [`Envelope`] reports the payload, headers and properties of its records
-//!   ([`Envelope::message_heap`]), with [`block`], [`btree_nodes`] and [`shared_str`];
-//! * the queue's entry for it ([`QueuedMessage`], 40 bytes); from delivery to settlement
-//!   also the channel's record of the delivery and the delivery handed to the consumer
-//!   (120 bytes more).
+//!   ([`Envelope::message_heap`]), with [`block`], [`btree_nodes`] and [`shared_str`].
 //!
-//! Measured on this engine (RSS growth per message, `tests/memory_footprint.rs`): a queued
-//! 20-byte message without headers costs about 184 bytes and is counted as 216 (its routing
-//! key, shared by consecutive publishes, is counted whole); one of 200 bytes with three
-//! headers and two id properties costs about 1 590 and is counted as 1 624; a 20-byte
-//! delivery awaiting its ack costs about 344 and is counted as 336.
+//! Each message's figure is worked out once, when it enters a queue, and kept in its entry:
+//! what is added to the count is what is taken off again (plus or minus [`unheld`] when a
+//! held record is boxed, and the delivery's cost while it is unacknowledged).
+//!
+//! Measured on this engine (RSS growth per message over 200 000, `tests/memory_footprint.rs`,
+//! debug build): a queued 20-byte message without headers costs about 120 bytes and is
+//! counted as 120 (past the first 1 024, its queue holds the record); one of 200 bytes with
+//! three headers and two id properties costs about 1 529 and is counted as 1 528; a 20-byte
+//! delivery awaiting its ack costs about 265 and is counted as 256.
 //! A message routed to several queues is counted once per queue that holds it: the record
 //! is shared, but counting it once would undercount as soon as the first queue lets it go.
 
