@@ -211,6 +211,9 @@ impl<E: Envelope> QueuedMessage<E> {
     }
 }
 
+/// A ready message, with its record when its queue holds it itself (see [`QueuedMessage`]).
+pub type Ready<'a, E> = (&'a QueuedMessage<E>, Option<&'a <E as Envelope>::Record>);
+
 /// Storage of a queue's ready messages.
 pub trait QueueStorage<E: Envelope = Native>: fmt::Debug + Send {
     /// Appends a message.
@@ -241,7 +244,7 @@ pub trait QueueStorage<E: Envelope = Native>: fmt::Debug + Send {
     fn drain(&mut self) -> Vec<QueuedMessage<E>>;
     /// The ready messages in delivery order, each with its record when the queue holds it
     /// itself, without removing them.
-    fn iter(&self) -> Box<dyn Iterator<Item = (&QueuedMessage<E>, Option<&E::Record>)> + '_>;
+    fn iter(&self) -> Box<dyn Iterator<Item = Ready<'_, E>> + '_>;
     /// Removes the ready message with this arrival position, if it is here (a record the
     /// queue held is dropped, as by [`QueueStorage::drain`]).
     fn remove(&mut self, seq: u64) -> Option<QueuedMessage<E>>;
@@ -351,7 +354,7 @@ impl<E: Envelope> QueueStorage<E> for FifoStorage<E> {
         drained
     }
 
-    fn iter(&self) -> Box<dyn Iterator<Item = (&QueuedMessage<E>, Option<&E::Record>)> + '_> {
+    fn iter(&self) -> Box<dyn Iterator<Item = Ready<'_, E>> + '_> {
         let mut held = self.held.iter();
         Box::new(
             self.messages
@@ -444,7 +447,7 @@ impl<E: Envelope> QueueStorage<E> for PriorityStorage<E> {
             .collect()
     }
 
-    fn iter(&self) -> Box<dyn Iterator<Item = (&QueuedMessage<E>, Option<&E::Record>)> + '_> {
+    fn iter(&self) -> Box<dyn Iterator<Item = Ready<'_, E>> + '_> {
         Box::new(self.levels.iter().rev().flat_map(|l| l.iter()))
     }
 
