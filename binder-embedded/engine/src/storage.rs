@@ -22,7 +22,7 @@ use crate::memory;
 /// (sizes as `u32`: the engine refuses payloads of more than
 /// [`MAX_PAYLOAD`](crate::MAX_PAYLOAD) bytes), the expiry is a [`Deadline`], and the payload
 /// size is read from the record (a stub keeps it in place of its footprint, which is always
-/// [`STUB`]).
+/// the size of an entry).
 ///
 /// Its record is held in one of three ways:
 /// * shared ([`body`](QueuedMessage::body) is `Some`): the record's `Arc`, shared with the
@@ -30,8 +30,8 @@ use crate::memory;
 /// * held by the queue (`body` is `None`, [`is_held`](QueuedMessage::is_held)): a queue
 ///   that already holds [`HOLD_AFTER`] ready messages keeps a record nobody else holds in a
 ///   ring of records of its own, without the `Arc` (its two counts) or the pointer to it; the
-///   record is boxed again when it leaves the queue ([`Queue::pop`](crate::queue)), which
-///   counts the difference ([`memory::UNHELD`](crate::memory));
+///   record is boxed again when it leaves the queue, and counted
+///   [`memory::unheld`](crate::memory::unheld) more from then on;
 /// * paged ([`is_paged`](QueuedMessage::is_paged)): only the message store holds it, and the
 ///   broker reads it back ([`MessageStore::read`](crate::MessageStore::read)) before it is
 ///   delivered.
