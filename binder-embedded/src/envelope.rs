@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use binder_amqp::ExchangeType;
-use binder_core::binder::Published;
+use binder_core::binder::{Published, Route};
 use binder_core::message::{
     Decimal, DeliveryMode, HeaderValue, Headers, Message, Properties, SharedProperties,
 };
@@ -31,14 +31,31 @@ pub struct Framework;
 impl engine::Envelope for Framework {
     type Message = Message;
     type Record = Published;
+    type Route = Route;
 
     #[inline]
-    fn seal(message: Message, exchange: Arc<str>, routing_key: Arc<str>) -> Arc<Published> {
-        Arc::new(Published {
-            exchange,
-            routing_key,
-            message,
-        })
+    fn seal(message: Message, route: Route) -> Arc<Published> {
+        Arc::new(Published { route, message })
+    }
+
+    #[inline]
+    fn new_route(exchange: Arc<str>, routing_key: Arc<str>) -> Route {
+        Route::new(exchange, routing_key)
+    }
+
+    #[inline]
+    fn is_route(route: &Route, exchange: &str, routing_key: &str) -> bool {
+        route.is(exchange, routing_key)
+    }
+
+    #[inline]
+    fn route_holders(record: &Published) -> usize {
+        record.route.holders()
+    }
+
+    #[inline]
+    fn set_route(record: &mut Published, route: Route) {
+        record.route = route;
     }
 
     #[inline]
@@ -48,22 +65,12 @@ impl engine::Envelope for Framework {
 
     #[inline]
     fn exchange(record: &Published) -> &Arc<str> {
-        &record.exchange
+        record.route.exchange()
     }
 
     #[inline]
     fn routing_key(record: &Published) -> &Arc<str> {
-        &record.routing_key
-    }
-
-    #[inline]
-    fn set_exchange(record: &mut Published, exchange: Arc<str>) {
-        record.exchange = exchange;
-    }
-
-    #[inline]
-    fn set_routing_key(record: &mut Published, routing_key: Arc<str>) {
-        record.routing_key = routing_key;
+        record.route.routing_key()
     }
 
     #[inline]
@@ -99,30 +106,30 @@ impl engine::Envelope for Framework {
 
     #[inline]
     fn to_native(record: &Published) -> engine::Published {
-        engine::Published {
-            exchange: record.exchange.clone(),
-            routing_key: record.routing_key.clone(),
-            message: to_engine(record.message.clone()),
-        }
+        engine::Published::new(
+            record.exchange().clone(),
+            record.routing_key().clone(),
+            to_engine(record.message.clone()),
+        )
     }
 
     #[inline]
     fn into_native(record: Arc<Published>) -> engine::Published {
         let record = Arc::unwrap_or_clone(record);
-        engine::Published {
-            exchange: record.exchange,
-            routing_key: record.routing_key,
-            message: to_engine(record.message),
-        }
+        engine::Published::new(
+            record.exchange().clone(),
+            record.routing_key().clone(),
+            to_engine(record.message),
+        )
     }
 
     #[inline]
     fn from_native(published: engine::Published) -> Published {
-        Published {
-            exchange: published.exchange,
-            routing_key: published.routing_key,
-            message: to_framework(published.message),
-        }
+        Published::new(
+            published.exchange().clone(),
+            published.routing_key().clone(),
+            to_framework(published.message),
+        )
     }
 }
 
@@ -395,15 +402,11 @@ mod tests {
                 value: -12345
             }))
         );
-        let published = engine::Published {
-            exchange: Arc::from("x"),
-            routing_key: Arc::from("k"),
-            message: engine_message,
-        };
+        let published = engine::Published::new("x", "k", engine_message);
         let back = Framework::from_native(published);
         assert_eq!(back.message, original);
-        assert_eq!(&*back.exchange, "x");
-        assert_eq!(&*back.routing_key, "k");
+        assert_eq!(&**back.exchange(), "x");
+        assert_eq!(&**back.routing_key(), "k");
         assert_eq!(back.message.payload.as_ptr(), payload_at);
         assert_eq!(Framework::to_native(&back).message.headers.len(), 17);
     }
@@ -411,12 +414,12 @@ mod tests {
     #[test]
     fn a_record_counts_its_own_headers_and_properties_and_not_shared_ones() {
         assert_eq!(size_of::<Message>(), 48, "payload, and a pointer each");
-        assert_eq!(size_of::<Published>(), 80);
-        let record = |message: Message| Published {
-            exchange: Arc::from(""),
-            routing_key: Arc::from("q"),
-            message,
-        };
+        assert_eq!(
+            size_of::<Published>(),
+            56,
+            "the message and one route pointer"
+        );
+        let record = |message: Message| Published::new("", "q", message);
         let bare = Framework::message_heap(&record(Message::new(vec![0u8; 100])));
         assert_eq!(bare, block(100), "nothing but the payload");
         let output: SharedProperties = Properties {

@@ -64,5 +64,5 @@ async fn a_held_delivery_is_unchanged_by_its_redelivery_and_dead_lettering() {
     );
     assert_eq!(kept.message, published, "the held record is as published");
     assert!(!kept.message.headers.contains("x-death"));
-    assert_eq!(kept.routing_key.as_ref(), "held");
+    assert_eq!(kept.routing_key().as_ref(), "held");
 }

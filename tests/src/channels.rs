@@ -222,11 +222,11 @@ impl Producer for ChannelProducer {
         _partition: Option<u32>,
     ) -> BinderFuture<'a, BinderResult<()>> {
         // Partitioned producers are refused when bound, so `_partition` is always `None`.
-        let record = Arc::new(Published {
-            exchange: Arc::from(self.destination.as_str()),
-            routing_key: Arc::from(self.destination.as_str()),
+        let record = Arc::new(Published::new(
+            self.destination.as_str(),
+            self.destination.as_str(),
             message,
-        });
+        ));
         let queues: Vec<Arc<GroupQueue>> = lock(&self.destinations)
             .get(&self.destination)
             .map(|d| d.groups.values().cloned().collect())

@@ -238,8 +238,8 @@ impl AmqpConsumer {
         let dead = DeadLetter {
             reason: failed.reason.to_owned(),
             trace: (failed.trace)(),
-            original_exchange: failed.content.exchange.to_string(),
-            original_routing_key: failed.content.routing_key.to_string(),
+            original_exchange: failed.content.exchange().to_string(),
+            original_routing_key: failed.content.routing_key().to_string(),
             attempts: failed.attempts,
         };
         let budget = FrameBudget {

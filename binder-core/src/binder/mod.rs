@@ -97,14 +97,95 @@ impl<T> fmt::Debug for BinderFuture<'_, T> {
 /// A delivery shares it with the binder ([`Inbound::content`]) rather than copying it: the
 /// embedded engine keeps this very record until the delivery is settled (to redeliver it
 /// after a requeue) and routes it to every queue by reference.
+///
+/// 56 bytes: the message (48) and one pointer to its [`Route`], which every message published
+/// to the same exchange with the same routing key can share.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Published {
-    /// The exchange it was published to.
-    pub exchange: std::sync::Arc<str>,
-    /// The routing key it was published with.
-    pub routing_key: std::sync::Arc<str>,
+    /// Where it was published: the exchange and the routing key.
+    pub route: Route,
     /// The message.
     pub message: Message,
+}
+
+impl Published {
+    /// A message published to `exchange` with `routing_key` (a route of its own; a binder
+    /// that publishes many messages with the same pair shares one [`Route`] between them).
+    pub fn new(
+        exchange: impl Into<std::sync::Arc<str>>,
+        routing_key: impl Into<std::sync::Arc<str>>,
+        message: Message,
+    ) -> Self {
+        Published {
+            route: Route::new(exchange, routing_key),
+            message,
+        }
+    }
+
+    /// The exchange it was published to.
+    pub fn exchange(&self) -> &std::sync::Arc<str> {
+        self.route.exchange()
+    }
+
+    /// The routing key it was published with.
+    pub fn routing_key(&self) -> &std::sync::Arc<str> {
+        self.route.routing_key()
+    }
+}
+
+/// Where a message was published: an exchange and a routing key, behind one shared pointer
+/// (cloning it clones the pointer), so that the messages a binder publishes with the same
+/// pair carry one pointer each instead of two names.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Route(std::sync::Arc<RouteNames>);
+
+#[derive(PartialEq, Eq)]
+struct RouteNames {
+    exchange: std::sync::Arc<str>,
+    routing_key: std::sync::Arc<str>,
+}
+
+impl Route {
+    /// The route of `exchange` and `routing_key`.
+    pub fn new(
+        exchange: impl Into<std::sync::Arc<str>>,
+        routing_key: impl Into<std::sync::Arc<str>>,
+    ) -> Self {
+        Route(std::sync::Arc::new(RouteNames {
+            exchange: exchange.into(),
+            routing_key: routing_key.into(),
+        }))
+    }
+
+    /// The exchange.
+    pub fn exchange(&self) -> &std::sync::Arc<str> {
+        &self.0.exchange
+    }
+
+    /// The routing key.
+    pub fn routing_key(&self) -> &std::sync::Arc<str> {
+        &self.0.routing_key
+    }
+
+    /// How many values hold this route (records, and the engine's per-channel cache): the
+    /// memory count charges it to a message that holds it with at most one other.
+    pub fn holders(&self) -> usize {
+        std::sync::Arc::strong_count(&self.0)
+    }
+
+    /// Whether this is the route of `exchange` and `routing_key`.
+    pub fn is(&self, exchange: &str, routing_key: &str) -> bool {
+        *self.0.exchange == *exchange && *self.0.routing_key == *routing_key
+    }
+}
+
+impl fmt::Debug for Route {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Route")
+            .field("exchange", &self.0.exchange)
+            .field("routing_key", &self.0.routing_key)
+            .finish()
+    }
 }
 
 /// A delivery from a subscription.
@@ -143,11 +224,7 @@ impl Inbound {
         settler: Settler,
     ) -> Self {
         Inbound {
-            content: std::sync::Arc::new(Published {
-                message,
-                exchange: exchange.into(),
-                routing_key: routing_key.into(),
-            }),
+            content: std::sync::Arc::new(Published::new(exchange, routing_key, message)),
             redelivered,
             settler,
         }
@@ -160,12 +237,12 @@ impl Inbound {
 
     /// The exchange it was published to.
     pub fn exchange(&self) -> &str {
-        &self.content.exchange
+        self.content.exchange()
     }
 
     /// The routing key it was published with.
     pub fn routing_key(&self) -> &str {
-        &self.content.routing_key
+        self.content.routing_key()
     }
 }
 

@@ -23,13 +23,6 @@ use super::types::{
     PublishOptions, PublishOutcome, QueueDeclareOk, QueueOptions,
 };
 
-/// A shared empty name, so building a message before routing allocates nothing for it.
-#[inline]
-fn unnamed() -> Arc<str> {
-    static EMPTY: std::sync::LazyLock<Arc<str>> = std::sync::LazyLock::new(|| Arc::from(""));
-    EMPTY.clone()
-}
-
 #[derive(Debug)]
 struct Shared<E: Envelope> {
     state: Mutex<State<E>>,
@@ -39,6 +32,9 @@ struct Shared<E: Envelope> {
     /// Wakes the timer task when a new deadline may be earlier.
     timer: Arc<Notify>,
     timer_started: AtomicBool,
+    /// The route a message is sealed with before the engine sets its real one (one shared
+    /// value: sealing allocates nothing but the record).
+    unrouted: E::Route,
 }
 
 impl<E: Envelope> Shared<E> {
@@ -188,6 +184,7 @@ impl<E: Envelope> Broker<E> {
                 unblocked: Notify::new(),
                 timer: Arc::new(Notify::new()),
                 timer_started: AtomicBool::new(false),
+                unrouted: E::new_route(Arc::from(""), Arc::from("")),
             }),
         }
     }
@@ -678,13 +675,13 @@ impl<E: Envelope> Channel<E> {
         if self.shared.blocked.load(Ordering::Acquire) {
             return TryPublish::Blocked(Box::new(message));
         }
-        // The message is moved into its shared allocation once, here; the engine fills in
-        // the exchange's shared name and the routing key (shared with the channel's last
-        // publish when it is the same, as it usually is).
-        // The names first: the message then moves straight into its allocation (evaluated
-        // after it, they would cost the message a copy of its own).
-        let (exchange_name, key) = (unnamed(), unnamed());
-        let body = E::seal(message, exchange_name, key);
+        // The message is moved into its shared allocation once, here; the engine sets its
+        // route (shared with the channel's last publish when it has the same exchange and
+        // routing key, as it usually has).
+        // The placeholder first: the message then moves straight into its allocation
+        // (evaluated after it, it would cost the message a copy of its own).
+        let route = self.shared.unrouted.clone();
+        let body = E::seal(message, route);
         let id = self.id;
         let published = self.shared.channel_op(id, |s| {
             let outcome = s.publish(id, exchange, routing_key, options.mandatory, body)?;

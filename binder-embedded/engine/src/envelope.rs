@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use crate::field::FieldTable;
 use crate::memory;
-use crate::message::{Message, Published};
+use crate::message::{Message, Published, Route};
 
 /// How messages are held: the record type queues share, and the message type publishers hand
 /// over. Implemented on a marker type (so a front end can choose a record type it does not
@@ -30,22 +30,33 @@ pub trait Envelope: fmt::Debug + Default + Clone + Copy + Send + Sync + 'static 
     type Message: fmt::Debug + Send + 'static;
     /// The shared record of a published message.
     type Record: fmt::Debug + Clone + Send + Sync + 'static;
+    /// Where a record was published (exchange and routing key), shared by the records a
+    /// channel publishes with the same pair: one pointer, cheap to clone (see
+    /// [`Route`](crate::Route), the native one). The engine counts it as an `Arc` of two
+    /// `Arc<str>` names (see [`memory`]).
+    type Route: fmt::Debug + Clone + Send + Sync + 'static;
 
-    /// Wraps a message for publishing, with the exchange and routing key it goes to, in the
-    /// shared allocation queues will hold (built in place: `Arc::new` of a struct literal
-    /// moves the message once).
-    fn seal(message: Self::Message, exchange: Arc<str>, routing_key: Arc<str>)
-    -> Arc<Self::Record>;
+    /// Wraps a message for publishing, with its route (a placeholder until the engine sets
+    /// the real one under its lock), in the shared allocation queues will hold (built in
+    /// place: `Arc::new` of a struct literal moves the message once).
+    fn seal(message: Self::Message, route: Self::Route) -> Arc<Self::Record>;
+    /// A route of `exchange` and `routing_key`.
+    fn new_route(exchange: Arc<str>, routing_key: Arc<str>) -> Self::Route;
+    /// Whether `route` is the route of `exchange` and `routing_key`.
+    fn is_route(route: &Self::Route, exchange: &str, routing_key: &str) -> bool;
+    /// How many values hold the record's route ([`Arc::strong_count`] of its pointer; the
+    /// memory count charges the route to a record that shares it with at most one other,
+    /// the channel's cache).
+    fn route_holders(record: &Self::Record) -> usize;
+    /// Sets where a record was published (the engine shares one route between consecutive
+    /// publishes of a channel to the same exchange with the same key).
+    fn set_route(record: &mut Self::Record, route: Self::Route);
     /// The message a record carries.
     fn message(record: &Self::Record) -> &Self::Message;
     /// The exchange it was published to.
     fn exchange(record: &Self::Record) -> &Arc<str>;
     /// The routing key it was published with.
     fn routing_key(record: &Self::Record) -> &Arc<str>;
-    /// Sets the exchange (the engine shares one name per exchange).
-    fn set_exchange(record: &mut Self::Record, exchange: Arc<str>);
-    /// Sets the routing key (the engine shares it between consecutive publishes).
-    fn set_routing_key(record: &mut Self::Record, routing_key: Arc<str>);
     /// Payload bytes (for `x-max-length-bytes`).
     fn payload_len(record: &Self::Record) -> usize;
     /// The `priority` property.
@@ -79,14 +90,31 @@ pub struct Native;
 impl Envelope for Native {
     type Message = Message;
     type Record = Published;
+    type Route = Route;
 
     #[inline]
-    fn seal(message: Message, exchange: Arc<str>, routing_key: Arc<str>) -> Arc<Published> {
-        Arc::new(Published {
-            exchange,
-            routing_key,
-            message,
-        })
+    fn seal(message: Message, route: Route) -> Arc<Published> {
+        Arc::new(Published { route, message })
+    }
+
+    #[inline]
+    fn new_route(exchange: Arc<str>, routing_key: Arc<str>) -> Route {
+        Route::new(exchange, routing_key)
+    }
+
+    #[inline]
+    fn is_route(route: &Route, exchange: &str, routing_key: &str) -> bool {
+        route.is(exchange, routing_key)
+    }
+
+    #[inline]
+    fn route_holders(record: &Published) -> usize {
+        record.route.holders()
+    }
+
+    #[inline]
+    fn set_route(record: &mut Published, route: Route) {
+        record.route = route;
     }
 
     #[inline]
@@ -96,22 +124,12 @@ impl Envelope for Native {
 
     #[inline]
     fn exchange(record: &Published) -> &Arc<str> {
-        &record.exchange
+        record.route.exchange()
     }
 
     #[inline]
     fn routing_key(record: &Published) -> &Arc<str> {
-        &record.routing_key
-    }
-
-    #[inline]
-    fn set_exchange(record: &mut Published, exchange: Arc<str>) {
-        record.exchange = exchange;
-    }
-
-    #[inline]
-    fn set_routing_key(record: &mut Published, routing_key: Arc<str>) {
-        record.routing_key = routing_key;
+        record.route.routing_key()
     }
 
     #[inline]

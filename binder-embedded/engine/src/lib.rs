@@ -46,8 +46,10 @@ pub use field::{Decimal, FieldTable, FieldValue};
 pub use inspect::{
     BindingInfo, ConsumerInfo, ExchangeInfo, PeekedMessage, QueueInfo, Redrive, Totals,
 };
-pub use message::{Message, Properties, PropertiesBox, Published};
-pub use storage::{FifoStorage, PriorityStorage, QueueStorage, QueuedMessage};
+pub use message::{Message, Properties, PropertiesBox, Published, Route};
+pub use storage::{
+    FifoStorage, HOLD_AFTER, MAX_DELIVERIES, PriorityStorage, QueueStorage, QueuedMessage, Ready,
+};
 pub use store::{
     BindingDef, DestinationKind, Durability, ExchangeDef, MemoryStore, MessageStore, QueueDef,
     Recovered, RecoveredMessage, Removal, StoreError, StoredMessage,

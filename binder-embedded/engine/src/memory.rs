@@ -1,28 +1,39 @@
 //! What a message held by the engine costs in memory, as the memory high watermark counts it.
 //!
 //! The estimate adds up the heap blocks a queued message keeps alive, each rounded as glibc's
-//! `malloc` rounds it (16-byte steps, 8 bytes of chunk header, 32 bytes at least):
+//! `malloc` rounds it (16-byte steps, 8 bytes of chunk header, 32 bytes at least), and the
+//! slots it takes in its queue's ring buffers:
 //!
-//! * the shared record (the envelope's record, in its `Arc`; [`Published`](crate::Published)
-//!   is 80 bytes: 112);
-//! * the payload's block, and the routing key's (counted as the message's own, although
-//!   consecutive publishes with the same key share one);
-//! * the header table, when it has entries: its box (32), and a `BTreeMap` allocates a node of 11 slots (724 bytes) for its first
-//!   entry, and about one more per five entries beyond eleven; each name and string value
-//!   has a block of its own, nested arrays and tables are counted the same way;
+//! * the record (the envelope's record; [`Published`](crate::Published) is 56 bytes): in
+//!   its shared `Arc`, a block of 80; or, held by a queue that has a backlog (a record that
+//!   reaches only that queue, see [`QueuedMessage`]), its 56-byte slot in the queue's ring of
+//!   records: [`unheld`] (24) less, until it leaves the queue boxed again;
+//! * the queue's entry for it ([`QueuedMessage`], 32 bytes); from delivery to settlement
+//!   also the channel's record of the delivery and the delivery handed to the consumer
+//!   (112 bytes more);
+//! * its route (exchange and routing key, [`Route`](crate::Route)): the route's block (64)
+//!   and the routing key's, when the message holds the route with at most one other holder
+//!   (the publishing channel's cache); a route earlier messages still hold is counted by the
+//!   first of them;
+//! * the payload's block;
+//! * the header table, when it has entries: its box (32), and a `BTreeMap` allocates a node
+//!   of 11 slots (724 bytes) for its first entry, and about one more per five entries beyond
+//!   eleven; each name and string value has a block of its own, nested arrays and tables are
+//!   counted the same way;
 //! * the properties' box when any property was set (240), and the property strings (a
 //!   content type shared with other messages counts nothing);
 //!   an [`Envelope`] reports the payload, headers and properties of its records
-//!   ([`Envelope::message_heap`]), with [`block`], [`btree_nodes`] and [`shared_str`];
-//! * the queue's entry for it ([`QueuedMessage`], 40 bytes); from delivery to settlement
-//!   also the channel's record of the delivery and the delivery handed to the consumer
-//!   (120 bytes more).
+//!   ([`Envelope::message_heap`]), with [`block`], [`btree_nodes`] and [`shared_str`].
 //!
-//! Measured on this engine (RSS growth per message, `tests/memory_footprint.rs`): a queued
-//! 20-byte message without headers costs about 184 bytes and is counted as 216 (its routing
-//! key, shared by consecutive publishes, is counted whole); one of 200 bytes with three
-//! headers and two id properties costs about 1 590 and is counted as 1 624; a 20-byte
-//! delivery awaiting its ack costs about 344 and is counted as 336.
+//! Each message's figure is worked out once, when it enters a queue, and kept in its entry:
+//! what is added to the count is what is taken off again (plus or minus [`unheld`] when a
+//! held record is boxed, and the delivery's cost while it is unacknowledged).
+//!
+//! Measured on this engine (RSS growth per message over 200 000, `tests/memory_footprint.rs`,
+//! debug build): a queued 20-byte message without headers costs about 120 bytes and is
+//! counted as 120 (past the first 1 024, its queue holds the record); one of 200 bytes with
+//! three headers and two id properties costs about 1 529 and is counted as 1 528; a 20-byte
+//! delivery awaiting its ack costs about 265 and is counted as 256.
 //! A message routed to several queues is counted once per queue that holds it: the record
 //! is shared, but counting it once would undercount as soon as the first queue lets it go.
 
@@ -32,9 +43,9 @@ use std::sync::Arc;
 
 use crate::envelope::{Envelope, Native};
 use crate::field::{FieldTable, FieldValue};
-#[cfg(test)]
-use crate::message::Published;
 use crate::message::{Message, Properties};
+#[cfg(test)]
+use crate::message::{Published, Route};
 use crate::storage::QueuedMessage;
 
 /// The heap a block of `n` bytes takes under glibc `malloc`: the request plus an 8-byte
@@ -88,12 +99,31 @@ const fn record<E: Envelope>() -> usize {
     block(2 * size_of::<usize>() + size_of::<E::Record>())
 }
 
+/// What a record costs in its own `Arc` beyond its slot in the ring of records a queue
+/// holds itself (see [`QueuedMessage`]): a message whose queue holds its record is counted
+/// this much less, and this much more again once the record leaves the queue boxed (24
+/// bytes for a 56-byte record: a block of 80 against 56).
+pub const fn unheld<E: Envelope>() -> usize {
+    record::<E>() - size_of::<E::Record>()
+}
+
+/// A route's block: the `Arc`'s two counts and the two names (`Arc<str>` each).
+pub(crate) const ROUTE: usize = block(2 * size_of::<usize>() + 2 * size_of::<Arc<str>>());
+
+/// The route's blocks (its own and its routing key's), when the record holds it with at most
+/// one other holder (the channel's cache): a route that earlier messages still hold is
+/// theirs (see the module docs).
+fn route<E: Envelope>(body: &E::Record) -> usize {
+    if E::route_holders(body) <= 2 {
+        ROUTE + block(2 * size_of::<usize>() + E::routing_key(body).len())
+    } else {
+        0
+    }
+}
+
 /// The estimated heap one queue's copy of a message keeps alive (see the module docs).
 pub(crate) fn footprint<E: Envelope>(body: &E::Record) -> usize {
-    record::<E>()
-        + ENTRY
-        + block(2 * size_of::<usize>() + E::routing_key(body).len())
-        + E::message_heap(body)
+    record::<E>() + ENTRY + route::<E>(body) + E::message_heap(body)
 }
 
 /// [`footprint`] as a queue entry keeps it: a `u32`, saturated below `u32::MAX` by the cost
@@ -179,11 +209,7 @@ mod tests {
     }
 
     fn published(message: Message) -> Published {
-        Published {
-            exchange: Arc::from(""),
-            routing_key: Arc::from("q"),
-            message,
-        }
+        Published::new("", "q", message)
     }
 
     #[test]
@@ -192,11 +218,43 @@ mod tests {
             (
                 RECORD,
                 ENTRY,
+                ROUTE,
                 PROPERTIES,
                 block(size_of::<BTreeMap<String, FieldValue>>())
             ),
-            (112, 40, 240, 32)
+            (80, 32, 64, 240, 32)
         );
+        assert_eq!(
+            size_of::<Published>(),
+            56,
+            "the message and one route pointer"
+        );
+    }
+
+    #[test]
+    fn a_route_counts_for_a_message_that_holds_it_with_at_most_the_channels_cache() {
+        let route = Route::new("", "orders.created");
+        let own = |route: &Route| Published {
+            route: route.clone(),
+            message: Message::new("x"),
+        };
+        let first = own(&route);
+        let with_route = footprint(&first);
+        let key = block(16 + "orders.created".len());
+        assert_eq!(
+            with_route,
+            RECORD + ENTRY + ROUTE + key + 32,
+            "held by the channel's cache and this message: counted"
+        );
+        let second = own(&route);
+        assert_eq!(
+            footprint(&second),
+            with_route - ROUTE - key,
+            "an earlier message holds it too: not counted again"
+        );
+        drop((first, second, route));
+        let alone = published(Message::new("x"));
+        assert_eq!(footprint(&alone), RECORD + ENTRY + ROUTE + 32 + 32);
     }
 
     #[test]
@@ -209,9 +267,9 @@ mod tests {
     }
 
     #[test]
-    fn a_small_message_costs_its_record_entry_and_payload() {
+    fn a_small_message_costs_its_record_entry_route_and_payload() {
         let small = footprint(&published(Message::new(vec![0u8; 20])));
-        assert_eq!(small, RECORD + ENTRY + 32 + 32);
+        assert_eq!(small, RECORD + ENTRY + ROUTE + 32 + 32);
         let big = footprint(&published(Message::new(vec![0u8; 10_000])));
         assert_eq!(big - small, block(10_000) - block(20));
     }

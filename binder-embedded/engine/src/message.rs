@@ -194,14 +194,93 @@ impl Message {
 /// A message as published: where it was sent and what it carries. Shared (`Arc`) by the
 /// queues it was routed to and with the deliveries handed to consumers, so routing and
 /// delivery copy nothing.
+///
+/// 56 bytes: the message (48) and one pointer to its [`Route`], which the messages a channel
+/// publishes with the same exchange and routing key share.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Published {
-    /// The exchange it was published to.
-    pub exchange: Arc<str>,
-    /// The routing key it was published with.
-    pub routing_key: Arc<str>,
+    /// Where it was published: the exchange and the routing key.
+    pub route: Route,
     /// The message.
     pub message: Message,
+}
+
+impl Published {
+    /// A message published to `exchange` with `routing_key`, with a route of its own.
+    pub fn new(
+        exchange: impl Into<Arc<str>>,
+        routing_key: impl Into<Arc<str>>,
+        message: Message,
+    ) -> Self {
+        Published {
+            route: Route::new(exchange, routing_key),
+            message,
+        }
+    }
+
+    /// The exchange it was published to.
+    pub fn exchange(&self) -> &Arc<str> {
+        self.route.exchange()
+    }
+
+    /// The routing key it was published with.
+    pub fn routing_key(&self) -> &Arc<str> {
+        self.route.routing_key()
+    }
+}
+
+/// Where a message was published: an exchange and a routing key behind one shared pointer
+/// (cloning it clones the pointer). The engine shares one between consecutive publishes of a
+/// channel with the same exchange and key, so a queued message carries one pointer instead
+/// of two names.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Route(Arc<RouteNames>);
+
+/// What a [`Route`] points to.
+#[derive(PartialEq, Eq)]
+pub(crate) struct RouteNames {
+    exchange: Arc<str>,
+    routing_key: Arc<str>,
+}
+
+impl Route {
+    /// The route of `exchange` and `routing_key`.
+    pub fn new(exchange: impl Into<Arc<str>>, routing_key: impl Into<Arc<str>>) -> Self {
+        Route(Arc::new(RouteNames {
+            exchange: exchange.into(),
+            routing_key: routing_key.into(),
+        }))
+    }
+
+    /// The exchange.
+    pub fn exchange(&self) -> &Arc<str> {
+        &self.0.exchange
+    }
+
+    /// The routing key.
+    pub fn routing_key(&self) -> &Arc<str> {
+        &self.0.routing_key
+    }
+
+    /// How many values hold this route (records, and the engine's per-channel cache): the
+    /// memory count charges it to a message that holds it with at most one other.
+    pub fn holders(&self) -> usize {
+        Arc::strong_count(&self.0)
+    }
+
+    /// Whether this is the route of `exchange` and `routing_key`.
+    pub fn is(&self, exchange: &str, routing_key: &str) -> bool {
+        *self.0.exchange == *exchange && *self.0.routing_key == *routing_key
+    }
+}
+
+impl fmt::Debug for Route {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Route")
+            .field("exchange", &self.0.exchange)
+            .field("routing_key", &self.0.routing_key)
+            .finish()
+    }
 }
 
 #[cfg(test)]

@@ -7,9 +7,10 @@ use crate::field::{FieldTable, FieldValue};
 use tokio::time::Instant;
 
 use super::error::{AmqpError, AmqpResult};
-use super::storage::{FifoStorage, PriorityStorage, QueueStorage};
+use super::storage::{FifoStorage, HOLD_AFTER, PriorityStorage, QueueStorage, QueuedMessage};
 use super::types::QueueOptions;
 use crate::envelope::Envelope;
+use crate::memory;
 
 /// What a full queue does (`x-overflow`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -275,6 +276,41 @@ impl<E: Envelope> Queue<E> {
         Ok(())
     }
 
+    /// Appends a message; returns the bytes it is counted as. Once the queue holds
+    /// [`HOLD_AFTER`] ready messages, a record that reaches no one else is kept by the queue
+    /// without its `Arc` (see [`QueuedMessage`]), and counted [`memory::unheld`] less.
+    pub(crate) fn push(&mut self, mut message: QueuedMessage<E>) -> usize {
+        let footprint = message.footprint();
+        if self.storage.len() >= HOLD_AFTER {
+            if let Some(body) = message.body.take() {
+                match Arc::try_unwrap(body) {
+                    Ok(record) => {
+                        let footprint = footprint - memory::unheld::<E>();
+                        self.storage.push_held(message, record);
+                        return footprint;
+                    }
+                    Err(body) => message.body = Some(body),
+                }
+            }
+        }
+        self.storage.push(message);
+        footprint
+    }
+
+    /// Removes the next message to deliver, with its record shared: a record the queue held
+    /// is boxed, and the message is counted [`memory::unheld`] more from now on (added to
+    /// `used`).
+    pub(crate) fn pop(&mut self, used: &mut usize) -> Option<QueuedMessage<E>> {
+        let mut message = self.storage.pop()?;
+        if message.is_held() {
+            message.unhold();
+            let more = memory::unheld::<E>();
+            message.set_footprint((message.footprint() + more) as u32);
+            *used += more;
+        }
+        Some(message)
+    }
+
     /// Whether length or byte limits are exceeded with `extra` more bytes in one more message.
     pub(crate) fn would_overflow(&self, extra_bytes: usize) -> bool {
         let len = self.storage.len();
@@ -294,5 +330,66 @@ impl<E: Envelope> Queue<E> {
                 .args
                 .max_length_bytes
                 .is_some_and(|max| self.storage.bytes() > max)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::envelope::Native;
+    use crate::message::{Message, Published};
+
+    fn queue() -> Queue<Native> {
+        Queue::new(
+            Arc::from("q"),
+            QueueOptions::default(),
+            None,
+            FieldTable::new(),
+            QueueArgs::default(),
+        )
+    }
+
+    fn record(payload: usize) -> Arc<Published> {
+        Arc::new(Published::new("", "q", Message::new(vec![0u8; payload])))
+    }
+
+    #[test]
+    fn a_deep_queue_holds_lone_records_and_the_count_follows_them_exactly() {
+        let mut q = queue();
+        let shared = record(7);
+        let mut used = 0;
+        let n = HOLD_AFTER as u64 + 3;
+        for seq in 0..n {
+            let body = if seq == n - 1 {
+                shared.clone()
+            } else {
+                record(100)
+            };
+            let footprint = memory::entry_footprint::<Native>(&body) as usize;
+            let counted = q.push(QueuedMessage::new(seq, 0, body, footprint as u32, None));
+            used += counted;
+            if (HOLD_AFTER as u64..n - 1).contains(&seq) {
+                assert_eq!(counted, footprint - 24, "held: no Arc");
+            } else {
+                assert_eq!(counted, footprint, "shallow, or shared with another holder");
+            }
+        }
+        let held = q.storage.iter().filter(|(m, r)| m.is_held() && r.is_some());
+        assert_eq!(held.count(), 2);
+        assert_eq!(q.storage.bytes(), (n as usize - 1) * 100 + 7);
+        let mut popped = 0;
+        while let Some(m) = q.pop(&mut used) {
+            assert!(!m.is_held() && m.body.is_some(), "boxed when it leaves");
+            assert_eq!(
+                m.footprint(),
+                memory::entry_footprint::<Native>(m.body.as_ref().unwrap()) as usize,
+                "counted as a shared record again"
+            );
+            used -= m.footprint();
+            popped += 1;
+        }
+        assert_eq!(popped, n);
+        assert_eq!(used, 0, "every byte added was taken off");
+        assert_eq!(q.storage.bytes(), 0);
     }
 }

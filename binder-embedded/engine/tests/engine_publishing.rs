@@ -30,7 +30,7 @@ async fn mandatory_unroutable_messages_are_returned_then_acked() {
             body,
         } => {
             assert_eq!((reply_code, reply_text.as_str()), (312, "NO_ROUTE"));
-            assert_eq!(&*body.routing_key, "nowhere");
+            assert_eq!(&**body.routing_key(), "nowhere");
             assert_eq!(&body.message.payload[..], b"lost?");
         }
         other => panic!("unexpected {other:?}"),

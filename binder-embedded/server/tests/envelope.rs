@@ -27,31 +27,34 @@ struct StampedEnvelope;
 impl Envelope for StampedEnvelope {
     type Message = Message;
     type Record = Stamped;
+    type Route = stream_engine::Route;
 
-    fn seal(message: Message, exchange: Arc<str>, routing_key: Arc<str>) -> Arc<Stamped> {
+    fn seal(message: Message, route: stream_engine::Route) -> Arc<Stamped> {
         Arc::new(Stamped {
-            inner: Published {
-                exchange,
-                routing_key,
-                message,
-            },
+            inner: Published { route, message },
             stamp: 7,
         })
+    }
+    fn new_route(exchange: Arc<str>, routing_key: Arc<str>) -> stream_engine::Route {
+        Native::new_route(exchange, routing_key)
+    }
+    fn is_route(route: &stream_engine::Route, exchange: &str, routing_key: &str) -> bool {
+        Native::is_route(route, exchange, routing_key)
+    }
+    fn route_holders(r: &Stamped) -> usize {
+        Native::route_holders(&r.inner)
+    }
+    fn set_route(r: &mut Stamped, route: stream_engine::Route) {
+        Native::set_route(&mut r.inner, route)
     }
     fn message(r: &Stamped) -> &Message {
         &r.inner.message
     }
     fn exchange(r: &Stamped) -> &Arc<str> {
-        &r.inner.exchange
+        Native::exchange(&r.inner)
     }
     fn routing_key(r: &Stamped) -> &Arc<str> {
-        &r.inner.routing_key
-    }
-    fn set_exchange(r: &mut Stamped, exchange: Arc<str>) {
-        r.inner.exchange = exchange;
-    }
-    fn set_routing_key(r: &mut Stamped, key: Arc<str>) {
-        r.inner.routing_key = key;
+        Native::routing_key(&r.inner)
     }
     fn payload_len(r: &Stamped) -> usize {
         Native::payload_len(&r.inner)

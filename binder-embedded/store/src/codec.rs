@@ -6,7 +6,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use stream_engine::{
     BindingDef, Decimal, DestinationKind, ExchangeDef, ExchangeKind, ExchangeOptions, FieldTable,
-    FieldValue, Message, Properties, Published, QueueDef, QueueOptions,
+    FieldValue, Message, Properties, Published, QueueDef, QueueOptions, Route,
 };
 
 /// A payload could not be decoded.
@@ -275,8 +275,8 @@ pub(crate) fn out_for(p: &Published) -> Out {
 
 /// Encodes a published message.
 pub(crate) fn put_published(out: &mut Out, p: &Published) {
-    out.str(&p.exchange);
-    out.str(&p.routing_key);
+    out.str(p.exchange());
+    out.str(p.routing_key());
     let props = &p.message.properties;
     out.opt_str(props.content_type.as_deref());
     out.opt_str(props.content_encoding.as_deref());
@@ -326,8 +326,7 @@ pub(crate) fn get_published(inp: &mut In<'_>, names: &mut Interner) -> Decoded<P
     let headers = get_table(inp, 0)?;
     let payload = Bytes::copy_from_slice(inp.bytes()?);
     Ok(Published {
-        exchange,
-        routing_key,
+        route: Route::new(exchange, routing_key),
         message: Message {
             payload,
             headers,
@@ -460,8 +459,7 @@ mod tests {
             })]),
         );
         let p = Published {
-            exchange: Arc::from("x"),
-            routing_key: Arc::from("k"),
+            route: Route::new("x", "k"),
             message: Message {
                 payload: Bytes::from_static(b"body"),
                 headers,

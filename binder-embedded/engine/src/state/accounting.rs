@@ -34,14 +34,14 @@ impl MemoryCount {
     /// A message goes out to a consumer that must acknowledge it: it now costs
     /// [`DELIVERED`] more.
     pub(crate) fn delivered<E: Envelope>(&mut self, message: &mut QueuedMessage<E>) {
-        message.footprint += DELIVERED as u32;
+        message.set_footprint((message.footprint() + DELIVERED) as u32);
         self.used += DELIVERED;
     }
 
     /// A delivery's record is gone (settled, requeued, its channel closed): back to the
     /// cost of a queue entry.
     pub(crate) fn undelivered<E: Envelope>(&mut self, message: &mut QueuedMessage<E>) {
-        message.footprint -= DELIVERED as u32;
+        message.set_footprint((message.footprint() - DELIVERED) as u32);
         self.used -= DELIVERED;
     }
 }

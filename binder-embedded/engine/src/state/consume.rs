@@ -11,6 +11,7 @@ use crate::envelope::Envelope;
 use crate::error::{AmqpError, AmqpResult, ReplyCode};
 use crate::inbox::Inbox;
 use crate::queue::QueueConsumer;
+use crate::storage::QueuedMessage;
 use crate::store::Removal;
 use crate::types::{ConsumeOptions, Delivery};
 
@@ -158,7 +159,7 @@ impl<E: Envelope> State<E> {
             let mut m = u.message;
             self.memory.undelivered(&mut m);
             if let Some(q) = self.registry.queues.get_mut(&u.queue) {
-                m.deliveries -= 1;
+                m.set_deliveries(m.deliveries() - 1);
                 q.storage.requeue(m);
             } else {
                 self.memory.used -= m.footprint();
@@ -205,17 +206,17 @@ impl<E: Envelope> State<E> {
         self.expire_head(queue);
         let q = self.registry.queues.get_mut(queue).expect("checked above");
         q.last_used = Instant::now();
-        let Some(mut message) = q.storage.pop() else {
+        let Some(mut message) = q.pop(&mut self.memory.used) else {
             return Ok(None);
         };
-        if message.body.is_none() {
+        if message.is_paged() {
             let queue_name = q.name.clone();
             q.storage.requeue(message);
             if let Err(e) = self.page_in(&queue_name) {
                 return Err(self.read_failed(&queue_name, &e));
             }
             let q = self.registry.queues.get_mut(queue).expect("checked above");
-            message = q.storage.pop().expect("requeued above");
+            message = q.pop(&mut self.memory.used).expect("requeued above");
         }
         let q = self.registry.queues.get_mut(queue).expect("checked above");
         let Some(body) = message.body.clone() else {
@@ -229,7 +230,7 @@ impl<E: Envelope> State<E> {
         let remaining = q.storage.len() as u32;
         q.delivered += 1;
         let queue_name = q.name.clone();
-        message.deliveries += 1;
+        message.set_deliveries(message.deliveries() + 1);
         let ch = self
             .sessions
             .channels
@@ -239,14 +240,15 @@ impl<E: Envelope> State<E> {
         let delivery = Delivery {
             consumer_tag: Arc::from(""),
             delivery_tag: ch.next_tag,
-            redelivered: message.redelivered,
+            redelivered: message.redelivered(),
             body,
         };
-        if message.stored {
+        if message.stored() {
             if no_ack {
-                self.store.removed(&queue_name, message.seq, Removal::Acked);
-            } else if !message.redelivered {
-                self.store.delivered(&queue_name, message.seq);
+                self.store
+                    .removed(&queue_name, message.seq(), Removal::Acked);
+            } else if !message.redelivered() {
+                self.store.delivered(&queue_name, message.seq());
             }
         }
         if no_ack {
@@ -284,7 +286,7 @@ impl<E: Envelope> State<E> {
             if q.storage.is_empty() || q.consumers.is_empty() {
                 return;
             }
-            if q.storage.peek().is_some_and(|m| m.body.is_none()) {
+            if q.storage.peek().is_some_and(QueuedMessage::is_paged) {
                 // The head is paged: read a batch of it back, then look again.
                 if let Err(e) = self.page_in(queue) {
                     self.page_in_failed(queue, &e);
@@ -365,7 +367,7 @@ impl<E: Envelope> State<E> {
             // A no-ack consumer's deliveries stay counted until its handle takes them.
             let mut footprints = Vec::new();
             for _ in 0..burst {
-                let Some(mut message) = q.storage.pop() else {
+                let Some(mut message) = q.pop(&mut self.memory.used) else {
                     break;
                 };
                 if let Some(at) = message.expires_at {
@@ -381,19 +383,19 @@ impl<E: Envelope> State<E> {
                     q.storage.requeue(message);
                     break;
                 };
-                message.deliveries += 1;
+                message.set_deliveries(message.deliveries() + 1);
                 ch.next_tag += 1;
                 deliveries.push(Delivery {
                     consumer_tag: consumer.tag.clone(),
                     delivery_tag: ch.next_tag,
-                    redelivered: message.redelivered,
+                    redelivered: message.redelivered(),
                     body,
                 });
-                if message.stored {
+                if message.stored() {
                     if consumer.no_ack {
-                        self.store.removed(&q.name, message.seq, Removal::Acked);
-                    } else if !message.redelivered {
-                        self.store.delivered(&q.name, message.seq);
+                        self.store.removed(&q.name, message.seq(), Removal::Acked);
+                    } else if !message.redelivered() {
+                        self.store.delivered(&q.name, message.seq());
                     }
                 }
                 if consumer.no_ack {

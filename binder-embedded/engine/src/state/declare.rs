@@ -385,8 +385,8 @@ impl<E: Envelope> State<E> {
         let q = self.registry.queues.get_mut(queue).expect("checked above");
         let purged = q.storage.drain();
         self.memory.used -= purged.iter().map(QueuedMessage::footprint).sum::<usize>();
-        for m in purged.iter().filter(|m| m.stored) {
-            self.store.removed(queue, m.seq, Removal::Purged);
+        for m in purged.iter().filter(|m| m.stored()) {
+            self.store.removed(queue, m.seq(), Removal::Purged);
         }
         Ok(purged.len() as u32)
     }

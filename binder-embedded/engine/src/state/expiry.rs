@@ -30,7 +30,7 @@ impl<E: Envelope> State<E> {
             .and_then(|m| m.expires_at)
             .is_some_and(|at| at.is_due(now))
         {
-            let m = q.storage.pop().expect("peeked");
+            let m = q.pop(&mut self.memory.used).expect("peeked");
             self.work
                 .dying
                 .push_back((m, q.name.clone(), DeathReason::Expired));
@@ -106,8 +106,8 @@ impl<E: Envelope> State<E> {
                 }
             },
         };
-        if message.stored {
-            self.store.removed(queue, message.seq, Removal::Died);
+        if message.stored() {
+            self.store.removed(queue, message.seq(), Removal::Died);
         }
         let (Some((dlx, routing_key)), Some(record)) = (dlx, record) else {
             return;
@@ -116,22 +116,19 @@ impl<E: Envelope> State<E> {
         // Dead-lettering rewrites the headers: the record is rebuilt in the engine's types
         // (a cold path) and handed back to the envelope.
         let mut body = E::into_native(record);
-        let keys = vec![body.routing_key.to_string()];
-        record_death(&mut body.message, queue, reason, &body.exchange, &keys);
+        let keys = vec![body.routing_key().to_string()];
+        let exchange = body.exchange().clone();
+        record_death(&mut body.message, queue, reason, &exchange, &keys);
         let key: Arc<str> = match routing_key {
             Some(k) => Arc::from(k),
-            None => body.routing_key.clone(),
+            None => body.routing_key().clone(),
         };
         let mut targets = Vec::new();
         let exchange = self
             .registry
             .route(&dlx, &key, &body.message.headers, &mut targets);
         let cycles: Vec<bool> = targets.iter().map(|t| is_cycle(&body.message, t)).collect();
-        let body = Arc::new(E::from_native(Published {
-            exchange,
-            routing_key: key,
-            message: body.message,
-        }));
+        let body = Arc::new(E::from_native(Published::new(exchange, key, body.message)));
         self.publication += 1;
         for (target, cycle) in targets.into_iter().zip(cycles) {
             if cycle {

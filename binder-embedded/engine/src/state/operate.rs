@@ -35,8 +35,8 @@ impl<E: Envelope> State<E> {
             .storage
             .iter()
             .take(max)
-            .filter(|m| m.body.is_none())
-            .map(|m| m.seq)
+            .filter(|(m, _)| m.is_paged())
+            .map(|(m, _)| m.seq())
             .collect();
         let mut read = if paged.is_empty() {
             Vec::new()
@@ -47,24 +47,25 @@ impl<E: Envelope> State<E> {
         }
         .into_iter();
         let mut peeked = Vec::with_capacity(max.min(q.storage.len()));
-        for m in q.storage.iter().take(max) {
-            let record = match &m.body {
-                Some(body) => body.clone(),
-                None => match read.next() {
+        for (m, held) in q.storage.iter().take(max) {
+            let record = match (&m.body, held) {
+                (Some(body), _) => body.clone(),
+                (None, Some(held)) => Arc::new(held.clone()),
+                (None, None) => match read.next() {
                     Some(p) => Arc::new(E::from_native(p)),
                     None => {
                         return Err(read_error(
                             queue,
                             &crate::store::StoreError::Corrupt {
-                                detail: format!("message {} was not returned", m.seq),
+                                detail: format!("message {} was not returned", m.seq()),
                             },
                         ));
                     }
                 },
             };
             peeked.push(PeekedMessage {
-                seq: m.seq,
-                redelivered: m.redelivered,
+                seq: m.seq(),
+                redelivered: m.redelivered(),
                 record,
             });
         }
@@ -98,8 +99,8 @@ impl<E: Envelope> State<E> {
         let Some(message) = q.storage.remove(seq) else {
             return Ok(false);
         };
-        if message.stored {
-            self.store.removed(&q.name, message.seq, Removal::Acked);
+        if message.stored() {
+            self.store.removed(&q.name, message.seq(), Removal::Acked);
         }
         self.memory.used -= message.footprint();
         Ok(true)
@@ -129,15 +130,19 @@ impl<E: Envelope> State<E> {
             }
         }
         let q = self.registry.queues.get(queue).expect("checked above");
-        let Some(message) = q.storage.iter().find(|m| m.seq == seq) else {
+        let Some((message, held)) = q.storage.iter().find(|(m, _)| m.seq() == seq) else {
             return Ok(Redrive::NotFound);
         };
-        let body = match self.read_back(queue, message) {
-            Ok(body) => body,
-            Err(e) => return Err(self.read_failed(queue, &e)),
+        let body = match held {
+            Some(held) => Arc::new(held.clone()),
+            None => match self.read_back(queue, message) {
+                Ok(body) => body,
+                Err(e) => return Err(self.read_failed(queue, &e)),
+            },
         };
         let mut copy = E::Record::clone(&body);
-        E::set_routing_key(&mut copy, Arc::from(routing_key));
+        let name = self.registry.exchange_name(exchange);
+        E::set_route(&mut copy, E::new_route(name, Arc::from(routing_key)));
         // Channel 0 is no channel: nothing is returned (not mandatory).
         Ok(
             match self.route_and_enqueue(0, exchange, false, Arc::new(copy)) {

@@ -2,7 +2,7 @@
 //! are kept as stubs (no body) and read back from the message store when they are needed
 //! (see [`BrokerConfig::memory_paging_ratio`](crate::BrokerConfig::memory_paging_ratio)).
 //!
-//! A stub is a [`QueuedMessage`] whose `body` is `None`: it keeps the message's place in the
+//! A stub is a [`QueuedMessage`] without its record ([`QueuedMessage::is_paged`]): it keeps the message's place in the
 //! queue, its size, priority, expiry and delivery count, and is counted at its entry's cost.
 //! The body is read back in batches ([`State::page_in`]): a delivery burst reads the stubs at
 //! the head of the queue with one store call, not one per message.
@@ -25,9 +25,6 @@ pub(crate) const HEAD: usize = 512;
 /// Stubs read back with one store call.
 pub(crate) const BATCH: usize = 256;
 
-/// What a stub counts against the watermark: its queue entry.
-pub(crate) const STUB: u32 = memory::ENTRY as u32;
-
 /// Whether a stored message entering a queue that holds `queue_len` ready messages is paged
 /// now: the store pages, a watermark is set, the memory count is above its paging share, and
 /// the message is not among the queue's first [`HEAD`] messages.
@@ -37,14 +34,6 @@ pub(crate) fn page_now(pages: bool, config: &BrokerConfig, used: usize, queue_le
         && config
             .memory_high_watermark
             .is_some_and(|high| used as f64 > high as f64 * config.memory_paging_ratio)
-}
-
-/// Drops a stored message's body (the store holds it); returns the bytes it no longer counts.
-pub(crate) fn page_out<E: Envelope>(message: &mut QueuedMessage<E>) -> u32 {
-    message.body = None;
-    let freed = message.footprint - STUB;
-    message.footprint = STUB;
-    freed
 }
 
 /// Checks `memory_paging_ratio`: above 0, at most 1.
@@ -72,8 +61,8 @@ impl<E: Envelope> State<E> {
             .storage
             .iter()
             .take(BATCH)
-            .filter(|m| m.body.is_none())
-            .map(|m| m.seq)
+            .filter(|(m, _)| m.is_paged())
+            .map(|(m, _)| m.seq())
             .collect();
         if seqs.is_empty() {
             return Ok(());
@@ -91,7 +80,7 @@ impl<E: Envelope> State<E> {
         let mut bodies = read.into_iter();
         let mut added = 0;
         for m in q.storage.iter_mut().take(BATCH) {
-            if m.body.is_some() {
+            if !m.is_paged() {
                 continue;
             }
             let Some(published) = bodies.next() else {
@@ -99,9 +88,8 @@ impl<E: Envelope> State<E> {
             };
             let body = Arc::new(E::from_native(published));
             let footprint = memory::entry_footprint::<E>(&body);
-            added += (footprint - m.footprint) as usize;
-            m.footprint = footprint;
-            m.body = Some(body);
+            added += footprint as usize - m.footprint();
+            m.page_in(body, footprint);
         }
         self.memory.used += added;
         self.paged_in += seqs.len() as u64;
@@ -117,13 +105,13 @@ impl<E: Envelope> State<E> {
         if let Some(body) = &message.body {
             return Ok(body.clone());
         }
-        let mut read = self.store.read(queue, &[message.seq])?;
+        let mut read = self.store.read(queue, &[message.seq()])?;
         match read.pop() {
             Some(published) if read.is_empty() => Ok(Arc::new(E::from_native(published))),
             _ => Err(StoreError::Corrupt {
                 detail: format!(
                     "the store did not return message {} of queue '{queue}'",
-                    message.seq
+                    message.seq()
                 ),
             }),
         }
@@ -169,7 +157,7 @@ impl<E: Envelope> State<E> {
     /// Paged messages of a queue (stubs without a body), and read-backs so far.
     pub(crate) fn paging_counts(&self, queue: &str) -> Option<usize> {
         let q = self.registry.queues.get(queue)?;
-        Some(q.storage.iter().filter(|m| m.body.is_none()).count())
+        Some(q.storage.iter().filter(|(m, _)| m.is_paged()).count())
     }
 
     /// Messages read back from the store so far, and failed read-backs.

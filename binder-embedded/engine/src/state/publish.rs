@@ -32,7 +32,7 @@ impl<E: Envelope> State<E> {
     }
 
     /// `basic.publish` of a message the caller already put in an `Arc` (so the message is
-    /// copied once, not at every layer); its `exchange` field is filled in here.
+    /// copied once, not at every layer); its route is set here.
     pub(crate) fn publish(
         &mut self,
         channel: u64,
@@ -61,19 +61,20 @@ impl<E: Envelope> State<E> {
             )));
         }
         let ch = self.sessions.channel(channel)?;
-        let key = match &ch.last_routing_key {
-            Some(last) if **last == *routing_key => last.clone(),
+        let route = match &ch.last_route {
+            Some(last) if E::is_route(last, exchange, routing_key) => last.clone(),
             _ => {
-                let key: Arc<str> = Arc::from(routing_key);
-                ch.last_routing_key = Some(key.clone());
-                key
+                let name = self.registry.exchange_name(exchange);
+                let route = E::new_route(name, Arc::from(routing_key));
+                ch.last_route = Some(route.clone());
+                route
             }
         };
         match Arc::get_mut(&mut body) {
-            Some(b) => E::set_routing_key(b, key),
+            Some(b) => E::set_route(b, route),
             None => {
                 let mut copy = E::Record::clone(&body);
-                E::set_routing_key(&mut copy, key);
+                E::set_route(&mut copy, route);
                 body = Arc::new(copy);
             }
         }
@@ -101,20 +102,12 @@ impl<E: Envelope> State<E> {
         channel: u64,
         exchange: &str,
         mandatory: bool,
-        mut body: Arc<E::Record>,
+        body: Arc<E::Record>,
     ) -> PublishStatus {
         self.published += 1;
         let mut targets = std::mem::take(&mut self.work.route_scratch);
         targets.clear();
-        let name = self.registry.route_record(exchange, &body, &mut targets);
-        match Arc::get_mut(&mut body) {
-            Some(b) => E::set_exchange(b, name),
-            None => {
-                let mut copy = E::Record::clone(&body);
-                E::set_exchange(&mut copy, name);
-                body = Arc::new(copy);
-            }
-        }
+        self.registry.route_record(exchange, &body, &mut targets);
         if targets.is_empty() {
             if mandatory {
                 if let Some(ch) = self.sessions.channels.get(&channel) {
@@ -131,8 +124,17 @@ impl<E: Envelope> State<E> {
         let mut rejected = false;
         let count = targets.len();
         self.publication += 1;
-        for queue in targets.drain(..) {
-            rejected |= !self.enqueue(&queue, body.clone(), false);
+        // The last queue is handed the publisher's reference: a message that reaches one
+        // queue is held by it alone (which lets a deep queue keep it without its `Arc`).
+        let mut body = Some(body);
+        for (i, queue) in targets.drain(..).enumerate() {
+            let record = if i + 1 == count {
+                body.take()
+            } else {
+                body.clone()
+            };
+            let record = record.expect("taken by the last queue only");
+            rejected |= !self.enqueue(&queue, record, false);
         }
         self.work.route_scratch = targets;
         if rejected {
@@ -150,7 +152,7 @@ impl<E: Envelope> State<E> {
         };
         let size = E::payload_len(&body);
         // Sizes are kept as `u32` (publishes above `MAX_PAYLOAD` are refused).
-        let mut footprint = memory::entry_footprint::<E>(&body);
+        let footprint = memory::entry_footprint::<E>(&body);
         let ttl = match (q.args.message_ttl, E::expiration(&body)) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -161,17 +163,8 @@ impl<E: Envelope> State<E> {
         };
         q.next_seq += 1;
         let persistent = self.keeps_messages && q.durable && E::persistent(&body);
-        let mut message = QueuedMessage {
-            seq: q.next_seq,
-            size: u32::try_from(size).unwrap_or(u32::MAX),
-            footprint,
-            body: Some(body),
-            expires_at: ttl.map(|t| Deadline::after(Instant::now(), t)),
-            deliveries: 0,
-            priority,
-            redelivered: false,
-            stored: false,
-        };
+        let expires_at = ttl.map(|t| Deadline::after(Instant::now(), t));
+        let mut message = QueuedMessage::new(q.next_seq, priority, body, footprint, expires_at);
         if message.expires_at.is_some() {
             self.work.timer_dirty = true;
         }
@@ -194,27 +187,29 @@ impl<E: Envelope> State<E> {
         let durability = match message.body.as_ref().filter(|_| persistent) {
             Some(record) => Some(self.store.enqueued(&StoredMessage {
                 queue: &q.name,
-                seq: message.seq,
+                seq: message.seq(),
                 publication: self.publication,
                 record: &View::<E>(record),
             })),
             None => None,
         };
         if let Some(durability) = durability {
-            message.stored = true;
+            message.set_stored(true);
             if paging::page_now(self.pages, &self.config, self.memory.used, q.storage.len()) {
-                footprint -= paging::page_out(&mut message);
+                message.page_out();
             }
             // A dead-lettered copy has no publisher waiting: its write goes on regardless.
             if !redead && !durability.is_durable() {
                 self.work.durability.push(durability);
             }
         }
-        q.storage.push(message);
+        let counted = q.push(message);
         q.published += 1;
-        self.memory.used += footprint as usize;
+        self.memory.used += counted;
         while q.over_limits() {
-            let Some(head) = q.storage.pop() else { break };
+            let Some(head) = q.pop(&mut self.memory.used) else {
+                break;
+            };
             self.work
                 .dying
                 .push_back((head, q.name.clone(), DeathReason::MaxLen));

@@ -80,26 +80,18 @@ impl<E: Envelope> State<E> {
                 None => 0,
             };
             q.next_seq = q.next_seq.max(m.seq);
-            let mut message = QueuedMessage {
-                seq: m.seq,
-                size: u32::try_from(E::payload_len(&body)).unwrap_or(u32::MAX),
-                footprint,
-                body: Some(body),
-                expires_at: ttl.map(|t| Deadline::after(now, t)),
-                deliveries: u32::from(m.redelivered),
-                priority,
-                redelivered: m.redelivered,
-                stored: self.keeps_messages,
-            };
+            let expires_at = ttl.map(|t| Deadline::after(now, t));
+            let mut message = QueuedMessage::new(m.seq, priority, body, footprint, expires_at);
+            message.set_deliveries(u32::from(m.redelivered));
+            message.set_redelivered(m.redelivered);
+            message.set_stored(self.keeps_messages);
             if message.expires_at.is_some() {
                 self.work.timer_dirty = true;
             }
-            let mut footprint = footprint;
             if paging::page_now(self.pages, &self.config, self.memory.used, q.storage.len()) {
-                footprint -= paging::page_out(&mut message);
+                message.page_out();
             }
-            q.storage.push(message);
-            self.memory.used += footprint as usize;
+            self.memory.used += q.push(message);
         }
         self.close_connection(connection);
         Ok(())

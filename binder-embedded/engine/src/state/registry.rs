@@ -96,6 +96,18 @@ impl<E: Envelope> Registry<E> {
         found
     }
 
+    /// The shared name of `exchange` (the default exchange's for `""`; a name of its own when
+    /// no such exchange is declared).
+    pub(crate) fn exchange_name(&self, exchange: &str) -> Arc<str> {
+        if exchange.is_empty() {
+            return self.default_exchange.clone();
+        }
+        match self.exchanges.get_key_value(exchange) {
+            Some((name, _)) => name.clone(),
+            None => Arc::from(exchange),
+        }
+    }
+
     /// [`Registry::route`] for a record: its headers are read (and converted, for an
     /// envelope that holds other types) only when a headers exchange is on the way. Looks
     /// the exchange up once in the common case (no onward routing), as `route` does.
@@ -104,13 +116,14 @@ impl<E: Envelope> Registry<E> {
         exchange: &str,
         body: &E::Record,
         queues: &mut Vec<Arc<str>>,
-    ) -> Arc<str> {
+    ) {
         let key = E::routing_key(body);
         if exchange.is_empty() {
-            return self.route(exchange, key, &NO_HEADERS, queues);
+            self.route(exchange, key, &NO_HEADERS, queues);
+            return;
         }
-        let Some((name, x)) = self.exchanges.get_key_value(exchange) else {
-            return Arc::from(exchange);
+        let Some(x) = self.exchanges.get(exchange) else {
+            return;
         };
         if x.alternate.is_none() && !x.has_exchange_targets() {
             let before = queues.len();
@@ -120,7 +133,7 @@ impl<E: Envelope> Registry<E> {
                 x.matching_queues(key, &NO_HEADERS, queues);
             }
             dedup_from(queues, before);
-            return name.clone();
+            return;
         }
         let headers = if self.reads_headers(exchange) {
             E::headers(body)
@@ -129,7 +142,6 @@ impl<E: Envelope> Registry<E> {
         };
         let mut visited = Vec::new();
         self.route_exchange(exchange, key, &headers, &mut visited, queues);
-        name.clone()
     }
 
     /// Whether routing through `exchange` may look at message headers: it, or an exchange

@@ -85,8 +85,9 @@ pub(crate) struct ChannelState<E: Envelope> {
     pub confirm: bool,
     pub next_seq: u64,
     pub tx: Option<Vec<TxOp<E>>>,
-    /// The routing key of the last publish, shared with the next one that uses it.
-    pub last_routing_key: Option<Arc<str>>,
+    /// The route (exchange and routing key) of the last publish, shared with the next one
+    /// that has the same.
+    pub last_route: Option<E::Route>,
     pub consumers: HashMap<Arc<str>, u64>,
     pub events: UnboundedSender<ChannelEvent<E>>,
 }
@@ -153,7 +154,7 @@ impl<E: Envelope> Sessions<E> {
                 confirm: false,
                 next_seq: 0,
                 tx: None,
-                last_routing_key: None,
+                last_route: None,
                 consumers: HashMap::default(),
                 events,
             },

@@ -84,8 +84,9 @@ impl<E: Envelope> State<E> {
             self.memory.used -= u.message.footprint();
             match outcome {
                 Settle::Ack => {
-                    if u.message.stored {
-                        self.store.removed(&u.queue, u.message.seq, Removal::Acked);
+                    if u.message.stored() {
+                        self.store
+                            .removed(&u.queue, u.message.seq(), Removal::Acked);
                     }
                     self.work.mark_dirty(u.queue);
                     if let Some(body) = u.message.body {
@@ -120,11 +121,11 @@ impl<E: Envelope> State<E> {
         let Some(q) = self.registry.queues.get_mut(&queue) else {
             return;
         };
-        message.redelivered = true;
+        message.set_redelivered(true);
         self.memory.used += message.footprint();
         if q.args
             .delivery_limit
-            .is_some_and(|limit| message.deliveries > limit)
+            .is_some_and(|limit| message.deliveries() > limit)
         {
             self.work
                 .dying
