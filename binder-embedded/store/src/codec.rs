@@ -269,7 +269,7 @@ const RECORD_SLACK: usize = 256;
 /// broker's lock) in the usual case.
 pub(crate) fn out_for(p: &Published) -> Out {
     Out(Vec::with_capacity(
-        p.exchange.len() + p.routing_key.len() + p.message.payload.len() + RECORD_SLACK,
+        p.exchange().len() + p.routing_key().len() + p.message.payload.len() + RECORD_SLACK,
     ))
 }
 
