@@ -10,11 +10,11 @@ use binder_amqp::convert;
 use binder_amqp::topology::{DestinationType, TopologyPlan};
 use binder_amqp::{
     AckChannel, AmqpBroker, AmqpProducer, BufferedSubscription, DeliverySource, ProducerSpec,
-    QueueInfo, SubscriptionSpec, TagAcks,
+    QueueInfo, RouteCache, SubscriptionSpec, TagAcks,
 };
 use binder_core::binder::{
     Backlog, Binder, BinderError, BinderErrorKind, BinderFuture, BinderRegistration, BinderResult,
-    BoundConsumer, ConnectionState, Inbound, Producer, Settler, Subscription,
+    BoundConsumer, ConnectionState, Inbound, Producer, Published, Settler, Subscription,
 };
 use binder_core::config::BindingConfig;
 use binder_core::message::Message;
@@ -808,14 +808,15 @@ impl DeliverySource for LapinConsumer {
         delivery.delivery_tag
     }
 
-    fn inbound(d: Self::Delivery, settler: Settler) -> Inbound {
-        Inbound::owned(
-            convert::message(d.data, &d.properties),
-            d.exchange.as_str(),
-            d.routing_key.as_str(),
-            d.redelivered,
+    fn inbound(d: Self::Delivery, settler: Settler, routes: &mut RouteCache) -> Inbound {
+        Inbound {
+            content: Arc::new(Published {
+                route: routes.route(d.exchange.as_str(), d.routing_key.as_str()),
+                message: convert::message(d.data, &d.properties),
+            }),
+            redelivered: d.redelivered,
             settler,
-        )
+        }
     }
 
     /// Waits for a delivery, then takes along whatever lapin has already buffered.

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use binder_core::binder::{BinderFuture, BinderResult, Inbound, Settlement, Settler, Subscription};
 
+use crate::routes::RouteCache;
 use crate::settle::{AckChannel, TagAcks};
 
 /// Deliveries taken from the broker at once, at most: their acks go out together.
@@ -25,8 +26,9 @@ pub trait DeliverySource: fmt::Debug + Send + 'static {
     /// The delivery's tag.
     fn tag(delivery: &Self::Delivery) -> u64;
 
-    /// The runtime's view of a delivery, settled by `settler`.
-    fn inbound(delivery: Self::Delivery, settler: Settler) -> Inbound;
+    /// The runtime's view of a delivery, settled by `settler`; `routes` shares the route of
+    /// consecutive deliveries from the same exchange and routing key.
+    fn inbound(delivery: Self::Delivery, settler: Settler, routes: &mut RouteCache) -> Inbound;
 
     /// Waits for a delivery, then appends it and whatever else the client has already
     /// buffered, `max` in all at most; false once the consumer has ended (cancelled by the
@@ -70,6 +72,7 @@ pub struct BufferedSubscription<S: DeliverySource> {
     ready: VecDeque<S::Delivery>,
     auto_ack: bool,
     acks: Arc<TagAcks<S::Channel>>,
+    routes: RouteCache,
 }
 
 impl<S: DeliverySource> BufferedSubscription<S> {
@@ -80,16 +83,17 @@ impl<S: DeliverySource> BufferedSubscription<S> {
             ready: VecDeque::new(),
             auto_ack,
             acks,
+            routes: RouteCache::default(),
         }
     }
 
-    fn inbound(&self, delivery: S::Delivery) -> Inbound {
+    fn inbound(&mut self, delivery: S::Delivery) -> Inbound {
         let settler = if self.auto_ack {
             Settler::already_settled()
         } else {
             Settler::new(self.acks.clone(), S::tag(&delivery))
         };
-        S::inbound(delivery, settler)
+        S::inbound(delivery, settler, &mut self.routes)
     }
 
     /// Sends the held-back acks and, unless auto-ack, requeues the deliveries taken but not
@@ -246,7 +250,7 @@ mod tests {
         fn tag(d: &u64) -> u64 {
             *d
         }
-        fn inbound(d: u64, settler: Settler) -> Inbound {
+        fn inbound(d: u64, settler: Settler, _: &mut RouteCache) -> Inbound {
             Inbound::owned(Message::new(d.to_string()), "x", "k", false, settler)
         }
         async fn receive(&mut self, into: &mut VecDeque<u64>, max: usize) -> bool {
