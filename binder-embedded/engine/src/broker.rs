@@ -917,3 +917,96 @@ impl From<AmqpError> for std::io::Error {
         std::io::Error::other(e)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Random declarations, bindings, unbindings and deletions (auto-delete exchanges,
+    /// exchange-to-exchange bindings, exclusive queues that go with their connection): after
+    /// each, the registry's index of who binds to what is exactly what the bindings say, so
+    /// deleting a queue or exchange that visits only the indexed exchanges misses none.
+    #[tokio::test]
+    async fn the_index_of_binding_sources_follows_every_change() {
+        let broker: Broker = Broker::new();
+        let conn = broker.connect();
+        let mut other = Some(broker.connect());
+        let (mut bound, mut deleted) = (0, 0);
+        let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        let kinds = [
+            ExchangeKind::Direct,
+            ExchangeKind::Fanout,
+            ExchangeKind::Topic,
+            ExchangeKind::Headers,
+        ];
+        for step in 0..3000 {
+            let x = format!("x{}", next(6));
+            let y = format!("x{}", next(6));
+            let q = format!("q{}", next(6));
+            let key = format!("k{}", next(3));
+            // A refused operation closes its channel: each step has its own.
+            let ch = conn.open_channel().unwrap();
+            // Errors (a missing queue or exchange, an exclusive queue of a closed connection)
+            // are part of the walk: a refused operation must leave the index alone too.
+            let op = next(11);
+            let done = match op {
+                0 | 1 => ch.exchange_declare(
+                    &x,
+                    kinds[next(4) as usize],
+                    ExchangeOptions {
+                        auto_delete: next(2) == 0,
+                        ..Default::default()
+                    },
+                    FieldTable::new(),
+                ),
+                2 => {
+                    let exclusive = next(3) == 0;
+                    let on = match (&other, exclusive) {
+                        (Some(c), true) => c.open_channel().unwrap(),
+                        _ => conn.open_channel().unwrap(),
+                    };
+                    let options = QueueOptions {
+                        exclusive,
+                        ..Default::default()
+                    };
+                    on.queue_declare(&q, options, FieldTable::new()).map(drop)
+                }
+                3 | 4 => ch.queue_bind(&q, &x, &key, FieldTable::new()),
+                5 => ch.exchange_bind(&y, &x, &key, FieldTable::new()),
+                6 => ch.queue_unbind(&q, &x, &key, &FieldTable::new()),
+                7 => ch.exchange_unbind(&y, &x, &key, &FieldTable::new()),
+                8 => ch.queue_delete(&q, false, false).map(drop),
+                9 => ch.exchange_delete(&x, false),
+                _ => {
+                    if next(20) == 0 {
+                        // Its exclusive queues go with it.
+                        if let Some(c) = other.take() {
+                            c.close();
+                        }
+                        other = Some(broker.connect());
+                    }
+                    Ok(())
+                }
+            };
+            match (op, done) {
+                (3..=5, Ok(())) => bound += 1,
+                (8 | 9, Ok(())) => deleted += 1,
+                _ => {}
+            }
+            broker.shared.with(|s| {
+                let (index, bindings) = s.binding_sources();
+                assert_eq!(index, &bindings, "after step {step}");
+            });
+        }
+        assert!(
+            bound > 100 && deleted > 100,
+            "{bound} bindings, {deleted} deletions"
+        );
+    }
+}

@@ -147,9 +147,16 @@ impl<E: Envelope> State<E> {
         if x.durable {
             self.store.exchange_deleted(name);
         }
-        let target = Target::Exchange(Arc::from(name));
-        let sources: Vec<Arc<str>> = self.registry.exchanges.keys().cloned().collect();
-        for source in sources {
+        for b in &x.bindings {
+            self.registry.remove_sources(&b.target, name, 1);
+        }
+        self.unbind_everywhere(Target::Exchange(Arc::from(name)));
+    }
+
+    /// Removes every binding to `target` (a queue or exchange going away) from the exchanges
+    /// bound to it, deleting those that are auto-delete and left unbound.
+    fn unbind_everywhere(&mut self, target: Target) {
+        for source in self.registry.take_sources(&target) {
             self.unbind_where(&source, |x| x.unbind_target(&target) > 0);
         }
     }
@@ -168,11 +175,19 @@ impl<E: Envelope> State<E> {
     /// Adds a binding, telling the store when both ends are durable.
     fn bind(&mut self, source: &str, target: Target, key: &str, args: FieldTable) {
         let durable = self.durable_binding(source, &target, key, &args);
-        if let Some(x) = self.registry.exchanges.get_mut(source) {
-            if x.bind(target, key, args) {
-                if let Some(binding) = durable {
-                    self.store.binding_added(&binding);
-                }
+        let Some((name, _)) = self.registry.exchanges.get_key_value(source) else {
+            return;
+        };
+        let name = name.clone();
+        let x = self
+            .registry
+            .exchanges
+            .get_mut(source)
+            .expect("looked up above");
+        if x.bind(target.clone(), key, args) {
+            self.registry.add_sources(&target, &name, 1);
+            if let Some(binding) = durable {
+                self.store.binding_added(&binding);
             }
         }
     }
@@ -185,6 +200,9 @@ impl<E: Envelope> State<E> {
             removed = x.unbind(&target, key, args);
             removed
         });
+        if removed {
+            self.registry.remove_sources(&target, source, 1);
+        }
         if let (true, Some(binding)) = (removed, durable) {
             self.store.binding_removed(&binding);
         }
@@ -442,11 +460,7 @@ impl<E: Envelope> State<E> {
                 }
             }
         }
-        let target = Target::Queue(q.name.clone());
-        let sources: Vec<Arc<str>> = self.registry.exchanges.keys().cloned().collect();
-        for source in sources {
-            self.unbind_where(&source, |x| x.unbind_target(&target) > 0);
-        }
+        self.unbind_everywhere(Target::Queue(q.name.clone()));
         dropped.len() as u32
     }
 }

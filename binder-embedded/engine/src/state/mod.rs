@@ -112,6 +112,21 @@ impl<E: Envelope> State<E> {
         self.keeps_messages
     }
 
+    /// The registry's index of binding sources, and the same counted from the bindings.
+    #[cfg(test)]
+    #[allow(clippy::type_complexity)]
+    pub(crate) fn binding_sources(
+        &self,
+    ) -> (
+        &rustc_hash::FxHashMap<crate::exchange::Target, rustc_hash::FxHashMap<Arc<str>, u32>>,
+        rustc_hash::FxHashMap<crate::exchange::Target, rustc_hash::FxHashMap<Arc<str>, u32>>,
+    ) {
+        (
+            &self.registry.sources,
+            self.registry.sources_from_bindings(),
+        )
+    }
+
     /// The durability points of the publish just made, if it has any (see
     /// [`crate::store`]).
     pub(crate) fn take_durability(&mut self) -> Option<Vec<Durability>> {

@@ -30,6 +30,9 @@ static NO_HEADERS: FieldTable = FieldTable::new();
 pub(crate) struct Registry<E: Envelope> {
     pub exchanges: HashMap<Arc<str>, Exchange>,
     pub queues: HashMap<Arc<str>, Queue<E>>,
+    /// For each binding target, the exchanges bound to it and with how many bindings each:
+    /// deleting a queue or an exchange visits the exchanges that route to it, not all of them.
+    pub sources: HashMap<Target, HashMap<Arc<str>, u32>>,
     /// The default exchange's name (`""`), shared by every message published to it.
     default_exchange: Arc<str>,
 }
@@ -48,8 +51,59 @@ impl<E: Envelope> Registry<E> {
         Registry {
             exchanges,
             queues: HashMap::default(),
+            sources: HashMap::default(),
             default_exchange: Arc::from(""),
         }
+    }
+
+    /// Records `count` more bindings from `source` to `target`.
+    pub(crate) fn add_sources(&mut self, target: &Target, source: &Arc<str>, count: u32) {
+        *self
+            .sources
+            .entry(target.clone())
+            .or_default()
+            .entry(source.clone())
+            .or_default() += count;
+    }
+
+    /// Records `count` fewer bindings from `source` to `target`.
+    pub(crate) fn remove_sources(&mut self, target: &Target, source: &str, count: u32) {
+        let Some(from) = self.sources.get_mut(target) else {
+            return;
+        };
+        if let Some(n) = from.get_mut(source) {
+            *n = n.saturating_sub(count);
+            if *n == 0 {
+                from.remove(source);
+            }
+        }
+        if from.is_empty() {
+            self.sources.remove(target);
+        }
+    }
+
+    /// The index of binding sources as it should be: counted from every exchange's bindings.
+    #[cfg(test)]
+    pub(crate) fn sources_from_bindings(&self) -> HashMap<Target, HashMap<Arc<str>, u32>> {
+        let mut want: HashMap<Target, HashMap<Arc<str>, u32>> = HashMap::default();
+        for (name, x) in &self.exchanges {
+            for b in &x.bindings {
+                *want
+                    .entry(b.target.clone())
+                    .or_default()
+                    .entry(name.clone())
+                    .or_default() += 1;
+            }
+        }
+        want
+    }
+
+    /// Takes the exchanges bound to `target` out of the index (it is going away).
+    pub(crate) fn take_sources(&mut self, target: &Target) -> Vec<Arc<str>> {
+        self.sources
+            .remove(target)
+            .map(|from| from.into_keys().collect())
+            .unwrap_or_default()
     }
 
     /// Ready messages and consumers of a queue.
