@@ -925,7 +925,9 @@ mod tests {
     /// Random declarations, bindings, unbindings and deletions (auto-delete exchanges,
     /// exchange-to-exchange bindings, exclusive queues that go with their connection): after
     /// each, the registry's index of who binds to what is exactly what the bindings say, so
-    /// deleting a queue or exchange that visits only the indexed exchanges misses none.
+    /// deleting a queue or exchange that visits only the indexed exchanges misses none, and
+    /// a binding made again (which skips the search when the index says the target is not
+    /// bound yet) is never added twice.
     #[tokio::test]
     async fn the_index_of_binding_sources_follows_every_change() {
         let broker: Broker = Broker::new();
@@ -1002,6 +1004,7 @@ mod tests {
             broker.shared.with(|s| {
                 let (index, bindings) = s.binding_sources();
                 assert_eq!(index, &bindings, "after step {step}");
+                assert_eq!(s.repeated_bindings(), 0, "after step {step}");
             });
         }
         assert!(

@@ -72,18 +72,35 @@ impl Exchange {
     }
 
     /// Adds a binding unless an identical one exists; returns whether it was added.
-    pub(crate) fn bind(&mut self, target: Target, key: &str, args: FieldTable) -> bool {
-        if self.bindings.iter().any(|b| b.same(&target, key, &args)) {
+    /// `target_bound` says whether this exchange has any binding to `target` already: when it
+    /// has none, no binding can be identical and the bindings are not searched.
+    pub(crate) fn bind(
+        &mut self,
+        target: Target,
+        key: &str,
+        args: FieldTable,
+        target_bound: bool,
+    ) -> bool {
+        if target_bound && self.bindings.iter().any(|b| b.same(&target, key, &args)) {
             return false;
         }
         let topic = (self.kind == ExchangeKind::Topic).then(|| TopicPattern::new(key));
+        if matches!(target, Target::Exchange(_)) {
+            self.exchange_targets += 1;
+        }
+        if self.kind == ExchangeKind::Direct {
+            let at = self.bindings.len();
+            self.direct_index
+                .entry(key.to_owned())
+                .or_default()
+                .push(at);
+        }
         self.bindings.push(Binding {
             target,
             key: key.to_owned(),
             args,
             topic,
         });
-        self.reindex();
         true
     }
 

@@ -179,12 +179,13 @@ impl<E: Envelope> State<E> {
             return;
         };
         let name = name.clone();
+        let target_bound = self.registry.binds(&name, &target);
         let x = self
             .registry
             .exchanges
             .get_mut(source)
             .expect("looked up above");
-        if x.bind(target.clone(), key, args) {
+        if x.bind(target.clone(), key, args, target_bound) {
             self.registry.add_sources(&target, &name, 1);
             if let Some(binding) = durable {
                 self.store.binding_added(&binding);

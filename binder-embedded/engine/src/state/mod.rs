@@ -127,6 +127,12 @@ impl<E: Envelope> State<E> {
         )
     }
 
+    /// Bindings that repeat an earlier one of their exchange.
+    #[cfg(test)]
+    pub(crate) fn repeated_bindings(&self) -> usize {
+        self.registry.repeated_bindings()
+    }
+
     /// The durability points of the publish just made, if it has any (see
     /// [`crate::store`]).
     pub(crate) fn take_durability(&mut self) -> Option<Vec<Durability>> {

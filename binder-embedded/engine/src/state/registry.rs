@@ -56,6 +56,13 @@ impl<E: Envelope> Registry<E> {
         }
     }
 
+    /// Whether `source` has any binding to `target`.
+    pub(crate) fn binds(&self, source: &str, target: &Target) -> bool {
+        self.sources
+            .get(target)
+            .is_some_and(|from| from.contains_key(source))
+    }
+
     /// Records `count` more bindings from `source` to `target`.
     pub(crate) fn add_sources(&mut self, target: &Target, source: &Arc<str>, count: u32) {
         *self
@@ -96,6 +103,25 @@ impl<E: Envelope> Registry<E> {
             }
         }
         want
+    }
+
+    /// How many bindings repeat an earlier one of their exchange (same target, key and
+    /// arguments): none, ever.
+    #[cfg(test)]
+    pub(crate) fn repeated_bindings(&self) -> usize {
+        self.exchanges
+            .values()
+            .map(|x| {
+                let b = &x.bindings;
+                (0..b.len())
+                    .filter(|&i| {
+                        b[..i]
+                            .iter()
+                            .any(|e| e.same(&b[i].target, &b[i].key, &b[i].args))
+                    })
+                    .count()
+            })
+            .sum()
     }
 
     /// Takes the exchanges bound to `target` out of the index (it is going away).
