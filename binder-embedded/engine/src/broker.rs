@@ -1005,6 +1005,11 @@ mod tests {
                 let (index, bindings) = s.binding_sources();
                 assert_eq!(index, &bindings, "after step {step}");
                 assert_eq!(s.repeated_bindings(), 0, "after step {step}");
+                assert_eq!(
+                    s.inexact_indexes(),
+                    [] as [Arc<str>; 0],
+                    "after step {step}"
+                );
             });
         }
         assert!(

@@ -106,38 +106,62 @@ impl Exchange {
 
     /// Removes a binding; returns whether one was removed.
     pub(crate) fn unbind(&mut self, target: &Target, key: &str, args: &FieldTable) -> bool {
-        let before = self.bindings.len();
-        self.bindings.retain(|b| !b.same(target, key, args));
-        let removed = self.bindings.len() != before;
-        if removed {
-            self.reindex();
-        }
-        removed
+        self.remove_where(|b| b.same(target, key, args)) > 0
     }
 
     /// Removes every binding to `target`; returns how many.
     pub(crate) fn unbind_target(&mut self, target: &Target) -> usize {
-        let before = self.bindings.len();
-        self.bindings.retain(|b| b.target != *target);
-        let removed = before - self.bindings.len();
-        if removed > 0 {
-            self.reindex();
-        }
-        removed
+        self.remove_where(|b| b.target == *target)
     }
 
-    fn reindex(&mut self) {
-        self.exchange_targets = self
+    /// Removes the bindings `gone` selects, keeping the others in order, and updates the
+    /// routing index in place (positions shift down; no key is copied); returns how many.
+    fn remove_where(&mut self, gone: impl Fn(&Binding) -> bool) -> usize {
+        let removed: Vec<usize> = (0..self.bindings.len())
+            .filter(|&i| gone(&self.bindings[i]))
+            .collect();
+        if removed.is_empty() {
+            return 0;
+        }
+        for &i in &removed {
+            if matches!(self.bindings[i].target, Target::Exchange(_)) {
+                self.exchange_targets -= 1;
+            }
+        }
+        let mut at = 0;
+        self.bindings.retain(|_| {
+            at += 1;
+            removed.binary_search(&(at - 1)).is_err()
+        });
+        self.direct_index.retain(|_, positions| {
+            positions.retain_mut(|p| match removed.binary_search(p) {
+                Ok(_) => false,
+                Err(below) => {
+                    *p -= below;
+                    true
+                }
+            });
+            !positions.is_empty()
+        });
+        removed.len()
+    }
+
+    /// Whether the routing index and the count of exchange targets are what the bindings
+    /// say (they are updated in place as bindings come and go).
+    #[cfg(test)]
+    pub(crate) fn index_is_exact(&self) -> bool {
+        let mut direct: HashMap<String, Vec<usize>> = HashMap::default();
+        if self.kind == ExchangeKind::Direct {
+            for (i, b) in self.bindings.iter().enumerate() {
+                direct.entry(b.key.clone()).or_default().push(i);
+            }
+        }
+        let targets = self
             .bindings
             .iter()
             .filter(|b| matches!(b.target, Target::Exchange(_)))
             .count();
-        self.direct_index.clear();
-        if self.kind == ExchangeKind::Direct {
-            for (i, b) in self.bindings.iter().enumerate() {
-                self.direct_index.entry(b.key.clone()).or_default().push(i);
-            }
-        }
+        direct == self.direct_index && targets == self.exchange_targets
     }
 
     /// Whether any binding routes on to another exchange.

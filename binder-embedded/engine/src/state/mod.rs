@@ -127,6 +127,12 @@ impl<E: Envelope> State<E> {
         )
     }
 
+    /// Exchanges whose routing index is not what their bindings say.
+    #[cfg(test)]
+    pub(crate) fn inexact_indexes(&self) -> Vec<Arc<str>> {
+        self.registry.inexact_indexes()
+    }
+
     /// Bindings that repeat an earlier one of their exchange.
     #[cfg(test)]
     pub(crate) fn repeated_bindings(&self) -> usize {

@@ -105,6 +105,16 @@ impl<E: Envelope> Registry<E> {
         want
     }
 
+    /// The exchanges whose routing index is not what their bindings say: none, ever.
+    #[cfg(test)]
+    pub(crate) fn inexact_indexes(&self) -> Vec<Arc<str>> {
+        self.exchanges
+            .iter()
+            .filter(|(_, x)| !x.index_is_exact())
+            .map(|(name, _)| name.clone())
+            .collect()
+    }
+
     /// How many bindings repeat an earlier one of their exchange (same target, key and
     /// arguments): none, ever.
     #[cfg(test)]
