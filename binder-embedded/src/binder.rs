@@ -383,12 +383,7 @@ impl EmbeddedBinder {
     /// error closes the channel, so the next one opens another. Provisionings that overlap
     /// each get a channel; one of them is kept.
     fn declaring(&self, ops: impl FnOnce(&Channel) -> BinderResult<()>) -> BinderResult<()> {
-        let kept = self
-            .declarations
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take();
-        let ch = match kept {
+        let ch = match take(&self.declarations) {
             Some(ch) => ch,
             None => {
                 let ch = self.channel()?;
@@ -404,6 +399,11 @@ impl EmbeddedBinder {
             .get_or_insert(ch);
         Ok(())
     }
+}
+
+/// Takes what `slot` holds (released with its lock, not under it).
+fn take<T>(slot: &Mutex<Option<T>>) -> Option<T> {
+    slot.lock().unwrap_or_else(|p| p.into_inner()).take()
 }
 
 /// What the startup log says of an embedded binder's broker.
@@ -507,18 +507,8 @@ impl Binder for EmbeddedBinder {
 
     async fn close(&self) {
         self.listener.stop().await;
-        let declarations = self
-            .declarations
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take();
-        drop(declarations);
-        let conn = self
-            .connection
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take();
-        drop(conn);
+        drop(take(&self.declarations));
+        drop(take(&self.connection));
     }
 }
 

@@ -124,11 +124,10 @@ impl<S: DeliverySource> BufferedSubscription<S> {
         }
     }
 
-    /// The next batch if the client already holds one (after sending the acks held back for
-    /// the last one), without waiting: at prefetch 1 the ack of a delivery usually brings the
-    /// next one, and taking it here spares the boxed future of [`Self::refill`].
+    /// The next batch if the client already holds one, without waiting: at prefetch 1 the
+    /// ack of a delivery usually brings the next one, and taking it here spares the boxed
+    /// future of [`Self::refill`].
     fn refill_now(&mut self) -> bool {
-        self.flush_before_batch();
         let Some(source) = self.source.as_mut() else {
             return false;
         };
@@ -139,10 +138,8 @@ impl<S: DeliverySource> BufferedSubscription<S> {
         true
     }
 
-    /// Waits for the next batch (after sending the acks held back for the last one); false
-    /// once the consumer has ended.
+    /// Waits for the next batch; false once the consumer has ended.
     async fn refill(&mut self) -> bool {
-        self.flush_before_batch();
         let Some(source) = self.source.as_mut() else {
             return false;
         };
@@ -160,6 +157,9 @@ impl<S: DeliverySource> Subscription for BufferedSubscription<S> {
         if let Some(d) = self.ready.pop_front() {
             return BinderFuture::ready(Some(self.inbound(d)));
         }
+        // The acks held back for the last batch go out before the next one is taken (or
+        // waited for).
+        self.flush_before_batch();
         if self.refill_now()
             && let Some(d) = self.ready.pop_front()
         {

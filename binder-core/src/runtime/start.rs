@@ -127,8 +127,8 @@ async fn launch(
     let mut resolved: HashMap<String, Resolved<'_>> = HashMap::new();
     // Each binder configuration is looked up once; a binding whose lookup failed is looked
     // up again, so that every binding of an unavailable binder is reported.
-    let mut by_binder: HashMap<String, Arc<str>> = HashMap::new();
-    let mut found: HashMap<Arc<str>, Arc<dyn Binder>> = HashMap::new();
+    // By binder configuration name (or bare type): the shared name and the binder.
+    let mut found: HashMap<String, (Arc<str>, Arc<dyn Binder>)> = HashMap::new();
     for name in app
         .listeners
         .iter()
@@ -139,13 +139,12 @@ async fn launch(
             continue;
         }
         let binder_name = config.binder_for(name);
-        if let Some(known) = by_binder.get(&binder_name) {
-            let binder = found[known].clone();
+        if let Some((shared, binder)) = found.get(&binder_name) {
             resolved.insert(
                 name.clone(),
                 Resolved {
-                    name: known.clone(),
-                    binder,
+                    name: shared.clone(),
+                    binder: binder.clone(),
                     config: config.binding_ref(name),
                 },
             );
@@ -154,8 +153,7 @@ async fn launch(
         match binders.for_binding(&config, name) {
             Ok(binder) => {
                 let shared: Arc<str> = Arc::from(binder_name.as_str());
-                by_binder.insert(binder_name, shared.clone());
-                found.insert(shared.clone(), binder.clone());
+                found.insert(binder_name, (shared.clone(), binder.clone()));
                 resolved.insert(
                     name.clone(),
                     Resolved {
@@ -439,10 +437,12 @@ where
 }
 
 /// The binders the bindings use, by configuration name (or bare type), each once, sorted.
-fn binders_in_use(found: &HashMap<Arc<str>, Arc<dyn Binder>>) -> Vec<(String, Arc<dyn Binder>)> {
+fn binders_in_use(
+    found: &HashMap<String, (Arc<str>, Arc<dyn Binder>)>,
+) -> Vec<(String, Arc<dyn Binder>)> {
     let mut out: Vec<(String, Arc<dyn Binder>)> = found
         .iter()
-        .map(|(name, binder)| (name.to_string(), binder.clone()))
+        .map(|(name, (_, binder))| (name.clone(), binder.clone()))
         .collect();
     out.sort_by(|a, b| a.0.cmp(&b.0));
     out

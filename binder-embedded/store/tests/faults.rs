@@ -8,6 +8,8 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use tokio::sync::watch;
+
 use common::*;
 use stream_engine::*;
 use stream_store::{FaultFs, StoreConfig, SyncMode};
@@ -20,6 +22,40 @@ fn recovered(files: &FaultFs) -> Vec<String> {
     let conn = broker.connect();
     let ch = conn.open_channel().unwrap();
     drain(&ch, "q").into_iter().map(|(b, _)| b).collect()
+}
+
+/// What the publishers got confirmed, and a count the test waits on.
+#[derive(Debug)]
+struct Confirmed {
+    bodies: Mutex<Vec<String>>,
+    count: watch::Sender<usize>,
+}
+
+impl Confirmed {
+    fn new() -> Arc<Self> {
+        Arc::new(Confirmed {
+            bodies: Mutex::new(Vec::new()),
+            count: watch::Sender::new(0),
+        })
+    }
+
+    fn push(&self, body: String) {
+        self.bodies.lock().unwrap().push(body);
+        self.count.send_modify(|n| *n += 1);
+    }
+
+    /// Waits until `n` were confirmed (at most 30 s: publishers that stopped fail the test).
+    async fn reach(&self, n: usize) {
+        let mut count = self.count.subscribe();
+        tokio::time::timeout(Duration::from_secs(30), count.wait_for(|c| *c >= n))
+            .await
+            .unwrap_or_else(|_| panic!("{n} confirms did not come in 30 s"))
+            .expect("the count lives as long as the test");
+    }
+
+    fn bodies(&self) -> Vec<String> {
+        self.bodies.lock().unwrap().clone()
+    }
 }
 
 fn declare(broker: &Broker) {
@@ -37,7 +73,7 @@ async fn no_confirm_is_released_for_data_a_crash_loses() {
         let fs = FaultFs::new();
         let (store, broker) = open_fault(&fs, Path::new(DIR), StoreConfig::default());
         declare(&broker);
-        let confirmed = Arc::new(Mutex::new(Vec::new()));
+        let confirmed = Confirmed::new();
         let mut publishers = Vec::new();
         for p in 0..4 {
             let broker = broker.clone();
@@ -52,7 +88,7 @@ async fn no_confirm_is_released_for_data_a_crash_loses() {
                         .basic_publish("", "q", Default::default(), persistent(body.clone()))
                         .await
                     {
-                        Ok(_) => confirmed.lock().unwrap().push(body),
+                        Ok(_) => confirmed.push(body),
                         Err(e) => {
                             assert_eq!(e.code, ReplyCode::InternalError, "{e}");
                             return;
@@ -61,14 +97,12 @@ async fn no_confirm_is_released_for_data_a_crash_loses() {
                 }
             }));
         }
-        while confirmed.lock().unwrap().len() < crash_after {
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
+        confirmed.reach(crash_after).await;
         let after = fs.crash();
         for p in publishers {
             p.await.unwrap();
         }
-        let confirmed: HashSet<String> = confirmed.lock().unwrap().iter().cloned().collect();
+        let confirmed: HashSet<String> = confirmed.bodies().into_iter().collect();
         assert!(confirmed.len() >= crash_after);
         drop(broker);
         drop(store);
@@ -193,7 +227,7 @@ async fn no_commit_ok_is_released_for_a_transaction_a_crash_loses() {
         fs.set_sync_delay(Duration::from_millis(2));
         let (store, broker) = open_fault(&fs, Path::new(DIR), StoreConfig::default());
         declare(&broker);
-        let committed = Arc::new(Mutex::new(Vec::new()));
+        let committed = Confirmed::new();
         let mut publishers = Vec::new();
         for p in 0..3 {
             let broker = broker.clone();
@@ -206,7 +240,7 @@ async fn no_commit_ok_is_released_for_a_transaction_a_crash_loses() {
                 for t in 0..2000 {
                     let prefix = format!("p{p}-t{t}-");
                     match commit_batch(&ch, &prefix, 5).await {
-                        Ok(()) => committed.lock().unwrap().push(prefix),
+                        Ok(()) => committed.push(prefix),
                         Err(e) => {
                             assert_eq!(e.code, ReplyCode::InternalError, "{e}");
                             return;
@@ -215,14 +249,12 @@ async fn no_commit_ok_is_released_for_a_transaction_a_crash_loses() {
                 }
             }));
         }
-        while committed.lock().unwrap().len() < crash_after {
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
+        committed.reach(crash_after).await;
         let after = fs.crash();
         for p in publishers {
             p.await.unwrap();
         }
-        let committed = committed.lock().unwrap().clone();
+        let committed = committed.bodies();
         drop(broker);
         drop(store);
         let kept: HashSet<String> = recovered(&after).into_iter().collect();

@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use super::State;
 use super::sessions::{Settle, TxOp, Unacked};
+use super::work::Few;
 use crate::dead_letter::DeathReason;
 use crate::envelope::Envelope;
 use crate::error::{AmqpError, AmqpResult};
@@ -60,9 +61,8 @@ impl<E: Envelope> State<E> {
             }
         }
         // Credit is returned per consumer once per batch, not once per message; the deliveries
-        // of a batch nearly always share one consumer, which needs no list.
-        let mut first_credit: Option<(u64, u32)> = None;
-        let mut credit: Vec<(u64, u32)> = Vec::new();
+        // of a batch nearly always share one consumer, which needs no allocation.
+        let mut credit: Few<(u64, u32)> = Few::new();
         let mut counted = 0u32;
         if outcome == Settle::Ack {
             // One allocation for the batch rather than one per doubling.
@@ -71,13 +71,9 @@ impl<E: Envelope> State<E> {
         for mut u in settled.drain(..) {
             self.memory.undelivered(&mut u.message);
             if let Some(id) = u.consumer {
-                match &mut first_credit {
-                    None => first_credit = Some((id, 1)),
-                    Some((c, n)) if *c == id => *n += 1,
-                    Some(_) => match credit.iter_mut().find(|(c, _)| *c == id) {
-                        Some((_, n)) => *n += 1,
-                        None => credit.push((id, 1)),
-                    },
+                match credit.iter_mut().find(|(c, _)| *c == id) {
+                    Some((_, n)) => *n += 1,
+                    None => credit.push((id, 1)),
                 }
             }
             counted += u32::from(u.counted);
@@ -104,7 +100,7 @@ impl<E: Envelope> State<E> {
             }
         }
         self.work.keep_settle_scratch(settled);
-        for (id, n) in first_credit.into_iter().chain(credit) {
+        for (id, n) in credit {
             if let Some(c) = self.sessions.consumers.get_mut(&id) {
                 c.unacked -= n;
             }

@@ -11,6 +11,7 @@ use crate::inbox::Inbox;
 use crate::storage::QueuedMessage;
 use crate::store::Durability;
 use crate::types::Delivery;
+use smallvec::SmallVec;
 
 use super::sessions::Unacked;
 
@@ -74,18 +75,12 @@ impl<E: Envelope> Work<E> {
 
     /// Keeps a dispatch's emptied buffer for the next one, unless a large burst grew it.
     pub(crate) fn keep_deliver_scratch(&mut self, buffer: Vec<Delivery<E>>) {
-        debug_assert!(buffer.is_empty());
-        if buffer.capacity() <= SCRATCH_KEPT {
-            self.deliver_scratch = buffer;
-        }
+        keep_scratch(&mut self.deliver_scratch, buffer);
     }
 
     /// Keeps a settlement's emptied buffer for the next one, unless a large batch grew it.
     pub(crate) fn keep_settle_scratch(&mut self, buffer: Vec<Unacked<E>>) {
-        debug_assert!(buffer.is_empty());
-        if buffer.capacity() <= SCRATCH_KEPT {
-            self.settle_scratch = buffer;
-        }
+        keep_scratch(&mut self.settle_scratch, buffer);
     }
 
     /// What is to be done after the lock is released: whether to wake the timer, the
@@ -99,6 +94,18 @@ impl<E: Envelope> Work<E> {
     }
 }
 
+/// Puts an emptied scratch buffer back in `slot`, unless it grew beyond [`SCRATCH_KEPT`].
+fn keep_scratch<T>(slot: &mut Vec<T>, buffer: Vec<T>) {
+    debug_assert!(buffer.is_empty());
+    if buffer.capacity() <= SCRATCH_KEPT {
+        *slot = buffer;
+    }
+}
+
+/// Usually empty or of one item (an operation's wake-ups, the records an ack frees): kept
+/// without an allocation, which a `Vec` taken out of the state at every operation would cost.
+pub(crate) type Few<T> = SmallVec<[T; 1]>;
+
 /// Work done outside the broker's lock: a wake-up can be a system call, and freeing a payload
 /// takes time nobody should wait on the broker for.
 #[derive(Debug)]
@@ -106,88 +113,4 @@ pub(crate) struct AfterLock<E: Envelope> {
     pub wake_timer: bool,
     pub wakes: Few<Arc<Inbox<E>>>,
     pub garbage: Few<Arc<E::Record>>,
-}
-
-/// A list that is usually empty or of one item (an operation's wake-ups, the records an ack
-/// frees): those need no allocation, which a `Vec` taken out of the state at every operation
-/// would cost.
-#[derive(Debug, Default)]
-pub(crate) enum Few<T> {
-    #[default]
-    Empty,
-    One(T),
-    Many(Vec<T>),
-}
-
-impl<T> Few<T> {
-    pub(crate) fn push(&mut self, item: T) {
-        match self {
-            Few::Empty => *self = Few::One(item),
-            Few::Many(items) => items.push(item),
-            Few::One(_) => {
-                let Few::One(first) = std::mem::take(self) else {
-                    unreachable!("matched above")
-                };
-                let mut items = Vec::with_capacity(4);
-                items.push(first);
-                items.push(item);
-                *self = Few::Many(items);
-            }
-        }
-    }
-
-    /// Makes room for `more` items at once (one allocation for a batch rather than one per
-    /// doubling).
-    pub(crate) fn reserve(&mut self, more: usize) {
-        let len = match self {
-            Few::Empty => 0,
-            Few::One(_) => 1,
-            Few::Many(items) => {
-                items.reserve(more);
-                return;
-            }
-        };
-        if len + more > 1 {
-            let mut items = Vec::with_capacity(len + more);
-            if let Few::One(first) = std::mem::take(self) {
-                items.push(first);
-            }
-            *self = Few::Many(items);
-        }
-    }
-}
-
-impl<T> IntoIterator for Few<T> {
-    type Item = T;
-    type IntoIter = std::iter::Chain<std::option::IntoIter<T>, std::vec::IntoIter<T>>;
-
-    fn into_iter(self) -> Self::IntoIter {
-        match self {
-            Few::Empty => None.into_iter().chain(Vec::new()),
-            Few::One(item) => Some(item).into_iter().chain(Vec::new()),
-            Few::Many(items) => None.into_iter().chain(items),
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::Few;
-
-    #[test]
-    fn few_keeps_its_items_in_order_whatever_their_number() {
-        for n in 0..6 {
-            let mut few = Few::default();
-            if n > 2 {
-                few.reserve(n - 1);
-            }
-            for i in 0..n {
-                few.push(i);
-            }
-            assert_eq!(
-                few.into_iter().collect::<Vec<_>>(),
-                (0..n).collect::<Vec<_>>()
-            );
-        }
-    }
 }
