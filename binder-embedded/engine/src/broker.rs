@@ -951,7 +951,8 @@ mod tests {
             let x = format!("x{}", next(6));
             let y = format!("x{}", next(6));
             let q = format!("q{}", next(6));
-            let key = format!("k{}", next(3));
+            // Topic patterns too: the topic exchanges' tries must follow as well.
+            let key = ["k0", "k1", "k2", "#", "k0.*", "*.k1", "k0.#", "#.k2"][next(8) as usize];
             // A refused operation closes its channel: each step has its own.
             let ch = conn.open_channel().unwrap();
             // Errors (a missing queue or exchange, an exclusive queue of a closed connection)
@@ -979,10 +980,10 @@ mod tests {
                     };
                     on.queue_declare(&q, options, FieldTable::new()).map(drop)
                 }
-                3 | 4 => ch.queue_bind(&q, &x, &key, FieldTable::new()),
-                5 => ch.exchange_bind(&y, &x, &key, FieldTable::new()),
-                6 => ch.queue_unbind(&q, &x, &key, &FieldTable::new()),
-                7 => ch.exchange_unbind(&y, &x, &key, &FieldTable::new()),
+                3 | 4 => ch.queue_bind(&q, &x, key, FieldTable::new()),
+                5 => ch.exchange_bind(&y, &x, key, FieldTable::new()),
+                6 => ch.queue_unbind(&q, &x, key, &FieldTable::new()),
+                7 => ch.exchange_unbind(&y, &x, key, &FieldTable::new()),
                 8 => ch.queue_delete(&q, false, false).map(drop),
                 9 => ch.exchange_delete(&x, false),
                 _ => {

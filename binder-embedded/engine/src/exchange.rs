@@ -7,8 +7,12 @@ use rustc_hash::FxHashMap as HashMap;
 
 use crate::field::{FieldTable, FieldValue};
 
-use super::topic::{TopicKey, TopicPattern};
+use super::topic::{Matches, TopicKey, TopicPattern, TopicTrie};
 use super::types::ExchangeKind;
+
+/// A topic exchange with at most this many bindings matches each pattern in turn, which
+/// costs less than a walk through its trie for so few.
+const MATCH_EACH_UP_TO: usize = 8;
 
 /// Where a binding delivers.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -44,6 +48,8 @@ pub(crate) struct Exchange {
     pub bindings: Vec<Binding>,
     /// Direct exchanges: routing key to binding indexes.
     direct_index: HashMap<String, Vec<usize>>,
+    /// Topic exchanges: the binding patterns as a trie, with binding indexes.
+    topic_index: TopicTrie,
     /// Bindings whose target is an exchange.
     exchange_targets: usize,
 }
@@ -67,6 +73,7 @@ impl Exchange {
             alternate,
             bindings: Vec::new(),
             direct_index: HashMap::default(),
+            topic_index: TopicTrie::default(),
             exchange_targets: 0,
         }
     }
@@ -88,12 +95,15 @@ impl Exchange {
         if matches!(target, Target::Exchange(_)) {
             self.exchange_targets += 1;
         }
+        let at = self.bindings.len();
         if self.kind == ExchangeKind::Direct {
-            let at = self.bindings.len();
             self.direct_index
                 .entry(key.to_owned())
                 .or_default()
                 .push(at);
+        }
+        if let Some(pattern) = &topic {
+            self.topic_index.insert(pattern, at);
         }
         self.bindings.push(Binding {
             target,
@@ -124,8 +134,12 @@ impl Exchange {
             return 0;
         }
         for &i in &removed {
-            if matches!(self.bindings[i].target, Target::Exchange(_)) {
+            let binding = &self.bindings[i];
+            if matches!(binding.target, Target::Exchange(_)) {
                 self.exchange_targets -= 1;
+            }
+            if let Some(pattern) = &binding.topic {
+                self.topic_index.remove(pattern, i);
             }
         }
         let mut at = 0;
@@ -143,6 +157,10 @@ impl Exchange {
             });
             !positions.is_empty()
         });
+        if self.kind == ExchangeKind::Topic {
+            self.topic_index
+                .renumber(|p| p - removed.partition_point(|&r| r < p));
+        }
         removed.len()
     }
 
@@ -156,12 +174,21 @@ impl Exchange {
                 direct.entry(b.key.clone()).or_default().push(i);
             }
         }
+        let mut topic = TopicTrie::default();
+        for (i, b) in self.bindings.iter().enumerate() {
+            if let Some(pattern) = &b.topic {
+                topic.insert(pattern, i);
+            }
+        }
         let targets = self
             .bindings
             .iter()
             .filter(|b| matches!(b.target, Target::Exchange(_)))
             .count();
-        direct == self.direct_index && targets == self.exchange_targets
+        direct == self.direct_index
+            && topic.entries() == self.topic_index.entries()
+            && topic.nodes_in_use() == self.topic_index.nodes_in_use()
+            && targets == self.exchange_targets
     }
 
     /// Whether any binding routes on to another exchange.
@@ -189,10 +216,9 @@ impl Exchange {
             ExchangeKind::Fanout => {
                 out.extend(self.bindings.iter().filter_map(|b| queue(&b.target)))
             }
-            ExchangeKind::Topic => out.extend(
-                self.topic_matches(routing_key)
-                    .filter_map(|b| queue(&b.target)),
-            ),
+            ExchangeKind::Topic => self.each_topic_match(routing_key, |b| {
+                out.extend(queue(&b.target));
+            }),
             ExchangeKind::Headers => out.extend(
                 self.bindings
                     .iter()
@@ -202,16 +228,27 @@ impl Exchange {
         }
     }
 
-    /// The bindings of a topic exchange that `routing_key` matches. The key is split into
-    /// words once, and only if a binding needs them (`#` matches without).
-    fn topic_matches<'a>(&'a self, routing_key: &'a str) -> impl Iterator<Item = &'a Binding> {
-        let mut words: Option<TopicKey<'a>> = None;
-        self.bindings.iter().filter(move |b| {
-            b.topic.as_ref().is_some_and(|t| {
+    /// Calls `f` with each binding of a topic exchange that `routing_key` matches, in binding
+    /// order. Up to [`MATCH_EACH_UP_TO`] bindings each pattern is tried in turn (the key split
+    /// once, and only if a pattern needs it); beyond, the key's words walk the patterns' trie.
+    fn each_topic_match<'a>(&'a self, routing_key: &str, mut f: impl FnMut(&'a Binding)) {
+        if self.topic_index.len() > MATCH_EACH_UP_TO {
+            let mut found = Matches::new();
+            self.topic_index.matching(routing_key, &mut found);
+            for i in found {
+                f(&self.bindings[i]);
+            }
+            return;
+        }
+        let mut words: Option<TopicKey<'_>> = None;
+        for b in &self.bindings {
+            if b.topic.as_ref().is_some_and(|t| {
                 t.matches_all()
                     || t.matches_key(words.get_or_insert_with(|| TopicKey::new(routing_key)))
-            })
-        })
+            }) {
+                f(b);
+            }
+        }
     }
 
     /// The binding targets a message matches.
@@ -224,7 +261,7 @@ impl Exchange {
             }
             ExchangeKind::Fanout => out.extend(self.bindings.iter().map(|b| b.target.clone())),
             ExchangeKind::Topic => {
-                out.extend(self.topic_matches(routing_key).map(|b| b.target.clone()))
+                self.each_topic_match(routing_key, |b| out.push(b.target.clone()))
             }
             ExchangeKind::Headers => out.extend(
                 self.bindings
@@ -272,6 +309,60 @@ pub(crate) fn headers_match(binding_args: &FieldTable, headers: &FieldTable) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// As bindings are added to a topic exchange one by one (past the count where matching
+    /// switches from trying each pattern to the trie) and then removed from the front, every
+    /// key routes to exactly the bindings whose pattern matches it, in binding order.
+    #[test]
+    fn topic_routing_matches_each_pattern_on_both_sides_of_the_trie_threshold() {
+        let patterns = [
+            "#", "a.*", "*.b", "a.#", "#.b", "a.b", "", "*", "a.#.b", "#.a.#", "b.*.a", "a..b",
+            "*.*", "#.*", "b", "a.b.#", "*.a.*", "#.b.#", "a", "b.#",
+        ];
+        let keys = [
+            "", "a", "b", "a.b", "b.a", "a.b.a", "a..b", "b.x.a", "a.a.a", "x.a.b.b", ".",
+        ];
+        let mut x = Exchange::new(
+            "t".into(),
+            ExchangeKind::Topic,
+            false,
+            false,
+            false,
+            FieldTable::new(),
+        );
+        let check = |x: &Exchange| {
+            for key in keys {
+                let mut routed = Vec::new();
+                x.matching(key, &FieldTable::new(), &mut routed);
+                let expected: Vec<Target> = x
+                    .bindings
+                    .iter()
+                    .filter(|b| crate::topic_matches(&b.key, key))
+                    .map(|b| b.target.clone())
+                    .collect();
+                assert_eq!(
+                    routed,
+                    expected,
+                    "key {key:?} with {} bindings",
+                    x.bindings.len()
+                );
+            }
+            assert!(x.index_is_exact());
+        };
+        for (i, p) in patterns.iter().enumerate() {
+            assert!(x.bind(
+                Target::Queue(format!("q{i}").into()),
+                p,
+                FieldTable::new(),
+                false
+            ));
+            check(&x);
+        }
+        for i in 0..patterns.len() {
+            assert_eq!(x.unbind_target(&Target::Queue(format!("q{i}").into())), 1);
+            check(&x);
+        }
+    }
 
     fn h(pairs: &[(&str, FieldValue)]) -> FieldTable {
         pairs.iter().cloned().collect()
