@@ -12,7 +12,8 @@
 //! lapin ones):
 //!
 //! 1. `transient` — delivery mode 1 to a non-durable queue, a confirm channel with a sliding
-//!    window of 16 publishes in flight (from `basic_publish` to its confirm); one consumer
+//!    window of 16 publishes in flight (`BENCH_TRANSIENT_WINDOW`; from `basic_publish` to its
+//!    confirm); one consumer
 //!    with `basic.qos(200)` acking `multiple` every 50 deliveries, whenever no further
 //!    delivery is buffered, and after the last one. 100-byte bodies, `BENCH_MESSAGES`
 //!    messages; msg/s from spawning producer and consumer to the consumer's last ack.
@@ -43,7 +44,9 @@
 //!
 //! Environment: `AMQP_URL` (default `amqp://guest:guest@127.0.0.1:5672/%2f`),
 //! `BENCH_MESSAGES` (default 100000), `BENCH_WINDOW` (the persistent scenario's publishes in
-//! flight, default 1000), `BENCH_BODY` (the persistent scenario's body sizes in
+//! flight, default 1000), `BENCH_TRANSIENT_WINDOW` (the transient scenario's, default 16: with
+//! 1000 it is the persistent scenario's workload without the disk, what the clients and the
+//! protocol path carry at most), `BENCH_BODY` (the persistent scenario's body sizes in
 //! bytes, e.g. `4096` or `100,4096`; default `100,4096`), `BENCH_DATA_DIR` (where the data
 //! dir is created; default the system's temp dir), `BENCH_FSYNCS` (default 200),
 //! `BENCH_LATENCY_SECS` (default 10), `BENCH_ROUNDS` (default 5), `BENCH_SCENARIOS` (e.g. `1`
@@ -80,6 +83,7 @@ const SMALL_BODY: usize = 100;
 const DEFAULT_BODIES: [usize; 2] = [100, 4096];
 const PREFETCH: u16 = 200;
 const ACK_EVERY: usize = 50;
+/// Publishes in flight in the transient scenario unless `BENCH_TRANSIENT_WINDOW` says otherwise.
 const TRANSIENT_WINDOW: usize = 16;
 /// Publishes in flight in the persistent scenario unless `BENCH_WINDOW` says otherwise.
 const PERSISTENT_WINDOW: usize = 1_000;
@@ -413,7 +417,7 @@ async fn run_throughput(
     url: &str,
     queue: &str,
     messages: usize,
-    persistent_window: usize,
+    window: usize,
     case: Case,
     syncs: SyncCounter<'_>,
 ) -> Result<Figure, RunError> {
@@ -424,11 +428,7 @@ async fn run_throughput(
         consuming,
         consumer,
     } = clients(url, queue).await?;
-    let (mode, window) = if persistent {
-        (2, persistent_window)
-    } else {
-        (1, TRANSIENT_WINDOW)
-    };
+    let mode = if persistent { 2 } else { 1 };
     let syncs_before = syncs.map(|count| count());
     let start = Instant::now();
     let consumer = Task::spawn(consume_batched(consumer, messages, case.body));
@@ -628,6 +628,8 @@ struct Settings {
     messages: usize,
     /// Publishes in flight in the persistent scenario.
     persistent_window: usize,
+    /// Publishes in flight in the transient scenario.
+    transient_window: usize,
     latency_secs: u64,
 }
 
@@ -697,7 +699,11 @@ async fn run(
                     url,
                     &queue,
                     settings.messages,
-                    settings.persistent_window,
+                    if scenario == Scenario::Persistent {
+                        settings.persistent_window
+                    } else {
+                        settings.transient_window
+                    },
                     case,
                     syncs,
                 ),
@@ -835,6 +841,7 @@ fn main() {
     let settings = Settings {
         messages: env_usize("BENCH_MESSAGES", 100_000).max(1),
         persistent_window: env_usize("BENCH_WINDOW", PERSISTENT_WINDOW).max(1),
+        transient_window: env_usize("BENCH_TRANSIENT_WINDOW", TRANSIENT_WINDOW).max(1),
         latency_secs: env_usize("BENCH_LATENCY_SECS", 10).max(1) as u64,
     };
     let rounds = env_usize("BENCH_ROUNDS", 5).max(1);
@@ -932,11 +939,12 @@ fn main() {
             ))
     );
     println!(
-        "transient: {} messages of {SMALL_BODY} B, {TRANSIENT_WINDOW} in flight; persistent \
+        "transient: {} messages of {SMALL_BODY} B, {} in flight; persistent \
          (delivery mode 2, durable classic queue): {} messages of {}, {} in \
          flight; prefetch {PREFETCH}, acks multiple every {ACK_EVERY} (and when idle); \
          latency: {LATENCY_RATE} msg/s for {} s, ack each",
         settings.messages,
+        settings.transient_window,
         settings.messages,
         bodies
             .iter()
