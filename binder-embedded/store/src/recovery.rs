@@ -218,10 +218,7 @@ fn full_scan(
         bytes.truncate(valid as usize);
         data.insert(n, bytes);
     }
-    let mut index = Index {
-        segs: stats,
-        ..Index::default()
-    };
+    let mut index = Index::with_segments(stats);
     let mut live: Vec<(Key, Candidate)> = candidates
         .into_iter()
         .filter(|(key, c)| {
@@ -332,16 +329,11 @@ fn from_clean(
         }
         data.insert(*n, bytes);
     }
-    let mut index = Index {
-        segs: clean.segments.iter().cloned().collect(),
-        ..Index::default()
-    };
+    let mut index = Index::with_segments(clean.segments.iter().cloned().collect());
     for s in index.segs.values_mut() {
         s.live = 0;
         s.live_bytes = 0;
     }
-    index.msgs.reserve(clean.messages.len());
-    index.refs.reserve(clean.refs.len());
     let mut decoded = HashMap::default();
     for m in &clean.messages {
         let Some(seg) = data.get(&m.seg) else {
@@ -351,7 +343,7 @@ fn from_clean(
             return Ok(None);
         };
         decoded.insert(m.id, p);
-        index.add_message(m.id, m.seg, m.offset, m.len, m.keys.len() as u32);
+        index.add_message(m.id, m.seg, m.offset, m.len, m.refs);
     }
     let mut refs = clean.refs;
     // Sorted here, while the entries are small: the broker then finds the messages in order.
