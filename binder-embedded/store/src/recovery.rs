@@ -148,6 +148,7 @@ fn full_scan(
     for &n in segments {
         let path = layout::segment_path(dir, n);
         let bytes = fs.read(&path)?.unwrap_or_default();
+        too_large(&path, bytes.len())?;
         let scan = frame::scan(&bytes);
         for f in &scan.frames {
             let record = layout::decode_segment(f.payload, names)
@@ -307,6 +308,18 @@ fn decode_body(
     }
 }
 
+/// Refuses a segment whose offsets do not fit the index's 32 bits (written with segments over
+/// 4 GiB, which `StoreConfig::validate` no longer allows).
+fn too_large(path: &Path, len: usize) -> Result<(), StoreError> {
+    if u32::try_from(len).is_err() {
+        return Err(corrupt(format!(
+            "{} holds {len} bytes: segments of more than 4 GiB are not supported",
+            path.display()
+        )));
+    }
+    Ok(())
+}
+
 /// Rebuilds from the clean-shutdown snapshot, reading only the live message records; `None`
 /// when the snapshot does not match the files (then the full scan runs).
 fn from_clean(
@@ -324,6 +337,7 @@ fn from_clean(
     let mut data = HashMap::default();
     for (n, stat) in &clean.segments {
         let bytes = fs.read(&layout::segment_path(dir, *n))?.unwrap_or_default();
+        too_large(&layout::segment_path(dir, *n), bytes.len())?;
         if bytes.len() as u64 != stat.bytes {
             return Ok(None);
         }
