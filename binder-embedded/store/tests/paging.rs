@@ -462,3 +462,46 @@ async fn a_compacted_fanout_backlog_comes_back_after_a_clean_close_and_after_a_c
     assert_eq!(store.stats().unwrap().live_references, 0);
     assert_eq!(broker.pages_read().1, 0);
 }
+
+#[tokio::test]
+async fn a_byte_limit_and_a_purge_count_paged_runs_exactly() {
+    let fs = FaultFs::new();
+    let (store, broker) = open(&fs, Path::new("/data"), StoreConfig::default());
+    let conn = broker.connect();
+    let ch = conn.open_channel().unwrap();
+    let mut args = FieldTable::new();
+    args.insert("x-max-length-bytes", FieldValue::I64(200 * 3_000));
+    ch.queue_declare("q", durable_queue(), args).unwrap();
+    ch.confirm_select().unwrap();
+    let before = broker.memory_used();
+    // 4,000 messages of 200 bytes against a limit of 3,000: the first 1,000 are dropped from
+    // the head while most of the rest sit in runs.
+    publish(&ch, "q", 0..4_000).await;
+    assert_eq!(broker.queue_counts("q"), Some((3_000, 0)));
+    assert!(broker.paged_messages("q").unwrap() > 500);
+    let seen = contents(&broker, "q");
+    assert_eq!(
+        seen,
+        (1_000..4_000).map(|i| (i, false)).collect::<Vec<_>>(),
+        "the oldest went, the order is kept"
+    );
+    assert_eq!(ch.queue_purge("q").unwrap(), 3_000);
+    assert_eq!(
+        broker.memory_used(),
+        before,
+        "every paged message's count taken off"
+    );
+    assert_eq!(
+        store.stats().unwrap().live_references,
+        0,
+        "the store was told of each"
+    );
+    publish(&ch, "q", 4_000..4_003).await;
+    let mut consumer = ch.basic_consume("q", ConsumeOptions::default()).unwrap();
+    for i in 4_000..4_003 {
+        let d = next(&mut consumer).await;
+        check(i, d.message());
+        ch.basic_ack(d.delivery_tag, false).unwrap();
+    }
+    assert_eq!(broker.pages_read().1, 0);
+}
