@@ -48,7 +48,8 @@ pub use inspect::{
 };
 pub use message::{Message, Properties, PropertiesBox, Published, Route};
 pub use storage::{
-    FifoStorage, HOLD_AFTER, MAX_DELIVERIES, PriorityStorage, QueueStorage, QueuedMessage, Ready,
+    FifoStorage, HOLD_AFTER, MAX_DELIVERIES, PriorityStorage, QueueStorage, QueuedMessage,
+    RUN_AFTER, RUN_REFILL, Ready,
 };
 pub use store::{
     BindingDef, DestinationKind, Durability, ExchangeDef, MemoryStore, MessageStore, QueueDef,

@@ -7,7 +7,9 @@ use crate::field::{FieldTable, FieldValue};
 use tokio::time::Instant;
 
 use super::error::{AmqpError, AmqpResult};
-use super::storage::{FifoStorage, HOLD_AFTER, PriorityStorage, QueueStorage, QueuedMessage};
+use super::storage::{
+    FifoStorage, HOLD_AFTER, PriorityStorage, QueueStorage, QueuedMessage, RUN_SLOT,
+};
 use super::types::QueueOptions;
 use crate::envelope::Envelope;
 use crate::memory;
@@ -276,10 +278,17 @@ impl<E: Envelope> Queue<E> {
         Ok(())
     }
 
-    /// Appends a message; returns the bytes it is counted as. Once the queue holds
-    /// [`HOLD_AFTER`] ready messages, a record that reaches no one else is kept by the queue
+    /// Appends a message; returns the bytes it is counted as. A stub that joins the queue's
+    /// run of paged messages is counted [`RUN_SLOT`]. Once the queue holds [`HOLD_AFTER`]
+    /// ready messages, a record that reaches no one else is kept by the queue
     /// without its `Arc` (see [`QueuedMessage`]), and counted [`memory::unheld`] less.
     pub(crate) fn push(&mut self, mut message: QueuedMessage<E>) -> usize {
+        if message.is_paged() {
+            match self.storage.try_push_run(message) {
+                None => return RUN_SLOT as usize,
+                Some(m) => message = m,
+            }
+        }
         let footprint = message.footprint();
         if self.storage.len() >= HOLD_AFTER {
             if let Some(body) = message.body.take() {

@@ -7,6 +7,7 @@
 //! keeps informed of what is enqueued and acknowledged; this index is what the broker serves
 //! deliveries from, rebuilt from the store by [`MessageStore::recover`](crate::MessageStore::recover).
 
+use std::borrow::Cow;
 use std::collections::VecDeque;
 use std::fmt;
 use std::sync::Arc;
@@ -47,7 +48,7 @@ pub struct QueuedMessage<E: Envelope = Native> {
     /// The memory this copy of the message is counted as against the memory high
     /// watermark (payload, headers, properties and the engine's bookkeeping; see
     /// [`BrokerConfig::memory_high_watermark`](super::BrokerConfig::memory_high_watermark));
-    /// for a stub, which counts [`STUB`], its payload size.
+    /// for a stub, which counts [`STUB`] (or [`RUN_SLOT`]), its payload size.
     weight: u32,
     /// Times it was delivered (for `x-delivery-limit`, saturating at [`MAX_DELIVERIES`]),
     /// then the `REDELIVERED`, `STORED` and `HELD` flags in the top bits.
@@ -57,6 +58,10 @@ pub struct QueuedMessage<E: Envelope = Native> {
 /// What a stub (a paged message: no body) counts against the watermark: its queue entry.
 pub(crate) const STUB: u32 = std::mem::size_of::<QueuedMessage<Native>>() as u32;
 
+/// What a paged message in a queue's run counts against the watermark: its size, a `u32` in
+/// the run (see [`FifoStorage`]).
+pub(crate) const RUN_SLOT: u32 = std::mem::size_of::<u32>() as u32;
+
 /// A queue that holds this many ready messages keeps the records that reach only it
 /// without their `Arc` (see [`QueuedMessage`]): a consumer that keeps up is served shared
 /// records as before, and a backlog costs 24 bytes less per message.
@@ -64,8 +69,11 @@ pub const HOLD_AFTER: usize = 1024;
 
 /// The delivery count a queued message keeps: it saturates there (a delivery limit above it
 /// is never reached).
-pub const MAX_DELIVERIES: u32 = (1 << 29) - 1;
+pub const MAX_DELIVERIES: u32 = (1 << 28) - 1;
 
+/// A stub that came out of a queue's run of paged messages (see [`FifoStorage`]): counted
+/// [`RUN_SLOT`], not [`STUB`].
+const RUN: u32 = 1 << 28;
 const REDELIVERED: u32 = 1 << 29;
 const STORED: u32 = 1 << 30;
 const HELD: u32 = 1 << 31;
@@ -117,7 +125,11 @@ impl<E: Envelope> QueuedMessage<E> {
     #[inline]
     pub fn footprint(&self) -> usize {
         if self.is_paged() {
-            STUB as usize
+            if self.bits & RUN != 0 {
+                RUN_SLOT as usize
+            } else {
+                STUB as usize
+            }
         } else {
             self.weight as usize
         }
@@ -195,6 +207,34 @@ impl<E: Envelope> QueuedMessage<E> {
     pub(crate) fn page_in(&mut self, body: Arc<E::Record>, footprint: u32) {
         self.body = Some(body);
         self.weight = footprint;
+        self.flag(RUN, false);
+    }
+
+    /// A paged message of a run, as a stub again: stored, never delivered, no expiry, no
+    /// priority, counted [`RUN_SLOT`].
+    fn from_run(seq: u64, slot: u32) -> Self {
+        QueuedMessage {
+            order: (seq & SEQ_MASK) << 8,
+            body: None,
+            expires_at: None,
+            weight: slot & !AS_STUB,
+            bits: if slot & AS_STUB != 0 {
+                STORED
+            } else {
+                STORED | RUN
+            },
+        }
+    }
+
+    /// Whether this stub may be kept in a run: paged, stored, never delivered, without
+    /// expiry or priority.
+    fn fits_a_run(&self) -> bool {
+        self.is_paged()
+            && self.stored()
+            && self.bits & !(STORED | RUN) == 0
+            && self.expires_at.is_none()
+            && self.priority() == 0
+            && self.weight < AS_STUB
     }
 
     /// The record is no longer held by the queue (it was boxed when it left).
@@ -212,12 +252,22 @@ impl<E: Envelope> QueuedMessage<E> {
 }
 
 /// A ready message, with its record when its queue holds it itself (see [`QueuedMessage`]).
-pub type Ready<'a, E> = (&'a QueuedMessage<E>, Option<&'a <E as Envelope>::Record>);
+/// A message of a run (see [`FifoStorage`]) comes as a stub made for the occasion.
+pub type Ready<'a, E> = (
+    Cow<'a, QueuedMessage<E>>,
+    Option<&'a <E as Envelope>::Record>,
+);
 
 /// Storage of a queue's ready messages.
 pub trait QueueStorage<E: Envelope = Native>: fmt::Debug + Send {
     /// Appends a message.
     fn push(&mut self, message: QueuedMessage<E>);
+    /// Appends a stub to the queue's run of paged messages if it can join one (see
+    /// [`FifoStorage`]): then it is counted 4 bytes (its slot) from now on. Gives the message back
+    /// otherwise (the default: no runs).
+    fn try_push_run(&mut self, message: QueuedMessage<E>) -> Option<QueuedMessage<E>> {
+        Some(message)
+    }
     /// Appends a message whose record the queue holds itself, without its `Arc` (see
     /// [`QueuedMessage`]); the message is marked held, its `body` dropped, and its footprint
     /// lowered by [`memory::unheld`] (it was counted with the record in an `Arc`).
@@ -248,16 +298,18 @@ pub trait QueueStorage<E: Envelope = Native>: fmt::Debug + Send {
     /// Removes the ready message with this arrival position, if it is here (a record the
     /// queue held is dropped, as by [`QueueStorage::drain`]).
     fn remove(&mut self, seq: u64) -> Option<QueuedMessage<E>>;
-    /// The ready messages in delivery order, to change in place (paging a body back in).
+    /// The ready messages in delivery order up to the first run of paged messages (at least
+    /// the first [`RUN_REFILL`] when there is one), to change in place (paging a body back
+    /// in).
     fn iter_mut(&mut self) -> Box<dyn Iterator<Item = &mut QueuedMessage<E>> + '_>;
 }
 
 const _: () = assert!(std::mem::size_of::<QueuedMessage<Native>>() == 32);
 
-/// First-in, first-out storage in memory: the messages in arrival order, and beside them, in
-/// the same order, the records the queue holds itself.
+/// Messages in arrival order, and beside them, in the same order, the records the queue
+/// holds itself.
 #[derive(Debug)]
-pub struct FifoStorage<E: Envelope = Native> {
+struct Ring<E: Envelope> {
     messages: VecDeque<QueuedMessage<E>>,
     held: VecDeque<E::Record>,
     bytes: usize,
@@ -275,7 +327,7 @@ fn shrink<T>(ring: &mut VecDeque<T>) {
     }
 }
 
-impl<E: Envelope> FifoStorage<E> {
+impl<E: Envelope> Ring<E> {
     /// Gives back ring capacity after messages left (see [`KEEP_SLOTS`]).
     #[inline]
     fn left(&mut self) {
@@ -284,9 +336,9 @@ impl<E: Envelope> FifoStorage<E> {
     }
 }
 
-impl<E: Envelope> Default for FifoStorage<E> {
+impl<E: Envelope> Default for Ring<E> {
     fn default() -> Self {
-        FifoStorage {
+        Ring {
             messages: VecDeque::new(),
             held: VecDeque::new(),
             bytes: 0,
@@ -294,7 +346,7 @@ impl<E: Envelope> Default for FifoStorage<E> {
     }
 }
 
-impl<E: Envelope> QueueStorage<E> for FifoStorage<E> {
+impl<E: Envelope> Ring<E> {
     fn push(&mut self, message: QueuedMessage<E>) {
         self.bytes += message.size();
         self.messages.push_back(message);
@@ -354,17 +406,33 @@ impl<E: Envelope> QueueStorage<E> for FifoStorage<E> {
         drained
     }
 
-    fn iter(&self) -> Box<dyn Iterator<Item = Ready<'_, E>> + '_> {
+    fn iter(&self) -> impl Iterator<Item = Ready<'_, E>> + '_ {
         let mut held = self.held.iter();
-        Box::new(
-            self.messages
-                .iter()
-                .map(move |m| (m, if m.is_held() { held.next() } else { None })),
-        )
+        self.messages.iter().map(move |m| {
+            (
+                Cow::Borrowed(m),
+                if m.is_held() { held.next() } else { None },
+            )
+        })
     }
 
-    fn iter_mut(&mut self) -> Box<dyn Iterator<Item = &mut QueuedMessage<E>> + '_> {
-        Box::new(self.messages.iter_mut())
+    fn is_empty(&self) -> bool {
+        self.messages.is_empty()
+    }
+
+    /// Removes the last message (not one whose record the ring holds).
+    fn pop_back(&mut self) -> Option<QueuedMessage<E>> {
+        let m = self.messages.pop_back()?;
+        debug_assert!(!m.is_held());
+        self.bytes -= m.size();
+        Some(m)
+    }
+
+    /// Moves every message of `other` to the end of this ring.
+    fn append(&mut self, other: &mut Ring<E>) {
+        self.messages.append(&mut other.messages);
+        self.held.append(&mut other.held);
+        self.bytes += std::mem::take(&mut other.bytes);
     }
 
     fn remove(&mut self, seq: u64) -> Option<QueuedMessage<E>> {
@@ -386,6 +454,348 @@ impl<E: Envelope> QueueStorage<E> for FifoStorage<E> {
             self.bytes -= m.size();
         }
         self.left();
+        Some(m)
+    }
+}
+
+/// Paged messages kept without a queue entry each: consecutive arrival positions from
+/// `first`, each with a slot: its payload size, [`AS_STUB`] if it is counted as a whole
+/// stub, or [`GONE`] once removed.
+#[derive(Debug, Default)]
+struct Run {
+    first: u64,
+    slots: VecDeque<u32>,
+    live: usize,
+    bytes: usize,
+}
+
+/// A run's slot of a message that was removed.
+const GONE: u32 = u32::MAX;
+/// In a run's slot: the message is counted [`STUB`] (it was a stub when the run took it).
+const AS_STUB: u32 = 1 << 31;
+
+impl Run {
+    fn next_seq(&self) -> u64 {
+        self.first + self.slots.len() as u64
+    }
+
+    fn contains(&self, seq: u64) -> bool {
+        (self.first..self.next_seq()).contains(&seq)
+    }
+
+    fn add(&mut self, slot: u32) {
+        self.slots.push_back(slot);
+        self.live += 1;
+        self.bytes += (slot & !AS_STUB) as usize;
+    }
+
+    /// Drops removed messages at the front, and everything once nothing is live.
+    fn trim(&mut self) {
+        while self.slots.front() == Some(&GONE) {
+            self.slots.pop_front();
+            self.first += 1;
+        }
+        if self.live == 0 {
+            self.slots = VecDeque::new();
+        } else {
+            shrink(&mut self.slots);
+        }
+    }
+
+    fn pop<E: Envelope>(&mut self) -> Option<QueuedMessage<E>> {
+        self.trim();
+        let slot = self.slots.pop_front()?;
+        let seq = self.first;
+        self.first += 1;
+        self.live -= 1;
+        let m = QueuedMessage::from_run(seq, slot);
+        self.bytes -= m.size();
+        Some(m)
+    }
+
+    fn remove<E: Envelope>(&mut self, seq: u64) -> Option<QueuedMessage<E>> {
+        if !self.contains(seq) {
+            return None;
+        }
+        let slot = &mut self.slots[(seq - self.first) as usize];
+        if *slot == GONE {
+            return None;
+        }
+        let m = QueuedMessage::from_run(seq, std::mem::replace(slot, GONE));
+        self.live -= 1;
+        self.bytes -= m.size();
+        self.trim();
+        Some(m)
+    }
+
+    fn iter<E: Envelope>(&self) -> impl Iterator<Item = QueuedMessage<E>> + '_ {
+        let first = self.first;
+        self.slots
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| **s != GONE)
+            .map(move |(i, s)| QueuedMessage::from_run(first + i as u64, *s))
+    }
+}
+
+/// A run and the messages that came after it and could not join it.
+#[derive(Debug)]
+struct Tail<E: Envelope> {
+    run: Run,
+    after: Ring<E>,
+    /// How many of the last messages of `after` are stubs that could make a run of their
+    /// own (consecutive arrival positions).
+    streak: usize,
+}
+
+/// Once a queue's head holds this many messages, a paged message that can (see
+/// [`QueueStorage::try_push_run`]) joins a run instead of getting a queue entry.
+pub const RUN_AFTER: usize = 2048;
+
+/// While a run follows, the head is refilled from it once it holds fewer than this many
+/// messages (up to [`RUN_AFTER`]): the reads of paged messages (in batches of 256 from the
+/// head) always find their stubs there.
+pub const RUN_REFILL: usize = 1024;
+
+/// Stubs behind a run that could make one (consecutive, paged, stored, never delivered,
+/// no expiry) become a run of their own once there are this many: a run costs about 200
+/// bytes, so a queue that alternates kinds of messages keeps its stubs.
+const STREAK: usize = 64;
+
+/// First-in, first-out storage in memory: the messages in arrival order (with the records
+/// the queue holds itself beside them, in the same order).
+///
+/// A backlog of paged messages costs almost nothing per message (RabbitMQ's "delta"): once
+/// the head holds [`RUN_AFTER`] messages, consecutive paged messages (stored, never
+/// delivered, without expiry) are kept as a *run*: the first arrival position and each
+/// message's payload size (4 bytes, counted as such against the watermark), not a
+/// 32-byte queue entry each. A message that cannot join (a transient one, one with an
+/// expiry, a redelivered one recovered from the store) waits behind the run as an entry;
+/// 64 stubs in a row behind it make a new run (still counted 32 bytes each, as when
+/// they came). As the head drains, it is refilled from the first run with stubs, whose
+/// bodies are read back from the message store as before.
+#[derive(Debug)]
+pub struct FifoStorage<E: Envelope = Native> {
+    head: Ring<E>,
+    tail: VecDeque<Tail<E>>,
+    /// Messages and payload bytes in the tail.
+    tail_len: usize,
+    tail_bytes: usize,
+}
+
+impl<E: Envelope> Default for FifoStorage<E> {
+    fn default() -> Self {
+        FifoStorage {
+            head: Ring::default(),
+            tail: VecDeque::new(),
+            tail_len: 0,
+            tail_bytes: 0,
+        }
+    }
+}
+
+impl<E: Envelope> FifoStorage<E> {
+    /// Moves messages of the first run to the head once it runs low; a run that is over
+    /// leaves the messages that waited behind it to the head (or to the run before it).
+    fn refill(&mut self) {
+        while let Some(first) = self.tail.front_mut() {
+            if first.run.live > 0 {
+                if self.head.len() >= RUN_REFILL {
+                    return;
+                }
+                while self.head.len() < RUN_AFTER {
+                    let Some(m) = first.run.pop() else {
+                        break;
+                    };
+                    self.tail_len -= 1;
+                    self.tail_bytes -= m.size();
+                    self.head.push(m);
+                }
+                if first.run.live > 0 {
+                    return;
+                }
+            }
+            let mut over = self.tail.pop_front().expect("there");
+            self.tail_len -= over.after.len();
+            self.tail_bytes -= over.after.bytes();
+            self.head.append(&mut over.after);
+        }
+    }
+
+    /// The tail segment holding arrival position `seq`.
+    fn tail_of(&self, seq: u64) -> Option<usize> {
+        let at = self.tail.partition_point(|t| t.run.first <= seq);
+        at.checked_sub(1)
+    }
+
+    /// The last [`STREAK`] stubs behind the last run become a run.
+    fn split_streak(&mut self) {
+        let last = self.tail.back_mut().expect("a tail");
+        let mut taken = Vec::with_capacity(last.streak);
+        for _ in 0..std::mem::take(&mut last.streak) {
+            taken.push(last.after.pop_back().expect("a stub per streak"));
+        }
+        let mut run = Run {
+            first: taken.last().map_or(0, QueuedMessage::seq),
+            ..Run::default()
+        };
+        for m in taken.iter().rev() {
+            let counted = if m.bits & RUN != 0 { 0 } else { AS_STUB };
+            run.add(m.weight | counted);
+        }
+        self.tail.push_back(Tail {
+            run,
+            after: Ring::default(),
+            streak: 0,
+        });
+    }
+
+    /// Messages kept in runs (not as queue entries).
+    pub fn in_runs(&self) -> usize {
+        self.tail.iter().map(|t| t.run.live).sum()
+    }
+}
+
+impl<E: Envelope> QueueStorage<E> for FifoStorage<E> {
+    fn push(&mut self, message: QueuedMessage<E>) {
+        let Some(last) = self.tail.back_mut() else {
+            self.head.push(message);
+            return;
+        };
+        self.tail_len += 1;
+        self.tail_bytes += message.size();
+        let follows = last
+            .after
+            .messages
+            .back()
+            .is_some_and(|b| b.seq() + 1 == message.seq());
+        last.streak = match (message.fits_a_run(), last.streak > 0 && follows) {
+            (false, _) => 0,
+            (true, true) => last.streak + 1,
+            (true, false) => 1,
+        };
+        last.after.push(message);
+        if last.streak >= STREAK {
+            self.split_streak();
+        }
+    }
+
+    fn try_push_run(&mut self, message: QueuedMessage<E>) -> Option<QueuedMessage<E>> {
+        if !message.fits_a_run() {
+            return Some(message);
+        }
+        match self.tail.back_mut() {
+            Some(last) if last.after.is_empty() && last.run.next_seq() == message.seq() => {
+                last.run.add(message.weight);
+            }
+            Some(_) => return Some(message),
+            None if self.head.len() >= RUN_AFTER => {
+                let mut run = Run {
+                    first: message.seq(),
+                    ..Run::default()
+                };
+                run.add(message.weight);
+                self.tail.push_back(Tail {
+                    run,
+                    after: Ring::default(),
+                    streak: 0,
+                });
+            }
+            None => return Some(message),
+        }
+        self.tail_len += 1;
+        self.tail_bytes += message.size();
+        None
+    }
+
+    fn push_held(&mut self, message: QueuedMessage<E>, record: E::Record) {
+        match self.tail.back_mut() {
+            None => self.head.push_held(message, record),
+            Some(last) => {
+                self.tail_len += 1;
+                self.tail_bytes += E::payload_len(&record);
+                last.streak = 0;
+                last.after.push_held(message, record);
+            }
+        }
+    }
+
+    fn requeue(&mut self, message: QueuedMessage<E>) {
+        // A delivered message came from the head, before any run.
+        debug_assert!(
+            self.tail
+                .front()
+                .is_none_or(|t| message.seq() < t.run.first)
+        );
+        self.head.requeue(message);
+    }
+
+    fn pop(&mut self) -> Option<QueuedMessage<E>> {
+        let m = self.head.pop();
+        self.refill();
+        m
+    }
+
+    fn peek(&self) -> Option<&QueuedMessage<E>> {
+        self.head.peek()
+    }
+
+    fn len(&self) -> usize {
+        self.head.len() + self.tail_len
+    }
+
+    fn bytes(&self) -> usize {
+        self.head.bytes() + self.tail_bytes
+    }
+
+    fn drain(&mut self) -> Vec<QueuedMessage<E>> {
+        let mut out = self.head.drain();
+        out.reserve(self.tail_len);
+        for mut t in std::mem::take(&mut self.tail) {
+            out.extend(t.run.iter());
+            out.extend(t.after.drain());
+        }
+        (self.tail_len, self.tail_bytes) = (0, 0);
+        out
+    }
+
+    fn iter(&self) -> Box<dyn Iterator<Item = Ready<'_, E>> + '_> {
+        Box::new(self.head.iter().chain(self.tail.iter().flat_map(|t| {
+            t.run
+                .iter()
+                .map(|m| (Cow::Owned(m), None))
+                .chain(t.after.iter())
+        })))
+    }
+
+    fn iter_mut(&mut self) -> Box<dyn Iterator<Item = &mut QueuedMessage<E>> + '_> {
+        Box::new(self.head.messages.iter_mut())
+    }
+
+    fn remove(&mut self, seq: u64) -> Option<QueuedMessage<E>> {
+        let Some(i) = self.tail_of(seq) else {
+            let m = self.head.remove(seq);
+            self.refill();
+            return m;
+        };
+        let t = &mut self.tail[i];
+        let m = if t.run.contains(seq) {
+            t.run.remove(seq)
+        } else {
+            // The streak counted the last messages: it starts again.
+            t.streak = 0;
+            t.after.remove(seq)
+        }?;
+        self.tail_len -= 1;
+        self.tail_bytes -= m.size();
+        if i > 0 && self.tail[i].run.live == 0 {
+            // An emptied run in the middle: what waited behind it joins the run before.
+            let mut gone = self.tail.remove(i).expect("there");
+            let before = &mut self.tail[i - 1];
+            before.after.append(&mut gone.after);
+            before.streak = 0;
+        }
+        self.refill();
         Some(m)
     }
 }
@@ -460,7 +870,7 @@ impl<E: Envelope> QueueStorage<E> for PriorityStorage<E> {
             self.levels
                 .iter_mut()
                 .rev()
-                .flat_map(|l| l.messages.iter_mut()),
+                .flat_map(|l| l.head.messages.iter_mut()),
         )
     }
 }
@@ -470,6 +880,7 @@ mod tests {
     use super::*;
     use crate::message::Message;
     use crate::message::Published;
+    use crate::state::BATCH;
 
     fn record() -> Published {
         Published::new("", "", Message::new(vec![0u8; 10]))
@@ -608,17 +1019,186 @@ mod tests {
         for i in 0..100_000 {
             s.push_held(msg(i, 0), record());
         }
-        assert!(s.messages.capacity() >= 100_000 && s.held.capacity() >= 100_000);
+        assert!(s.head.messages.capacity() >= 100_000 && s.head.held.capacity() >= 100_000);
         while s.len() > 10 {
             s.pop();
         }
         assert!(
-            s.messages.capacity() <= 4 * KEEP_SLOTS,
+            s.head.messages.capacity() <= 4 * KEEP_SLOTS,
             "{}",
-            s.messages.capacity()
+            s.head.messages.capacity()
         );
-        assert!(s.held.capacity() <= 4 * KEEP_SLOTS, "{}", s.held.capacity());
+        assert!(
+            s.head.held.capacity() <= 4 * KEEP_SLOTS,
+            "{}",
+            s.head.held.capacity()
+        );
         let order: Vec<u64> = std::iter::from_fn(|| s.pop()).map(|m| m.seq()).collect();
         assert_eq!(order, (99_990..100_000).collect::<Vec<u64>>(), "order kept");
+    }
+
+    fn sized(seq: u64, size: usize) -> QueuedMessage {
+        let record = Published::new("", "", Message::new(vec![0u8; size]));
+        QueuedMessage::new(seq, 0, Arc::new(record), 100 + size as u32, None)
+    }
+
+    #[test]
+    fn runs_of_paged_messages_follow_every_change_of_a_random_walk() {
+        let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        let mut s = FifoStorage::<Native>::default();
+        // The model: (seq, size) in delivery order; what was taken, to requeue.
+        let mut model: VecDeque<(u64, usize)> = VecDeque::new();
+        let mut taken: Vec<QueuedMessage> = Vec::new();
+        let (mut used, mut counted, mut seq, mut most_in_runs) = (0usize, 0usize, 0u64, 0);
+        let mut most_runs = 0;
+        for step in 0..30_000 {
+            // Phases that grow the queue, and phases that drain it.
+            let push_share = if (step / 6_000) % 3 == 2 { 30 } else { 75 };
+            let op = if next(100) < push_share {
+                0
+            } else {
+                55 + next(45)
+            };
+            match op {
+                // A paged message (most of them fit a run), or one with its body.
+                0..=54 => {
+                    let size = next(300) as usize;
+                    let mut m = sized(seq, size);
+                    m.set_stored(true);
+                    match next(100) {
+                        0 => {}
+                        1 => {
+                            m.set_redelivered(true);
+                            m.set_deliveries(1);
+                            m.page_out();
+                        }
+                        2 => {
+                            m.expires_at = Some(crate::deadline::Deadline::after(
+                                Instant::now(),
+                                std::time::Duration::from_secs(60),
+                            ));
+                            m.page_out();
+                        }
+                        _ => m.page_out(),
+                    }
+                    // As `Queue::push` does.
+                    let before = m.footprint();
+                    match s.try_push_run(m) {
+                        None => used += RUN_SLOT as usize,
+                        Some(m) => {
+                            assert!(
+                                s.tail.back().is_none_or(|t| !m.fits_a_run()
+                                    || !t.after.is_empty()
+                                    || m.seq() != t.run.next_seq()),
+                                "step {step}: a fitting stub joins the last run"
+                            );
+                            used += before;
+                            s.push(m);
+                        }
+                    }
+                    model.push_back((seq, size));
+                    // Sometimes a seq is skipped (a message of the queue that went elsewhere).
+                    seq += 1 + u64::from(next(200) == 0);
+                }
+                55..=74 => {
+                    let got = s.pop();
+                    assert_eq!(
+                        got.as_ref().map(|m| (m.seq(), m.size())),
+                        model.pop_front(),
+                        "step {step}"
+                    );
+                    if let Some(m) = got {
+                        if m.is_paged() && next(3) == 0 {
+                            // Read back, as `State::page_in` does.
+                            let mut m = m;
+                            let size = m.size();
+                            let body = sized(m.seq(), size).body.unwrap();
+                            used -= m.footprint();
+                            m.page_in(body, 100 + size as u32);
+                            used += m.footprint();
+                            taken.push(m);
+                        } else {
+                            taken.push(m);
+                        }
+                    }
+                }
+                75..=82 => {
+                    if let Some(m) = taken.pop() {
+                        if m.is_paged() {
+                            // Only delivered messages (with their bodies) are requeued.
+                            used -= m.footprint();
+                            continue;
+                        }
+                        let at = model.partition_point(|(q, _)| *q < m.seq());
+                        model.insert(at, (m.seq(), m.size()));
+                        s.requeue(m);
+                    }
+                }
+                83..=92 => {
+                    if model.is_empty() {
+                        continue;
+                    }
+                    let (victim, size) = model[next(model.len() as u64) as usize];
+                    let m = s.remove(victim).expect("there");
+                    assert_eq!((m.seq(), m.size()), (victim, size), "step {step}");
+                    assert!(s.remove(victim).is_none(), "gone");
+                    used -= m.footprint();
+                    model.retain(|(q, _)| *q != victim);
+                }
+                93 => {
+                    for m in taken.drain(..) {
+                        used -= m.footprint();
+                    }
+                }
+                _ => {
+                    if next(600) == 0 {
+                        let drained = s.drain();
+                        let got: Vec<(u64, usize)> =
+                            drained.iter().map(|m| (m.seq(), m.size())).collect();
+                        assert_eq!(got, Vec::from(std::mem::take(&mut model)), "step {step}");
+                        for m in drained {
+                            used -= m.footprint();
+                        }
+                    }
+                }
+            }
+            most_in_runs = most_in_runs.max(s.in_runs());
+            most_runs = most_runs.max(s.tail.len());
+            assert_eq!(s.len(), model.len(), "step {step}");
+            assert_eq!(
+                s.bytes(),
+                model.iter().map(|(_, b)| b).sum::<usize>(),
+                "step {step}"
+            );
+            assert_eq!(s.peek().map(|m| m.seq()), model.front().map(|(q, _)| *q));
+            if step % 100 == 0 {
+                let listed: Vec<(u64, usize)> =
+                    s.iter().map(|(m, _)| (m.seq(), m.size())).collect();
+                assert_eq!(listed, Vec::from(model.clone()), "step {step}");
+                let entries: Vec<u64> = s.iter_mut().take(BATCH).map(|m| m.seq()).collect();
+                let first: Vec<u64> = model.iter().take(BATCH).map(|(q, _)| *q).collect();
+                assert_eq!(entries, first, "step {step}: the head is made of entries");
+                // The count follows: what every message left is counted as.
+                counted = s.iter().map(|(m, _)| m.footprint()).sum::<usize>()
+                    + taken.iter().map(QueuedMessage::footprint).sum::<usize>();
+                assert_eq!(counted, used, "step {step}");
+            }
+        }
+        assert!(most_in_runs > 1_000, "runs were built: {most_in_runs}");
+        assert!(most_runs > 5, "several runs at once: {most_runs}");
+        let _ = counted;
+        for m in s.drain() {
+            used -= m.footprint();
+        }
+        for m in taken {
+            used -= m.footprint();
+        }
+        assert_eq!(used, 0, "every byte counted was taken off");
     }
 }

@@ -12,8 +12,8 @@ use stream_engine::*;
 use stream_store::{DiskStore, StoreConfig};
 
 const IN_FLIGHT: usize = 1_000;
-/// The memory high watermark: stubs count against it too (56 bytes each), so it is large
-/// enough for 10 M of them.
+/// The memory high watermark: paged messages count against it too (32 bytes a stub, 4 bytes
+/// a message in a run), so it is large enough for 10 M stubs.
 const WATERMARK: usize = 1024 * 1024 * 1024;
 /// Paging starts at 32 MiB.
 const PAGING_RATIO: f64 = 1.0 / 32.0;

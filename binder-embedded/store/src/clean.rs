@@ -3,10 +3,13 @@
 //! every record and ack file. It is removed at start, so a crash afterwards means a full
 //! scan.
 
-use crate::codec::{Decoded, In, Interner, Out};
+use crate::codec::{Decoded, In, Interner, Malformed, Out};
 use crate::frame;
 use crate::index::{Index, RefLoc, SegStat};
-use crate::layout::{Key, get_key};
+use crate::layout::Key;
+
+/// Marks the snapshot's format (a marker of another format is not used: the full scan runs).
+const FORMAT: u32 = 0x4944_5832;
 
 /// A live message in the snapshot.
 #[derive(Debug)]
@@ -15,7 +18,8 @@ pub(crate) struct CleanMessage {
     pub seg: u32,
     pub offset: u64,
     pub len: u32,
-    pub keys: Vec<Key>,
+    /// Its live references.
+    pub refs: u32,
 }
 
 /// The index as a clean close left it.
@@ -24,55 +28,50 @@ pub(crate) struct CleanIndex {
     pub next_id: u64,
     pub segments: Vec<(u32, SegStat)>,
     pub messages: Vec<CleanMessage>,
+    /// Queue by queue, in sequence order.
     pub refs: Vec<(Key, RefLoc)>,
 }
 
-fn put_key(out: &mut Out, k: &Key) {
-    out.str(&k.queue);
-    out.u64(k.incarnation);
-    out.u64(k.seq);
-}
-
-fn len32(n: usize) -> u32 {
-    u32::try_from(n).unwrap_or(u32::MAX)
-}
-
-/// The marker's bytes for `index`.
+/// The marker's bytes for `index`: the segments, the live messages, then each queue
+/// incarnation's name once with its references (sequence number, message id, flags, and the
+/// place of a reference record of its own).
 pub(crate) fn encode(index: &Index, next_id: u64) -> Vec<u8> {
     let mut out = Out::default();
+    out.u32(FORMAT);
     out.u64(next_id);
-    out.u32(len32(index.segs.len()));
+    out.u64(index.segs.len() as u64);
     for (n, s) in &index.segs {
         out.u32(*n);
         out.u64(s.bytes);
         out.u64(s.seq);
         out.u64(s.ack_seq);
     }
-    out.u32(len32(index.msgs.len()));
-    let keys = index.keys_by_message();
-    for (id, m) in &index.msgs {
-        out.u64(*id);
+    out.u64(index.message_count() as u64);
+    for (id, m) in index.messages() {
+        out.u64(id);
         out.u32(m.seg);
-        out.u64(m.offset);
+        out.u32(m.offset);
         out.u32(m.len);
-        let of = keys.get(id).map_or(&[][..], Vec::as_slice);
-        out.u32(len32(of.len()));
-        for k in of {
-            put_key(&mut out, k);
-        }
+        out.u32(m.refs);
     }
-    out.u32(len32(index.refs.len()));
-    for (k, r) in &index.refs {
-        put_key(&mut out, k);
-        out.u64(r.id);
-        out.u32(r.home);
-        out.u8(u8::from(r.delivered));
-        match r.record {
-            None => out.u8(0),
-            Some((offset, len)) => {
-                out.u8(1);
-                out.u64(offset);
-                out.u32(len);
+    let queues = index.queues();
+    out.u64(queues.len() as u64);
+    for (queue, incarnation, count) in queues {
+        out.str(&queue);
+        out.u64(incarnation);
+        out.u64(count as u64);
+        for (key, r) in index.refs_of(&queue, incarnation) {
+            out.u64(key.seq);
+            out.u64(r.id);
+            out.u8(u8::from(r.delivered));
+            match r.record {
+                None => out.u8(0),
+                Some((offset, len)) => {
+                    out.u8(1);
+                    out.u32(r.home);
+                    out.u64(offset);
+                    out.u32(len);
+                }
             }
         }
     }
@@ -81,20 +80,35 @@ pub(crate) fn encode(index: &Index, next_id: u64) -> Vec<u8> {
     framed
 }
 
+/// A count read from the marker, bounded by the bytes left (each item takes at least one).
+fn count(inp: &mut In<'_>) -> Decoded<usize> {
+    let n = inp.u64()?;
+    usize::try_from(n)
+        .ok()
+        .filter(|&n| n <= inp.0.len())
+        .ok_or(Malformed("a count larger than the marker"))
+}
+
 impl CleanIndex {
-    /// Reads a marker; `None` if it is damaged (then the full scan runs).
+    /// Reads a marker; `None` if it is damaged or of another format (then the full scan
+    /// runs).
     pub fn decode(data: &[u8], names: &mut Interner) -> Option<CleanIndex> {
         let f = frame::read_at(data, 0)?;
         if f.len as usize != data.len() {
             return None;
         }
-        Self::parse(&mut In(f.payload), names).ok()
+        let mut inp = In(f.payload);
+        let index = Self::parse(&mut inp, names).ok()?;
+        inp.0.is_empty().then_some(index)
     }
 
     fn parse(inp: &mut In<'_>, names: &mut Interner) -> Decoded<CleanIndex> {
+        if inp.u32()? != FORMAT {
+            return Err(Malformed("another marker format"));
+        }
         let next_id = inp.u64()?;
-        let n = inp.u32()? as usize;
-        let mut segments = Vec::with_capacity(n.min(inp.0.len()));
+        let n = count(inp)?;
+        let mut segments = Vec::with_capacity(n);
         for _ in 0..n {
             let seg = inp.u32()?;
             segments.push((
@@ -107,46 +121,49 @@ impl CleanIndex {
                 },
             ));
         }
-        let n = inp.u32()? as usize;
-        let mut messages = Vec::with_capacity(n.min(inp.0.len()));
+        let n = count(inp)?;
+        let mut messages = Vec::with_capacity(n);
         for _ in 0..n {
-            let id = inp.u64()?;
-            let seg = inp.u32()?;
-            let offset = inp.u64()?;
-            let len = inp.u32()?;
-            let k = inp.u32()? as usize;
-            let mut keys = Vec::with_capacity(k.min(inp.0.len()));
-            for _ in 0..k {
-                keys.push(get_key(inp, names)?);
-            }
             messages.push(CleanMessage {
-                id,
-                seg,
-                offset,
-                len,
-                keys,
+                id: inp.u64()?,
+                seg: inp.u32()?,
+                offset: u64::from(inp.u32()?),
+                len: inp.u32()?,
+                refs: inp.u32()?,
             });
         }
-        let n = inp.u32()? as usize;
-        let mut refs = Vec::with_capacity(n.min(inp.0.len()));
-        for _ in 0..n {
-            let key = get_key(inp, names)?;
-            let id = inp.u64()?;
-            let home = inp.u32()?;
-            let delivered = inp.u8()? == 1;
-            let record = match inp.u8()? {
-                0 => None,
-                _ => Some((inp.u64()?, inp.u32()?)),
-            };
-            refs.push((
-                key,
-                RefLoc {
-                    id,
-                    home,
-                    delivered,
-                    record,
-                },
-            ));
+        let queues = count(inp)?;
+        let mut refs = Vec::new();
+        for _ in 0..queues {
+            let queue = inp.shared(names)?;
+            let incarnation = inp.u64()?;
+            let n = count(inp)?;
+            refs.reserve(n);
+            for _ in 0..n {
+                let seq = inp.u64()?;
+                let id = inp.u64()?;
+                let delivered = inp.u8()? == 1;
+                let (home, record) = match inp.u8()? {
+                    0 => (0, None),
+                    _ => {
+                        let home = inp.u32()?;
+                        (home, Some((inp.u64()?, inp.u32()?)))
+                    }
+                };
+                refs.push((
+                    Key {
+                        queue: queue.clone(),
+                        incarnation,
+                        seq,
+                    },
+                    RefLoc {
+                        id,
+                        home,
+                        delivered,
+                        record,
+                    },
+                ));
+            }
         }
         Ok(CleanIndex {
             next_id,

@@ -30,6 +30,9 @@ pub enum ConfigError {
     /// Segments this small cannot hold a record.
     #[error("segment size {0} is under the minimum of 4096 bytes")]
     SegmentTooSmall(u64),
+    /// Segments this large would hold records at offsets the index does not keep.
+    #[error("segment size {0} is over the maximum of 2 GiB")]
+    SegmentTooLarge(u64),
 }
 
 impl FromStr for SyncMode {
@@ -56,11 +59,15 @@ impl FromStr for SyncMode {
 pub struct StoreConfig {
     /// When confirms are released.
     pub mode: SyncMode,
-    /// A segment is closed and a new one started once it holds this many bytes.
+    /// A segment is closed and a new one started once it holds this many bytes (4096 to
+    /// [`MAX_SEGMENT_BYTES`]).
     pub segment_bytes: u64,
     /// At most this many commands go into one batch (one sync).
     pub max_batch: usize,
 }
+
+/// The largest `segment_bytes`.
+pub const MAX_SEGMENT_BYTES: u64 = 2 << 30;
 
 impl Default for StoreConfig {
     fn default() -> Self {
@@ -77,6 +84,11 @@ impl StoreConfig {
     pub fn validate(&self) -> Result<(), ConfigError> {
         if self.segment_bytes < 4096 {
             return Err(ConfigError::SegmentTooSmall(self.segment_bytes));
+        }
+        // A segment ends past this by at most one record (512 MiB), so every offset fits
+        // the index's 32 bits.
+        if self.segment_bytes > MAX_SEGMENT_BYTES {
+            return Err(ConfigError::SegmentTooLarge(self.segment_bytes));
         }
         Ok(())
     }
@@ -101,6 +113,23 @@ mod tests {
         assert_eq!(
             "interval:0".parse::<SyncMode>(),
             Err(ConfigError::BadInterval("0".into()))
+        );
+    }
+
+    #[test]
+    fn segment_sizes_out_of_range_are_refused() {
+        let with = |segment_bytes| StoreConfig {
+            segment_bytes,
+            ..StoreConfig::default()
+        };
+        assert_eq!(
+            with(4095).validate(),
+            Err(ConfigError::SegmentTooSmall(4095))
+        );
+        assert_eq!(with(MAX_SEGMENT_BYTES).validate(), Ok(()));
+        assert_eq!(
+            with(MAX_SEGMENT_BYTES + 1).validate(),
+            Err(ConfigError::SegmentTooLarge(MAX_SEGMENT_BYTES + 1))
         );
     }
 }

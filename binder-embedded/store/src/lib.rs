@@ -32,7 +32,7 @@ mod recovery;
 mod store;
 mod writer;
 
-pub use config::{ConfigError, StoreConfig, SyncMode};
+pub use config::{ConfigError, MAX_SEGMENT_BYTES, StoreConfig, SyncMode};
 pub use disk::{DEFAULT_DISK_FREE_LIMIT, DISK_CHECK_INTERVAL, DiskAlarm, DiskMonitor, free_space};
 pub use fault::FaultFs;
 pub use fs::{FileSystem, RealFs, StoreFile};

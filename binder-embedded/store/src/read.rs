@@ -50,12 +50,8 @@ fn locate(
                 incarnation,
                 seq,
             };
-            let m = index
-                .refs
-                .get(&key)
-                .and_then(|r| index.msgs.get(&r.id))
-                .ok_or(seq)?;
-            Ok((m.seg, m.offset, m.len))
+            let m = index.locate(&key).ok_or(seq)?;
+            Ok((m.seg, u64::from(m.offset), m.len))
         })
         .collect()
 }

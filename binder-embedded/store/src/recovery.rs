@@ -148,6 +148,7 @@ fn full_scan(
     for &n in segments {
         let path = layout::segment_path(dir, n);
         let bytes = fs.read(&path)?.unwrap_or_default();
+        too_large(&path, bytes.len())?;
         let scan = frame::scan(&bytes);
         for f in &scan.frames {
             let record = layout::decode_segment(f.payload, names)
@@ -218,10 +219,7 @@ fn full_scan(
         bytes.truncate(valid as usize);
         data.insert(n, bytes);
     }
-    let mut index = Index {
-        segs: stats,
-        ..Index::default()
-    };
+    let mut index = Index::with_segments(stats);
     let mut live: Vec<(Key, Candidate)> = candidates
         .into_iter()
         .filter(|(key, c)| {
@@ -310,6 +308,18 @@ fn decode_body(
     }
 }
 
+/// Refuses a segment whose offsets do not fit the index's 32 bits (written with segments over
+/// 4 GiB, which `StoreConfig::validate` no longer allows).
+fn too_large(path: &Path, len: usize) -> Result<(), StoreError> {
+    if u32::try_from(len).is_err() {
+        return Err(corrupt(format!(
+            "{} holds {len} bytes: segments of more than 4 GiB are not supported",
+            path.display()
+        )));
+    }
+    Ok(())
+}
+
 /// Rebuilds from the clean-shutdown snapshot, reading only the live message records; `None`
 /// when the snapshot does not match the files (then the full scan runs).
 fn from_clean(
@@ -327,21 +337,17 @@ fn from_clean(
     let mut data = HashMap::default();
     for (n, stat) in &clean.segments {
         let bytes = fs.read(&layout::segment_path(dir, *n))?.unwrap_or_default();
+        too_large(&layout::segment_path(dir, *n), bytes.len())?;
         if bytes.len() as u64 != stat.bytes {
             return Ok(None);
         }
         data.insert(*n, bytes);
     }
-    let mut index = Index {
-        segs: clean.segments.iter().cloned().collect(),
-        ..Index::default()
-    };
+    let mut index = Index::with_segments(clean.segments.iter().cloned().collect());
     for s in index.segs.values_mut() {
         s.live = 0;
         s.live_bytes = 0;
     }
-    index.msgs.reserve(clean.messages.len());
-    index.refs.reserve(clean.refs.len());
     let mut decoded = HashMap::default();
     for m in &clean.messages {
         let Some(seg) = data.get(&m.seg) else {
@@ -351,7 +357,7 @@ fn from_clean(
             return Ok(None);
         };
         decoded.insert(m.id, p);
-        index.add_message(m.id, m.seg, m.offset, m.len, m.keys.len() as u32);
+        index.add_message(m.id, m.seg, m.offset, m.len, m.refs);
     }
     let mut refs = clean.refs;
     // Sorted here, while the entries are small: the broker then finds the messages in order.

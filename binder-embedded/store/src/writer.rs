@@ -4,6 +4,8 @@
 //! batches deletes dead segments and compacts sparse ones.
 
 use std::collections::{BTreeSet, HashMap};
+
+use rustc_hash::FxHashSet as HashSet;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
@@ -295,8 +297,8 @@ impl Writer {
         StoreStats {
             segments: self.index.segs.len(),
             segment_bytes: self.index.segment_bytes(),
-            live_messages: self.index.msgs.len(),
-            live_references: self.index.refs.len(),
+            live_messages: self.index.message_count(),
+            live_references: self.index.ref_count(),
             compactions: self.compactions,
             deleted_segments: self.deleted,
         }
@@ -339,12 +341,7 @@ impl Writer {
                 let Some(key) = self.key(&queue, seq) else {
                     return;
                 };
-                let Some(loc) = self.index.refs.get_mut(&key) else {
-                    return;
-                };
-                if !loc.delivered {
-                    loc.delivered = true;
-                    let home = loc.home;
+                if let Some(home) = self.index.set_delivered(&key) {
                     self.ack(home, AckKind::Delivered, &key);
                 }
             }
@@ -371,9 +368,7 @@ impl Writer {
         let op = match op {
             MetaOp::QueueDeclared(_, q) => MetaOp::QueueDeclared(self.meta.next_incarnation, q),
             MetaOp::QueueDeleted(name) => {
-                for key in self.index.queue_refs(&name) {
-                    self.index.remove_ref(&key);
-                }
+                self.index.remove_queue(&name);
                 MetaOp::QueueDeleted(name)
             }
             other => other,
@@ -455,7 +450,7 @@ impl Writer {
     }
 
     fn reference(&mut self, id: u64, queue: &str, seq: u64, waiter: Option<Waiter>) {
-        if !self.index.msgs.contains_key(&id) {
+        if self.index.message(id).is_none() {
             // Its first queue dropped it already: write it again for this one.
             match self.last_message.take() {
                 Some((last, body)) if last == id => {
@@ -484,9 +479,7 @@ impl Writer {
             delivered: false,
         };
         let (offset, len) = self.push_segment(&layout::encode_ref(id, &entry));
-        if let Some(m) = self.index.msgs.get_mut(&id) {
-            m.refs += 1;
-        }
+        self.index.add_message_ref(id);
         self.index.add_ref(
             key,
             RefLoc {
@@ -657,16 +650,52 @@ impl Writer {
     fn compact(&mut self, seg: u32) -> Result<(), StoreError> {
         let path = layout::segment_path(&self.dir, seg);
         let data = self.fs.read(&path)?.unwrap_or_default();
-        for (id, keys) in self.index.messages_in(seg) {
-            let Some(m) = self.index.msgs.get(&id) else {
+        let names = &mut crate::codec::Interner::default();
+        // The segment's live message records: those the index places at their offset (a
+        // dead copy of a message rewritten elsewhere has the same id, not the same place).
+        let mut live = Vec::new();
+        for f in frame::scan(&data).frames {
+            let Ok(SegRecord::Message { id, refs, body }) =
+                layout::decode_segment(f.payload, names)
+            else {
                 continue;
             };
-            let body = record_body(&data, m.offset)?;
+            if self
+                .index
+                .message(id)
+                .is_some_and(|m| m.seg == seg && u64::from(m.offset) == f.offset)
+            {
+                live.push((id, refs, body));
+            }
+        }
+        let expected = self.index.segs.get(&seg).map_or(0, |s| s.live);
+        let records = self.index.ref_records_in.get(&seg).map_or(0, HashSet::len);
+        if (live.len() + records) as u64 != expected {
+            return Err(StoreError::Corrupt {
+                detail: format!(
+                    "segment {seg} holds {expected} live records but {} could be read for its compaction",
+                    live.len() + records
+                ),
+            });
+        }
+        let ids: HashSet<u64> = live.iter().map(|(id, _, _)| *id).collect();
+        let mut own = self.index.own_refs_of(&ids);
+        for (id, listed, body) in live {
+            // Its live references: those its record lists that are still inline, and those
+            // with records of their own (which the new record will list).
+            let mut keys: Vec<Key> = listed
+                .into_iter()
+                .map(|r| r.key)
+                .filter(|k| self.index.is_inline_ref(k, id))
+                .collect();
+            keys.extend(own.remove(&id).unwrap_or_default());
+            keys.sort_by(|a, b| (&a.queue, a.seq).cmp(&(&b.queue, b.seq)));
+            keys.dedup();
             let refs: Vec<RefEntry> = keys
                 .iter()
                 .map(|k| RefEntry {
                     key: k.clone(),
-                    delivered: self.index.refs.get(k).is_some_and(|r| r.delivered),
+                    delivered: self.index.get_ref(k).is_some_and(|r| r.delivered),
                 })
                 .collect();
             self.roll_if_full()?;
@@ -680,7 +709,7 @@ impl Writer {
             .map(|s| s.iter().cloned().collect())
             .unwrap_or_default();
         for key in keys {
-            let Some(loc) = self.index.refs.get(&key).cloned() else {
+            let Some(loc) = self.index.get_ref(&key) else {
                 continue;
             };
             self.roll_if_full()?;
@@ -750,20 +779,6 @@ impl Writer {
         self.fs.rename(&tmp, &self.dir.join(layout::CLEAN))?;
         self.fs.sync_dir(&self.dir)?;
         Ok(())
-    }
-}
-
-/// The encoded message of the message record at `offset`.
-fn record_body(data: &[u8], offset: u64) -> Result<&[u8], StoreError> {
-    let corrupt = |detail: String| StoreError::Corrupt { detail };
-    let frame = usize::try_from(offset)
-        .ok()
-        .and_then(|at| frame::read_at(data, at))
-        .ok_or_else(|| corrupt(format!("no valid record at offset {offset}")))?;
-    let names = &mut crate::codec::Interner::default();
-    match layout::decode_segment(frame.payload, names).map_err(|e| corrupt(e.to_string()))? {
-        SegRecord::Message { body, .. } => Ok(body),
-        SegRecord::Ref { .. } => Err(corrupt(format!("record at {offset} is not a message"))),
     }
 }
 

@@ -327,3 +327,181 @@ async fn an_out_of_range_paging_ratio_is_refused_by_name() {
         assert!(err.to_string().contains("memory_paging_ratio"), "{err}");
     }
 }
+
+/// The ready messages of `queue`, without taking them: each one's number (checked against
+/// its body, header and properties) and whether it is marked redelivered.
+fn contents(broker: &Broker, queue: &str) -> Vec<(u64, bool)> {
+    broker
+        .peek(queue, 100_000)
+        .unwrap()
+        .iter()
+        .map(|p| {
+            let Some(FieldValue::I64(i)) = p.record.message.headers.get("n").cloned() else {
+                panic!("no header n");
+            };
+            check(i as u64, &p.record.message);
+            (i as u64, p.redelivered)
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_compacted_fanout_backlog_comes_back_after_a_clean_close_and_after_a_crash() {
+    let fs = FaultFs::new();
+    let dir = Path::new("/data");
+    let config = StoreConfig {
+        segment_bytes: 64 * 1024,
+        ..StoreConfig::default()
+    };
+    let (store, broker) = open(&fs, dir, config.clone());
+    let conn = broker.connect();
+    let ch = conn.open_channel().unwrap();
+    ch.exchange_declare(
+        "fan",
+        ExchangeKind::Fanout,
+        durable_exchange(),
+        FieldTable::new(),
+    )
+    .unwrap();
+    for q in ["a", "b"] {
+        ch.queue_declare(q, durable_queue(), FieldTable::new())
+            .unwrap();
+        ch.queue_bind(q, "fan", "", FieldTable::new()).unwrap();
+    }
+    ch.confirm_select().unwrap();
+    // Each message is written once, for queue a, with a reference record for queue b.
+    for i in 0..4_000 {
+        let outcome = ch
+            .basic_publish("fan", "", Default::default(), message(i))
+            .await
+            .unwrap();
+        assert_eq!(outcome.status, PublishStatus::Routed(2));
+    }
+    assert!(broker.paged_messages("a").unwrap() > 3_000);
+    assert!(broker.paged_messages("b").unwrap() > 3_000);
+    // Queue a keeps one in ten, b one in five: some messages are kept by both queues, some
+    // only through b's reference record; compaction rewrites them and their references.
+    let keep_a = |i: u64| i < 500 || i % 10 == 0;
+    let keep_b = |i: u64| i < 500 || i % 5 == 0;
+    for (q, keep) in [("a", &keep_a as &dyn Fn(u64) -> bool), ("b", &keep_b)] {
+        let seqs: Vec<(u64, u64)> = broker
+            .peek(q, 4_000)
+            .unwrap()
+            .iter()
+            .map(|p| {
+                let Some(FieldValue::I64(i)) = p.record.message.headers.get("n").cloned() else {
+                    panic!("no header n");
+                };
+                (p.seq, i as u64)
+            })
+            .collect();
+        for (n, (seq, i)) in seqs.iter().enumerate() {
+            if !keep(*i) {
+                assert!(broker.discard(q, *seq).unwrap());
+            }
+            if n % 200 == 0 {
+                store.stats().unwrap();
+            }
+        }
+    }
+    // The first 300 of b delivered and not acknowledged: they come back redelivered.
+    let getter = conn.open_channel().unwrap();
+    for i in 0..300 {
+        let got = getter.basic_get("b", false).unwrap().unwrap();
+        check(i, got.delivery.message());
+    }
+    let stats = store.stats().unwrap();
+    assert!(stats.compactions > 5, "{stats:?}");
+    assert!(stats.deleted_segments > 5, "{stats:?}");
+    let a: Vec<(u64, bool)> = (0..4_000)
+        .filter(|i| keep_a(*i))
+        .map(|i| (i, false))
+        .collect();
+    let b: Vec<(u64, bool)> = (0..4_000)
+        .filter(|i| keep_b(*i))
+        .map(|i| (i, i < 300))
+        .collect();
+    assert_eq!(stats.live_references, a.len() + b.len());
+    assert_eq!(contents(&broker, "a"), a);
+    drop(getter);
+    drop(ch);
+    drop(conn);
+    drop(broker);
+    store.close().unwrap();
+
+    let (store, broker) = open(&fs, dir, config.clone());
+    assert!(
+        store.started_clean(),
+        "the clean-shutdown snapshot was used"
+    );
+    assert!(broker.paged_messages("a").unwrap() > 100);
+    assert_eq!(contents(&broker, "a"), a, "after a clean close");
+    assert_eq!(contents(&broker, "b"), b, "after a clean close");
+    let stats = store.stats().unwrap();
+    assert_eq!(stats.live_references, a.len() + b.len());
+
+    let after = fs.crash();
+    drop(broker);
+    drop(store);
+    let (store, broker) = open(&after, dir, config);
+    assert!(!store.started_clean(), "a crash means a full scan");
+    assert_eq!(contents(&broker, "a"), a, "after a crash");
+    assert_eq!(contents(&broker, "b"), b, "after a crash");
+    let conn = broker.connect();
+    let ch = conn.open_channel().unwrap();
+    for (q, expected) in [("a", &a), ("b", &b)] {
+        let mut consumer = ch.basic_consume(q, ConsumeOptions::default()).unwrap();
+        for (i, redelivered) in expected {
+            let d = next(&mut consumer).await;
+            check(*i, d.message());
+            assert_eq!(d.redelivered, *redelivered, "{q}: message {i}");
+            ch.basic_ack(d.delivery_tag, false).unwrap();
+        }
+        consumer.cancel().unwrap();
+    }
+    assert_eq!(store.stats().unwrap().live_references, 0);
+    assert_eq!(broker.pages_read().1, 0);
+}
+
+#[tokio::test]
+async fn a_byte_limit_and_a_purge_count_paged_runs_exactly() {
+    let fs = FaultFs::new();
+    let (store, broker) = open(&fs, Path::new("/data"), StoreConfig::default());
+    let conn = broker.connect();
+    let ch = conn.open_channel().unwrap();
+    let mut args = FieldTable::new();
+    args.insert("x-max-length-bytes", FieldValue::I64(200 * 3_000));
+    ch.queue_declare("q", durable_queue(), args).unwrap();
+    ch.confirm_select().unwrap();
+    let before = broker.memory_used();
+    // 4,000 messages of 200 bytes against a limit of 3,000: the first 1,000 are dropped from
+    // the head while most of the rest sit in runs.
+    publish(&ch, "q", 0..4_000).await;
+    assert_eq!(broker.queue_counts("q"), Some((3_000, 0)));
+    assert!(broker.paged_messages("q").unwrap() > 500);
+    let seen = contents(&broker, "q");
+    assert_eq!(
+        seen,
+        (1_000..4_000).map(|i| (i, false)).collect::<Vec<_>>(),
+        "the oldest went, the order is kept"
+    );
+    assert_eq!(ch.queue_purge("q").unwrap(), 3_000);
+    assert_eq!(
+        broker.memory_used(),
+        before,
+        "every paged message's count taken off"
+    );
+    assert_eq!(
+        store.stats().unwrap().live_references,
+        0,
+        "the store was told of each"
+    );
+    publish(&ch, "q", 4_000..4_003).await;
+    let mut consumer = ch.basic_consume("q", ConsumeOptions::default()).unwrap();
+    for i in 4_000..4_003 {
+        let d = next(&mut consumer).await;
+        check(i, d.message());
+        ch.basic_ack(d.delivery_tag, false).unwrap();
+    }
+    assert_eq!(broker.pages_read().1, 0);
+}

@@ -38,6 +38,8 @@ use std::sync::Arc;
 use tokio::sync::mpsc::UnboundedSender;
 
 use self::accounting::MemoryCount;
+#[cfg(test)]
+pub(crate) use self::paging::BATCH;
 pub(crate) use self::paging::check_ratio as check_paging_ratio;
 use self::registry::Registry;
 use self::sessions::Sessions;

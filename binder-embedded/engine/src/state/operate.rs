@@ -135,7 +135,7 @@ impl<E: Envelope> State<E> {
         };
         let body = match held {
             Some(held) => Arc::new(held.clone()),
-            None => match self.read_back(queue, message) {
+            None => match self.read_back(queue, &message) {
                 Ok(body) => body,
                 Err(e) => return Err(self.read_failed(queue, &e)),
             },

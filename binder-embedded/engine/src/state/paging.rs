@@ -57,12 +57,13 @@ impl<E: Envelope> State<E> {
         let Some(q) = self.registry.queues.get_mut(queue) else {
             return Ok(());
         };
+        // The first BATCH messages are entries (a run always follows more than that).
         let seqs: Vec<u64> = q
             .storage
-            .iter()
+            .iter_mut()
             .take(BATCH)
-            .filter(|(m, _)| m.is_paged())
-            .map(|(m, _)| m.seq())
+            .filter(|m| m.is_paged())
+            .map(|m| m.seq())
             .collect();
         if seqs.is_empty() {
             return Ok(());
