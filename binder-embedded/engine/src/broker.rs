@@ -934,13 +934,7 @@ mod tests {
         let conn = broker.connect();
         let mut other = Some(broker.connect());
         let (mut bound, mut deleted) = (0, 0);
-        let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
-        let mut next = |n: u64| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed % n
-        };
+        let mut next = crate::xorshift(0x9e37_79b9_7f4a_7c15);
         let kinds = [
             ExchangeKind::Direct,
             ExchangeKind::Fanout,

@@ -1044,13 +1044,7 @@ mod tests {
 
     #[test]
     fn runs_of_paged_messages_follow_every_change_of_a_random_walk() {
-        let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
-        let mut next = |n: u64| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed % n
-        };
+        let mut next = crate::xorshift(0x9e37_79b9_7f4a_7c15);
         let mut s = FifoStorage::<Native>::default();
         // The model: (seq, size) in delivery order; what was taken, to requeue.
         let mut model: VecDeque<(u64, usize)> = VecDeque::new();
