@@ -132,6 +132,163 @@ pub async fn mpsc_throughput(msgs: Vec<BenchMsg>) -> Vec<Figure> {
     rate(n, elapsed)
 }
 
+/// The engine alone, without the framework: a native broker (`stream_engine::Broker<Native>`)
+/// with a queue per destination, a producer task per queue awaiting `basic_publish` of each
+/// encoded struct through the default exchange on a channel of its own, and a consumer per
+/// queue at prefetch 1 (the binding default) that decodes each delivery and acks it. What the
+/// broker's own semantics cost per message at the defaults: a routed, queued, delivered and
+/// acknowledged message, with no acknowledgement held back.
+pub async fn engine_throughput(msgs: Vec<BenchMsg>, destinations: usize) -> Vec<Figure> {
+    let n = msgs.len();
+    let sink = Sink::new(n);
+    let shares = shares(msgs, destinations);
+    let counts: Vec<usize> = shares.iter().map(Vec::len).collect();
+    let engine = EngineOnly::start(&counts, &sink);
+
+    let start = Instant::now();
+    let producers: Vec<_> = shares
+        .into_iter()
+        .enumerate()
+        .map(|(i, share)| {
+            let publisher = engine.conn.open_channel().expect("channel.open");
+            tokio::spawn(async move {
+                for m in &share {
+                    engine_publish(&publisher, i, m).await;
+                }
+                publisher.close();
+            })
+        })
+        .collect();
+    sink.all_arrived().await;
+    let elapsed = start.elapsed();
+
+    for p in producers {
+        join(p).await;
+    }
+    engine.finish().await;
+    sink.check();
+    rate(n, elapsed)
+}
+
+/// The engine-alone contender's broker: queue `bench.engine.<i>` for each of `counts`, each
+/// with a consuming task at prefetch 1 that decodes its `counts[i]` deliveries into the sink
+/// and acks each.
+struct EngineOnly {
+    conn: stream_engine::Connection<stream_engine::Native>,
+    consuming: Vec<tokio::task::JoinHandle<stream_engine::Channel<stream_engine::Native>>>,
+}
+
+impl EngineOnly {
+    fn start(counts: &[usize], sink: &Sink) -> EngineOnly {
+        use stream_engine::{ConsumeOptions, FieldTable, QueueOptions};
+        let broker = stream_engine::Broker::<stream_engine::Native>::new();
+        let conn = broker.connect();
+        let consuming = counts
+            .iter()
+            .enumerate()
+            .map(|(i, &count)| {
+                let ch = conn.open_channel().expect("channel.open");
+                let queue = engine_queue(i);
+                ch.queue_declare(&queue, QueueOptions::default(), FieldTable::new())
+                    .expect("queue.declare");
+                ch.basic_qos(1, false).expect("basic.qos");
+                let mut consumer = ch
+                    .basic_consume(&queue, ConsumeOptions::default())
+                    .expect("basic.consume");
+                let sink = sink.clone();
+                tokio::spawn(async move {
+                    for _ in 0..count {
+                        let d = consumer.recv().await.expect("consumer ended");
+                        sink.arrived(&decode(&d.message().payload));
+                        ch.basic_ack(d.delivery_tag, false).expect("basic.ack");
+                    }
+                    drop(consumer);
+                    ch
+                })
+            })
+            .collect();
+        EngineOnly { conn, consuming }
+    }
+
+    async fn finish(self) {
+        for c in self.consuming {
+            join(c).await.close();
+        }
+        self.conn.close();
+    }
+}
+
+fn engine_queue(i: usize) -> String {
+    format!("bench.engine.{i}")
+}
+
+/// Publishes one encoded struct to queue `i` of the engine-alone contender.
+async fn engine_publish(
+    publisher: &stream_engine::Channel<stream_engine::Native>,
+    i: usize,
+    m: &BenchMsg,
+) {
+    let message = stream_engine::Message::new(serde_json::to_vec(m).expect("encode"));
+    publisher
+        .basic_publish(
+            "",
+            &engine_queue(i),
+            stream_engine::PublishOptions::default(),
+            message,
+        )
+        .await
+        .expect("basic.publish");
+}
+
+/// `destinations` tokio `mpsc` channels of [`MPSC_CAPACITY`], each drained by a task of its
+/// own that decodes one payload at a time; one producer task sends the encoded structs
+/// round-robin over them, awaiting each send. The runtime's own cost of many destinations:
+/// with more than a few, every message finds its consumer task asleep and wakes it.
+/// Figures: the rate, and the time spawning the channels and tasks took.
+pub async fn mpsc_many(msgs: Vec<BenchMsg>, destinations: usize) -> Vec<Figure> {
+    let n = msgs.len();
+    let sink = Sink::new(n);
+    let setup = Instant::now();
+    let mut senders = Vec::with_capacity(destinations);
+    let mut consumers = Vec::with_capacity(destinations);
+    for _ in 0..destinations {
+        let (tx, mut rx) = mpsc::channel::<Vec<u8>>(MPSC_CAPACITY);
+        let consumer_sink = sink.clone();
+        senders.push(tx);
+        consumers.push(tokio::spawn(async move {
+            while let Some(p) = rx.recv().await {
+                consumer_sink.arrived(&decode(&p));
+            }
+        }));
+    }
+    let setup = setup.elapsed();
+
+    let start = Instant::now();
+    let producer = tokio::spawn(async move {
+        for (i, m) in msgs.iter().enumerate() {
+            senders[i % senders.len()]
+                .send(serde_json::to_vec(m).expect("encode"))
+                .await
+                .expect("receiver alive");
+        }
+    });
+    sink.all_arrived().await;
+    let elapsed = start.elapsed();
+
+    join(producer).await;
+    for c in consumers {
+        join(c).await;
+    }
+    sink.check();
+    vec![
+        Figure::rate(n as f64 / elapsed.as_secs_f64()),
+        Figure {
+            value: setup.as_secs_f64() * 1e3,
+            unit: Unit::Millis,
+        },
+    ]
+}
+
 // ---- latency ------------------------------------------------------------------------------
 
 /// Waits until message `i` is due at `per_sec` messages a second from `start`.
@@ -188,5 +345,24 @@ pub async fn rs_latency(msgs: Vec<BenchMsg>, per_sec: u32) -> Vec<Figure> {
     sink.all_arrived().await;
     sink.check();
     app.finish().await;
+    latency_figures(&sink)
+}
+
+/// The engine alone: the broker of [`engine_throughput`], one producer publishing at
+/// `per_sec`.
+pub async fn engine_latency(msgs: Vec<BenchMsg>, per_sec: u32) -> Vec<Figure> {
+    let sink = Sink::with_latency(msgs.len());
+    let engine = EngineOnly::start(&[msgs.len()], &sink);
+    let publisher = engine.conn.open_channel().expect("channel.open");
+    let start = tokio::time::Instant::now();
+    for (i, m) in msgs.iter().enumerate() {
+        due(start, i, per_sec).await;
+        sink.sending(m.id);
+        engine_publish(&publisher, 0, m).await;
+    }
+    sink.all_arrived().await;
+    sink.check();
+    publisher.close();
+    engine.finish().await;
     latency_figures(&sink)
 }

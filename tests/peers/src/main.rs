@@ -108,10 +108,11 @@ fn main() {
         println!("{}. {title}", idx + 1);
         match idx {
             0 => {
-                let c = ["ours", "ruststream", "mpsc(1024)"];
+                let c = ["ours", "ruststream", "mpsc(1024)", "engine alone"];
                 println!(
                     "  {} messages; ours: #[stream_listener] on `embedded`, default settings, \
-                     Output::send awaited per message",
+                     Output::send awaited per message; engine alone: the broker engine without \
+                     the framework, prefetch 1, an ack per message",
                     s.messages
                 );
                 let r = run_rounds(&c, s.rounds, |i| {
@@ -119,13 +120,19 @@ fn main() {
                     timed(match i {
                         0 => Box::pin(inproc::ours_throughput(msgs, 1)),
                         1 => Box::pin(inproc::rs_throughput(msgs, 1)),
-                        _ => Box::pin(inproc::mpsc_throughput(msgs)),
+                        2 => Box::pin(inproc::mpsc_throughput(msgs)),
+                        _ => Box::pin(inproc::engine_throughput(msgs, 1)),
                     })
                 });
-                report(&c, &[""], &r, &[(0, 1, 0), (0, 2, 0), (1, 2, 0)]);
+                report(
+                    &c,
+                    &[""],
+                    &r,
+                    &[(0, 1, 0), (0, 2, 0), (1, 2, 0), (3, 1, 0), (0, 3, 0)],
+                );
             }
             1 => {
-                let c = ["ours", "ruststream"];
+                let c = ["ours", "ruststream", "engine alone"];
                 println!(
                     "  {} messages at {} msg/s, one producer",
                     s.latency_messages, s.latency_rate
@@ -134,22 +141,29 @@ fn main() {
                     let msgs = bench_msgs(s.latency_messages);
                     timed(match i {
                         0 => Box::pin(inproc::ours_latency(msgs, s.latency_rate)),
-                        _ => Box::pin(inproc::rs_latency(msgs, s.latency_rate)),
+                        1 => Box::pin(inproc::rs_latency(msgs, s.latency_rate)),
+                        _ => Box::pin(inproc::engine_latency(msgs, s.latency_rate)),
                     })
                 });
-                report(&c, &["p50", "p99"], &r, &[(0, 1, 0), (0, 1, 1)]);
+                report(
+                    &c,
+                    &["p50", "p99"],
+                    &r,
+                    &[(0, 1, 0), (0, 1, 1), (2, 1, 0), (2, 1, 1)],
+                );
             }
             2 => {
-                let c = ["ours", "ruststream"];
+                let c = ["ours", "ruststream", "engine alone"];
                 println!("  {} messages, a producer task per destination", s.messages);
                 let r = run_rounds(&c, s.rounds, |i| {
                     let msgs = bench_msgs(s.messages);
                     timed(match i {
                         0 => Box::pin(inproc::ours_throughput(msgs, 4)),
-                        _ => Box::pin(inproc::rs_throughput(msgs, 4)),
+                        1 => Box::pin(inproc::rs_throughput(msgs, 4)),
+                        _ => Box::pin(inproc::engine_throughput(msgs, 4)),
                     })
                 });
-                report(&c, &[""], &r, &[(0, 1, 0)]);
+                report(&c, &[""], &r, &[(0, 1, 0), (2, 1, 0), (0, 2, 0)]);
             }
             3 | 4 => {
                 let mode = rabbit::Mode {
@@ -166,8 +180,9 @@ fn main() {
                 println!(
                     "  {} messages, prefetch {}, durable queues, {} publishes in flight with \
                      confirms; ours: Output::pipeline, #[stream_listener], AUTO ack; lapin topic: \
-                     raw lapin through a topic exchange like ours; lapin default: raw lapin \
-                     through the default exchange",
+                     raw lapin through a topic exchange like ours, on one connection or \
+                     publishing on a second (like ours); lapin default: raw lapin through the \
+                     default exchange",
                     s.rabbit_messages,
                     rabbit::PREFETCH,
                     mode.window
@@ -178,7 +193,7 @@ fn main() {
                     timed(Box::pin(rabbit::run(&admin, i, msgs, mode)))
                 });
                 rt.block_on(admin.close());
-                report(&c, &[""], &r, &[(0, 1, 0), (0, 2, 0), (0, 3, 0)]);
+                report(&c, &[""], &r, &[(0, 1, 0), (0, 2, 0), (0, 3, 0), (0, 4, 0)]);
             }
             5 => {
                 let c = memory::CONTENDERS;
@@ -201,21 +216,32 @@ fn main() {
             }
             _ => {
                 let many = format!("{} destinations", s.destinations);
-                let c = ["1 destination", many.as_str()];
+                let mpsc_many = format!("mpsc, {} channels", s.destinations);
+                let c = [
+                    "1 destination",
+                    many.as_str(),
+                    "mpsc, 1 channel",
+                    mpsc_many.as_str(),
+                ];
                 println!(
-                    "  {} messages sent round-robin over the outputs; handler::payload listeners",
+                    "  {} messages sent round-robin over the outputs; handler::payload listeners; \
+                     mpsc: a channel and a consumer task per destination (its start: spawning them)",
                     s.messages
                 );
                 let r = run_rounds(&c, s.rounds, |i| {
                     let msgs = bench_msgs(s.messages);
-                    let count = if i == 0 { 1 } else { s.destinations };
-                    timed(Box::pin(many::run(msgs, count)))
+                    let count = if i % 2 == 0 { 1 } else { s.destinations };
+                    timed(if i < 2 {
+                        Box::pin(many::run(msgs, count))
+                    } else {
+                        Box::pin(inproc::mpsc_many(msgs, count))
+                    })
                 });
                 report(
                     &c,
                     &["throughput", "App::start"],
                     &r,
-                    &[(1, 0, 0), (1, 0, 1)],
+                    &[(1, 0, 0), (1, 0, 1), (3, 2, 0)],
                 );
             }
         }

@@ -17,9 +17,13 @@ use crate::payload::{BenchMsg, Sink, decode};
 /// The consumer acks (`multiple`) after this many deliveries at the latest.
 pub const ACK_EVERY: usize = 50;
 
-/// One connection with a confirm channel to publish on and a consumer on `queue`.
+/// A confirm channel to publish on and a consumer on `queue`, on one connection or, with a
+/// publisher connection apart, on two (as RabbitMQ recommends, so that a publisher blocked by
+/// a resource alarm does not stop the consumer's acks).
 pub struct RawLapin {
     conn: Connection,
+    /// The publisher's own connection, when apart.
+    publishing: Option<Connection>,
     publisher: Channel,
     consuming: Channel,
     consumer: Option<lapin::Consumer>,
@@ -32,11 +36,25 @@ impl std::fmt::Debug for RawLapin {
 }
 
 impl RawLapin {
-    pub async fn connect(uri: &str, queue: &str, prefetch: u16) -> RawLapin {
+    pub async fn connect(uri: &str, queue: &str, prefetch: u16, apart: bool) -> RawLapin {
         let conn = Connection::connect(uri, ConnectionProperties::default())
             .await
             .expect("connect");
-        let publisher = conn.create_channel().await.expect("channel.open");
+        let publishing = if apart {
+            Some(
+                Connection::connect(uri, ConnectionProperties::default())
+                    .await
+                    .expect("connect"),
+            )
+        } else {
+            None
+        };
+        let publisher = publishing
+            .as_ref()
+            .unwrap_or(&conn)
+            .create_channel()
+            .await
+            .expect("channel.open");
         publisher
             .confirm_select(ConfirmSelectOptions::default())
             .await
@@ -57,6 +75,7 @@ impl RawLapin {
             .expect("basic.consume");
         RawLapin {
             conn,
+            publishing,
             publisher,
             consuming,
             consumer: Some(consumer),
@@ -76,6 +95,9 @@ impl RawLapin {
         let _ = self.publisher.close(200, ShortString::from("OK")).await;
         let _ = self.consuming.close(200, ShortString::from("OK")).await;
         let _ = self.conn.close(200, ShortString::from("OK")).await;
+        if let Some(conn) = self.publishing {
+            let _ = conn.close(200, ShortString::from("OK")).await;
+        }
     }
 }
 

@@ -29,7 +29,13 @@ pub const PREFETCH: u16 = 200;
 const KEY: &str = "bench";
 
 /// The contenders, in report order.
-pub const CONTENDERS: [&str; 4] = ["ours", "lapin topic", "lapin default", "ruststream-lapin"];
+pub const CONTENDERS: [&str; 5] = [
+    "ours",
+    "lapin topic",
+    "lapin topic, 2 connections",
+    "lapin default",
+    "ruststream-lapin",
+];
 
 /// Transient or persistent, and the window that goes with it.
 #[derive(Debug, Clone, Copy)]
@@ -143,9 +149,10 @@ fn rate(n: usize, elapsed: Duration) -> Vec<Figure> {
 pub async fn run(admin: &Admin, i: usize, msgs: Vec<BenchMsg>, mode: Mode) -> Vec<Figure> {
     match i {
         0 => ours(admin, msgs, mode).await,
-        1 => raw(admin, msgs, mode, true).await,
-        2 => raw(admin, msgs, mode, false).await,
-        3 => rl(admin, msgs, mode).await,
+        1 => raw(admin, msgs, mode, true, false).await,
+        2 => raw(admin, msgs, mode, true, true).await,
+        3 => raw(admin, msgs, mode, false, false).await,
+        4 => rl(admin, msgs, mode).await,
         _ => unreachable!("{} contenders", CONTENDERS.len()),
     }
 }
@@ -192,14 +199,21 @@ async fn ours(admin: &Admin, msgs: Vec<BenchMsg>, mode: Mode) -> Vec<Figure> {
 }
 
 /// Raw lapin through a topic exchange bound to the queue with `#` (`via_exchange`), or
-/// through the default exchange.
-async fn raw(admin: &Admin, msgs: Vec<BenchMsg>, mode: Mode, via_exchange: bool) -> Vec<Figure> {
+/// through the default exchange; publishing on a connection of its own (`apart`) or on the
+/// consumer's.
+async fn raw(
+    admin: &Admin,
+    msgs: Vec<BenchMsg>,
+    mode: Mode,
+    via_exchange: bool,
+    apart: bool,
+) -> Vec<Figure> {
     let n = msgs.len();
     let queue = unique("raw");
     let exchange = via_exchange.then(|| format!("{queue}.x"));
     admin.declare(exchange.as_deref(), &queue).await;
     let sink = Sink::new(n);
-    let mut client = RawLapin::connect(&admin.uri, &queue, PREFETCH).await;
+    let mut client = RawLapin::connect(&admin.uri, &queue, PREFETCH, apart).await;
     let consumer = client.take_consumer();
     let channel = client.publisher();
     let (ex, key) = match &exchange {
