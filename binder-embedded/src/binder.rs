@@ -13,7 +13,7 @@ use binder_amqp::topology::{
 };
 use binder_amqp::{
     AckChannel, AmqpBroker, AmqpProducer, BufferedSubscription, DeliverySource, ProducerSpec,
-    QueueInfo, RouteCache, SubscriptionSpec, TagAcks,
+    QueueInfo, Recent, SubscriptionSpec, TagAcks,
 };
 use binder_core::binder::{
     Backlog, Binder, BinderError, BinderErrorKind, BinderFuture, BinderRegistration, BinderResult,
@@ -812,7 +812,7 @@ impl DeliverySource for EngineConsumer {
         delivery.delivery_tag
     }
 
-    fn inbound(delivery: Delivery, settler: Settler, _: &mut RouteCache) -> Inbound {
+    fn inbound(delivery: Delivery, settler: Settler, _: &mut Recent) -> Inbound {
         Inbound {
             content: delivery.body,
             redelivered: delivery.redelivered,

@@ -10,7 +10,7 @@ use binder_amqp::convert;
 use binder_amqp::topology::{DestinationType, TopologyPlan};
 use binder_amqp::{
     AckChannel, AmqpBroker, AmqpProducer, BufferedSubscription, DeliverySource, ProducerSpec,
-    QueueInfo, RouteCache, SubscriptionSpec, TagAcks,
+    QueueInfo, Recent, SubscriptionSpec, TagAcks,
 };
 use binder_core::binder::{
     Backlog, Binder, BinderError, BinderErrorKind, BinderFuture, BinderRegistration, BinderResult,
@@ -808,11 +808,11 @@ impl DeliverySource for LapinConsumer {
         delivery.delivery_tag
     }
 
-    fn inbound(d: Self::Delivery, settler: Settler, routes: &mut RouteCache) -> Inbound {
+    fn inbound(d: Self::Delivery, settler: Settler, recent: &mut Recent) -> Inbound {
         Inbound {
             content: Arc::new(Published {
-                route: routes.route(d.exchange.as_str(), d.routing_key.as_str()),
-                message: convert::message(d.data, &d.properties),
+                route: recent.route(d.exchange.as_str(), d.routing_key.as_str()),
+                message: convert::message_sharing(d.data, &d.properties, recent),
             }),
             redelivered: d.redelivered,
             settler,

@@ -6,8 +6,12 @@ use amq_protocol::protocol::BasicProperties;
 use amq_protocol::types::{
     AMQPValue, ByteArray, DecimalValue, FieldArray, FieldTable, LongString, ShortString,
 };
-use binder_core::message::{Decimal, DeliveryMode, HeaderValue, Headers, Message, Properties};
+use binder_core::message::{
+    Decimal, DeliveryMode, HeaderValue, Headers, Message, Properties, SharedProperties,
+};
 use bytes::Bytes;
+
+use crate::recent::Recent;
 
 /// A header value as an AMQP field value.
 pub fn to_amqp(value: &HeaderValue) -> AMQPValue {
@@ -148,23 +152,42 @@ fn text(s: &Option<ShortString>) -> Option<String> {
 pub fn message(payload: Vec<u8>, props: &BasicProperties) -> Message {
     Message {
         payload: Bytes::from(payload),
-        headers: props.headers().as_ref().map(from_table).unwrap_or_default(),
-        properties: Properties {
-            content_type: props.content_type().as_ref().map(|v| v.as_str().into()),
-            content_encoding: text(props.content_encoding()),
-            correlation_id: text(props.correlation_id()),
-            message_id: text(props.message_id()),
-            reply_to: text(props.reply_to()),
-            expiration: text(props.expiration()),
-            timestamp: *props.timestamp(),
-            kind: text(props.kind()),
-            user_id: text(props.user_id()),
-            app_id: text(props.app_id()),
-            delivery_mode: props.delivery_mode().map(DeliveryMode::from_u8),
-            priority: *props.priority(),
-        }
-        .into(),
+        headers: headers_of(props),
+        properties: properties_of(props),
     }
+}
+
+/// A message from a delivery's payload and properties, sharing the properties of the
+/// delivery before when they are the same (see [`Recent::properties`]).
+pub fn message_sharing(payload: Vec<u8>, props: &BasicProperties, recent: &mut Recent) -> Message {
+    Message {
+        payload: Bytes::from(payload),
+        headers: headers_of(props),
+        properties: recent.properties(props),
+    }
+}
+
+fn headers_of(props: &BasicProperties) -> Headers {
+    props.headers().as_ref().map(from_table).unwrap_or_default()
+}
+
+/// A delivery's properties as a message's (its headers apart).
+pub fn properties_of(props: &BasicProperties) -> SharedProperties {
+    Properties {
+        content_type: props.content_type().as_ref().map(|v| v.as_str().into()),
+        content_encoding: text(props.content_encoding()),
+        correlation_id: text(props.correlation_id()),
+        message_id: text(props.message_id()),
+        reply_to: text(props.reply_to()),
+        expiration: text(props.expiration()),
+        timestamp: *props.timestamp(),
+        kind: text(props.kind()),
+        user_id: text(props.user_id()),
+        app_id: text(props.app_id()),
+        delivery_mode: props.delivery_mode().map(DeliveryMode::from_u8),
+        priority: *props.priority(),
+    }
+    .into()
 }
 
 #[cfg(test)]
@@ -299,5 +322,37 @@ mod tests {
             wire_size(&m),
             "every header and property"
         );
+    }
+
+    #[test]
+    fn consecutive_deliveries_share_their_properties_but_keep_their_headers() {
+        let mut m = Message::new("x").with_header("h", 1i32);
+        m.properties = every_property().into();
+        let wire = properties(&m);
+        let mut recent = Recent::default();
+        let first = message_sharing(b"1".to_vec(), &wire, &mut recent);
+        let other_headers = wire
+            .clone()
+            .with_headers(to_table(&Message::new("y").with_header("h", 2i32).headers));
+        let second = message_sharing(b"2".to_vec(), &other_headers, &mut recent);
+        assert!(
+            first.properties.ptr_eq(&second.properties),
+            "converted once"
+        );
+        assert_eq!(first, message(b"1".to_vec(), &wire));
+        assert_eq!(second, message(b"2".to_vec(), &other_headers));
+        assert_ne!(first.headers, second.headers);
+
+        // Any other property differs: converted again.
+        for changed in [
+            wire.clone().with_message_id("other".into()),
+            wire.clone().with_timestamp(6),
+            wire.clone().with_delivery_mode(2),
+            wire.clone().with_content_type("text/plain".into()),
+        ] {
+            let third = message_sharing(b"3".to_vec(), &changed, &mut recent);
+            assert!(!third.properties.ptr_eq(&first.properties));
+            assert_eq!(third, message(b"3".to_vec(), &changed));
+        }
     }
 }

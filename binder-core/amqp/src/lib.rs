@@ -30,7 +30,7 @@
 //! use std::collections::VecDeque;
 //! use std::sync::Arc;
 //!
-//! use binder_amqp::{AckChannel, BufferedSubscription, DeliverySource, RouteCache, TagAcks};
+//! use binder_amqp::{AckChannel, BufferedSubscription, DeliverySource, Recent, TagAcks};
 //! use binder_core::binder::{BinderResult, Inbound, Settler, Subscription};
 //! use binder_core::Message;
 //!
@@ -52,7 +52,7 @@
 //!     type Delivery = (u64, &'static str);
 //!     type Channel = Quiet;
 //!     fn tag(d: &Self::Delivery) -> u64 { d.0 }
-//!     fn inbound(d: Self::Delivery, settler: Settler, _: &mut RouteCache) -> Inbound {
+//!     fn inbound(d: Self::Delivery, settler: Settler, _: &mut Recent) -> Inbound {
 //!         Inbound::owned(Message::new(d.1), "x", "k", false, settler)
 //!     }
 //!     async fn receive(&mut self, into: &mut VecDeque<Self::Delivery>, max: usize) -> bool {
@@ -83,7 +83,7 @@ mod broker;
 pub mod convert;
 mod dead_letter;
 mod properties;
-mod routes;
+mod recent;
 mod routing;
 mod settle;
 mod subscription;
@@ -101,6 +101,6 @@ pub use properties::{
     RABBIT_EXTENSION, RABBIT_NAMESPACE, RabbitBindingProperties, RabbitCommonProperties,
     RabbitConsumerProperties, RabbitProducerProperties, rabbit,
 };
-pub use routes::RouteCache;
+pub use recent::Recent;
 pub use settle::{AckChannel, TagAcks};
 pub use subscription::{BATCH, BufferedSubscription, DeliverySource};

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use binder_core::binder::{BinderFuture, BinderResult, Inbound, Settlement, Settler, Subscription};
 
-use crate::routes::RouteCache;
+use crate::recent::Recent;
 use crate::settle::{AckChannel, TagAcks};
 
 /// Deliveries taken from the broker at once, at most: their acks go out together.
@@ -26,9 +26,9 @@ pub trait DeliverySource: fmt::Debug + Send + 'static {
     /// The delivery's tag.
     fn tag(delivery: &Self::Delivery) -> u64;
 
-    /// The runtime's view of a delivery, settled by `settler`; `routes` shares the route of
-    /// consecutive deliveries from the same exchange and routing key.
-    fn inbound(delivery: Self::Delivery, settler: Settler, routes: &mut RouteCache) -> Inbound;
+    /// The runtime's view of a delivery, settled by `settler`; `recent` shares the route and
+    /// the properties of consecutive deliveries that have the same.
+    fn inbound(delivery: Self::Delivery, settler: Settler, recent: &mut Recent) -> Inbound;
 
     /// Waits for a delivery, then appends it and whatever else the client has already
     /// buffered, `max` in all at most; false once the consumer has ended (cancelled by the
@@ -72,7 +72,7 @@ pub struct BufferedSubscription<S: DeliverySource> {
     ready: VecDeque<S::Delivery>,
     auto_ack: bool,
     acks: Arc<TagAcks<S::Channel>>,
-    routes: RouteCache,
+    recent: Recent,
 }
 
 impl<S: DeliverySource> BufferedSubscription<S> {
@@ -83,7 +83,7 @@ impl<S: DeliverySource> BufferedSubscription<S> {
             ready: VecDeque::new(),
             auto_ack,
             acks,
-            routes: RouteCache::default(),
+            recent: Recent::default(),
         }
     }
 
@@ -93,7 +93,7 @@ impl<S: DeliverySource> BufferedSubscription<S> {
         } else {
             Settler::new(self.acks.clone(), S::tag(&delivery))
         };
-        S::inbound(delivery, settler, &mut self.routes)
+        S::inbound(delivery, settler, &mut self.recent)
     }
 
     /// Sends the held-back acks and, unless auto-ack, requeues the deliveries taken but not
@@ -250,7 +250,7 @@ mod tests {
         fn tag(d: &u64) -> u64 {
             *d
         }
-        fn inbound(d: u64, settler: Settler, _: &mut RouteCache) -> Inbound {
+        fn inbound(d: u64, settler: Settler, _: &mut Recent) -> Inbound {
             Inbound::owned(Message::new(d.to_string()), "x", "k", false, settler)
         }
         async fn receive(&mut self, into: &mut VecDeque<u64>, max: usize) -> bool {
