@@ -310,7 +310,7 @@ async fn health_is_starting_then_up_then_down() {
 }
 
 #[tokio::test]
-async fn the_binder_holds_acks_for_its_batch_and_sends_them_on_flush_wait_and_cancel() {
+async fn the_binder_holds_acks_while_more_is_ready_and_sends_them_on_flush_wait_and_cancel() {
     use binder_amqp::SubscriptionSpec;
     let broker = Broker::new();
     let binder = EmbeddedBinder::new(broker.clone());
@@ -354,15 +354,27 @@ async fn the_binder_holds_acks_for_its_batch_and_sends_them_on_flush_wait_and_ca
         "the reject went out; the held ack waits for `4`"
     );
     fifth.settler.settle(Settlement::Ack).await.unwrap();
-    // Nothing is outstanding any more: the held acks go out with the last one.
-    assert_eq!(unacked(), 0);
+    assert_eq!(
+        unacked(),
+        2,
+        "short of a batch (5): held until the subscription waits"
+    );
 
-    // On cancel nothing stays held, and what was not handed out goes back.
+    // Nothing more in the consumer's inbox: the held acks go out before the wait, which
+    // has the engine hand over the next two.
     common::publish(&publisher, "", "held", "5").await;
     common::publish(&publisher, "", "held", "6").await;
     let sixth = sub.next().await.unwrap();
+    assert_eq!(&sixth.message().payload[..], b"5");
+    assert_eq!(
+        unacked(),
+        2,
+        "3 and 5 acked before waiting; 5 and 6 delivered"
+    );
+
+    // On cancel nothing stays held, and what was not handed out goes back.
     sixth.settler.settle(Settlement::Ack).await.unwrap();
-    assert_eq!(unacked(), 2);
+    assert_eq!(unacked(), 2, "held back");
     sub.cancel().await.unwrap();
     assert_eq!(unacked(), 0, "acked, and the one not handed out requeued");
     assert_eq!(broker.queue_counts("held"), Some((1, 0)));

@@ -838,7 +838,19 @@ impl DeliverySource for LapinConsumer {
             }
             None => return false,
         }
-        while into.len() < max {
+        // A failure found here ends the next wait instead: this batch is handed out first.
+        self.try_receive(into, max.saturating_sub(1));
+        true
+    }
+
+    /// What lapin has already buffered, without waiting; a failure it meets (the channel or
+    /// connection gone) ends the next wait.
+    fn try_receive(&mut self, into: &mut VecDeque<Self::Delivery>, max: usize) -> usize {
+        let Some(consumer) = self.consumer.as_mut().filter(|_| !self.failed) else {
+            return 0;
+        };
+        let before = into.len();
+        while into.len() - before < max {
             match consumer.next().now_or_never() {
                 Some(Some(Ok(d))) => into.push_back(d),
                 Some(Some(Err(e))) => {
@@ -853,7 +865,7 @@ impl DeliverySource for LapinConsumer {
                 None => break,
             }
         }
-        true
+        into.len() - before
     }
 
     async fn cancel(

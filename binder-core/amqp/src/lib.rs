@@ -21,7 +21,8 @@
 //! * [`asyncapi`]: the AMQP bindings (0.3.0) of the AsyncAPI document: exchanges, group
 //!   queues, dead-letter queues;
 //! * [`convert`]: the framework's [`Message`](binder_core::Message) to and from AMQP
-//!   properties and field tables (`amq-protocol`'s types, which lapin speaks).
+//!   properties and field tables (`amq-protocol`'s types, which lapin speaks), and [`Recent`]:
+//!   the route and properties consecutive deliveries share, converted once.
 //!
 //! A binder for an AMQP client implements [`AckChannel`] over its channel and
 //! [`DeliverySource`] over its consumer:

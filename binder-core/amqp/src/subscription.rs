@@ -107,8 +107,8 @@ impl<S: DeliverySource> BufferedSubscription<S> {
         self.acks.flush()
     }
 
-    /// Sends the acks held back for the last batch, before the next one is taken.
-    fn flush_before_batch(&self) {
+    /// Sends the acks held back, before waiting for the broker.
+    fn flush_before_wait(&self) {
         if let Err(e) = self.acks.flush() {
             tracing::warn!(error = %e, "sending held-back acks failed; the broker will redeliver");
         }
@@ -124,9 +124,10 @@ impl<S: DeliverySource> BufferedSubscription<S> {
         }
     }
 
-    /// The next batch if the client already holds one, without waiting: at prefetch 1 the
-    /// ack of a delivery usually brings the next one, and taking it here spares the boxed
-    /// future of [`Self::refill`].
+    /// The next batch if the client already holds one, without waiting or sending the acks
+    /// held back: at prefetch 1 the ack of a delivery usually brings the next one, and at a
+    /// larger prefetch the broker has often sent more meanwhile; taking them here spares the
+    /// boxed future of [`Self::refill`].
     fn refill_now(&mut self) -> bool {
         let Some(source) = self.source.as_mut() else {
             return false;
@@ -157,14 +158,16 @@ impl<S: DeliverySource> Subscription for BufferedSubscription<S> {
         if let Some(d) = self.ready.pop_front() {
             return BinderFuture::ready(Some(self.inbound(d)));
         }
-        // The acks held back for the last batch go out before the next one is taken (or
-        // waited for).
-        self.flush_before_batch();
+        // What the client already holds is taken without sending the acks held back: they
+        // join the next batch's (up to half the prefetch window, see `AckCoalescer`).
         if self.refill_now()
             && let Some(d) = self.ready.pop_front()
         {
             return BinderFuture::ready(Some(self.inbound(d)));
         }
+        // About to wait for the broker: the acks held back go out first (the broker may be
+        // waiting for them to send more).
+        self.flush_before_wait();
         BinderFuture::boxed(async move {
             if !self.refill().await {
                 return None;
@@ -207,6 +210,7 @@ mod tests {
 
     use binder_core::Message;
     use binder_core::binder::BinderError;
+    use futures::FutureExt;
 
     use super::*;
 
@@ -323,6 +327,65 @@ mod tests {
             ["cancel"],
             "no ack, no requeue in auto-ack mode"
         );
+    }
+
+    /// A consumer whose client buffers what `arrive` sends (tags from 1 on), handed over
+    /// without waiting when asked.
+    #[derive(Debug, Default)]
+    struct Arriving(Arc<Mutex<VecDeque<u64>>>);
+
+    impl DeliverySource for Arriving {
+        type Delivery = u64;
+        type Channel = Frames;
+        fn tag(d: &u64) -> u64 {
+            *d
+        }
+        fn inbound(d: u64, settler: Settler, _: &mut Recent) -> Inbound {
+            Inbound::owned(Message::new(d.to_string()), "x", "k", false, settler)
+        }
+        async fn receive(&mut self, into: &mut VecDeque<u64>, max: usize) -> bool {
+            if self.try_receive(into, max) == 0 {
+                // The test never sends more once it waits.
+                std::future::pending::<()>().await;
+            }
+            true
+        }
+        fn try_receive(&mut self, into: &mut VecDeque<u64>, max: usize) -> usize {
+            let mut buffered = self.0.lock().unwrap();
+            let n = buffered.len().min(max);
+            into.extend(buffered.drain(..n));
+            n
+        }
+        async fn cancel(&mut self, _: &Frames, _: bool, _: &mut VecDeque<u64>) -> BinderResult<()> {
+            Ok(())
+        }
+    }
+
+    #[tokio::test]
+    async fn acks_join_the_next_batch_until_the_subscription_would_wait() {
+        let frames = Frames::default();
+        let buffered = Arc::new(Mutex::new(VecDeque::from([1, 2])));
+        let acks = Arc::new(TagAcks::new(frames.clone(), 10));
+        let mut sub = BufferedSubscription::new(Arriving(buffered.clone()), acks, false);
+        for _ in 0..2 {
+            let d = sub.next().await.unwrap();
+            d.settler.settle(Settlement::Ack).await.unwrap();
+        }
+        buffered.lock().unwrap().extend([3, 4]);
+        let three = sub.next().await.unwrap();
+        assert!(
+            frames.taken().is_empty(),
+            "the client had more: 1 and 2 stay held back"
+        );
+        three.settler.settle(Settlement::Ack).await.unwrap();
+        let four = sub.next().await.unwrap();
+        four.settler.settle(Settlement::Ack).await.unwrap();
+        assert!(frames.taken().is_empty(), "a batch (5) is not complete");
+        assert!(
+            sub.next().now_or_never().is_none(),
+            "nothing buffered: it waits"
+        );
+        assert_eq!(frames.taken(), ["ack<=4"], "after acking what it held");
     }
 
     #[tokio::test]
