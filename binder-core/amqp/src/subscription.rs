@@ -240,6 +240,11 @@ mod tests {
         }
     }
 
+    /// A test delivery: its tag is its payload.
+    fn numbered(tag: u64, settler: Settler) -> Inbound {
+        Inbound::owned(Message::new(tag.to_string()), "x", "k", false, settler)
+    }
+
     /// A consumer with five deliveries buffered (tags 1 to 5), and one more to come after a
     /// cancel (an auto-ack delivery already on its way).
     #[derive(Debug)]
@@ -255,7 +260,7 @@ mod tests {
             *d
         }
         fn inbound(d: u64, settler: Settler, _: &mut Recent) -> Inbound {
-            Inbound::owned(Message::new(d.to_string()), "x", "k", false, settler)
+            numbered(d, settler)
         }
         async fn receive(&mut self, into: &mut VecDeque<u64>, max: usize) -> bool {
             let n = self.buffered.len().min(max);
@@ -329,8 +334,8 @@ mod tests {
         );
     }
 
-    /// A consumer whose client buffers what `arrive` sends (tags from 1 on), handed over
-    /// without waiting when asked.
+    /// A consumer whose client has buffered what the test put in its queue, handed over
+    /// without waiting when asked; once it is empty, a wait never ends.
     #[derive(Debug, Default)]
     struct Arriving(Arc<Mutex<VecDeque<u64>>>);
 
@@ -341,7 +346,7 @@ mod tests {
             *d
         }
         fn inbound(d: u64, settler: Settler, _: &mut Recent) -> Inbound {
-            Inbound::owned(Message::new(d.to_string()), "x", "k", false, settler)
+            numbered(d, settler)
         }
         async fn receive(&mut self, into: &mut VecDeque<u64>, max: usize) -> bool {
             if self.try_receive(into, max) == 0 {
