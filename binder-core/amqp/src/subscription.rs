@@ -139,6 +139,15 @@ impl<S: DeliverySource> BufferedSubscription<S> {
         true
     }
 
+    /// The first delivery of a batch the client already holds, if it holds one.
+    fn take_buffered(&mut self) -> Option<Inbound> {
+        if !self.refill_now() {
+            return None;
+        }
+        let d = self.ready.pop_front()?;
+        Some(self.inbound(d))
+    }
+
     /// Waits for the next batch; false once the consumer has ended.
     async fn refill(&mut self) -> bool {
         let Some(source) = self.source.as_mut() else {
@@ -160,14 +169,16 @@ impl<S: DeliverySource> Subscription for BufferedSubscription<S> {
         }
         // What the client already holds is taken without sending the acks held back: they
         // join the next batch's (up to half the prefetch window, see `AckCoalescer`).
-        if self.refill_now()
-            && let Some(d) = self.ready.pop_front()
-        {
-            return BinderFuture::ready(Some(self.inbound(d)));
+        if let Some(inbound) = self.take_buffered() {
+            return BinderFuture::ready(Some(inbound));
         }
         // About to wait for the broker: the acks held back go out first (the broker may be
-        // waiting for them to send more).
+        // waiting for them to send more), and what they brought at once (the engine hands
+        // a consumer its next deliveries with the ack) is taken without a wait.
         self.flush_before_wait();
+        if let Some(inbound) = self.take_buffered() {
+            return BinderFuture::ready(Some(inbound));
+        }
         BinderFuture::boxed(async move {
             if !self.refill().await {
                 return None;
@@ -391,6 +402,78 @@ mod tests {
             "nothing buffered: it waits"
         );
         assert_eq!(frames.taken(), ["ack<=4"], "after acking what it held");
+    }
+
+    /// A channel whose `multiple` ack has the broker hand the consumer its next delivery at
+    /// once, as the engine does under the lock it settles with.
+    #[derive(Debug, Clone, Default)]
+    struct HandsOver {
+        frames: Frames,
+        client: Arc<Mutex<VecDeque<u64>>>,
+    }
+
+    impl AckChannel for HandsOver {
+        fn ack_up_to(&self, tag: u64) -> BinderResult<()> {
+            self.client.lock().unwrap().push_back(tag + 1);
+            self.frames.push(format!("ack<={tag}"))
+        }
+        fn requeue(&self, tag: u64) -> BinderResult<()> {
+            self.frames.push(format!("requeue {tag}"))
+        }
+        fn reject(&self, tag: u64) -> BinderResult<()> {
+            self.frames.push(format!("reject {tag}"))
+        }
+    }
+
+    /// The consumer of a [`HandsOver`] channel; waiting for the broker is a test failure.
+    #[derive(Debug)]
+    struct NeverWaits(Arc<Mutex<VecDeque<u64>>>);
+
+    impl DeliverySource for NeverWaits {
+        type Delivery = u64;
+        type Channel = HandsOver;
+        fn tag(d: &u64) -> u64 {
+            *d
+        }
+        fn inbound(d: u64, settler: Settler, _: &mut Recent) -> Inbound {
+            numbered(d, settler)
+        }
+        async fn receive(&mut self, _: &mut VecDeque<u64>, _: usize) -> bool {
+            panic!("the subscription waited for the broker")
+        }
+        fn try_receive(&mut self, into: &mut VecDeque<u64>, max: usize) -> usize {
+            let mut buffered = self.0.lock().unwrap();
+            let n = buffered.len().min(max);
+            into.extend(buffered.drain(..n));
+            n
+        }
+        async fn cancel(
+            &mut self,
+            _: &HandsOver,
+            _: bool,
+            _: &mut VecDeque<u64>,
+        ) -> BinderResult<()> {
+            Ok(())
+        }
+    }
+
+    #[tokio::test]
+    async fn what_the_held_acks_bring_is_taken_without_a_wait() {
+        let channel = HandsOver::default();
+        channel.client.lock().unwrap().push_back(1);
+        let source = NeverWaits(channel.client.clone());
+        let acks = Arc::new(TagAcks::new(channel.clone(), 10));
+        let mut sub = BufferedSubscription::new(source, acks, false);
+        for tag in 1..=3 {
+            let d = sub.next().await.unwrap();
+            assert_eq!(d.settler.tag(), tag);
+            d.settler.settle(Settlement::Ack).await.unwrap();
+        }
+        assert_eq!(
+            channel.frames.taken(),
+            ["ack<=1", "ack<=2"],
+            "each ack went out before a wait, and brought the next delivery"
+        );
     }
 
     #[tokio::test]
