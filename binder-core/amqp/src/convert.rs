@@ -343,16 +343,27 @@ mod tests {
         assert_eq!(second, message(b"2".to_vec(), &other_headers));
         assert_ne!(first.headers, second.headers);
 
-        // Any other property differs: converted again.
-        for changed in [
-            wire.clone().with_message_id("other".into()),
-            wire.clone().with_timestamp(6),
-            wire.clone().with_delivery_mode(2),
-            wire.clone().with_content_type("text/plain".into()),
-        ] {
-            let third = message_sharing(b"3".to_vec(), &changed, &mut recent);
-            assert!(!third.properties.ptr_eq(&first.properties));
-            assert_eq!(third, message(b"3".to_vec(), &changed));
+        // Any other property differs: converted again (each case against `wire` itself).
+        let cases: [fn(BasicProperties) -> BasicProperties; 12] = [
+            |w| w.with_content_type("text/plain".into()),
+            |w| w.with_content_encoding("br".into()),
+            |w| w.with_delivery_mode(2),
+            |w| w.with_priority(5),
+            |w| w.with_correlation_id("other".into()),
+            |w| w.with_reply_to("other".into()),
+            |w| w.with_expiration("200".into()),
+            |w| w.with_message_id("other".into()),
+            |w| w.with_timestamp(6),
+            |w| w.with_type("other".into()),
+            |w| w.with_user_id("other".into()),
+            |w| w.with_app_id("other".into()),
+        ];
+        for change in cases {
+            let again = message_sharing(b"1".to_vec(), &wire, &mut recent);
+            let changed = change(wire.clone());
+            let other = message_sharing(b"3".to_vec(), &changed, &mut recent);
+            assert!(!other.properties.ptr_eq(&again.properties), "{changed:?}");
+            assert_eq!(other, message(b"3".to_vec(), &changed));
         }
     }
 }

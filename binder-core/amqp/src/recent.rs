@@ -4,8 +4,9 @@
 //! before instead of allocating its own.
 
 use amq_protocol::protocol::BasicProperties;
+use amq_protocol::types::ShortString;
 use binder_core::binder::Route;
-use binder_core::message::SharedProperties;
+use binder_core::message::{DeliveryMode, Properties, SharedProperties};
 
 use crate::convert;
 
@@ -32,9 +33,9 @@ use crate::convert;
 #[derive(Debug, Default)]
 pub struct Recent {
     route: Option<Route>,
-    /// The last properties converted (their headers left out: a message keeps its headers
-    /// apart from its properties), and what they converted to.
-    properties: Option<(BasicProperties, SharedProperties)>,
+    /// The properties the last delivery converted to (its headers apart: a message keeps its
+    /// headers apart from its properties).
+    properties: Option<SharedProperties>,
 }
 
 impl Recent {
@@ -48,33 +49,35 @@ impl Recent {
     }
 
     /// The message properties of `props` (every AMQP property but the headers): the last
-    /// ones when every such property is the same, else newly converted, kept for the next
-    /// call.
+    /// ones when `props` converts to the same, else newly converted, kept for the next call.
+    /// Comparing allocates nothing, so properties that change with every delivery (a message
+    /// id, a timestamp) cost a comparison more than converting them each time.
     pub fn properties(&mut self, props: &BasicProperties) -> SharedProperties {
         match &self.properties {
-            Some((last, shared)) if same_apart_from_headers(last, props) => shared.clone(),
-            _ => {
-                let shared = convert::properties_of(props);
-                let key = props.clone().with_headers(Default::default());
-                self.properties.insert((key, shared)).1.clone()
-            }
+            Some(last) if converts_to(props, last) => last.clone(),
+            _ => self
+                .properties
+                .insert(convert::properties_of(props))
+                .clone(),
         }
     }
 }
 
-/// Whether two sets of AMQP properties agree on every property a message keeps but its
-/// headers (`cluster-id`, deprecated, is not kept).
-fn same_apart_from_headers(a: &BasicProperties, b: &BasicProperties) -> bool {
-    a.content_type() == b.content_type()
-        && a.content_encoding() == b.content_encoding()
-        && a.delivery_mode() == b.delivery_mode()
-        && a.priority() == b.priority()
-        && a.correlation_id() == b.correlation_id()
-        && a.reply_to() == b.reply_to()
-        && a.expiration() == b.expiration()
-        && a.message_id() == b.message_id()
-        && a.timestamp() == b.timestamp()
-        && a.kind() == b.kind()
-        && a.user_id() == b.user_id()
-        && a.app_id() == b.app_id()
+/// Whether `props` converts to `p` (see [`convert::properties_of`]), without converting.
+fn converts_to(props: &BasicProperties, p: &Properties) -> bool {
+    fn same(wire: &Option<ShortString>, ours: Option<&str>) -> bool {
+        wire.as_ref().map(ShortString::as_str) == ours
+    }
+    same(props.content_type(), p.content_type.as_deref())
+        && same(props.content_encoding(), p.content_encoding.as_deref())
+        && same(props.correlation_id(), p.correlation_id.as_deref())
+        && same(props.message_id(), p.message_id.as_deref())
+        && same(props.reply_to(), p.reply_to.as_deref())
+        && same(props.expiration(), p.expiration.as_deref())
+        && same(props.kind(), p.kind.as_deref())
+        && same(props.user_id(), p.user_id.as_deref())
+        && same(props.app_id(), p.app_id.as_deref())
+        && *props.timestamp() == p.timestamp
+        && *props.priority() == p.priority
+        && props.delivery_mode().map(DeliveryMode::from_u8) == p.delivery_mode
 }

@@ -1,5 +1,6 @@
-//! A subscription over an AMQP consumer: deliveries taken from the broker in batches, handed
-//! out one by one without waiting, their acks coalesced per batch.
+//! A subscription over an AMQP consumer: deliveries taken from the client in batches, handed
+//! out one by one without waiting, their acks coalesced until half the prefetch window is
+//! ready or the subscription is about to wait.
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -12,7 +13,7 @@ use binder_core::binder::{BinderFuture, BinderResult, Inbound, Settlement, Settl
 use crate::recent::Recent;
 use crate::settle::{AckChannel, TagAcks};
 
-/// Deliveries taken from the broker at once, at most: their acks go out together.
+/// Deliveries taken from the client at once, at most.
 pub const BATCH: usize = 256;
 
 /// The binder's side of a [`BufferedSubscription`]: one AMQP consumer (`basic.consume`) of
@@ -59,10 +60,10 @@ pub trait DeliverySource: fmt::Debug + Send + 'static {
     ) -> impl Future<Output = BinderResult<()>> + Send;
 }
 
-/// A [`Subscription`] over a [`DeliverySource`]: a delivery already taken is handed out at
-/// once (no allocation, no wait); a batch's acks wait for the batch (or half the prefetch
-/// window) and go out as one `multiple` ack, and the held-back acks go out before every wait
-/// for the broker. Deliveries taken but not handed out go back to the queue (last first, so
+/// A [`Subscription`] over a [`DeliverySource`]: a delivery already taken, or already
+/// buffered by the client, is handed out at once (no allocation, no wait); acks are held back
+/// while more deliveries are at hand, up to half the prefetch window, and go out as one
+/// `multiple` ack, at the latest before every wait for the broker. Deliveries taken but not handed out go back to the queue (last first, so
 /// they keep their order) when the subscription is cancelled or dropped, except in auto-ack
 /// mode, where the broker already counts them consumed.
 #[derive(Debug)]
@@ -117,9 +118,9 @@ impl<S: DeliverySource> BufferedSubscription<S> {
     /// Records a batch just taken.
     fn batch_taken(&self) {
         if !self.auto_ack {
-            // The whole batch counts as outstanding from now on, so the acks of its first
-            // deliveries wait for the rest (or for half the prefetch window of them): the
-            // runtime comes back for each of them, and flushes before it stops doing so.
+            // The whole batch counts as outstanding from now on, and the acks held back stay
+            // held (up to half the prefetch window): the runtime comes back for each of these
+            // deliveries, and the subscription flushes before it waits.
             self.acks.batch_taken(self.ready.iter().map(S::tag));
         }
     }

@@ -253,9 +253,12 @@ pub trait Subscription: fmt::Debug + Send {
     /// out what it had received, see [`Subscription::cancel`]). Cancel-safe: dropping the
     /// future loses no delivery. Ready at once when a delivery is already buffered.
     fn next(&mut self) -> BinderFuture<'_, Option<Inbound>>;
-    /// Sends the settlements held back for batching (see [`SettleByTag::settle_tag`]). The runtime
-    /// calls it before it stops taking deliveries for a while (a pause, a handler that
-    /// waits); the default has nothing to send.
+    /// Sends the settlements held back for batching (see [`SettleByTag::settle_tag`]). A
+    /// binder sends them itself when `next` is about to wait for the broker; whoever stops
+    /// calling `next` for a while without [`cancel`](Subscription::cancel)ling must call this
+    /// first, or acks of settled deliveries may stay held until it comes back. The runtime
+    /// does before a pause, a handler that waits and a wait for a handler slot; the default
+    /// has nothing to send.
     async fn flush(&mut self) -> BinderResult<()> {
         Ok(())
     }

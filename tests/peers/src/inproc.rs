@@ -151,9 +151,10 @@ pub async fn engine_throughput(msgs: Vec<BenchMsg>, destinations: usize) -> Vec<
         .enumerate()
         .map(|(i, share)| {
             let publisher = engine.conn.open_channel().expect("channel.open");
+            let queue = engine_queue(i);
             tokio::spawn(async move {
                 for m in &share {
-                    engine_publish(&publisher, i, m).await;
+                    engine_publish(&publisher, &queue, m).await;
                 }
                 publisher.close();
             })
@@ -222,20 +223,16 @@ fn engine_queue(i: usize) -> String {
     format!("bench.engine.{i}")
 }
 
-/// Publishes one encoded struct to queue `i` of the engine-alone contender.
+/// Publishes one encoded struct to `queue` of the engine-alone contender (through the
+/// default exchange; ours publishes through its destination's topic exchange).
 async fn engine_publish(
     publisher: &stream_engine::Channel<stream_engine::Native>,
-    i: usize,
+    queue: &str,
     m: &BenchMsg,
 ) {
     let message = stream_engine::Message::new(serde_json::to_vec(m).expect("encode"));
     publisher
-        .basic_publish(
-            "",
-            &engine_queue(i),
-            stream_engine::PublishOptions::default(),
-            message,
-        )
+        .basic_publish("", queue, stream_engine::PublishOptions::default(), message)
         .await
         .expect("basic.publish");
 }
@@ -354,11 +351,12 @@ pub async fn engine_latency(msgs: Vec<BenchMsg>, per_sec: u32) -> Vec<Figure> {
     let sink = Sink::with_latency(msgs.len());
     let engine = EngineOnly::start(&[msgs.len()], &sink);
     let publisher = engine.conn.open_channel().expect("channel.open");
+    let queue = engine_queue(0);
     let start = tokio::time::Instant::now();
     for (i, m) in msgs.iter().enumerate() {
         due(start, i, per_sec).await;
         sink.sending(m.id);
-        engine_publish(&publisher, 0, m).await;
+        engine_publish(&publisher, &queue, m).await;
     }
     sink.all_arrived().await;
     sink.check();
