@@ -33,9 +33,9 @@ enum Slot {
 /// [`AckCoalescer::for_prefetch`]) is ready; what is ready short of a batch goes out on
 /// [`AckCoalescer::flush`], which a subscription calls before it waits for the broker, and
 /// from then on at once until the next batch is taken. Handlers that finish out of order
-/// never ack each other's deliveries. A rejected or requeued delivery is never covered, provided its
-/// `basic.nack` / `basic.reject` is sent before the ack its settlement makes due (and no
-/// other ack overtakes it: binders do both under the lock that guards the coalescer).
+/// never ack each other's deliveries. A rejected or requeued delivery is never covered,
+/// provided its `basic.nack` / `basic.reject` is sent before the ack its settlement makes due
+/// (and no other ack overtakes it: binders do both under the lock that guards the coalescer).
 ///
 /// Delivery tags grow on a channel, so the deliveries sit in a ring in tag order: recording
 /// one is a push, settling one a binary search, and nothing allocates once the ring has

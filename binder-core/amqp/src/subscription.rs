@@ -63,9 +63,10 @@ pub trait DeliverySource: fmt::Debug + Send + 'static {
 /// A [`Subscription`] over a [`DeliverySource`]: a delivery already taken, or already
 /// buffered by the client, is handed out at once (no allocation, no wait); acks are held back
 /// while more deliveries are at hand, up to half the prefetch window, and go out as one
-/// `multiple` ack, at the latest before every wait for the broker. Deliveries taken but not handed out go back to the queue (last first, so
-/// they keep their order) when the subscription is cancelled or dropped, except in auto-ack
-/// mode, where the broker already counts them consumed.
+/// `multiple` ack, at the latest before every wait for the broker. Deliveries taken but not
+/// handed out go back to the queue (last first, so they keep their order) when the
+/// subscription is cancelled or dropped, except in auto-ack mode, where the broker already
+/// counts them consumed.
 #[derive(Debug)]
 pub struct BufferedSubscription<S: DeliverySource> {
     /// `None` once cancelled.
@@ -125,26 +126,16 @@ impl<S: DeliverySource> BufferedSubscription<S> {
         }
     }
 
-    /// The next batch if the client already holds one, without waiting or sending the acks
-    /// held back: at prefetch 1 the ack of a delivery usually brings the next one, and at a
-    /// larger prefetch the broker has often sent more meanwhile; taking them here spares the
-    /// boxed future of [`Self::refill`].
-    fn refill_now(&mut self) -> bool {
-        let Some(source) = self.source.as_mut() else {
-            return false;
-        };
-        if source.try_receive(&mut self.ready, BATCH) == 0 {
-            return false;
-        }
-        self.batch_taken();
-        true
-    }
-
-    /// The first delivery of a batch the client already holds, if it holds one.
+    /// The first delivery of the next batch if the client already holds one, taken without
+    /// waiting or sending the acks held back: at prefetch 1 the ack of a delivery usually
+    /// brings the next one, and at a larger prefetch the broker has often sent more
+    /// meanwhile; taking them here spares the boxed future of [`Self::refill`].
     fn take_buffered(&mut self) -> Option<Inbound> {
-        if !self.refill_now() {
+        let source = self.source.as_mut()?;
+        if source.try_receive(&mut self.ready, BATCH) == 0 {
             return None;
         }
+        self.batch_taken();
         let d = self.ready.pop_front()?;
         Some(self.inbound(d))
     }
@@ -346,14 +337,29 @@ mod tests {
         );
     }
 
-    /// A consumer whose client has buffered what the test put in its queue, handed over
-    /// without waiting when asked; once it is empty, a wait never ends.
-    #[derive(Debug, Default)]
-    struct Arriving(Arc<Mutex<VecDeque<u64>>>);
+    /// A consumer whose client holds what the test put in `buffered`, handed over without
+    /// waiting; once it is empty, a wait never ends, or, unless `may_wait`, any wait for the
+    /// broker fails the test.
+    #[derive(Debug)]
+    struct Client<C> {
+        buffered: Arc<Mutex<VecDeque<u64>>>,
+        may_wait: bool,
+        channel: std::marker::PhantomData<fn() -> C>,
+    }
 
-    impl DeliverySource for Arriving {
+    impl<C> Client<C> {
+        fn new(buffered: Arc<Mutex<VecDeque<u64>>>, may_wait: bool) -> Self {
+            Client {
+                buffered,
+                may_wait,
+                channel: std::marker::PhantomData,
+            }
+        }
+    }
+
+    impl<C: AckChannel> DeliverySource for Client<C> {
         type Delivery = u64;
-        type Channel = Frames;
+        type Channel = C;
         fn tag(d: &u64) -> u64 {
             *d
         }
@@ -361,6 +367,7 @@ mod tests {
             numbered(d, settler)
         }
         async fn receive(&mut self, into: &mut VecDeque<u64>, max: usize) -> bool {
+            assert!(self.may_wait, "the subscription waited for the broker");
             if self.try_receive(into, max) == 0 {
                 // The test never sends more once it waits.
                 std::future::pending::<()>().await;
@@ -368,12 +375,12 @@ mod tests {
             true
         }
         fn try_receive(&mut self, into: &mut VecDeque<u64>, max: usize) -> usize {
-            let mut buffered = self.0.lock().unwrap();
+            let mut buffered = self.buffered.lock().unwrap();
             let n = buffered.len().min(max);
             into.extend(buffered.drain(..n));
             n
         }
-        async fn cancel(&mut self, _: &Frames, _: bool, _: &mut VecDeque<u64>) -> BinderResult<()> {
+        async fn cancel(&mut self, _: &C, _: bool, _: &mut VecDeque<u64>) -> BinderResult<()> {
             Ok(())
         }
     }
@@ -383,7 +390,7 @@ mod tests {
         let frames = Frames::default();
         let buffered = Arc::new(Mutex::new(VecDeque::from([1, 2])));
         let acks = Arc::new(TagAcks::new(frames.clone(), 10));
-        let mut sub = BufferedSubscription::new(Arriving(buffered.clone()), acks, false);
+        let mut sub = BufferedSubscription::new(Client::new(buffered.clone(), true), acks, false);
         for _ in 0..2 {
             let d = sub.next().await.unwrap();
             d.settler.settle(Settlement::Ack).await.unwrap();
@@ -426,43 +433,11 @@ mod tests {
         }
     }
 
-    /// The consumer of a [`HandsOver`] channel; waiting for the broker is a test failure.
-    #[derive(Debug)]
-    struct NeverWaits(Arc<Mutex<VecDeque<u64>>>);
-
-    impl DeliverySource for NeverWaits {
-        type Delivery = u64;
-        type Channel = HandsOver;
-        fn tag(d: &u64) -> u64 {
-            *d
-        }
-        fn inbound(d: u64, settler: Settler, _: &mut Recent) -> Inbound {
-            numbered(d, settler)
-        }
-        async fn receive(&mut self, _: &mut VecDeque<u64>, _: usize) -> bool {
-            panic!("the subscription waited for the broker")
-        }
-        fn try_receive(&mut self, into: &mut VecDeque<u64>, max: usize) -> usize {
-            let mut buffered = self.0.lock().unwrap();
-            let n = buffered.len().min(max);
-            into.extend(buffered.drain(..n));
-            n
-        }
-        async fn cancel(
-            &mut self,
-            _: &HandsOver,
-            _: bool,
-            _: &mut VecDeque<u64>,
-        ) -> BinderResult<()> {
-            Ok(())
-        }
-    }
-
     #[tokio::test]
     async fn what_the_held_acks_bring_is_taken_without_a_wait() {
         let channel = HandsOver::default();
         channel.client.lock().unwrap().push_back(1);
-        let source = NeverWaits(channel.client.clone());
+        let source = Client::new(channel.client.clone(), false);
         let acks = Arc::new(TagAcks::new(channel.clone(), 10));
         let mut sub = BufferedSubscription::new(source, acks, false);
         for tag in 1..=3 {
