@@ -54,14 +54,16 @@ pub fn run_rounds(
     mut run: impl FnMut(usize) -> Vec<Figure>,
 ) -> Vec<Vec<Vec<Figure>>> {
     let count = contenders.len();
-    // For profiling one contender: the others do not run (and have no figures, nor ratios).
+    // For profiling or comparing a few contenders (names separated by `|`): the others do
+    // not run (and have no figures, nor ratios).
     let only = std::env::var("BENCH_ONLY").ok().filter(|o| !o.is_empty());
+    let only: Option<Vec<&str>> = only.as_deref().map(|o| o.split('|').collect());
     let mut results: Vec<Vec<Vec<Figure>>> = vec![Vec::new(); count];
     for round in 0..=rounds {
         let mut line = String::new();
         for k in 0..count {
             let i = (round + k) % count;
-            if only.as_deref().is_some_and(|o| o != contenders[i]) {
+            if only.as_ref().is_some_and(|o| !o.contains(&contenders[i])) {
                 continue;
             }
             let figures = run(i);
