@@ -27,7 +27,7 @@ mod support;
 use std::time::Duration;
 
 use payload::{PAYLOAD_SIZE, bench_msgs};
-use rounds::{Figure, report, run_rounds};
+use rounds::{Figure, report, run_rounds, run_rounds_with};
 use support::{env_usize, selected_scenarios};
 
 #[global_allocator]
@@ -180,20 +180,32 @@ fn main() {
                 println!(
                     "  {} messages, prefetch {}, durable queues, {} publishes in flight with \
                      confirms; ours: Output::pipeline, #[stream_listener], AUTO ack; lapin topic: \
-                     raw lapin through a topic exchange like ours, on one connection or \
-                     publishing on a second (like ours); lapin default: raw lapin through the \
-                     default exchange",
+                     raw lapin through a topic exchange like ours, routing by its one-word \
+                     name as ours does, on one connection or publishing on a second (like \
+                     ours); lapin default: raw lapin through the default exchange",
                     s.rabbit_messages,
                     rabbit::PREFETCH,
                     mode.window
                 );
                 let c = rabbit::CONTENDERS;
-                let r = run_rounds(&c, s.rounds, |i| {
+                let r = run_rounds_with(&c, &rabbit::ON_DEMAND, s.rounds, |i| {
                     let msgs = bench_msgs(s.rabbit_messages);
                     timed(Box::pin(rabbit::run(&admin, i, msgs, mode)))
                 });
                 rt.block_on(admin.close());
-                report(&c, &[""], &r, &[(0, 1, 0), (0, 2, 0), (0, 3, 0), (0, 4, 0)]);
+                report(
+                    &c,
+                    &[""],
+                    &r,
+                    &[
+                        (0, 1, 0),
+                        (0, 2, 0),
+                        (0, 3, 0),
+                        (0, 4, 0),
+                        (5, 2, 0),
+                        (6, 2, 0),
+                    ],
+                );
             }
             5 => {
                 let c = memory::CONTENDERS;

@@ -25,17 +25,21 @@ use crate::rounds::Figure;
 
 /// Every consumer's prefetch (ours: `rabbit.bindings.in.consumer.prefetch`).
 pub const PREFETCH: u16 = 200;
-/// The routing key of the exchange-routed contenders (ours routes by its destination).
-const KEY: &str = "bench";
 
-/// The contenders, in report order.
-pub const CONTENDERS: [&str; 5] = [
+/// The contenders, in report order (the last two only when named in `BENCH_ONLY`).
+pub const CONTENDERS: [&str; 7] = [
     "ours",
     "lapin topic",
     "lapin topic, 2 connections",
     "lapin default",
     "ruststream-lapin",
+    "ours producer, lapin consumer",
+    "lapin producer, ours consumer",
 ];
+
+/// Contenders that tell which side a difference is on: our producer with raw lapin's
+/// consumer, and raw lapin's producer (on a connection of its own) with our consumer.
+pub const ON_DEMAND: [&str; 2] = [CONTENDERS[5], CONTENDERS[6]];
 
 /// Transient or persistent, and the window that goes with it.
 #[derive(Debug, Clone, Copy)]
@@ -46,10 +50,13 @@ pub struct Mode {
 
 static RUNS: AtomicUsize = AtomicUsize::new(0);
 
-/// A name no other run, of this process or another, uses.
+/// A name no other run, of this process or another, uses. One word to a topic exchange (no
+/// dots): RabbitMQ's topic routing costs more with every word of the routing key, and every
+/// exchange-routed contender routes by such a name (ours by its destination, as Spring's
+/// binder does).
 fn unique(kind: &str) -> String {
     format!(
-        "peer-bench.{}.{}.{kind}",
+        "peer-bench-{}-{}-{kind}",
         std::process::id(),
         RUNS.fetch_add(1, Ordering::Relaxed)
     )
@@ -153,6 +160,8 @@ pub async fn run(admin: &Admin, i: usize, msgs: Vec<BenchMsg>, mode: Mode) -> Ve
         2 => raw(admin, msgs, mode, true, true).await,
         3 => raw(admin, msgs, mode, false, false).await,
         4 => rl(admin, msgs, mode).await,
+        5 => hybrid(admin, msgs, mode, true).await,
+        6 => hybrid(admin, msgs, mode, false).await,
         _ => unreachable!("{} contenders", CONTENDERS.len()),
     }
 }
@@ -198,9 +207,9 @@ async fn ours(admin: &Admin, msgs: Vec<BenchMsg>, mode: Mode) -> Vec<Figure> {
     rate(n, elapsed)
 }
 
-/// Raw lapin through a topic exchange bound to the queue with `#` (`via_exchange`), or
-/// through the default exchange; publishing on a connection of its own (`apart`) or on the
-/// consumer's.
+/// Raw lapin through a topic exchange bound to the queue with `#`, routing by the exchange's
+/// name (`via_exchange`), or through the default exchange; publishing on a connection of its
+/// own (`apart`) or on the consumer's.
 async fn raw(
     admin: &Admin,
     msgs: Vec<BenchMsg>,
@@ -210,14 +219,14 @@ async fn raw(
 ) -> Vec<Figure> {
     let n = msgs.len();
     let queue = unique("raw");
-    let exchange = via_exchange.then(|| format!("{queue}.x"));
+    let exchange = via_exchange.then(|| format!("{queue}-x"));
     admin.declare(exchange.as_deref(), &queue).await;
     let sink = Sink::new(n);
     let mut client = RawLapin::connect(&admin.uri, &queue, PREFETCH, apart).await;
     let consumer = client.take_consumer();
     let channel = client.publisher();
     let (ex, key) = match &exchange {
-        Some(x) => (x.clone(), KEY.to_owned()),
+        Some(x) => (x.clone(), x.clone()),
         None => (String::new(), queue.clone()),
     };
     let mode_byte = if mode.persistent { 2 } else { 1 };
@@ -238,19 +247,21 @@ async fn raw(
     rate(n, elapsed)
 }
 
-/// ruststream-lapin through a topic exchange bound to the queue with `#`.
+/// ruststream-lapin through a topic exchange bound to the queue with `#`, routing by the
+/// exchange's name.
 async fn rl(admin: &Admin, msgs: Vec<BenchMsg>, mode: Mode) -> Vec<Figure> {
     let n = msgs.len();
     let queue = unique("rl");
-    let exchange = format!("{queue}.x");
+    let exchange = format!("{queue}-x");
     admin.declare(Some(&exchange), &queue).await;
     let sink = Sink::new(n);
     let app = RlApp::start(&admin.uri, &queue, PREFETCH, &sink).await;
     let producer = RlProducer::connect(&admin.uri, &exchange, mode.persistent).await;
+    let key = exchange.clone();
 
     let start = Instant::now();
     let producing = tokio::spawn(async move {
-        producer.publish(KEY, &msgs, mode.window).await;
+        producer.publish(&key, &msgs, mode.window).await;
         producer
     });
     sink.all_arrived().await;
@@ -261,5 +272,87 @@ async fn rl(admin: &Admin, msgs: Vec<BenchMsg>, mode: Mode) -> Vec<Figure> {
     producer.close().await;
     app.finish().await;
     admin.delete(Some(&exchange), &queue).await;
+    rate(n, elapsed)
+}
+
+/// Half ours, half raw lapin (on two connections): our producer with a raw consumer
+/// (`ours_producing`), or a raw producer with our consumer.
+async fn hybrid(
+    admin: &Admin,
+    msgs: Vec<BenchMsg>,
+    mode: Mode,
+    ours_producing: bool,
+) -> Vec<Figure> {
+    let n = msgs.len();
+    let destination = unique("hyb");
+    let queue = format!("{destination}.g");
+    let sink = Sink::new(n);
+    let binder = Arc::new(RabbitBinder::new(RabbitSettings::from_uri(&admin.uri)));
+    let tuning = Tuning {
+        prefetch: Some(PREFETCH),
+        delivery_mode: Some(if mode.persistent {
+            "PERSISTENT"
+        } else {
+            "NON_PERSISTENT"
+        }),
+    };
+    let raw_sink = Sink::new(n);
+    let app = OursApp::start(
+        &Target::Rabbit(binder.clone()),
+        &ours::pairs(&destination, 1, false),
+        &tuning,
+        Some(&[ours::ONE]),
+        if ours_producing { &raw_sink } else { &sink },
+    )
+    .await;
+    let dummy = format!("{destination}.dummy");
+    if ours_producing {
+        app.app.stop("in").await.expect("stop in");
+    } else {
+        admin.declare(None, &dummy).await;
+    }
+    let consumed = if ours_producing {
+        queue.clone()
+    } else {
+        dummy.clone()
+    };
+    let mut client = RawLapin::connect(&admin.uri, &consumed, PREFETCH, true).await;
+    let consumer = client.take_consumer();
+    let channel = client.publisher();
+    let output = app.outputs[0].clone();
+    let mode_byte = if mode.persistent { 2 } else { 1 };
+
+    let start = Instant::now();
+    let (consuming, producer) = if ours_producing {
+        let consuming = tokio::spawn(peer_lapin::consume(consumer, n, sink.clone()));
+        let producer = tokio::spawn(async move {
+            ours::send_pipelined(&output, &msgs, mode.window).await;
+        });
+        (Some(consuming), producer)
+    } else {
+        let ex = destination.clone();
+        let producer = tokio::spawn(async move {
+            // Routed as ours routes: by the destination's name.
+            peer_lapin::publish(&channel, &ex, &ex, &msgs, mode_byte, mode.window).await;
+        });
+        (None, producer)
+    };
+    let consumer = match consuming {
+        Some(c) => Some(c.await.expect("consumer panicked")),
+        None => {
+            sink.all_arrived().await;
+            None
+        }
+    };
+    let elapsed = start.elapsed();
+
+    producer.await.expect("producer panicked");
+    sink.check();
+    drop(consumer);
+    client.close().await;
+    app.finish().await;
+    binder.close().await;
+    admin.delete(Some(&destination), &queue).await;
+    admin.delete(None, &dummy).await;
     rate(n, elapsed)
 }

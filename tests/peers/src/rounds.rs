@@ -51,6 +51,17 @@ impl std::fmt::Display for Figure {
 pub fn run_rounds(
     contenders: &[&str],
     rounds: usize,
+    run: impl FnMut(usize) -> Vec<Figure>,
+) -> Vec<Vec<Vec<Figure>>> {
+    run_rounds_with(contenders, &[], rounds, run)
+}
+
+/// [`run_rounds`], where the contenders named in `on_demand` run only when `BENCH_ONLY`
+/// names them (diagnostic contenders, kept out of the full run).
+pub fn run_rounds_with(
+    contenders: &[&str],
+    on_demand: &[&str],
+    rounds: usize,
     mut run: impl FnMut(usize) -> Vec<Figure>,
 ) -> Vec<Vec<Vec<Figure>>> {
     let count = contenders.len();
@@ -58,12 +69,16 @@ pub fn run_rounds(
     // not run (and have no figures, nor ratios).
     let only = std::env::var("BENCH_ONLY").ok().filter(|o| !o.is_empty());
     let only: Option<Vec<&str>> = only.as_deref().map(|o| o.split('|').collect());
+    let runs = |name: &str| match &only {
+        Some(names) => names.contains(&name),
+        None => !on_demand.contains(&name),
+    };
     let mut results: Vec<Vec<Vec<Figure>>> = vec![Vec::new(); count];
     for round in 0..=rounds {
         let mut line = String::new();
         for k in 0..count {
             let i = (round + k) % count;
-            if only.as_ref().is_some_and(|o| !o.contains(&contenders[i])) {
+            if !runs(contenders[i]) {
                 continue;
             }
             let figures = run(i);
