@@ -197,6 +197,8 @@ fn main() {
                     &c,
                     &[""],
                     &r,
+                    // Then the floors: what the publisher connection apart costs raw lapin
+                    // itself, and where raw lapin stands against ruststream-lapin.
                     &[
                         (0, 1, 0),
                         (0, 2, 0),
@@ -204,6 +206,8 @@ fn main() {
                         (0, 4, 0),
                         (5, 2, 0),
                         (6, 2, 0),
+                        (2, 1, 0),
+                        (2, 4, 0),
                     ],
                 );
             }
