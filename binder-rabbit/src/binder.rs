@@ -17,7 +17,7 @@ use binder_core::binder::{
     BoundConsumer, ConnectionState, Inbound, Producer, Published, Settler, Subscription,
 };
 use binder_core::config::BindingConfig;
-use binder_core::message::{Message, SharedProperties};
+use binder_core::message::Message;
 use futures::{FutureExt, StreamExt};
 use lapin::Confirmation;
 use lapin::options::{
@@ -27,7 +27,7 @@ use lapin::options::{
     QueueDeclareOptions, QueueDeleteOptions,
 };
 use lapin::types::{FieldTable, LongString, ShortString};
-use lapin::{BasicProperties, Channel, Connection, ConnectionProperties, ExchangeKind};
+use lapin::{Channel, Connection, ConnectionProperties, ExchangeKind};
 use tokio::sync::Mutex;
 
 use crate::settings::{RabbitSettings, redact};
@@ -540,7 +540,6 @@ impl AmqpBroker for RabbitBinder {
             opening: Mutex::new(()),
             spec,
             order: std::sync::Mutex::new(()),
-            converted: std::sync::Mutex::new(None),
         }))
     }
 
@@ -641,9 +640,6 @@ struct RabbitProducer {
     /// Held while a publish is numbered for its confirm and its frames are queued (see
     /// [`RabbitProducer::send`]).
     order: std::sync::Mutex<()>,
-    /// The last shared properties sent and their lapin form: an output gives every message
-    /// the same allocation, converted once instead of per message.
-    converted: std::sync::Mutex<Option<(SharedProperties, BasicProperties)>>,
 }
 
 /// Takes a std mutex, poisoned or not (what it guards stays consistent across a panic).
@@ -687,23 +683,6 @@ impl RabbitProducer {
         }
     }
 
-    /// `message`'s properties and headers in lapin's form; those an output shares between
-    /// its messages are converted once.
-    fn properties(&self, message: &Message) -> BasicProperties {
-        if !message.headers.is_empty() || !message.properties.is_shared() {
-            return convert::properties(message);
-        }
-        let mut converted = lock(&self.converted);
-        match converted.as_ref() {
-            Some((shared, props)) if shared.ptr_eq(&message.properties) => props.clone(),
-            _ => {
-                let props = convert::properties(message);
-                *converted = Some((message.properties.clone(), props.clone()));
-                props
-            }
-        }
-    }
-
     async fn send(
         &self,
         exchange: &str,
@@ -714,7 +693,7 @@ impl RabbitProducer {
             message.properties.delivery_mode = Some(self.spec.delivery_mode);
         }
         let fail = |reason: String| BinderError::not_confirmed(exchange, routing_key, reason);
-        let props = self.properties(&message);
+        let props = convert::properties(&message);
         let ch = self.channel().await?;
         // lapin numbers a publish for its confirm and then queues its frames, both in the
         // publish's first poll. Concurrent sends must do the two in the same order, or the
@@ -962,97 +941,9 @@ impl Drop for LapinConsumer {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
     use std::time::Duration;
 
-    use binder_amqp::ProducerSpec;
-    use binder_core::message::{DeliveryMode, Message, Properties, SharedProperties};
-
-    use super::{Link, RabbitProducer, within};
-    use crate::settings::RabbitSettings;
-
-    fn producer() -> RabbitProducer {
-        // Never connects: only the conversion is exercised.
-        RabbitProducer {
-            link: Link::new(RabbitSettings::from_uri("amqp://127.0.0.1:1")),
-            current: std::sync::Mutex::new(None),
-            opening: tokio::sync::Mutex::new(()),
-            spec: ProducerSpec {
-                exchange: "x".into(),
-                delivery_mode: DeliveryMode::Persistent,
-            },
-            order: std::sync::Mutex::new(()),
-            converted: std::sync::Mutex::new(None),
-        }
-    }
-
-    fn shared(content_type: &str) -> SharedProperties {
-        Properties {
-            content_type: Some(Arc::from(content_type)),
-            ..Properties::default()
-        }
-        .into()
-    }
-
-    fn with(properties: &SharedProperties) -> Message {
-        let mut m = Message::new(&b"{}"[..]);
-        m.properties = properties.clone();
-        m
-    }
-
-    fn content_type(p: &lapin::BasicProperties) -> Option<&str> {
-        p.content_type().as_ref().map(|v| v.as_str())
-    }
-
-    #[test]
-    fn shared_properties_are_converted_once_and_never_stale() {
-        let producer = producer();
-        let json = shared("application/json");
-        let text = shared("text/plain");
-        let first = producer.properties(&with(&json));
-        assert_eq!(content_type(&first), Some("application/json"));
-        assert!(
-            lock_converted(&producer).is_some_and(|p| p.ptr_eq(&json)),
-            "kept for the next message"
-        );
-        assert_eq!(
-            producer.properties(&with(&json)),
-            first,
-            "the kept conversion"
-        );
-        // Other properties, then the first again: each converts to its own.
-        assert_eq!(
-            content_type(&producer.properties(&with(&text))),
-            Some("text/plain")
-        );
-        assert_eq!(
-            content_type(&producer.properties(&with(&json))),
-            Some("application/json")
-        );
-        // Headers are the message's own: converted with it, not taken from the cache.
-        let mut headed = with(&json);
-        headed.headers.insert("tenant", "t1");
-        let converted = producer.properties(&headed);
-        assert!(
-            converted
-                .headers()
-                .as_ref()
-                .is_some_and(|h| h.contains_key("tenant"))
-        );
-        assert!(producer.properties(&with(&json)).headers().is_none());
-        // Properties a message holds alone are converted without being kept.
-        let mut own = Message::new(&b"{}"[..]);
-        own.properties.priority = Some(3);
-        assert_eq!(*producer.properties(&own).priority(), Some(3));
-        assert!(lock_converted(&producer).is_some_and(|p| p.ptr_eq(&json)));
-    }
-
-    /// The shared properties whose conversion the producer keeps.
-    fn lock_converted(producer: &RabbitProducer) -> Option<SharedProperties> {
-        super::lock(&producer.converted)
-            .as_ref()
-            .map(|(shared, _)| shared.clone())
-    }
+    use super::within;
 
     #[tokio::test(start_paused = true)]
     async fn a_zero_limit_waits_for_ever_and_others_give_up() {
