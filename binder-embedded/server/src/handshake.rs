@@ -345,7 +345,8 @@ fn negotiate(field: &str, server: u32, client: u32, min: u32) -> Result<u32, Clo
     Ok(client)
 }
 
-/// Runs the handshake up to `connection.open-ok`.
+/// Runs the handshake up to `connection.open-ok`, which [`open_ok`] sends once the caller
+/// has registered the connection (a client may look itself up as soon as it is open).
 pub async fn run<W: AsyncWrite + Unpin>(
     reader: &mut Reader,
     socket: &mut W,
@@ -479,8 +480,6 @@ pub async fn run<W: AsyncWrite + Unpin>(
             .on((10, 40)),
         ));
     };
-    let open_ok = AMQPClass::Connection(connection::AMQPMethod::OpenOk(connection::OpenOk {}));
-    send(socket, open_ok).await?;
     Ok(Agreed {
         user,
         vhost,
@@ -490,6 +489,15 @@ pub async fn run<W: AsyncWrite + Unpin>(
         caps,
         slot,
     })
+}
+
+/// Ends the handshake [`run`] agreed: `connection.open-ok`.
+pub async fn open_ok<W: AsyncWrite + Unpin>(socket: &mut W) -> std::io::Result<()> {
+    send(
+        socket,
+        AMQPClass::Connection(connection::AMQPMethod::OpenOk(connection::OpenOk {})),
+    )
+    .await
 }
 
 #[cfg(test)]

@@ -572,6 +572,18 @@ pub(crate) async fn serve<E: WireEnvelope>(
         tls: tls.as_ref().map(|t| t.version.clone()),
         connected_at: std::time::SystemTime::now(),
     });
+    // Listed before the client hears it is open: the management API shows it from then on.
+    match tokio::time::timeout_at(deadline, handshake::open_ok(&mut write)).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => {
+            tracing::info!(%peer, reason = %e, "connection lost before connection.open-ok");
+            return;
+        }
+        Err(_) => {
+            tracing::info!(%peer, "closing connection: handshake timeout");
+            return;
+        }
+    }
     let tags = agreed.user.tags.join(",");
     match &tls {
         Some(t) => tracing::info!(
