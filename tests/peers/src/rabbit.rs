@@ -148,6 +148,18 @@ impl Admin {
     }
 }
 
+/// Our apps' settings for `mode`: the prefetch every contender uses and the delivery mode.
+fn tuning(mode: Mode) -> Tuning {
+    Tuning {
+        prefetch: Some(PREFETCH),
+        delivery_mode: Some(if mode.persistent {
+            "PERSISTENT"
+        } else {
+            "NON_PERSISTENT"
+        }),
+    }
+}
+
 fn rate(n: usize, elapsed: Duration) -> Vec<Figure> {
     vec![Figure::rate(n as f64 / elapsed.as_secs_f64())]
 }
@@ -173,14 +185,7 @@ async fn ours(admin: &Admin, msgs: Vec<BenchMsg>, mode: Mode) -> Vec<Figure> {
     let destination = unique("ours");
     let sink = Sink::new(n);
     let binder = Arc::new(RabbitBinder::new(RabbitSettings::from_uri(&admin.uri)));
-    let tuning = Tuning {
-        prefetch: Some(PREFETCH),
-        delivery_mode: Some(if mode.persistent {
-            "PERSISTENT"
-        } else {
-            "NON_PERSISTENT"
-        }),
-    };
+    let tuning = tuning(mode);
     let app = OursApp::start(
         &Target::Rabbit(binder.clone()),
         &ours::pairs(&destination, 1, false),
@@ -288,14 +293,7 @@ async fn hybrid(
     let queue = format!("{destination}.g");
     let sink = Sink::new(n);
     let binder = Arc::new(RabbitBinder::new(RabbitSettings::from_uri(&admin.uri)));
-    let tuning = Tuning {
-        prefetch: Some(PREFETCH),
-        delivery_mode: Some(if mode.persistent {
-            "PERSISTENT"
-        } else {
-            "NON_PERSISTENT"
-        }),
-    };
+    let tuning = tuning(mode);
     let raw_sink = Sink::new(n);
     let app = OursApp::start(
         &Target::Rabbit(binder.clone()),
@@ -353,6 +351,8 @@ async fn hybrid(
     app.finish().await;
     binder.close().await;
     admin.delete(Some(&destination), &queue).await;
-    admin.delete(None, &dummy).await;
+    if !ours_producing {
+        admin.delete(None, &dummy).await;
+    }
     rate(n, elapsed)
 }
