@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::watch;
 
-use super::lifecycle::{BindingState, ControlError};
+use super::lifecycle::{BindingState, ControlError, Desired};
 use super::observe::{BindingStateChanged, Observers};
 use super::output::OutputInner;
 use crate::binder::Binder;
@@ -17,7 +17,7 @@ use crate::binder::Binder;
 /// loops has reached.
 #[derive(Debug)]
 pub(crate) struct InputControl {
-    pub desired: watch::Sender<BindingState>,
+    pub desired: Desired,
     pub actual: Vec<watch::Receiver<BindingState>>,
 }
 
@@ -86,7 +86,7 @@ impl Control {
     /// The state of a binding.
     pub(crate) fn state(&self, binding: &str) -> Option<BindingState> {
         if let Some(c) = self.inputs().get(binding) {
-            let desired = *c.desired.borrow();
+            let desired = c.desired.get();
             let recovering = c
                 .actual
                 .iter()

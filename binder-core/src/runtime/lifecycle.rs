@@ -41,3 +41,71 @@ pub enum ControlError {
     #[error("the application is shutting down")]
     ShuttingDown,
 }
+
+/// The state asked of an input binding, as its control sets it for the binding's queue
+/// loops: a watch channel, and a waker per loop. A loop waiting for its next delivery
+/// watches for a change through its waker (registered once per task, an atomic swap after
+/// that) instead of registering with the channel on every wait, which with many bindings
+/// was a cold lock taken and released per message. Dropping it ends the loops.
+#[derive(Debug)]
+pub(crate) struct Desired {
+    /// `None` once dropped (the loops see the channel closed before they are woken).
+    tx: Option<tokio::sync::watch::Sender<BindingState>>,
+    loops: Vec<std::sync::Arc<futures::task::AtomicWaker>>,
+}
+
+/// A queue loop's side of [`Desired`].
+#[derive(Debug)]
+pub(crate) struct DesiredWatch {
+    pub rx: tokio::sync::watch::Receiver<BindingState>,
+    /// Woken on every change, and when the control goes.
+    pub waker: std::sync::Arc<futures::task::AtomicWaker>,
+}
+
+impl Desired {
+    pub(crate) fn new(initial: BindingState) -> Self {
+        Desired {
+            tx: Some(tokio::sync::watch::Sender::new(initial)),
+            loops: Vec::new(),
+        }
+    }
+
+    fn tx(&self) -> &tokio::sync::watch::Sender<BindingState> {
+        self.tx.as_ref().expect("set until dropped")
+    }
+
+    /// A new loop's side.
+    pub(crate) fn watch(&mut self) -> DesiredWatch {
+        let waker = std::sync::Arc::new(futures::task::AtomicWaker::new());
+        self.loops.push(waker.clone());
+        DesiredWatch {
+            rx: self.tx().subscribe(),
+            waker,
+        }
+    }
+
+    /// The state asked for now.
+    pub(crate) fn get(&self) -> BindingState {
+        *self.tx().borrow()
+    }
+
+    /// Asks for `state` and wakes every loop.
+    pub(crate) fn send_replace(&self, state: BindingState) {
+        self.tx().send_replace(state);
+        self.wake_loops();
+    }
+
+    fn wake_loops(&self) {
+        for waker in &self.loops {
+            waker.wake();
+        }
+    }
+}
+
+impl Drop for Desired {
+    fn drop(&mut self) {
+        // Closed first, so that a woken loop finds it closed.
+        drop(self.tx.take());
+        self.wake_loops();
+    }
+}

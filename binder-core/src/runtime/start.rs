@@ -21,7 +21,7 @@ use super::input::delivery::InputRuntime;
 use super::input::failure::FailurePolicy;
 use super::input::queue_loop::run_queue;
 use super::input::route::{Route, Routes};
-use super::lifecycle::BindingState;
+use super::lifecycle::{BindingState, Desired};
 use super::observe::Observers;
 use super::output::{Output, OutputInner, Publisher};
 use super::patience::{Patience, when_reachable};
@@ -255,7 +255,7 @@ async fn launch(
         } else {
             BindingState::Stopped
         };
-        let (desired, _) = watch::channel(initial);
+        let mut desired = Desired::new(initial);
         let mut actual = Vec::new();
         let name: Arc<str> = Arc::from(input.as_str());
         let mut routes = Vec::with_capacity(listeners.len());
@@ -312,7 +312,7 @@ async fn launch(
                 runtime.clone(),
                 consumer.clone(),
                 index,
-                desired.subscribe(),
+                desired.watch(),
                 reported,
             ));
         }

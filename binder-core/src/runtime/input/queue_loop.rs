@@ -4,12 +4,14 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
 use futures::FutureExt;
+use futures::task::AtomicWaker;
 use tokio::sync::watch;
 
-use super::super::lifecycle::BindingState;
+use super::super::lifecycle::{BindingState, DesiredWatch};
 use super::super::observe::{BindingStateChanged, Settle, Settled};
 use super::super::panics;
 use super::delivery::InputRuntime;
@@ -31,7 +33,7 @@ pub(crate) async fn run_queue(
     rt: Arc<InputRuntime>,
     consumer: Arc<dyn BoundConsumer>,
     source: usize,
-    desired: watch::Receiver<BindingState>,
+    desired: DesiredWatch,
     actual: watch::Sender<BindingState>,
 ) {
     let recovery = consumer.recovery_interval();
@@ -44,7 +46,8 @@ pub(crate) async fn run_queue(
         rt,
         consumer,
         source,
-        desired,
+        desired: desired.rx,
+        changed: desired.waker,
         reported,
         actual,
         subscription: None,
@@ -72,6 +75,8 @@ struct QueueLoop {
     /// Which of the consumer's sources.
     source: usize,
     desired: watch::Receiver<BindingState>,
+    /// Woken when `desired` changes or its sender goes (see [`DesiredWatch`]).
+    changed: Arc<AtomicWaker>,
     actual: watch::Sender<BindingState>,
     /// What `actual` holds (checked on every delivery without taking its lock).
     reported: BindingState,
@@ -271,26 +276,38 @@ impl QueueLoop {
                 return Step::Continue;
             };
             // Control changes win over deliveries, so a stop takes effect at once. A delivery
-            // that is already there is taken without waiting on the control channel (cheaper:
-            // no waiter to register); `next` is cancel-safe, so trying it is harmless.
+            // that is already there is taken without registering for control changes; a wait
+            // registers the task with the loop's control waker (an atomic swap once it is
+            // registered), then checks for a change, then polls the subscription, while the
+            // control side changes, then wakes. `next` is cancel-safe, so leaving it is
+            // harmless.
             match self.desired.has_changed() {
                 Ok(false) => {}
                 Ok(true) => return Step::Continue,
                 Err(_) => return Step::End,
             }
             let inbound = {
+                let changed = &self.changed;
+                let desired = &self.desired;
                 let mut next = sub.next();
                 match (&mut next).now_or_never() {
-                    Some(inbound) => inbound,
-                    None => tokio::select! {
-                        biased;
-                        changed = self.desired.changed() => return match changed {
-                            Ok(()) => Step::Continue,
-                            Err(_) => Step::End,
-                        },
-                        inbound = next => inbound,
-                    },
+                    Some(inbound) => Ok(inbound),
+                    None => {
+                        std::future::poll_fn(|cx| {
+                            changed.register(cx.waker());
+                            match desired.has_changed() {
+                                Ok(false) => next.poll_unpin(cx).map(Ok),
+                                Ok(true) => Poll::Ready(Err(Step::Continue)),
+                                Err(_) => Poll::Ready(Err(Step::End)),
+                            }
+                        })
+                        .await
+                    }
                 }
+            };
+            let inbound = match inbound {
+                Ok(inbound) => inbound,
+                Err(step) => return step,
             };
             let Some(inbound) = inbound else {
                 // The broker cancelled the consumer (queue deleted, connection lost): subscribe
