@@ -202,6 +202,11 @@ impl Drop for LinkConnection {
     }
 }
 
+/// Takes a std mutex, poisoned or not (what it guards stays consistent across a panic).
+fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// Runs a clean-up from a `Drop` on the current runtime. Outside one (the process is ending)
 /// the task is dropped unstarted, and lapin's own closers run as its handles go.
 fn in_background(task: impl std::future::Future<Output = ()> + Send + 'static) {
@@ -251,12 +256,12 @@ impl Link {
     }
 
     fn set_status(&self, status: LinkStatus) {
-        *self.status.lock().unwrap_or_else(|p| p.into_inner()) = status;
+        *lock(&self.status) = status;
     }
 
     /// The link's connection state, from what its last attempt left (never waits).
     fn state(&self) -> ConnectionState {
-        match &*self.status.lock().unwrap_or_else(|p| p.into_inner()) {
+        match &*lock(&self.status) {
             LinkStatus::Idle => ConnectionState::Idle,
             LinkStatus::Connecting => ConnectionState::Connecting,
             LinkStatus::Open(c) => match c.upgrade() {
@@ -642,11 +647,6 @@ struct RabbitProducer {
     order: std::sync::Mutex<()>,
 }
 
-/// Takes a std mutex, poisoned or not (what it guards stays consistent across a panic).
-fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
 impl RabbitProducer {
     /// The open channel, if there is one.
     fn open_channel(&self) -> Option<LinkChannel> {
@@ -708,8 +708,7 @@ impl RabbitProducer {
         ));
         let mut first_poll = true;
         let confirm = std::future::poll_fn(|cx| {
-            let _order = std::mem::take(&mut first_poll)
-                .then(|| self.order.lock().unwrap_or_else(|p| p.into_inner()));
+            let _order = std::mem::take(&mut first_poll).then(|| lock(&self.order));
             publish.as_mut().poll(cx)
         })
         .await

@@ -8,7 +8,7 @@ mod common;
 use std::time::Duration;
 
 use binder_amqp::{AmqpBroker, SubscriptionSpec};
-use binder_core::binder::Subscription;
+use binder_core::binder::{Binder, ConnectionState, Subscription};
 use binder_rabbit::{RabbitBinder, RabbitSettings};
 use lapin::BasicProperties;
 use lapin::options::{BasicPublishOptions, QueueDeleteOptions};
@@ -31,7 +31,7 @@ async fn publish(ch: &lapin::Channel, queue: &str, count: u8) {
 }
 
 /// Subscribes with a prefetch above `count` and waits until the broker has sent all `count`
-/// messages (none ready), then a little longer for lapin to have buffered them.
+/// messages (none ready): whatever ends the consumer now comes after them on its channel.
 async fn subscribed_holding(
     binder: &RabbitBinder,
     queue: &str,
@@ -54,7 +54,6 @@ async fn subscribed_holding(
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    tokio::time::sleep(Duration::from_millis(200)).await;
     sub
 }
 
@@ -80,7 +79,9 @@ async fn deliveries_held_when_the_queue_is_deleted_come_out_before_the_end() {
     publish(&ch, &queue, 4).await;
     let mut sub = subscribed_holding(&binder, &queue, 4).await;
     // RabbitMQ cancels the consumer after the deliveries it already sent: lapin holds all
-    // four, then the end.
+    // four, then the end. Nothing tells when lapin has read the cancel; the pause only makes
+    // it likely that the subscription meets the end while taking what lapin holds (the path
+    // under test). The assertions hold whichever way it goes.
     ch.queue_delete(queue.as_str().into(), QueueDeleteOptions::default())
         .await
         .unwrap();
@@ -112,8 +113,17 @@ async fn deliveries_held_when_the_broker_closes_the_connection_come_out_before_t
         .and_then(|line| line.split_whitespace().next())
         .unwrap_or_else(|| panic!("no connection named {queue} in:\n{listed}"))
         .to_owned();
+    assert_eq!(binder.connection_state(), ConnectionState::Up);
     common::rabbitmqctl(&["close_connection", &pid, "consumer_end test"]);
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Once lapin has read the broker's close, it has read every delivery before it.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while binder.connection_state() == ConnectionState::Up {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the binder still reports its connection up 10 s after the broker closed it"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     // What lapin received before the close is handed out (the broker redelivers it to the
     // next consumer, since none of it can be acked on the lost channel), then the end.
     assert_eq!(drain(&mut sub).await, [0, 1, 2, 3]);

@@ -1,6 +1,10 @@
 //! Binding states and their control.
 
 use std::fmt;
+use std::sync::Arc;
+
+use futures::task::AtomicWaker;
+use tokio::sync::watch;
 
 /// The state of a binding.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -50,33 +54,33 @@ pub enum ControlError {
 #[derive(Debug)]
 pub(crate) struct Desired {
     /// `None` once dropped (the loops see the channel closed before they are woken).
-    tx: Option<tokio::sync::watch::Sender<BindingState>>,
-    loops: Vec<std::sync::Arc<futures::task::AtomicWaker>>,
+    tx: Option<watch::Sender<BindingState>>,
+    loops: Vec<Arc<AtomicWaker>>,
 }
 
 /// A queue loop's side of [`Desired`].
 #[derive(Debug)]
 pub(crate) struct DesiredWatch {
-    pub rx: tokio::sync::watch::Receiver<BindingState>,
+    pub rx: watch::Receiver<BindingState>,
     /// Woken on every change, and when the control goes.
-    pub waker: std::sync::Arc<futures::task::AtomicWaker>,
+    pub waker: Arc<AtomicWaker>,
 }
 
 impl Desired {
     pub(crate) fn new(initial: BindingState) -> Self {
         Desired {
-            tx: Some(tokio::sync::watch::Sender::new(initial)),
+            tx: Some(watch::Sender::new(initial)),
             loops: Vec::new(),
         }
     }
 
-    fn tx(&self) -> &tokio::sync::watch::Sender<BindingState> {
+    fn tx(&self) -> &watch::Sender<BindingState> {
         self.tx.as_ref().expect("set until dropped")
     }
 
     /// A new loop's side.
     pub(crate) fn watch(&mut self) -> DesiredWatch {
-        let waker = std::sync::Arc::new(futures::task::AtomicWaker::new());
+        let waker = Arc::new(AtomicWaker::new());
         self.loops.push(waker.clone());
         DesiredWatch {
             rx: self.tx().subscribe(),

@@ -198,7 +198,8 @@ fn main() {
                     &[""],
                     &r,
                     // Then the floors: what the publisher connection apart costs raw lapin
-                    // itself, and where raw lapin stands against ruststream-lapin.
+                    // itself, and where raw lapin stands against ruststream-lapin; and what
+                    // three more words in the routing key cost raw lapin (on demand).
                     &[
                         (0, 1, 0),
                         (0, 2, 0),
@@ -208,6 +209,7 @@ fn main() {
                         (6, 2, 0),
                         (2, 1, 0),
                         (2, 4, 0),
+                        (7, 2, 0),
                     ],
                 );
             }

@@ -26,8 +26,8 @@ use crate::rounds::Figure;
 /// Every consumer's prefetch (ours: `rabbit.bindings.in.consumer.prefetch`).
 pub const PREFETCH: u16 = 200;
 
-/// The contenders, in report order (the last two only when named in `BENCH_ONLY`).
-pub const CONTENDERS: [&str; 7] = [
+/// The contenders, in report order (the last three only when named in `BENCH_ONLY`).
+pub const CONTENDERS: [&str; 8] = [
     "ours",
     "lapin topic",
     "lapin topic, 2 connections",
@@ -35,11 +35,14 @@ pub const CONTENDERS: [&str; 7] = [
     "ruststream-lapin",
     "ours producer, lapin consumer",
     "lapin producer, ours consumer",
+    "lapin 2 connections, 4-word key",
 ];
 
-/// Contenders that tell which side a difference is on: our producer with raw lapin's
-/// consumer, and raw lapin's producer (on a connection of its own) with our consumer.
-pub const ON_DEMAND: [&str; 2] = [CONTENDERS[5], CONTENDERS[6]];
+/// Contenders that tell which side a difference is on (our producer with raw lapin's
+/// consumer, and raw lapin's producer, on a connection of its own, with our consumer), and
+/// what a routing key's words cost (raw lapin on two connections routing by a four-word
+/// name, against the same with one word).
+pub const ON_DEMAND: [&str; 3] = [CONTENDERS[5], CONTENDERS[6], CONTENDERS[7]];
 
 /// Transient or persistent, and the window that goes with it.
 #[derive(Debug, Clone, Copy)]
@@ -168,12 +171,13 @@ fn rate(n: usize, elapsed: Duration) -> Vec<Figure> {
 pub async fn run(admin: &Admin, i: usize, msgs: Vec<BenchMsg>, mode: Mode) -> Vec<Figure> {
     match i {
         0 => ours(admin, msgs, mode).await,
-        1 => raw(admin, msgs, mode, true, false).await,
-        2 => raw(admin, msgs, mode, true, true).await,
-        3 => raw(admin, msgs, mode, false, false).await,
+        1 => raw(admin, msgs, mode, Route::Topic { words: 1 }, false).await,
+        2 => raw(admin, msgs, mode, Route::Topic { words: 1 }, true).await,
+        3 => raw(admin, msgs, mode, Route::Default, false).await,
         4 => rl(admin, msgs, mode).await,
         5 => hybrid(admin, msgs, mode, true).await,
         6 => hybrid(admin, msgs, mode, false).await,
+        7 => raw(admin, msgs, mode, Route::Topic { words: 4 }, true).await,
         _ => unreachable!("{} contenders", CONTENDERS.len()),
     }
 }
@@ -212,19 +216,32 @@ async fn ours(admin: &Admin, msgs: Vec<BenchMsg>, mode: Mode) -> Vec<Figure> {
     rate(n, elapsed)
 }
 
-/// Raw lapin through a topic exchange bound to the queue with `#`, routing by the exchange's
-/// name (`via_exchange`), or through the default exchange; publishing on a connection of its
-/// own (`apart`) or on the consumer's.
+/// How a raw contender routes.
+#[derive(Debug, Clone, Copy)]
+enum Route {
+    /// Through a topic exchange bound to the queue with `#`, by the exchange's name, made of
+    /// this many dot-separated words.
+    Topic { words: usize },
+    /// Through the default exchange, by the queue's name.
+    Default,
+}
+
+/// Raw lapin routing as `route` says, publishing on a connection of its own (`apart`) or on
+/// the consumer's.
 async fn raw(
     admin: &Admin,
     msgs: Vec<BenchMsg>,
     mode: Mode,
-    via_exchange: bool,
+    route: Route,
     apart: bool,
 ) -> Vec<Figure> {
     let n = msgs.len();
     let queue = unique("raw");
-    let exchange = via_exchange.then(|| format!("{queue}-x"));
+    let exchange = match route {
+        // `<queue>-x` is one word; each further word is one more `.x`.
+        Route::Topic { words } => Some(format!("{queue}-x{}", ".x".repeat(words - 1))),
+        Route::Default => None,
+    };
     admin.declare(exchange.as_deref(), &queue).await;
     let sink = Sink::new(n);
     let mut client = RawLapin::connect(&admin.uri, &queue, PREFETCH, apart).await;
