@@ -371,11 +371,14 @@ impl EmbeddedBinder {
     }
 
     /// A fresh channel (channel errors close channels, so each producer and subscription
-    /// gets its own).
+    /// gets its own). Its notifications are dropped, not kept: the binder learns of flow
+    /// control from the publish outcome and of a cancelled consumer from its stream's end.
     fn channel(&self) -> BinderResult<Channel> {
         let mut conn = self.connection.lock().unwrap_or_else(|p| p.into_inner());
         let conn = conn.get_or_insert_with(|| self.broker.connect());
-        conn.open_channel().map_err(broker_error)
+        let channel = conn.open_channel().map_err(broker_error)?;
+        drop(channel.events());
+        Ok(channel)
     }
 
     /// Runs topology operations on the declaration channel (opened if there is none). The
@@ -385,12 +388,7 @@ impl EmbeddedBinder {
     fn declaring(&self, ops: impl FnOnce(&Channel) -> BinderResult<()>) -> BinderResult<()> {
         let ch = match take(&self.declarations) {
             Some(ch) => ch,
-            None => {
-                let ch = self.channel()?;
-                // Nobody reads its notifications (flow control): they are dropped, not kept.
-                drop(ch.events());
-                ch
-            }
+            None => self.channel()?,
         };
         ops(&ch)?;
         self.declarations

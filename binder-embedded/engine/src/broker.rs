@@ -13,14 +13,14 @@ use crate::inspect::{
 };
 use crate::store::{Durability, MemoryStore, MessageStore, StoreError};
 use tokio::sync::Notify;
-use tokio::sync::mpsc::{self, UnboundedReceiver};
 
 use super::error::{AmqpError, AmqpResult};
+use super::events::{self, ChannelEvents};
 use super::inbox::Inbox;
 use super::state::{Settle, State};
 use super::types::{
-    BrokerConfig, ChannelEvent, ConsumeOptions, Delivery, ExchangeKind, ExchangeOptions,
-    PublishOptions, PublishOutcome, QueueDeclareOk, QueueOptions,
+    BrokerConfig, ConsumeOptions, Delivery, ExchangeKind, ExchangeOptions, PublishOptions,
+    PublishOutcome, QueueDeclareOk, QueueOptions,
 };
 
 #[derive(Debug)]
@@ -428,7 +428,7 @@ pub struct Connection<E: Envelope = Native> {
 impl<E: Envelope> Connection<E> {
     /// Opens a channel.
     pub fn open_channel(&self) -> AmqpResult<Channel<E>> {
-        let (tx, rx) = mpsc::unbounded_channel();
+        let (tx, rx) = events::queue();
         let id = self.shared.with(|s| s.open_channel(self.id, tx))?;
         Ok(Channel {
             id,
@@ -449,9 +449,6 @@ impl<E: Envelope> Drop for Connection<E> {
         self.shared.with(|s| s.close_connection(id));
     }
 }
-
-/// Notifications of a channel: returns, consumer cancellations, flow control, closure.
-pub type ChannelEvents<E = Native> = UnboundedReceiver<ChannelEvent<E>>;
 
 /// What [`Channel::try_basic_publish`] did.
 #[derive(Debug)]

@@ -21,6 +21,7 @@ mod dead_letter;
 mod deadline;
 mod envelope;
 mod error;
+mod events;
 mod exchange;
 mod field;
 mod inbox;
@@ -35,13 +36,12 @@ pub mod store;
 mod topic;
 mod types;
 
-pub use broker::{
-    Broker, Channel, ChannelEvents, Connection, Consumer, GetOk, PendingConfirm, TryPublish,
-};
+pub use broker::{Broker, Channel, Connection, Consumer, GetOk, PendingConfirm, TryPublish};
 pub use dead_letter::DeathReason;
 pub use deadline::Deadline;
 pub use envelope::{Envelope, Native};
 pub use error::{AmqpError, AmqpResult, ReplyCode};
+pub use events::{ChannelEvents, TryRecvError};
 pub use field::{Decimal, FieldTable, FieldValue};
 pub use inspect::{
     BindingInfo, ConsumerInfo, ExchangeInfo, PeekedMessage, QueueInfo, Redrive, Totals,

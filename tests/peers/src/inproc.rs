@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc;
 
+use crate::alloc::Counting;
 use crate::ours::{self, OursApp, Target, Tuning};
 use crate::payload::{BenchMsg, Sink, decode, quantile};
 use crate::peer_rs::{self, RsApp};
@@ -241,11 +242,13 @@ async fn engine_publish(
 /// own that decodes one payload at a time; one producer task sends the encoded structs
 /// round-robin over them, awaiting each send. The runtime's own cost of many destinations:
 /// with more than a few, every message finds its consumer task asleep and wakes it.
-/// Figures: the rate, and the time spawning the channels and tasks took.
+/// Figures: the rate, the time spawning the channels and tasks took, and the heap they hold
+/// per destination.
 pub async fn mpsc_many(msgs: Vec<BenchMsg>, destinations: usize) -> Vec<Figure> {
     let n = msgs.len();
     let sink = Sink::new(n);
     let setup = Instant::now();
+    let counting = Counting::start();
     let mut senders = Vec::with_capacity(destinations);
     let mut consumers = Vec::with_capacity(destinations);
     for _ in 0..destinations {
@@ -259,6 +262,8 @@ pub async fn mpsc_many(msgs: Vec<BenchMsg>, destinations: usize) -> Vec<Figure> 
         }));
     }
     let setup = setup.elapsed();
+    let heap = counting.live() as f64 / destinations as f64;
+    drop(counting);
 
     let start = Instant::now();
     let producer = tokio::spawn(async move {
@@ -282,6 +287,10 @@ pub async fn mpsc_many(msgs: Vec<BenchMsg>, destinations: usize) -> Vec<Figure> 
         Figure {
             value: setup.as_secs_f64() * 1e3,
             unit: Unit::Millis,
+        },
+        Figure {
+            value: heap,
+            unit: Unit::Bytes,
         },
     ]
 }

@@ -257,9 +257,9 @@ fn main() {
                 });
                 report(
                     &c,
-                    &["throughput", "App::start"],
+                    &["throughput", "App::start", "heap per destination"],
                     &r,
-                    &[(1, 0, 0), (1, 0, 1), (3, 2, 0)],
+                    &[(1, 0, 0), (1, 0, 1), (3, 2, 0), (1, 3, 2)],
                 );
             }
         }

@@ -455,7 +455,7 @@ impl<E: Envelope> State<E> {
                 consumer.inbox.close(true);
                 if let Some(ch) = self.sessions.channels.get_mut(&consumer.channel) {
                     ch.consumers.remove(&consumer.tag);
-                    let _ = ch.events.send(ChannelEvent::ConsumerCancelled {
+                    ch.events.send(ChannelEvent::ConsumerCancelled {
                         consumer_tag: consumer.tag.to_string(),
                     });
                 }

@@ -35,8 +35,6 @@ mod work;
 
 use std::sync::Arc;
 
-use tokio::sync::mpsc::UnboundedSender;
-
 use self::accounting::MemoryCount;
 #[cfg(test)]
 pub(crate) use self::paging::BATCH;
@@ -47,6 +45,7 @@ pub(crate) use self::sessions::{DELIVERED, Settle};
 use self::work::{AfterLock, Work};
 use crate::envelope::Envelope;
 use crate::error::{AmqpError, AmqpResult, ReplyCode};
+use crate::events::EventSender;
 use crate::message::Published;
 use crate::store::{Durability, MessageStore, RecordView};
 use crate::types::{BrokerConfig, ChannelEvent};
@@ -214,10 +213,10 @@ impl<E: Envelope> State<E> {
     pub(crate) fn open_channel(
         &mut self,
         connection: u64,
-        events: UnboundedSender<ChannelEvent<E>>,
+        events: EventSender<E>,
     ) -> AmqpResult<u64> {
         if let Some(reason) = self.blocked_reason() {
-            let _ = events.send(ChannelEvent::Blocked { reason });
+            events.send(ChannelEvent::Blocked { reason });
         }
         self.sessions.open_channel(connection, events)
     }
@@ -240,7 +239,7 @@ impl<E: Envelope> State<E> {
             self.requeue(unacked.queue, message);
         }
         if let Some(error) = error {
-            let _ = ch.events.send(ChannelEvent::Closed { error });
+            ch.events.send(ChannelEvent::Closed { error });
         }
         self.settle();
     }

@@ -111,7 +111,7 @@ impl<E: Envelope> State<E> {
         if targets.is_empty() {
             if mandatory {
                 if let Some(ch) = self.sessions.channels.get(&channel) {
-                    let _ = ch.events.send(ChannelEvent::Return {
+                    ch.events.send(ChannelEvent::Return {
                         reply_code: 312,
                         reply_text: "NO_ROUTE".to_owned(),
                         body,

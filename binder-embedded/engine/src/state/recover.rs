@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use tokio::sync::mpsc;
+use crate::events;
 use tokio::time::Instant;
 
 use super::{State, paging};
@@ -28,7 +28,7 @@ impl<E: Envelope> State<E> {
 
     fn rebuild(&mut self, recovered: Recovered) -> AmqpResult<()> {
         let connection = self.open_connection();
-        let (events, _) = mpsc::unbounded_channel();
+        let (events, _) = events::queue();
         let channel = self.open_channel(connection, events)?;
         for x in recovered.exchanges {
             self.exchange_declare(&x.name, x.kind, x.options, x.arguments)?;

@@ -4,8 +4,8 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
+use crate::events::EventSender;
 use rustc_hash::FxHashMap as HashMap;
-use tokio::sync::mpsc::UnboundedSender;
 
 use super::unacked::UnackedLog;
 use crate::envelope::{Envelope, Native};
@@ -89,7 +89,7 @@ pub(crate) struct ChannelState<E: Envelope> {
     /// that has the same.
     pub last_route: Option<E::Route>,
     pub consumers: HashMap<Arc<str>, u64>,
-    pub events: UnboundedSender<ChannelEvent<E>>,
+    pub events: EventSender<E>,
 }
 
 /// One connection: its channels, in the order they were opened (ids only grow), so that a
@@ -134,7 +134,7 @@ impl<E: Envelope> Sessions<E> {
     pub(crate) fn open_channel(
         &mut self,
         connection: u64,
-        events: UnboundedSender<ChannelEvent<E>>,
+        events: EventSender<E>,
     ) -> AmqpResult<u64> {
         let id = self.id();
         let conn = self
@@ -186,7 +186,7 @@ impl<E: Envelope> Sessions<E> {
 
     pub(crate) fn notify_all(&self, event: &ChannelEvent<E>) {
         for ch in self.channels.values() {
-            let _ = ch.events.send(event.clone());
+            ch.events.send(event.clone());
         }
     }
 }
