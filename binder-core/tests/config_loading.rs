@@ -90,6 +90,7 @@ spring.cloud.stream:
   rabbit.default.consumer: {prefetch: 50, autoBindDlq: true}
   bindings:
     a: {group: g, consumer: {maxAttempts: 1}}
+    c: {group: g}
   rabbit.bindings:
     a.consumer: {prefetch: 5}
 "#,
@@ -106,6 +107,11 @@ spring.cloud.stream:
     let b = cfg.binding("b");
     assert_eq!(b.consumer.max_attempts, 7);
     assert_eq!(rabbit(&b).consumer.prefetch, 50);
+    // A binding configured without its own `rabbit` section gets the defaults, untouched by
+    // the binding that has one (they share the default section, `a` holds a copy).
+    let c = cfg.binding("c");
+    assert_eq!(rabbit(&c).consumer.prefetch, 50);
+    assert!(rabbit(&c).consumer.common.auto_bind_dlq);
 }
 
 #[test]

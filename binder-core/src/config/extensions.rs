@@ -59,6 +59,15 @@ impl Extensions {
         self.0.push((namespace, Arc::from(value)));
     }
 
+    /// Adds a namespace whose properties are shared (a template no binding changed).
+    pub(crate) fn insert_shared(
+        &mut self,
+        namespace: &'static str,
+        value: Arc<dyn StoredExtension>,
+    ) {
+        self.0.push((namespace, value));
+    }
+
     pub(crate) fn iter(&self) -> impl Iterator<Item = (&'static str, &dyn StoredExtension)> {
         self.0.iter().map(|(ns, v)| (*ns, v.as_ref()))
     }

@@ -2,6 +2,7 @@
 //! and defaulted, every problem collected, then the whole validated.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use config::{Value, ValueKind};
 
@@ -162,7 +163,9 @@ pub(crate) fn read(
     let consumer = &mut common_template.consumer;
     consumer.instance_count.get_or_insert(cfg.instance_count);
     consumer.instance_index.get_or_insert(cfg.instance_index);
-    let extension_templates: Vec<Box<dyn StoredExtension>> = extensions
+    // Shared by every binding that does not configure the namespace (most of them, with
+    // thousands of bindings): a binding holds its own copy only when it changes something.
+    let extension_templates: Vec<Arc<dyn StoredExtension>> = extensions
         .iter()
         .enumerate()
         .map(|(index, registration)| {
@@ -171,7 +174,7 @@ pub(crate) fn read(
                 let path = format!("{STREAM_PREFIX}.{}.default", registration.namespace);
                 template.merge_section(v, &path, &mut problems);
             }
-            template
+            Arc::from(template)
         })
         .collect();
 
@@ -189,13 +192,16 @@ pub(crate) fn read(
         }
         let mut own = Extensions::default();
         for (index, registration) in extensions.iter().enumerate() {
-            let mut section = extension_templates[index].clone_box();
-            if let Some(v) = tables.extensions.get(&index) {
-                let path = format!("{STREAM_PREFIX}.{}.bindings.{name}", registration.namespace);
-                section.merge_section(v, &path, &mut problems);
-                configured.consumer |= descend(v, &["consumer"]).is_some();
-                configured.producer |= descend(v, &["producer"]).is_some();
-            }
+            let template = &extension_templates[index];
+            let Some(v) = tables.extensions.get(&index) else {
+                own.insert_shared(registration.namespace, template.clone());
+                continue;
+            };
+            let mut section = template.clone_box();
+            let path = format!("{STREAM_PREFIX}.{}.bindings.{name}", registration.namespace);
+            section.merge_section(v, &path, &mut problems);
+            configured.consumer |= descend(v, &["consumer"]).is_some();
+            configured.producer |= descend(v, &["producer"]).is_some();
             own.insert(registration.namespace, section);
         }
         let mut binding = BindingConfig::resolve(&name, c, own);
@@ -204,7 +210,7 @@ pub(crate) fn read(
     }
     let mut template_extensions = Extensions::default();
     for (registration, template) in extensions.iter().zip(extension_templates) {
-        template_extensions.insert(registration.namespace, template);
+        template_extensions.insert_shared(registration.namespace, template);
     }
     cfg.template = (common_template, template_extensions);
 

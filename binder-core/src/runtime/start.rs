@@ -303,7 +303,10 @@ async fn launch(
             content_type: Arc::from(binding.content_type.as_str()),
             observers: observers_of(&input),
             acknowledge_mode: consumer.acknowledge_mode(),
-            config: BindingConfig::clone(binding),
+            destination: Arc::from(binding.destination.as_str()),
+            concurrency: binding.consumer.concurrency,
+            default_retryable: binding.consumer.default_retryable,
+            retryable_exceptions: binding.consumer.retryable_exceptions.clone(),
         });
         for index in 0..consumer.sources().len() {
             let (reported, seen) = watch::channel(BindingState::Stopped);

@@ -3,6 +3,7 @@
 //! that fails for good goes to the binding's [`FailurePolicy`]. The loop that feeds
 //! deliveries is in [`queue_loop`](super::queue_loop).
 
+use std::collections::BTreeMap;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
@@ -25,12 +26,19 @@ use super::failure::{FailedDelivery, FailurePolicy};
 use super::route::Routes;
 use crate::binder::{BinderFuture, Inbound, Published, Settlement, Settler};
 use crate::codec::Codecs;
-use crate::config::{AcknowledgeMode, BindingConfig};
+use crate::config::AcknowledgeMode;
 
 /// Everything an input binding needs at run time.
 pub(crate) struct InputRuntime {
     pub name: Arc<str>,
-    pub config: BindingConfig,
+    /// The binding's destination (named in each delivery's span).
+    pub destination: Arc<str>,
+    /// `consumer.concurrency`: handlers run in the queue loop at 1, in tasks above.
+    pub concurrency: u32,
+    /// `consumer.defaultRetryable`.
+    pub default_retryable: bool,
+    /// `consumer.retryableExceptions`.
+    pub retryable_exceptions: BTreeMap<String, bool>,
     /// Who settles deliveries, as the binder's consumer says.
     pub acknowledge_mode: AcknowledgeMode,
     pub routes: Routes,
@@ -125,10 +133,7 @@ impl InputRuntime {
 
     fn retryable(&self, error: &HandlerError, attempt: u32) -> bool {
         attempt < self.backoff.max_attempts
-            && error.should_retry(
-                self.config.consumer.default_retryable,
-                &self.config.consumer.retryable_exceptions,
-            )
+            && error.should_retry(self.default_retryable, &self.retryable_exceptions)
     }
 
     fn pending(&self, inbound: Inbound, queue: Arc<str>) -> Pending {
@@ -139,7 +144,7 @@ impl InputRuntime {
         let span = tracing::debug_span!(
             "delivery",
             binding = %self.name,
-            destination = %self.config.destination,
+            destination = %self.destination,
             message_id = tracing::field::Empty,
         );
         if let Some(id) = inbound.message().properties.message_id.as_deref() {

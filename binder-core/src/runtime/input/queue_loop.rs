@@ -365,7 +365,7 @@ impl QueueLoop {
             }
             return Step::Continue;
         };
-        if self.rt.config.consumer.concurrency > 1 {
+        if self.rt.concurrency > 1 {
             let rt = self.rt.clone();
             self.rt
                 .inflight
