@@ -58,8 +58,12 @@ pub(crate) async fn run_queue(
         lost: None,
     };
     queue.run().await;
-    queue.give_up_subscription().await;
-    queue.handle_stash().await;
+    // The rare paths (shutdown, stop, pause, back-off, control changes during a handler) are
+    // boxed where they are awaited: the loop's future is held once per queue, thousands of
+    // times with thousands of destinations, and without boxing it is as large as its
+    // largest path.
+    Box::pin(queue.give_up_subscription()).await;
+    Box::pin(queue.handle_stash()).await;
     queue.report(BindingState::Stopped);
 }
 
@@ -110,12 +114,12 @@ impl QueueLoop {
                 // Recovering is reported, never asked for.
                 BindingState::Running | BindingState::Recovering => self.running().await,
                 BindingState::Paused => {
-                    self.pause().await;
+                    Box::pin(self.pause()).await;
                     self.report(BindingState::Paused);
                     self.wait_for_change().await
                 }
                 BindingState::Stopped => {
-                    self.give_up_subscription().await;
+                    Box::pin(self.give_up_subscription()).await;
                     self.report(BindingState::Stopped);
                     self.wait_for_change().await
                 }
@@ -266,7 +270,7 @@ impl QueueLoop {
                         } else {
                             self.report(BindingState::Recovering);
                         }
-                        return self.back_off(wait).await;
+                        return Box::pin(self.back_off(wait)).await;
                     }
                 }
             }
@@ -324,7 +328,7 @@ impl QueueLoop {
                     return Step::Continue;
                 }
                 let wait = self.next_wait(false);
-                return self.back_off(wait).await;
+                return Box::pin(self.back_off(wait)).await;
             };
             inbound
         };
@@ -390,7 +394,7 @@ impl QueueLoop {
                     self.flush().await;
                 }
                 changed = self.desired.changed(), if watching => match changed {
-                    Ok(()) => self.apply_while_busy().await,
+                    Ok(()) => Box::pin(self.apply_while_busy()).await,
                     // Shutting down: finish this delivery; the next step ends the loop.
                     Err(_) => watching = false,
                 },
