@@ -56,7 +56,7 @@ impl Extensions {
     }
 
     pub(crate) fn insert(&mut self, namespace: &'static str, value: Box<dyn StoredExtension>) {
-        self.0.push((namespace, Arc::from(value)));
+        self.insert_shared(namespace, Arc::from(value));
     }
 
     /// Adds a namespace whose properties are shared (a template no binding changed).
@@ -88,6 +88,6 @@ impl PartialEq for Extensions {
                 .0
                 .iter()
                 .zip(&other.0)
-                .all(|((a, x), (b, y))| a == b && x.same_as(y.as_ref()))
+                .all(|((a, x), (b, y))| a == b && (Arc::ptr_eq(x, y) || x.same_as(y.as_ref())))
     }
 }

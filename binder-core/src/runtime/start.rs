@@ -287,10 +287,10 @@ async fn launch(
         }
         let runtime = Arc::new(InputRuntime {
             name: name.clone(),
-            routes: Routes::new(name, routes),
+            routes: Routes::new(name.clone(), routes),
             context: context.clone(),
             failure: FailurePolicy::new(
-                binding,
+                name.clone(),
                 consumer.clone(),
                 app.hook.clone(),
                 observers_of(&input),

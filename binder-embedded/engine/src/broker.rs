@@ -514,7 +514,10 @@ pub struct Channel<E: Envelope = Native> {
 }
 
 impl<E: Envelope> Channel<E> {
-    /// Takes the channel's event stream (once).
+    /// Takes the channel's event stream (once). Events wait until it is taken: a channel
+    /// whose stream is never taken keeps them (a `basic.return` keeps its body); once the
+    /// stream is dropped, new ones are thrown away. An owner that does not read them drops
+    /// the stream at once.
     pub fn events(&self) -> Option<ChannelEvents<E>> {
         self.events.lock().unwrap_or_else(|p| p.into_inner()).take()
     }

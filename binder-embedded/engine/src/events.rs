@@ -64,11 +64,17 @@ pub(crate) struct EventSender<E: Envelope>(Arc<Shared<E>>);
 impl<E: Envelope> EventSender<E> {
     /// Queues `event` and wakes the reader; dropped if nobody reads.
     pub(crate) fn send(&self, event: ChannelEvent<E>) {
+        self.send_with(|| event);
+    }
+
+    /// Queues the event `make` builds, built only if somebody reads (an event sent to every
+    /// channel is cloned for the channels whose events are read, and no other).
+    pub(crate) fn send_with(&self, make: impl FnOnce() -> ChannelEvent<E>) {
         let mut queue = self.0.lock();
         if queue.reader_gone {
             return;
         }
-        queue.events.push_back(event);
+        queue.events.push_back(make());
         let waker = queue.waker.take();
         drop(queue);
         if let Some(waker) = waker {
@@ -102,7 +108,7 @@ pub struct ChannelEvents<E: Envelope = Native>(Arc<Shared<E>>);
 
 impl<E: Envelope> ChannelEvents<E> {
     /// The next event, waiting for one; `None` once the channel is closed and every event
-    /// was read.
+    /// was read. Cancel-safe: an event leaves the queue only when it is returned.
     pub async fn recv(&mut self) -> Option<ChannelEvent<E>> {
         poll_fn(|cx| self.poll_recv(cx)).await
     }
@@ -115,6 +121,21 @@ impl<E: Envelope> ChannelEvents<E> {
             None if queue.sender_gone => Err(TryRecvError::Disconnected),
             None => Err(TryRecvError::Empty),
         }
+    }
+
+    /// How many events are queued now.
+    pub fn len(&self) -> usize {
+        self.0.lock().events.len()
+    }
+
+    /// Whether no event is queued now.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Whether the channel is closed (events may still be queued).
+    pub fn is_closed(&self) -> bool {
+        self.0.lock().sender_gone
     }
 
     /// Polls for the next event: `Ready(None)` once the channel is closed and every event was
@@ -139,6 +160,7 @@ impl<E: Envelope> Drop for ChannelEvents<E> {
     fn drop(&mut self) {
         let mut queue = self.0.lock();
         queue.reader_gone = true;
+        queue.waker = None;
         let dropped = std::mem::take(&mut queue.events);
         drop(queue);
         // The returned records are freed outside the lock.
@@ -158,49 +180,83 @@ impl<E: Envelope> fmt::Debug for ChannelEvents<E> {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::task::Wake;
+
     use super::*;
 
-    fn unblocked() -> ChannelEvent<Native> {
-        ChannelEvent::Unblocked
+    /// A waker that counts its wake-ups.
+    struct Counting(AtomicUsize);
+
+    impl Wake for Counting {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    fn counting() -> (Arc<Counting>, Waker) {
+        let count = Arc::new(Counting(AtomicUsize::new(0)));
+        (count.clone(), Waker::from(count))
+    }
+
+    fn blocked() -> ChannelEvent<Native> {
+        ChannelEvent::Blocked {
+            reason: "low on memory".into(),
+        }
     }
 
     #[test]
     fn events_come_in_order_then_the_end() {
         let (tx, mut rx) = queue::<Native>();
         assert_eq!(rx.try_recv().unwrap_err(), TryRecvError::Empty);
-        tx.send(ChannelEvent::Blocked {
-            reason: "low on memory".into(),
-        });
-        tx.send(unblocked());
+        tx.send(blocked());
+        tx.send(ChannelEvent::Unblocked);
         drop(tx);
+        assert_eq!(rx.len(), 2);
+        assert!(rx.is_closed());
         assert!(matches!(rx.try_recv(), Ok(ChannelEvent::Blocked { .. })));
         assert!(matches!(rx.try_recv(), Ok(ChannelEvent::Unblocked)));
+        assert!(rx.is_empty());
         assert_eq!(rx.try_recv().unwrap_err(), TryRecvError::Disconnected);
     }
 
-    #[tokio::test]
-    async fn a_waiting_reader_is_woken_by_an_event_and_by_the_end() {
+    #[test]
+    fn a_waiting_reader_is_woken_by_an_event_and_by_the_end_which_stays() {
         let (tx, mut rx) = queue::<Native>();
-        let reader = tokio::spawn(async move {
-            let first = rx.recv().await;
-            let end = rx.recv().await;
-            (first, end)
-        });
-        tokio::task::yield_now().await;
-        tx.send(unblocked());
-        tokio::task::yield_now().await;
+        let (woken, waker) = counting();
+        let mut cx = Context::from_waker(&waker);
+        assert!(rx.poll_recv(&mut cx).is_pending());
+        tx.send(ChannelEvent::Unblocked);
+        assert_eq!(woken.0.load(Ordering::SeqCst), 1);
+        assert!(matches!(
+            rx.poll_recv(&mut cx),
+            Poll::Ready(Some(ChannelEvent::Unblocked))
+        ));
+        assert!(rx.poll_recv(&mut cx).is_pending());
         drop(tx);
-        let (first, end) = reader.await.unwrap();
-        assert!(matches!(first, Some(ChannelEvent::Unblocked)));
-        assert!(end.is_none());
+        assert_eq!(woken.0.load(Ordering::SeqCst), 2);
+        for _ in 0..2 {
+            assert!(matches!(rx.poll_recv(&mut cx), Poll::Ready(None)));
+        }
     }
 
     #[test]
-    fn events_without_a_reader_are_dropped() {
+    fn events_without_a_reader_are_neither_kept_nor_built() {
         let (tx, rx) = queue::<Native>();
-        tx.send(unblocked());
+        tx.send(blocked());
         drop(rx);
-        tx.send(unblocked());
+        tx.send(blocked());
+        tx.send_with(|| unreachable!("nobody reads: the event is not built"));
         assert!(tx.0.lock().events.is_empty());
+    }
+
+    #[test]
+    fn a_dropped_reader_leaves_no_waker_behind() {
+        let (tx, mut rx) = queue::<Native>();
+        let (woken, waker) = counting();
+        assert!(rx.poll_recv(&mut Context::from_waker(&waker)).is_pending());
+        drop(rx);
+        drop(tx);
+        assert_eq!(woken.0.load(Ordering::SeqCst), 0);
     }
 }

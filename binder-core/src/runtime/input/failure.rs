@@ -11,7 +11,6 @@ use super::super::error::HandlerError;
 use super::super::observe::{DeadLetterRoute, DeadLettered, Observers, Settle, Settled};
 pub use crate::binder::FailureAction;
 use crate::binder::{self, BoundConsumer, GaveUp, Published, Settler};
-use crate::config::BindingConfig;
 use crate::message::Message;
 
 /// A failure, as the error hook sees it.
@@ -58,15 +57,15 @@ impl std::fmt::Debug for FailurePolicy {
 }
 
 impl FailurePolicy {
-    /// The policy of `binding`, whose messages `consumer` reads.
+    /// The policy of the binding named `binding`, whose messages `consumer` reads.
     pub(crate) fn new(
-        binding: &BindingConfig,
+        binding: Arc<str>,
         consumer: Arc<dyn BoundConsumer>,
         hook: Option<ErrorHook>,
         observers: Observers,
     ) -> Self {
         FailurePolicy {
-            binding: Arc::from(binding.name.as_str()),
+            binding,
             consumer,
             hook,
             observers,

@@ -2,13 +2,13 @@
 
 use std::sync::Arc;
 
-use crate::events;
 use tokio::time::Instant;
 
 use super::{State, paging};
 use crate::deadline::Deadline;
 use crate::envelope::Envelope;
 use crate::error::AmqpResult;
+use crate::events;
 use crate::memory;
 use crate::storage::QueuedMessage;
 use crate::store::{DestinationKind, MemoryStore, MessageStore, Recovered};
@@ -28,8 +28,8 @@ impl<E: Envelope> State<E> {
 
     fn rebuild(&mut self, recovered: Recovered) -> AmqpResult<()> {
         let connection = self.open_connection();
-        let (events, _) = events::queue();
-        let channel = self.open_channel(connection, events)?;
+        let (sender, _) = events::queue();
+        let channel = self.open_channel(connection, sender)?;
         for x in recovered.exchanges {
             self.exchange_declare(&x.name, x.kind, x.options, x.arguments)?;
         }

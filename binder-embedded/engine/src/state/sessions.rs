@@ -4,12 +4,12 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use crate::events::EventSender;
 use rustc_hash::FxHashMap as HashMap;
 
 use super::unacked::UnackedLog;
 use crate::envelope::{Envelope, Native};
 use crate::error::{AmqpError, AmqpResult, ReplyCode};
+use crate::events::EventSender;
 use crate::inbox::Inbox;
 use crate::storage::QueuedMessage;
 use crate::types::{ChannelEvent, Delivery};
@@ -186,7 +186,8 @@ impl<E: Envelope> Sessions<E> {
 
     pub(crate) fn notify_all(&self, event: &ChannelEvent<E>) {
         for ch in self.channels.values() {
-            ch.events.send(event.clone());
+            // Cloned only for a channel whose events are read.
+            ch.events.send_with(|| event.clone());
         }
     }
 }
