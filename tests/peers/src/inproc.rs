@@ -284,14 +284,8 @@ pub async fn mpsc_many(msgs: Vec<BenchMsg>, destinations: usize) -> Vec<Figure> 
     sink.check();
     vec![
         Figure::rate(n as f64 / elapsed.as_secs_f64()),
-        Figure {
-            value: setup.as_secs_f64() * 1e3,
-            unit: Unit::Millis,
-        },
-        Figure {
-            value: heap,
-            unit: Unit::Bytes,
-        },
+        Figure::millis(setup),
+        Figure::bytes(heap),
     ]
 }
 

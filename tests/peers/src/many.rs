@@ -9,7 +9,7 @@ use std::time::Instant;
 use crate::alloc::Counting;
 use crate::ours::{self, OursApp, Target, Tuning};
 use crate::payload::{BenchMsg, Sink};
-use crate::rounds::{Figure, Unit};
+use crate::rounds::Figure;
 
 /// One run with `count` destinations: [rate, start time, heap per destination].
 pub async fn run(msgs: Vec<BenchMsg>, count: usize) -> Vec<Figure> {
@@ -40,13 +40,7 @@ pub async fn run(msgs: Vec<BenchMsg>, count: usize) -> Vec<Figure> {
     app.finish().await;
     vec![
         Figure::rate(n as f64 / elapsed.as_secs_f64()),
-        Figure {
-            value: start_time.as_secs_f64() * 1e3,
-            unit: Unit::Millis,
-        },
-        Figure {
-            value: heap,
-            unit: Unit::Bytes,
-        },
+        Figure::millis(start_time),
+        Figure::bytes(heap),
     ]
 }

@@ -20,7 +20,7 @@ use tokio::sync::mpsc;
 use crate::alloc::Counting;
 use crate::payload::{BenchMsg, encode};
 use crate::peer_rs::Parked;
-use crate::rounds::{Figure, Unit};
+use crate::rounds::Figure;
 
 /// The contenders, in report order: the engine as the `embedded` binder runs it (holding the
 /// framework's records), once with bare messages and once with the properties an output
@@ -75,10 +75,7 @@ fn unwatermarked() -> BrokerConfig {
 }
 
 fn per_message(counting: &Counting, n: usize) -> Vec<Figure> {
-    vec![Figure {
-        value: counting.live() as f64 / n as f64,
-        unit: Unit::Bytes,
-    }]
+    vec![Figure::bytes(counting.live() as f64 / n as f64)]
 }
 
 /// Runs contender `i` of [`CONTENDERS`] once.

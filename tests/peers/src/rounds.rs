@@ -31,6 +31,20 @@ impl Figure {
             unit: Unit::Rate,
         }
     }
+
+    pub fn bytes(v: f64) -> Figure {
+        Figure {
+            value: v,
+            unit: Unit::Bytes,
+        }
+    }
+
+    pub fn millis(d: std::time::Duration) -> Figure {
+        Figure {
+            value: d.as_secs_f64() * 1e3,
+            unit: Unit::Millis,
+        }
+    }
 }
 
 impl std::fmt::Display for Figure {
