@@ -3,6 +3,7 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use async_trait::async_trait;
 use binder_amqp::ExchangeType;
@@ -28,7 +29,7 @@ use lapin::options::{
 };
 use lapin::types::{FieldTable, LongString, ShortString};
 use lapin::{Channel, Connection, ConnectionProperties, ExchangeKind};
-use tokio::sync::Mutex;
+use tokio::sync::{Mutex, Notify};
 
 use crate::settings::{RabbitSettings, redact};
 use crate::tls;
@@ -188,14 +189,67 @@ enum LinkStatus {
 /// closed. (lapin alone would keep it open for as long as it remembers a channel that failed
 /// to open on it, which is for good.)
 #[derive(Debug)]
-struct LinkConnection(Arc<Connection>);
+struct LinkConnection {
+    connection: Arc<Connection>,
+    /// Channel closes and consumer cancels under way, which the connection's close waits for
+    /// ([`LinkConnection::tidied`]).
+    tidying: Tidying,
+}
+
+/// Counts the clean-ups under way on a connection's channels. A channel whose close ends
+/// while its connection's close ends too is removed twice by lapin, which reports that as
+/// an error of the whole connection: the binder closes a connection only once they are done.
+#[derive(Debug, Default)]
+struct Tidying {
+    in_flight: AtomicUsize,
+    done: Notify,
+}
+
+impl LinkConnection {
+    fn new(connection: Connection) -> Self {
+        LinkConnection {
+            connection: Arc::new(connection),
+            tidying: Tidying::default(),
+        }
+    }
+
+    /// Runs `task`, a clean-up on one of this connection's channels, on the current runtime
+    /// (outside one, the process is ending: the task is dropped unstarted, and lapin's own
+    /// closers run as its handles go).
+    fn tidy(self: &Arc<Self>, task: impl std::future::Future<Output = ()> + Send + 'static) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        self.tidying.in_flight.fetch_add(1, Ordering::AcqRel);
+        let connection = self.clone();
+        runtime.spawn(async move {
+            task.await;
+            if connection.tidying.in_flight.fetch_sub(1, Ordering::AcqRel) == 1 {
+                connection.tidying.done.notify_waiters();
+            }
+        });
+    }
+
+    /// Returns once no clean-up runs on this connection's channels.
+    async fn tidied(&self) {
+        loop {
+            let done = self.tidying.done.notified();
+            tokio::pin!(done);
+            done.as_mut().enable();
+            if self.tidying.in_flight.load(Ordering::Acquire) == 0 {
+                return;
+            }
+            done.await;
+        }
+    }
+}
 
 impl Drop for LinkConnection {
     fn drop(&mut self) {
-        if !self.0.status().connected() {
+        if !self.connection.status().connected() {
             return;
         }
-        let connection = self.0.clone();
+        let connection = self.connection.clone();
         in_background(async move {
             let _ = connection.close(200, ShortString::from("OK")).await;
         });
@@ -216,17 +270,47 @@ fn in_background(task: impl std::future::Future<Output = ()> + Send + 'static) {
 }
 
 /// A channel, and the connection it was opened on, kept open while the channel is in use.
+/// Clones share the channel; when the last one goes, the channel is closed (see
+/// [`OpenChannel`]).
 #[derive(Debug, Clone)]
-pub(crate) struct LinkChannel {
+pub(crate) struct LinkChannel(Arc<OpenChannel>);
+
+/// The channel behind every clone of a [`LinkChannel`]. It is closed by the binder, never by
+/// lapin: lapin closes a channel whose last handle is dropped on a task of its own, and
+/// when that close finds the channel already closing (the connection began to close
+/// meanwhile, as at shutdown, or the broker closed the channel), lapin reports the failed
+/// close as an error of the whole connection. The binder's own close, awaited on a clone,
+/// leaves lapin nothing to close when that clone goes.
+#[derive(Debug)]
+struct OpenChannel {
     channel: Channel,
     connection: Arc<LinkConnection>,
+}
+
+impl Drop for OpenChannel {
+    fn drop(&mut self) {
+        if !self.channel.status().connected() {
+            return;
+        }
+        let channel = self.channel.clone();
+        self.connection.tidy(async move {
+            let _ = channel.close(200, ShortString::from("OK")).await;
+        });
+    }
+}
+
+impl LinkChannel {
+    /// The connection this channel was opened on.
+    fn connection(&self) -> &Arc<LinkConnection> {
+        &self.0.connection
+    }
 }
 
 impl std::ops::Deref for LinkChannel {
     type Target = Channel;
 
     fn deref(&self) -> &Channel {
-        &self.channel
+        &self.0.channel
     }
 }
 
@@ -265,7 +349,7 @@ impl Link {
             LinkStatus::Idle => ConnectionState::Idle,
             LinkStatus::Connecting => ConnectionState::Connecting,
             LinkStatus::Open(c) => match c.upgrade() {
-                Some(c) if c.0.status().connected() => ConnectionState::Up,
+                Some(c) if c.connection.status().connected() => ConnectionState::Up,
                 // Lost while channels (subscriptions, producers) use it: they are cut off
                 // until it is reopened.
                 Some(c) if Arc::strong_count(&c) > 2 => ConnectionState::Down {
@@ -287,7 +371,7 @@ impl Link {
     async fn connection(&self) -> BinderResult<Arc<LinkConnection>> {
         let mut guard = self.connection.lock().await;
         if let Some(c) = guard.as_ref() {
-            if c.0.status().connected() {
+            if c.connection.status().connected() {
                 return Ok(c.clone());
             }
         }
@@ -321,7 +405,7 @@ impl Link {
                     let connect = tls::connect(amqp, props, &self.settings.tls);
                     match within(timeout, connect).await {
                         Some(Ok(c)) => {
-                            let c = Arc::new(LinkConnection(Arc::new(c)));
+                            let c = Arc::new(LinkConnection::new(c));
                             *guard = Some(c.clone());
                             return Ok(c);
                         }
@@ -370,7 +454,7 @@ impl Link {
     async fn channel(&self) -> BinderResult<LinkChannel> {
         let connection = self.connection().await?;
         match Self::open_on(connection.clone()).await {
-            Err(e) if connection.0.status().connected() => {
+            Err(e) if connection.connection.status().connected() => {
                 tracing::info!(error = %e, "a channel failed to open on a working connection; opening a fresh connection");
                 self.retire(&connection).await;
                 Self::open_on(self.connection().await?)
@@ -382,10 +466,10 @@ impl Link {
     }
 
     async fn open_on(connection: Arc<LinkConnection>) -> Result<LinkChannel, lapin::Error> {
-        Ok(LinkChannel {
-            channel: connection.0.create_channel().await?,
+        Ok(LinkChannel(Arc::new(OpenChannel {
+            channel: connection.connection.create_channel().await?,
             connection,
-        })
+        })))
     }
 
     /// Stops handing out `connection` for new channels (unless another caller has already
@@ -452,7 +536,10 @@ impl Binder for RabbitBinder {
         for link in [&self.publisher_link, &self.link] {
             if let Some(c) = link.connection.lock().await.take() {
                 // A broker that stopped answering must not hold the shutdown forever.
-                let close = c.0.close(200, ShortString::from("OK"));
+                let close = async {
+                    c.tidied().await;
+                    let _ = c.connection.close(200, ShortString::from("OK")).await;
+                };
                 let _ = within(link.settings.connection_timeout, close).await;
             }
             link.set_status(LinkStatus::Idle);
@@ -570,7 +657,6 @@ impl AmqpBroker for RabbitBinder {
             )
             .await
             .map_err(|e| queue_error(e, &spec.queue))?;
-        let channel = Arc::new(ChannelGuard(channel));
         let acks = Arc::new(TagAcks::new(LapinAcks(channel.clone()), spec.prefetch));
         let source = LapinConsumer {
             channel,
@@ -676,9 +762,10 @@ impl RabbitProducer {
     /// Stops handing out `ch` for new sends (unless another send already replaced it).
     fn retire(&self, ch: &LinkChannel) {
         let mut current = lock(&self.current);
-        if current.as_ref().is_some_and(|c| {
-            c.channel.id() == ch.channel.id() && Arc::ptr_eq(&c.connection, &ch.connection)
-        }) {
+        if current
+            .as_ref()
+            .is_some_and(|c| c.id() == ch.id() && Arc::ptr_eq(c.connection(), ch.connection()))
+        {
             *current = None;
         }
     }
@@ -740,7 +827,7 @@ impl AmqpProducer for RabbitProducer {
         BinderFuture::boxed(async move {
             let ch = self.channel().await?;
             // lapin negotiates 0 (no limit) into `u32::MAX`.
-            let frame_max = ch.connection.0.configuration().frame_max();
+            let frame_max = ch.connection().connection.configuration().frame_max();
             Ok((frame_max != 0 && frame_max != u32::MAX).then_some(frame_max))
         })
     }
@@ -755,33 +842,19 @@ impl AmqpProducer for RabbitProducer {
     }
 }
 
-/// Closes its channel when the subscription and every unsettled delivery are gone, so the
-/// broker returns what was never settled to the queue.
-#[derive(Debug)]
-struct ChannelGuard(LinkChannel);
-
-impl Drop for ChannelGuard {
-    fn drop(&mut self) {
-        let ch = self.0.clone();
-        in_background(async move {
-            let _ = ch.close(200, ShortString::from("OK")).await;
-        });
-    }
-}
-
 /// A subscription's channel as the shared AMQP settlement machinery sees it: each frame is
 /// sent on the channel itself (a delivery's `Acker` goes through lapin's internal queue, so
 /// its frame could follow an ack sent after it), and nothing waits for a write.
 #[derive(Debug)]
-struct LapinAcks(Arc<ChannelGuard>);
+struct LapinAcks(LinkChannel);
 
 impl AckChannel for LapinAcks {
     fn ack_up_to(&self, tag: u64) -> BinderResult<()> {
-        queued(self.0.0.basic_ack(tag, BasicAckOptions { multiple: true }))
+        queued(self.0.basic_ack(tag, BasicAckOptions { multiple: true }))
     }
 
     fn requeue(&self, tag: u64) -> BinderResult<()> {
-        queued(self.0.0.basic_nack(
+        queued(self.0.basic_nack(
             tag,
             BasicNackOptions {
                 multiple: false,
@@ -793,7 +866,6 @@ impl AckChannel for LapinAcks {
     fn reject(&self, tag: u64) -> BinderResult<()> {
         queued(
             self.0
-                .0
                 .basic_reject(tag, BasicRejectOptions { requeue: false }),
         )
     }
@@ -813,7 +885,9 @@ fn queued(
 /// A lapin consumer as a [`DeliverySource`]; `None` once cancelled.
 #[derive(Debug)]
 struct LapinConsumer {
-    channel: Arc<ChannelGuard>,
+    /// Closed when the subscription and every unsettled delivery are gone, so the broker
+    /// returns what was never settled to the queue.
+    channel: LinkChannel,
     consumer: Option<lapin::Consumer>,
     /// The consumer reported an error while a batch was taken: the next wait ends it.
     failed: bool,
@@ -898,7 +972,6 @@ impl DeliverySource for LapinConsumer {
         };
         let cancelled = self
             .channel
-            .0
             .basic_cancel(consumer.tag(), BasicCancelOptions::default())
             .await
             .map_err(broker);
@@ -925,9 +998,8 @@ impl Drop for LapinConsumer {
             return;
         };
         let channel = self.channel.clone();
-        in_background(async move {
+        self.channel.connection().tidy(async move {
             let _ = channel
-                .0
                 .basic_cancel(consumer.tag(), BasicCancelOptions::default())
                 .await;
             // Cancelling: dropping the consumer now sends nothing more, and the channel
