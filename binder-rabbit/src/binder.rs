@@ -213,20 +213,18 @@ impl LinkConnection {
         }
     }
 
-    /// Runs `task`, a clean-up on one of this connection's channels, on the current runtime
-    /// (outside one, the process is ending: the task is dropped unstarted, and lapin's own
-    /// closers run as its handles go).
+    /// Runs `task`, a clean-up on one of this connection's channels, on the current runtime.
+    /// Outside one the process is ending: the task is dropped unstarted, and lapin's own
+    /// closers run as its handles go. A task dropped unfinished (its runtime shutting down)
+    /// or panicking still counts as done.
     fn tidy(self: &Arc<Self>, task: impl std::future::Future<Output = ()> + Send + 'static) {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        self.tidying.in_flight.fetch_add(1, Ordering::AcqRel);
-        let connection = self.clone();
+        let under_way = TidyingUnderWay::begin(self.clone());
         runtime.spawn(async move {
             task.await;
-            if connection.tidying.in_flight.fetch_sub(1, Ordering::AcqRel) == 1 {
-                connection.tidying.done.notify_waiters();
-            }
+            drop(under_way);
         });
     }
 
@@ -240,6 +238,25 @@ impl LinkConnection {
                 return;
             }
             done.await;
+        }
+    }
+}
+
+/// One clean-up counted in its connection's [`Tidying`] until it is dropped.
+struct TidyingUnderWay(Arc<LinkConnection>);
+
+impl TidyingUnderWay {
+    fn begin(connection: Arc<LinkConnection>) -> Self {
+        connection.tidying.in_flight.fetch_add(1, Ordering::AcqRel);
+        TidyingUnderWay(connection)
+    }
+}
+
+impl Drop for TidyingUnderWay {
+    fn drop(&mut self) {
+        let tidying = &self.0.tidying;
+        if tidying.in_flight.fetch_sub(1, Ordering::AcqRel) == 1 {
+            tidying.done.notify_waiters();
         }
     }
 }
@@ -534,13 +551,14 @@ impl Binder for RabbitBinder {
 
     async fn close(&self) {
         for link in [&self.publisher_link, &self.link] {
-            if let Some(c) = link.connection.lock().await.take() {
-                // A broker that stopped answering must not hold the shutdown forever.
-                let close = async {
-                    c.tidied().await;
-                    let _ = c.connection.close(200, ShortString::from("OK")).await;
-                };
-                let _ = within(link.settings.connection_timeout, close).await;
+            let taken = link.connection.lock().await.take();
+            if let Some(c) = taken {
+                // A broker that stopped answering must not hold the shutdown forever; the
+                // connection is closed even when its channels' closes did not end in time.
+                let limit = link.settings.connection_timeout;
+                let _ = within(limit, c.tidied()).await;
+                let close = c.connection.close(200, ShortString::from("OK"));
+                let _ = within(limit, close).await;
             }
             link.set_status(LinkStatus::Idle);
         }
