@@ -34,9 +34,19 @@ fn shares(msgs: Vec<BenchMsg>, parts: usize) -> Vec<Vec<BenchMsg>> {
 
 // ---- 1 → 1 and four destinations ----------------------------------------------------------
 
+/// The prefetch of the "ours, prefetch 200" floor: what the framework's path costs when
+/// acknowledgements and deliveries go in batches (the default, 1, settles every message with
+/// the broker before the next is delivered).
+pub const BATCHED_PREFETCH: u16 = 200;
+
 /// Ours: `destinations` outputs and `#[stream_listener]` inputs on a fresh embedded broker,
-/// default binding settings, one producer task per destination calling `Output::send`.
-pub async fn ours_throughput(msgs: Vec<BenchMsg>, destinations: usize) -> Vec<Figure> {
+/// default binding settings unless `prefetch` is given, one producer task per destination
+/// calling `Output::send`.
+pub async fn ours_throughput(
+    msgs: Vec<BenchMsg>,
+    destinations: usize,
+    prefetch: Option<u16>,
+) -> Vec<Figure> {
     let n = msgs.len();
     let sink = Sink::new(n);
     let (pairs, listeners) = if destinations == 1 {
@@ -48,14 +58,11 @@ pub async fn ours_throughput(msgs: Vec<BenchMsg>, destinations: usize) -> Vec<Fi
         );
         (ours::pairs("bench", 4, true), ours::FOUR.to_vec())
     };
-    let app = OursApp::start(
-        &Target::Embedded,
-        &pairs,
-        &Tuning::default(),
-        Some(&listeners),
-        &sink,
-    )
-    .await;
+    let tuning = Tuning {
+        prefetch,
+        ..Tuning::default()
+    };
+    let app = OursApp::start(&Target::Embedded, &pairs, &tuning, Some(&listeners), &sink).await;
     let outputs = app.outputs.clone();
 
     let start = Instant::now();

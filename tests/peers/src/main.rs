@@ -108,27 +108,49 @@ fn main() {
         println!("{}. {title}", idx + 1);
         match idx {
             0 => {
-                let c = ["ours", "ruststream", "mpsc(1024)", "engine alone"];
+                let c = [
+                    "ours",
+                    "ruststream",
+                    "mpsc(1024)",
+                    "engine alone",
+                    "ours, prefetch 200",
+                ];
                 println!(
-                    "  {} messages; ours: #[stream_listener] on `embedded`, default settings, \
-                     Output::send awaited per message; engine alone: the broker engine without \
-                     the framework, prefetch 1, an ack per message",
-                    s.messages
+                    "  {} messages; ours: #[stream_listener] on `embedded`, default settings \
+                     (prefetch 1), Output::send awaited per message; engine alone: the broker \
+                     engine without the framework, prefetch 1, an ack per message; ours, \
+                     prefetch {}: ours with `consumer.prefetch: {}`",
+                    s.messages,
+                    inproc::BATCHED_PREFETCH,
+                    inproc::BATCHED_PREFETCH
                 );
                 let r = run_rounds(&c, s.rounds, |i| {
                     let msgs = bench_msgs(s.messages);
                     timed(match i {
-                        0 => Box::pin(inproc::ours_throughput(msgs, 1)),
+                        0 => Box::pin(inproc::ours_throughput(msgs, 1, None)),
                         1 => Box::pin(inproc::rs_throughput(msgs, 1)),
                         2 => Box::pin(inproc::mpsc_throughput(msgs)),
-                        _ => Box::pin(inproc::engine_throughput(msgs, 1)),
+                        3 => Box::pin(inproc::engine_throughput(msgs, 1)),
+                        _ => Box::pin(inproc::ours_throughput(
+                            msgs,
+                            1,
+                            Some(inproc::BATCHED_PREFETCH),
+                        )),
                     })
                 });
                 report(
                     &c,
                     &[""],
                     &r,
-                    &[(0, 1, 0), (0, 2, 0), (1, 2, 0), (3, 1, 0), (0, 3, 0)],
+                    &[
+                        (0, 1, 0),
+                        (0, 2, 0),
+                        (1, 2, 0),
+                        (3, 1, 0),
+                        (0, 3, 0),
+                        (4, 1, 0),
+                        (4, 0, 0),
+                    ],
                 );
             }
             1 => {
@@ -153,17 +175,27 @@ fn main() {
                 );
             }
             2 => {
-                let c = ["ours", "ruststream", "engine alone"];
+                let c = ["ours", "ruststream", "engine alone", "ours, prefetch 200"];
                 println!("  {} messages, a producer task per destination", s.messages);
                 let r = run_rounds(&c, s.rounds, |i| {
                     let msgs = bench_msgs(s.messages);
                     timed(match i {
-                        0 => Box::pin(inproc::ours_throughput(msgs, 4)),
+                        0 => Box::pin(inproc::ours_throughput(msgs, 4, None)),
                         1 => Box::pin(inproc::rs_throughput(msgs, 4)),
-                        _ => Box::pin(inproc::engine_throughput(msgs, 4)),
+                        2 => Box::pin(inproc::engine_throughput(msgs, 4)),
+                        _ => Box::pin(inproc::ours_throughput(
+                            msgs,
+                            4,
+                            Some(inproc::BATCHED_PREFETCH),
+                        )),
                     })
                 });
-                report(&c, &[""], &r, &[(0, 1, 0), (2, 1, 0), (0, 2, 0)]);
+                report(
+                    &c,
+                    &[""],
+                    &r,
+                    &[(0, 1, 0), (2, 1, 0), (0, 2, 0), (3, 1, 0), (3, 0, 0)],
+                );
             }
             3 | 4 => {
                 let mode = rabbit::Mode {
