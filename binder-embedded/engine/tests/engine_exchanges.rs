@@ -300,3 +300,100 @@ fn reply_codes_map_onto_amqp() {
     assert!(!ReplyCode::NotFound.is_connection_error());
     let _ = FieldValue::Void;
 }
+
+/// A channel publishing one route again and again reuses where the last message went; every
+/// change of bindings, queues and exchanges, made on another channel, is seen by its next
+/// publish (each change is followed by a publish).
+#[tokio::test]
+async fn a_repeated_route_follows_every_change_of_the_topology() {
+    let (_b, conn, admin) = open();
+    let p = conn.open_channel().unwrap();
+    let routed = |o: PublishOutcome| o.status;
+    exchange(&admin, "t", ExchangeKind::Topic);
+    declare(&admin, "q1");
+    declare(&admin, "q2");
+    admin
+        .queue_bind("q1", "t", "k.*", FieldTable::new())
+        .unwrap();
+    assert_eq!(
+        routed(publish(&p, "t", "k.a", "1").await),
+        PublishStatus::Routed(1)
+    );
+
+    admin.queue_bind("q2", "t", "#", FieldTable::new()).unwrap();
+    assert_eq!(
+        routed(publish(&p, "t", "k.a", "2").await),
+        PublishStatus::Routed(2)
+    );
+
+    admin
+        .queue_unbind("q1", "t", "k.*", &FieldTable::new())
+        .unwrap();
+    assert_eq!(
+        routed(publish(&p, "t", "k.a", "3").await),
+        PublishStatus::Routed(1)
+    );
+
+    admin.queue_delete("q2", false, false).unwrap();
+    assert_eq!(
+        routed(publish(&p, "t", "k.a", "4").await),
+        PublishStatus::Unroutable
+    );
+
+    // Routing on through another exchange, bound with its queue before the route is used.
+    exchange(&admin, "onward", ExchangeKind::Fanout);
+    admin
+        .queue_bind("q1", "onward", "", FieldTable::new())
+        .unwrap();
+    assert_eq!(
+        routed(publish(&p, "t", "k.a", "5").await),
+        PublishStatus::Unroutable
+    );
+    admin
+        .exchange_bind("onward", "t", "k.a", FieldTable::new())
+        .unwrap();
+    assert_eq!(
+        routed(publish(&p, "t", "k.a", "6").await),
+        PublishStatus::Routed(1)
+    );
+    admin
+        .exchange_unbind("onward", "t", "k.a", &FieldTable::new())
+        .unwrap();
+    assert_eq!(
+        routed(publish(&p, "t", "k.a", "7").await),
+        PublishStatus::Unroutable
+    );
+
+    // The exchange deleted and declared again: its bindings went with it.
+    admin
+        .queue_bind("q1", "t", "k.a", FieldTable::new())
+        .unwrap();
+    assert_eq!(
+        routed(publish(&p, "t", "k.a", "8").await),
+        PublishStatus::Routed(1)
+    );
+    admin.exchange_delete("t", false).unwrap();
+    exchange(&admin, "t", ExchangeKind::Topic);
+    assert_eq!(
+        routed(publish(&p, "t", "k.a", "9").await),
+        PublishStatus::Unroutable
+    );
+
+    // The default exchange: a queue declared, then deleted.
+    assert_eq!(
+        routed(publish(&p, "", "q3", "10").await),
+        PublishStatus::Unroutable
+    );
+    declare(&admin, "q3");
+    assert_eq!(
+        routed(publish(&p, "", "q3", "11").await),
+        PublishStatus::Routed(1)
+    );
+    admin.queue_delete("q3", false, false).unwrap();
+    assert_eq!(
+        routed(publish(&p, "", "q3", "12").await),
+        PublishStatus::Unroutable
+    );
+
+    assert_eq!(drain(&admin, "q1"), ["1", "2", "6", "8"]);
+}

@@ -111,6 +111,7 @@ impl<E: Envelope> State<E> {
             });
         }
         let name: Arc<str> = Arc::from(name);
+        self.registry.routing_changed();
         self.registry.exchanges.insert(
             name.clone(),
             Exchange::new(
@@ -144,6 +145,7 @@ impl<E: Envelope> State<E> {
         let Some(x) = self.registry.exchanges.remove(name) else {
             return;
         };
+        self.registry.routing_changed();
         if x.durable {
             self.store.exchange_deleted(name);
         }
@@ -163,6 +165,7 @@ impl<E: Envelope> State<E> {
 
     /// Applies an unbinding to `source` and deletes it if it is auto-delete and now unbound.
     pub(super) fn unbind_where(&mut self, source: &str, f: impl FnOnce(&mut Exchange) -> bool) {
+        self.registry.routing_changed();
         let Some(x) = self.registry.exchanges.get_mut(source) else {
             return;
         };
@@ -186,6 +189,7 @@ impl<E: Envelope> State<E> {
             .get_mut(source)
             .expect("looked up above");
         if x.bind(target.clone(), key, args, target_bound) {
+            self.registry.routing_changed();
             self.registry.add_sources(&target, &name, 1);
             if let Some(binding) = durable {
                 self.store.binding_added(&binding);
@@ -359,6 +363,7 @@ impl<E: Envelope> State<E> {
         }
         let key: Arc<str> = Arc::from(name.as_str());
         let owner = options.exclusive.then_some(conn);
+        self.registry.routing_changed();
         self.registry
             .queues
             .insert(key.clone(), Queue::new(key, options, owner, args, parsed));
@@ -443,6 +448,7 @@ impl<E: Envelope> State<E> {
         let Some(mut q) = self.registry.queues.remove(name) else {
             return 0;
         };
+        self.registry.routing_changed();
         if q.durable && q.owner.is_none() {
             self.store.queue_deleted(name);
         }

@@ -28,6 +28,7 @@ mod paging;
 mod publish;
 mod recover;
 mod registry;
+mod route_cache;
 mod sessions;
 mod settle;
 mod unacked;

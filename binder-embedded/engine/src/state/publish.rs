@@ -6,6 +6,7 @@ use tokio::time::Instant;
 
 use crate::deadline::Deadline;
 
+use super::route_cache::RouteCache;
 use super::sessions::TxOp;
 use super::{State, View, paging};
 use crate::dead_letter::DeathReason;
@@ -107,7 +108,7 @@ impl<E: Envelope> State<E> {
         self.published += 1;
         let mut targets = std::mem::take(&mut self.work.route_scratch);
         targets.clear();
-        self.registry.route_record(exchange, &body, &mut targets);
+        self.route(channel, exchange, &body, &mut targets);
         if targets.is_empty() {
             if mandatory {
                 if let Some(ch) = self.sessions.channels.get(&channel) {
@@ -141,6 +142,42 @@ impl<E: Envelope> State<E> {
             PublishStatus::Rejected
         } else {
             PublishStatus::Routed(count)
+        }
+    }
+
+    /// The queues a message published on `channel` reaches: the channel's last result when
+    /// the message has the same route and nothing that routes has changed since, otherwise
+    /// routed afresh (and kept, when the result depends on the routing key alone).
+    fn route(&mut self, channel: u64, exchange: &str, body: &E::Record, out: &mut Vec<Arc<str>>) {
+        let version = self.registry.routing_version();
+        let cached = self
+            .sessions
+            .channels
+            .get(&channel)
+            .and_then(|ch| ch.route_cache.as_ref())
+            .and_then(|c| c.queues(version, E::exchange(body), E::routing_key(body)));
+        if let Some(queues) = cached {
+            out.extend_from_slice(queues);
+            if cfg!(debug_assertions) {
+                let mut fresh = Vec::new();
+                self.registry.route_record(exchange, body, &mut fresh);
+                assert_eq!(
+                    *out, fresh,
+                    "a kept route outlived a change of the registry"
+                );
+            }
+            return;
+        }
+        self.registry.route_record(exchange, body, out);
+        if self.registry.routes_by_key(exchange) {
+            if let Some(ch) = self.sessions.channels.get_mut(&channel) {
+                ch.route_cache = Some(RouteCache::new(
+                    version,
+                    E::exchange(body),
+                    E::routing_key(body),
+                    out,
+                ));
+            }
         }
     }
 

@@ -35,6 +35,10 @@ pub(crate) struct Registry<E: Envelope> {
     pub sources: HashMap<Target, HashMap<Arc<str>, u32>>,
     /// The default exchange's name (`""`), shared by every message published to it.
     default_exchange: Arc<str>,
+    /// Counts the changes that can change where a message goes (an exchange, a queue or a
+    /// binding declared or deleted): a routing result found at one version holds until the
+    /// next ([`super::route_cache`]).
+    routing_version: u64,
 }
 
 impl<E: Envelope> Registry<E> {
@@ -53,7 +57,33 @@ impl<E: Envelope> Registry<E> {
             queues: HashMap::default(),
             sources: HashMap::default(),
             default_exchange: Arc::from(""),
+            routing_version: 0,
         }
+    }
+
+    /// The current routing version (see [`Registry::routing_changed`]).
+    pub(crate) fn routing_version(&self) -> u64 {
+        self.routing_version
+    }
+
+    /// Notes a change that can change where messages go: every routing result kept so far
+    /// is stale. Called by every declaration and deletion of an exchange or a queue and every
+    /// binding added or removed.
+    pub(crate) fn routing_changed(&mut self) {
+        self.routing_version += 1;
+    }
+
+    /// Whether routing through `exchange` depends on the routing key alone, so that its
+    /// result can be kept for the next message with the same key: the default exchange, or
+    /// an exchange that is not a headers exchange and routes to queues only (no alternate
+    /// exchange, no exchange-to-exchange binding).
+    pub(crate) fn routes_by_key(&self, exchange: &str) -> bool {
+        exchange.is_empty()
+            || self.exchanges.get(exchange).is_some_and(|x| {
+                x.kind != ExchangeKind::Headers
+                    && x.alternate.is_none()
+                    && !x.has_exchange_targets()
+            })
     }
 
     /// Whether `source` has any binding to `target`.

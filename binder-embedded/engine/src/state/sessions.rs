@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use rustc_hash::FxHashMap as HashMap;
 
+use super::route_cache::RouteCache;
 use super::unacked::UnackedLog;
 use crate::envelope::{Envelope, Native};
 use crate::error::{AmqpError, AmqpResult, ReplyCode};
@@ -88,6 +89,8 @@ pub(crate) struct ChannelState<E: Envelope> {
     /// The route (exchange and routing key) of the last publish, shared with the next one
     /// that has the same.
     pub last_route: Option<E::Route>,
+    /// The queues the channel's last routed publish reached, for the next with the same route.
+    pub route_cache: Option<RouteCache>,
     pub consumers: HashMap<Arc<str>, u64>,
     pub events: EventSender<E>,
 }
@@ -155,6 +158,7 @@ impl<E: Envelope> Sessions<E> {
                 next_seq: 0,
                 tx: None,
                 last_route: None,
+                route_cache: None,
                 consumers: HashMap::default(),
                 events,
             },
