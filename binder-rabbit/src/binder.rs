@@ -489,6 +489,30 @@ impl Link {
         })))
     }
 
+    /// Closes the connection: first its channels no longer in use (see [`OpenChannel`]), then
+    /// the connection itself, each within `connection-timeout`, so that a broker that stopped
+    /// answering does not hold the shutdown for ever. Channels still held close with it.
+    async fn close(&self) {
+        let taken = self.connection.lock().await.take();
+        if let Some(c) = taken {
+            let limit = self.settings.connection_timeout;
+            if within(limit, c.tidied()).await.is_none() {
+                tracing::warn!(
+                    connection = %self.settings.connection_name,
+                    "channels still closing after {limit:?}; closing the connection with them"
+                );
+            }
+            let close = c.connection.close(200, ShortString::from("OK"));
+            if within(limit, close).await.is_none() {
+                tracing::warn!(
+                    connection = %self.settings.connection_name,
+                    "the broker did not confirm the connection's close within {limit:?}"
+                );
+            }
+        }
+        self.set_status(LinkStatus::Idle);
+    }
+
     /// Stops handing out `connection` for new channels (unless another caller has already
     /// replaced it); it closes when its last channel goes.
     async fn retire(&self, connection: &Arc<LinkConnection>) {
@@ -549,19 +573,10 @@ impl Binder for RabbitBinder {
         ConnectionState::worst([self.link.state(), self.publisher_link.state()])
     }
 
+    /// Closes both connections at once, each within `connection-timeout` for its channels'
+    /// closes and as long again for its own.
     async fn close(&self) {
-        for link in [&self.publisher_link, &self.link] {
-            let taken = link.connection.lock().await.take();
-            if let Some(c) = taken {
-                // A broker that stopped answering must not hold the shutdown forever; the
-                // connection is closed even when its channels' closes did not end in time.
-                let limit = link.settings.connection_timeout;
-                let _ = within(limit, c.tidied()).await;
-                let close = c.connection.close(200, ShortString::from("OK"));
-                let _ = within(limit, close).await;
-            }
-            link.set_status(LinkStatus::Idle);
-        }
+        futures::join!(self.publisher_link.close(), self.link.close());
     }
 }
 

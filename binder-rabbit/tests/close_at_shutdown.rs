@@ -63,24 +63,25 @@ async fn closing_right_after_dropping_channels_fails_no_connection() {
             .subscribe(SubscriptionSpec::manual_ack(queue.as_str(), 1))
             .await
             .unwrap();
-        // Left unsettled, it goes back to the queue, whichever of the delivery, the channel
-        // and the connection goes first.
+        // Never settled by a handler: it goes back to the queue either way.
         let delivery = tokio::time::timeout(Duration::from_secs(10), sub.next())
             .await
             .expect("a delivery within 10 s")
             .expect("the subscription is open");
         drop(producer);
-        if round % 2 == 0 {
-            // The subscription's channel goes with it: the binder cancels the consumer and
-            // closes the channel. In odd rounds the delivery holds the channel until then.
+        let held = if round % 2 == 0 {
+            // Dropped, the delivery is requeued; then the binder cancels the consumer and
+            // closes the subscription's channel.
             drop(delivery);
             drop(sub);
+            None
         } else {
-            drop(sub);
-            drop(delivery);
-        }
+            // Held through the close: its channel closes with the connection.
+            Some((sub, delivery))
+        };
         let closed = tokio::time::timeout(Duration::from_secs(20), binder.close()).await;
         assert!(closed.is_ok(), "round {round}: the binder's close hung");
+        drop(held);
     }
     let binder = common::binder().await.unwrap();
     assert_eq!(
