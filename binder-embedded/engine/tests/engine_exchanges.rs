@@ -303,7 +303,8 @@ fn reply_codes_map_onto_amqp() {
 
 /// A channel publishing one route again and again reuses where the last message went; every
 /// change of bindings, queues and exchanges, made on another channel, is seen by its next
-/// publish (each change is followed by a publish).
+/// publish (each change is followed by a publish, and the route was published twice before it,
+/// so that its result is kept).
 #[tokio::test]
 async fn a_repeated_route_follows_every_change_of_the_topology() {
     let (_b, conn, admin) = open();
@@ -384,6 +385,10 @@ async fn a_repeated_route_follows_every_change_of_the_topology() {
         routed(publish(&p, "", "q3", "10").await),
         PublishStatus::Unroutable
     );
+    assert_eq!(
+        routed(publish(&p, "", "q3", "10b").await),
+        PublishStatus::Unroutable
+    );
     declare(&admin, "q3");
     assert_eq!(
         routed(publish(&p, "", "q3", "11").await),
@@ -396,4 +401,25 @@ async fn a_repeated_route_follows_every_change_of_the_topology() {
     );
 
     assert_eq!(drain(&admin, "q1"), ["1", "2", "6", "8"]);
+}
+
+/// A transaction's publish routes when it commits: an exchange deleted meanwhile routes it
+/// nowhere, even on a channel that had kept where that route went.
+#[tokio::test]
+async fn a_committed_publish_routes_through_the_exchanges_of_the_commit() {
+    let (_b, conn, admin) = open();
+    let p = conn.open_channel().unwrap();
+    exchange(&admin, "t", ExchangeKind::Direct);
+    declare(&admin, "q");
+    admin.queue_bind("q", "t", "k", FieldTable::new()).unwrap();
+    publish(&p, "t", "k", "1").await;
+    publish(&p, "t", "k", "2").await;
+    p.tx_select().unwrap();
+    assert_eq!(
+        publish(&p, "t", "k", "3").await.status,
+        PublishStatus::Buffered
+    );
+    admin.exchange_delete("t", false).unwrap();
+    p.tx_commit().await.unwrap();
+    assert_eq!(drain(&admin, "q"), ["1", "2"]);
 }

@@ -63,8 +63,12 @@ impl<E: Envelope> State<E> {
         }
         let ch = self.sessions.channel(channel)?;
         let route = match &ch.last_route {
-            Some(last) if E::is_route(last, exchange, routing_key) => last.clone(),
+            Some(last) if E::is_route(last, exchange, routing_key) => {
+                ch.route_repeated = true;
+                last.clone()
+            }
             _ => {
+                ch.route_repeated = false;
                 let name = self.registry.exchange_name(exchange);
                 let route = E::new_route(name, Arc::from(routing_key));
                 ch.last_route = Some(route.clone());
@@ -147,8 +151,15 @@ impl<E: Envelope> State<E> {
 
     /// The queues a message published on `channel` reaches: the channel's last result when
     /// the message has the same route and nothing that routes has changed since, otherwise
-    /// routed afresh (and kept, when the result depends on the routing key alone).
+    /// routed afresh. A result is kept when the channel published the same route twice in a
+    /// row (a channel whose routing key changes with every message would only pay for
+    /// keeping it) and it depends on the routing key alone.
     fn route(&mut self, channel: u64, exchange: &str, body: &E::Record, out: &mut Vec<Arc<str>>) {
+        debug_assert_eq!(
+            &**E::exchange(body),
+            exchange,
+            "a record is routed through the exchange it was published to"
+        );
         let version = self.registry.routing_version();
         let cached = self
             .sessions
@@ -169,7 +180,12 @@ impl<E: Envelope> State<E> {
             return;
         }
         self.registry.route_record(exchange, body, out);
-        if self.registry.routes_by_key(exchange) {
+        let repeated = self
+            .sessions
+            .channels
+            .get(&channel)
+            .is_some_and(|ch| ch.route_repeated);
+        if repeated && self.registry.routes_by_key(exchange) {
             if let Some(ch) = self.sessions.channels.get_mut(&channel) {
                 ch.route_cache = Some(RouteCache::new(
                     version,

@@ -89,6 +89,8 @@ pub(crate) struct ChannelState<E: Envelope> {
     /// The route (exchange and routing key) of the last publish, shared with the next one
     /// that has the same.
     pub last_route: Option<E::Route>,
+    /// Whether the last publish had the same route as the one before it.
+    pub route_repeated: bool,
     /// The queues the channel's last routed publish reached, for the next with the same route.
     pub route_cache: Option<RouteCache>,
     pub consumers: HashMap<Arc<str>, u64>,
@@ -158,6 +160,7 @@ impl<E: Envelope> Sessions<E> {
                 next_seq: 0,
                 tx: None,
                 last_route: None,
+                route_repeated: false,
                 route_cache: None,
                 consumers: HashMap::default(),
                 events,
