@@ -76,6 +76,40 @@ const SCENARIOS: [&str; 7] = [
     "many destinations against one (embedded)",
 ];
 
+/// A run of one contender, boxed so that every contender of a scenario has one type.
+type Run<'a> = std::pin::Pin<Box<dyn Future<Output = Vec<Figure>> + 'a>>;
+
+/// Scenarios 1 and 3: `messages` over `destinations`, ours at the defaults and at
+/// [`inproc::BATCHED_PREFETCH`], ruststream, the engine alone, and with one destination tokio's
+/// `mpsc`.
+fn in_process_throughput<'a>(
+    s: &Settings,
+    destinations: usize,
+    timed: &impl Fn(Run<'a>) -> Vec<Figure>,
+) {
+    let mut c = vec!["ours", "ruststream", "engine alone", "ours, prefetch 200"];
+    let mut ratios = vec![(0, 1, 0), (2, 1, 0), (0, 2, 0), (3, 1, 0), (3, 0, 0)];
+    if destinations == 1 {
+        c.push("mpsc(1024)");
+        ratios.extend([(0, 4, 0), (1, 4, 0)]);
+    }
+    let r = run_rounds(&c, s.rounds, |i| {
+        let msgs = bench_msgs(s.messages);
+        timed(match i {
+            0 => Box::pin(inproc::ours_throughput(msgs, destinations, None)),
+            1 => Box::pin(inproc::rs_throughput(msgs, destinations)),
+            2 => Box::pin(inproc::engine_throughput(msgs, destinations)),
+            3 => Box::pin(inproc::ours_throughput(
+                msgs,
+                destinations,
+                Some(inproc::BATCHED_PREFETCH),
+            )),
+            _ => Box::pin(inproc::mpsc_throughput(msgs)),
+        })
+    });
+    report(&c, &[""], &r, &ratios);
+}
+
 fn main() {
     let s = Settings::from_env();
     let selected = selected_scenarios(SCENARIOS.len());
@@ -84,7 +118,7 @@ fn main() {
         .enable_all()
         .build()
         .expect("tokio runtime");
-    let timed = |f: std::pin::Pin<Box<dyn Future<Output = Vec<Figure>> + '_>>| {
+    let timed = |f: Run<'_>| {
         rt.block_on(async {
             tokio::time::timeout(RUN_TIMEOUT, f)
                 .await
@@ -108,13 +142,6 @@ fn main() {
         println!("{}. {title}", idx + 1);
         match idx {
             0 => {
-                let c = [
-                    "ours",
-                    "ruststream",
-                    "mpsc(1024)",
-                    "engine alone",
-                    "ours, prefetch 200",
-                ];
                 println!(
                     "  {} messages; ours: #[stream_listener] on `embedded`, default settings \
                      (prefetch 1), Output::send awaited per message; engine alone: the broker \
@@ -124,34 +151,7 @@ fn main() {
                     inproc::BATCHED_PREFETCH,
                     inproc::BATCHED_PREFETCH
                 );
-                let r = run_rounds(&c, s.rounds, |i| {
-                    let msgs = bench_msgs(s.messages);
-                    timed(match i {
-                        0 => Box::pin(inproc::ours_throughput(msgs, 1, None)),
-                        1 => Box::pin(inproc::rs_throughput(msgs, 1)),
-                        2 => Box::pin(inproc::mpsc_throughput(msgs)),
-                        3 => Box::pin(inproc::engine_throughput(msgs, 1)),
-                        _ => Box::pin(inproc::ours_throughput(
-                            msgs,
-                            1,
-                            Some(inproc::BATCHED_PREFETCH),
-                        )),
-                    })
-                });
-                report(
-                    &c,
-                    &[""],
-                    &r,
-                    &[
-                        (0, 1, 0),
-                        (0, 2, 0),
-                        (1, 2, 0),
-                        (3, 1, 0),
-                        (0, 3, 0),
-                        (4, 1, 0),
-                        (4, 0, 0),
-                    ],
-                );
+                in_process_throughput(&s, 1, &timed);
             }
             1 => {
                 let c = ["ours", "ruststream", "engine alone"];
@@ -175,27 +175,8 @@ fn main() {
                 );
             }
             2 => {
-                let c = ["ours", "ruststream", "engine alone", "ours, prefetch 200"];
                 println!("  {} messages, a producer task per destination", s.messages);
-                let r = run_rounds(&c, s.rounds, |i| {
-                    let msgs = bench_msgs(s.messages);
-                    timed(match i {
-                        0 => Box::pin(inproc::ours_throughput(msgs, 4, None)),
-                        1 => Box::pin(inproc::rs_throughput(msgs, 4)),
-                        2 => Box::pin(inproc::engine_throughput(msgs, 4)),
-                        _ => Box::pin(inproc::ours_throughput(
-                            msgs,
-                            4,
-                            Some(inproc::BATCHED_PREFETCH),
-                        )),
-                    })
-                });
-                report(
-                    &c,
-                    &[""],
-                    &r,
-                    &[(0, 1, 0), (2, 1, 0), (0, 2, 0), (3, 1, 0), (3, 0, 0)],
-                );
+                in_process_throughput(&s, 4, &timed);
             }
             3 | 4 => {
                 let mode = rabbit::Mode {
