@@ -802,6 +802,16 @@ struct EngineConsumer {
     batch: Vec<Delivery>,
 }
 
+/// Moves a batch taken from the engine to the subscription's ready deliveries; one (the rule
+/// at prefetch 1) without a drain to set up and tear down.
+fn move_batch(batch: &mut Vec<Delivery>, into: &mut VecDeque<Delivery>) {
+    if batch.len() == 1 {
+        into.extend(batch.pop());
+    } else {
+        into.extend(batch.drain(..));
+    }
+}
+
 impl DeliverySource for EngineConsumer {
     type Delivery = Delivery;
     type Channel = EngineAcks;
@@ -826,7 +836,7 @@ impl DeliverySource for EngineConsumer {
         if consumer.recv_many(&mut self.batch, max).await == 0 {
             return false;
         }
-        into.extend(self.batch.drain(..));
+        move_batch(&mut self.batch, into);
         true
     }
 
@@ -835,7 +845,7 @@ impl DeliverySource for EngineConsumer {
             return 0;
         };
         let n = consumer.try_recv_many(&mut self.batch, max);
-        into.extend(self.batch.drain(..));
+        move_batch(&mut self.batch, into);
         n
     }
 

@@ -89,7 +89,7 @@ impl<E: Envelope> Inbox<E> {
         }
         let mut held = self.lock();
         let was_empty = held.deliveries.is_empty();
-        held.deliveries.extend(deliveries.drain(..));
+        move_all(deliveries, &mut held.deliveries);
         if self.released.is_some() {
             held.footprints.extend(footprints);
         }
@@ -137,12 +137,27 @@ impl<E: Envelope> Inbox<E> {
             return None;
         }
         self.release(&mut held, n);
-        out.extend(held.deliveries.drain(..n));
+        if n == 1 {
+            // One at a time is the rule at prefetch 1: no drain to set up and tear down.
+            out.extend(held.deliveries.pop_front());
+        } else {
+            out.extend(held.deliveries.drain(..n));
+        }
         Some(n)
     }
 
     /// A future that completes at the next push or close (register it before looking).
     pub(crate) fn notified(&self) -> tokio::sync::futures::Notified<'_> {
         self.ready.notified()
+    }
+}
+
+/// Moves every delivery of `from` to the back of `to`; one (the rule at prefetch 1) without a
+/// drain to set up and tear down.
+fn move_all<E: Envelope>(from: &mut Vec<Delivery<E>>, to: &mut VecDeque<Delivery<E>>) {
+    if from.len() == 1 {
+        to.extend(from.pop());
+    } else {
+        to.extend(from.drain(..));
     }
 }
