@@ -792,6 +792,9 @@ impl<E: Envelope> Drop for Channel<E> {
     }
 }
 
+/// A buffer of one delivery that allocates nothing ([`Consumer::recv`], [`Consumer::try_recv`]).
+type One<E> = smallvec::SmallVec<[Delivery<E>; 1]>;
+
 /// A consumer's deliveries. Dropping it cancels the consumer.
 ///
 /// The engine pushes deliveries (up to the prefetch window) into the consumer's inbox; the
@@ -815,14 +818,19 @@ impl<E: Envelope> Consumer<E> {
     /// The next delivery; `None` once the consumer is cancelled (by the client, by queue
     /// deletion, or because its channel closed).
     pub async fn recv(&mut self) -> Option<Delivery<E>> {
-        let mut one = Vec::with_capacity(1);
-        self.recv_many(&mut one, 1).await;
+        let mut one = One::new();
+        self.recv_into(&mut one, 1).await;
         one.pop()
     }
 
     /// Waits for at least one delivery and takes up to `limit` that are ready; returns how
     /// many were added (0 once cancelled).
     pub async fn recv_many(&mut self, buffer: &mut Vec<Delivery<E>>, limit: usize) -> usize {
+        self.recv_into(buffer, limit).await
+    }
+
+    /// [`Consumer::recv_many`] into any buffer.
+    async fn recv_into(&mut self, buffer: &mut impl Extend<Delivery<E>>, limit: usize) -> usize {
         let limit = limit.max(1);
         loop {
             // Register before looking, so a push in between is not missed.
@@ -872,7 +880,7 @@ impl<E: Envelope> Consumer<E> {
 
     /// A delivery if one is ready now.
     pub fn try_recv(&mut self) -> Option<Delivery<E>> {
-        let mut one = Vec::with_capacity(1);
+        let mut one = One::new();
         if self.inbox.take(&mut one, 1) == Some(0) {
             let id = self.id;
             self.shared.with(|s| s.park(id));

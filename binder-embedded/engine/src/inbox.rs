@@ -130,7 +130,7 @@ impl<E: Envelope> Inbox<E> {
     }
 
     /// Takes up to `limit` deliveries now; `None` when closed and empty.
-    pub(crate) fn take(&self, out: &mut Vec<Delivery<E>>, limit: usize) -> Option<usize> {
+    pub(crate) fn take(&self, out: &mut impl Extend<Delivery<E>>, limit: usize) -> Option<usize> {
         let mut held = self.lock();
         let n = limit.min(held.deliveries.len());
         if n == 0 && self.closed.load(Ordering::Acquire) {
