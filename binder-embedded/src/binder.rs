@@ -606,7 +606,6 @@ impl AmqpBroker for EmbeddedBinder {
             })?;
         let source = EngineConsumer {
             consumer: Some(consumer),
-            batch: Vec::new(),
         };
         let acks = Arc::new(TagAcks::new(EngineAcks(channel), spec.prefetch));
         Ok(Box::new(BufferedSubscription::new(
@@ -798,18 +797,6 @@ impl AckChannel for EngineAcks {
 #[derive(Debug)]
 struct EngineConsumer {
     consumer: Option<Consumer>,
-    /// Where a batch lands before it joins the subscription's ready deliveries.
-    batch: Vec<Delivery>,
-}
-
-/// Moves a batch taken from the engine to the subscription's ready deliveries; one (the rule
-/// at prefetch 1) without a drain to set up and tear down.
-fn move_batch(batch: &mut Vec<Delivery>, into: &mut VecDeque<Delivery>) {
-    if batch.len() == 1 {
-        into.extend(batch.pop());
-    } else {
-        into.extend(batch.drain(..));
-    }
 }
 
 impl DeliverySource for EngineConsumer {
@@ -833,20 +820,14 @@ impl DeliverySource for EngineConsumer {
             return false;
         };
         // Cancel-safe: a dropped receive leaves deliveries in the consumer's inbox.
-        if consumer.recv_many(&mut self.batch, max).await == 0 {
-            return false;
-        }
-        move_batch(&mut self.batch, into);
-        true
+        consumer.recv_many(into, max).await > 0
     }
 
     fn try_receive(&mut self, into: &mut VecDeque<Delivery>, max: usize) -> usize {
         let Some(consumer) = self.consumer.as_mut() else {
             return 0;
         };
-        let n = consumer.try_recv_many(&mut self.batch, max);
-        move_batch(&mut self.batch, into);
-        n
+        consumer.try_recv_many(into, max)
     }
 
     async fn cancel(

@@ -819,18 +819,18 @@ impl<E: Envelope> Consumer<E> {
     /// deletion, or because its channel closed).
     pub async fn recv(&mut self) -> Option<Delivery<E>> {
         let mut one = One::new();
-        self.recv_into(&mut one, 1).await;
+        self.recv_many(&mut one, 1).await;
         one.pop()
     }
 
-    /// Waits for at least one delivery and takes up to `limit` that are ready; returns how
-    /// many were added (0 once cancelled).
-    pub async fn recv_many(&mut self, buffer: &mut Vec<Delivery<E>>, limit: usize) -> usize {
-        self.recv_into(buffer, limit).await
-    }
-
-    /// [`Consumer::recv_many`] into any buffer.
-    async fn recv_into(&mut self, buffer: &mut impl Extend<Delivery<E>>, limit: usize) -> usize {
+    /// Waits for at least one delivery and takes up to `limit` that are ready into `buffer`
+    /// (a `Vec`, a `VecDeque`, anything that extends), in order; returns how many were added
+    /// (0 once cancelled).
+    pub async fn recv_many(
+        &mut self,
+        buffer: &mut impl Extend<Delivery<E>>,
+        limit: usize,
+    ) -> usize {
         let limit = limit.max(1);
         loop {
             // Register before looking, so a push in between is not missed.
@@ -870,7 +870,7 @@ impl<E: Envelope> Consumer<E> {
     /// Takes up to `limit` deliveries already handed to this consumer, without waiting and
     /// without asking the engine for more (no lock of the broker); returns how many were
     /// added (0 also once cancelled: [`Consumer::recv_many`] tells the two apart).
-    pub fn try_recv_many(&mut self, buffer: &mut Vec<Delivery<E>>, limit: usize) -> usize {
+    pub fn try_recv_many(&mut self, buffer: &mut impl Extend<Delivery<E>>, limit: usize) -> usize {
         let n = self.inbox.take(buffer, limit.max(1)).unwrap_or(0);
         if n > 0 {
             self.released();

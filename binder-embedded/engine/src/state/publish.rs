@@ -180,20 +180,16 @@ impl<E: Envelope> State<E> {
             return;
         }
         self.registry.route_record(exchange, body, out);
-        let repeated = self
-            .sessions
-            .channels
-            .get(&channel)
-            .is_some_and(|ch| ch.route_repeated);
-        if repeated && self.registry.routes_by_key(exchange) {
-            if let Some(ch) = self.sessions.channels.get_mut(&channel) {
-                ch.route_cache = Some(RouteCache::new(
-                    version,
-                    E::exchange(body),
-                    E::routing_key(body),
-                    out,
-                ));
-            }
+        let Some(ch) = self.sessions.channels.get_mut(&channel) else {
+            return;
+        };
+        if ch.route_repeated && self.registry.routes_by_key(exchange) {
+            ch.route_cache = Some(RouteCache::new(
+                version,
+                E::exchange(body),
+                E::routing_key(body),
+                out,
+            ));
         }
     }
 
