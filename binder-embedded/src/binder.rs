@@ -780,6 +780,10 @@ impl AmqpProducer for EmbeddedProducer {
 struct EngineAcks(Channel);
 
 impl AckChannel for EngineAcks {
+    fn ack(&self, tag: u64) -> BinderResult<()> {
+        self.0.basic_ack(tag, false).map_err(broker_error)
+    }
+
     fn ack_up_to(&self, tag: u64) -> BinderResult<()> {
         self.0.basic_ack(tag, true).map_err(broker_error)
     }

@@ -882,6 +882,10 @@ impl AmqpProducer for RabbitProducer {
 struct LapinAcks(LinkChannel);
 
 impl AckChannel for LapinAcks {
+    fn ack(&self, tag: u64) -> BinderResult<()> {
+        queued(self.0.basic_ack(tag, BasicAckOptions { multiple: false }))
+    }
+
     fn ack_up_to(&self, tag: u64) -> BinderResult<()> {
         queued(self.0.basic_ack(tag, BasicAckOptions { multiple: true }))
     }

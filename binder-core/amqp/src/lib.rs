@@ -40,6 +40,7 @@
 //! struct Quiet;
 //!
 //! impl AckChannel for Quiet {
+//!     fn ack(&self, _tag: u64) -> BinderResult<()> { Ok(()) }
 //!     fn ack_up_to(&self, _tag: u64) -> BinderResult<()> { Ok(()) }
 //!     fn requeue(&self, _tag: u64) -> BinderResult<()> { Ok(()) }
 //!     fn reject(&self, _tag: u64) -> BinderResult<()> { Ok(()) }

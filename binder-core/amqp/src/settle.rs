@@ -12,6 +12,8 @@ use crate::acks::AckCoalescer;
 /// waiting for a write (none of them has a reply). A binder implements it once over its
 /// channel type (lapin's, the engine's).
 pub trait AckChannel: fmt::Debug + Send + Sync + 'static {
+    /// `basic.ack` of `tag` alone (without `multiple`).
+    fn ack(&self, tag: u64) -> BinderResult<()>;
     /// `basic.ack` with `multiple`: every delivery up to and including `tag`.
     fn ack_up_to(&self, tag: u64) -> BinderResult<()>;
     /// `basic.nack` of `tag` alone, with `requeue`.
@@ -25,11 +27,14 @@ pub trait AckChannel: fmt::Debug + Send + Sync + 'static {
 /// delivery, so settling costs no allocation.
 ///
 /// Every frame is sent under the coalescer's lock, so no ack overtakes a requeue or reject
-/// it would otherwise cover.
+/// it would otherwise cover. At prefetch 1 there is nothing to gather (a batch is one ack):
+/// each settlement then goes out on its own, an ack without `multiple`, with no coalescer
+/// and no lock, which is correct in any order.
 #[derive(Debug)]
 pub struct TagAcks<C> {
     channel: C,
-    coalescer: Mutex<AckCoalescer>,
+    /// `None` at prefetch 1: every settlement is sent alone, at once.
+    coalescer: Option<Mutex<AckCoalescer>>,
 }
 
 impl<C: AckChannel> TagAcks<C> {
@@ -38,7 +43,7 @@ impl<C: AckChannel> TagAcks<C> {
     pub fn new(channel: C, prefetch: u16) -> Self {
         TagAcks {
             channel,
-            coalescer: Mutex::new(AckCoalescer::for_prefetch(prefetch)),
+            coalescer: (prefetch != 1).then(|| Mutex::new(AckCoalescer::for_prefetch(prefetch))),
         }
     }
 
@@ -47,22 +52,33 @@ impl<C: AckChannel> TagAcks<C> {
         &self.channel
     }
 
-    fn lock(&self) -> MutexGuard<'_, AckCoalescer> {
-        self.coalescer.lock().unwrap_or_else(|p| p.into_inner())
+    /// The coalescer, locked; `None` when settlements go out alone (prefetch 1).
+    fn lock(&self) -> Option<MutexGuard<'_, AckCoalescer>> {
+        let coalescer = self.coalescer.as_ref()?;
+        Some(coalescer.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// Sends the frame of one settlement of `tag` alone.
+    fn single(&self, tag: u64, settlement: Settlement) -> BinderResult<()> {
+        match settlement {
+            Settlement::Ack => self.channel.ack(tag),
+            Settlement::Requeue => self.channel.requeue(tag),
+            Settlement::Reject => self.channel.reject(tag),
+        }
     }
 
     /// Settles one delivery through the coalescer (see [`AckCoalescer::apply`] for the
-    /// order): a requeue or reject goes out at once, before the ack it makes due.
+    /// order): a requeue or reject goes out at once, before the ack it makes due. At
+    /// prefetch 1 the settlement goes out alone.
     pub fn apply(&self, tag: u64, settlement: Settlement) -> BinderResult<()> {
-        let channel = &self.channel;
-        self.lock().apply(
+        let Some(mut coalescer) = self.lock() else {
+            return self.single(tag, settlement);
+        };
+        coalescer.apply(
             tag,
             settlement,
-            |tag, settlement| match settlement {
-                Settlement::Requeue => channel.requeue(tag),
-                _ => channel.reject(tag),
-            },
-            |upto| channel.ack_up_to(upto),
+            |tag, settlement| self.single(tag, settlement),
+            |upto| self.channel.ack_up_to(upto),
         )
     }
 
@@ -70,17 +86,18 @@ impl<C: AckChannel> TagAcks<C> {
     /// this (a wait for deliveries, a pause, a handler that waits, a cancel) will not come
     /// back soon.
     pub fn flush(&self) -> BinderResult<()> {
-        let mut coalescer = self.lock();
-        match coalescer.flush() {
+        match self.lock().and_then(|mut coalescer| coalescer.flush()) {
             Some(upto) => self.channel.ack_up_to(upto),
             None => Ok(()),
         }
     }
 
     /// Records deliveries taken from the broker together (see
-    /// [`AckCoalescer::batch_taken`]).
+    /// [`AckCoalescer::batch_taken`]); nothing to record at prefetch 1.
     pub fn batch_taken(&self, tags: impl IntoIterator<Item = u64>) {
-        self.lock().batch_taken(tags);
+        if let Some(mut coalescer) = self.lock() {
+            coalescer.batch_taken(tags);
+        }
     }
 }
 
@@ -110,6 +127,10 @@ mod tests {
     pub(crate) struct Frames(pub(crate) Mutex<Vec<String>>);
 
     impl AckChannel for std::sync::Arc<Frames> {
+        fn ack(&self, tag: u64) -> BinderResult<()> {
+            self.0.lock().unwrap().push(format!("ack {tag}"));
+            Ok(())
+        }
         fn ack_up_to(&self, tag: u64) -> BinderResult<()> {
             self.0.lock().unwrap().push(format!("ack<={tag}"));
             Ok(())
@@ -144,6 +165,27 @@ mod tests {
             *frames.0.lock().unwrap(),
             ["reject 2", "ack<=3", "requeue 4"],
             "the flush acks 1 and 3 in one frame after the reject of 2; the dropped settler of 4 requeues it"
+        );
+    }
+
+    #[test]
+    fn at_prefetch_1_each_settlement_goes_out_alone_at_once() {
+        let frames = std::sync::Arc::new(Frames::default());
+        let acks = std::sync::Arc::new(TagAcks::new(frames.clone(), 1));
+        // Three outstanding at once (a broker that ignored the prefetch, or settlements of
+        // an earlier window): no frame may settle more than its own delivery.
+        acks.batch_taken(1..=3);
+        let settlers: Vec<Settler> = (1..=3).map(|t| Settler::new(acks.clone(), t)).collect();
+        let block = futures::executor::block_on;
+        block(settlers[1].settle(Settlement::Ack)).unwrap();
+        assert_eq!(*frames.0.lock().unwrap(), ["ack 2"], "not held back");
+        block(settlers[2].settle(Settlement::Requeue)).unwrap();
+        acks.flush().unwrap();
+        drop(settlers);
+        assert_eq!(
+            *frames.0.lock().unwrap(),
+            ["ack 2", "requeue 3", "requeue 1"],
+            "each delivery settled by a frame of its own; the dropped settler of 1 requeues it"
         );
     }
 

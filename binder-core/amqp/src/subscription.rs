@@ -232,6 +232,9 @@ mod tests {
     }
 
     impl AckChannel for Frames {
+        fn ack(&self, tag: u64) -> BinderResult<()> {
+            self.push(format!("ack {tag}"))
+        }
         fn ack_up_to(&self, tag: u64) -> BinderResult<()> {
             self.push(format!("ack<={tag}"))
         }
@@ -421,6 +424,10 @@ mod tests {
     }
 
     impl AckChannel for HandsOver {
+        fn ack(&self, tag: u64) -> BinderResult<()> {
+            self.client.lock().unwrap().push_back(tag + 1);
+            self.frames.push(format!("ack {tag}"))
+        }
         fn ack_up_to(&self, tag: u64) -> BinderResult<()> {
             self.client.lock().unwrap().push_back(tag + 1);
             self.frames.push(format!("ack<={tag}"))
