@@ -780,6 +780,8 @@ impl AmqpProducer for EmbeddedProducer {
 struct EngineAcks(Channel);
 
 impl AckChannel for EngineAcks {
+    /// An unknown tag is a channel error (`PRECONDITION_FAILED`), as on RabbitMQ; the
+    /// engine's `multiple` ack of a tag below every outstanding one acks nothing instead.
     fn ack(&self, tag: u64) -> BinderResult<()> {
         self.0.basic_ack(tag, false).map_err(broker_error)
     }

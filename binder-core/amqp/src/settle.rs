@@ -1,5 +1,6 @@
 //! Settling an AMQP channel's deliveries by tag: [`TagAcks`] puts each settlement through an
-//! [`AckCoalescer`] and sends the frames on the binder's [`AckChannel`].
+//! [`AckCoalescer`] (except at prefetch 1, where each goes out alone) and sends the frames on
+//! the binder's [`AckChannel`].
 
 use std::fmt;
 use std::sync::{Mutex, MutexGuard};
@@ -8,7 +9,7 @@ use binder_core::binder::{BinderFuture, BinderResult, SettleByTag, Settlement};
 
 use crate::acks::AckCoalescer;
 
-/// The three settlement frames of an AMQP 0-9-1 channel, each queued for the broker without
+/// The settlement frames of an AMQP 0-9-1 channel, each queued for the broker without
 /// waiting for a write (none of them has a reply). A binder implements it once over its
 /// channel type (lapin's, the engine's).
 pub trait AckChannel: fmt::Debug + Send + Sync + 'static {
@@ -187,6 +188,14 @@ mod tests {
             ["ack 2", "requeue 3", "requeue 1"],
             "each delivery settled by a frame of its own; the dropped settler of 1 requeues it"
         );
+        // The usual case: one outstanding delivery at a time.
+        frames.0.lock().unwrap().clear();
+        for (tag, how) in [(4, Settlement::Ack), (5, Settlement::Reject)] {
+            acks.batch_taken([tag]);
+            let settler = Settler::new(acks.clone(), tag);
+            futures::executor::block_on(settler.settle(how)).unwrap();
+        }
+        assert_eq!(*frames.0.lock().unwrap(), ["ack 4", "reject 5"]);
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! A subscription over an AMQP consumer: deliveries taken from the client in batches, handed
 //! out one by one without waiting, their acks coalesced until half the prefetch window is
-//! ready or the subscription is about to wait.
+//! ready or the subscription is about to wait (at prefetch 1, each sent alone at once).
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -63,7 +63,8 @@ pub trait DeliverySource: fmt::Debug + Send + 'static {
 /// A [`Subscription`] over a [`DeliverySource`]: a delivery already taken, or already
 /// buffered by the client, is handed out at once (no allocation, no wait); acks are held back
 /// while more deliveries are at hand, up to half the prefetch window, and go out as one
-/// `multiple` ack, at the latest before every wait for the broker. Deliveries taken but not
+/// `multiple` ack, at the latest before every wait for the broker (at prefetch 1 each ack goes
+/// out alone, at once: see [`TagAcks`]). Deliveries taken but not
 /// handed out go back to the queue (last first, so they keep their order) when the
 /// subscription is cancelled or dropped, except in auto-ack mode, where the broker already
 /// counts them consumed.
@@ -457,6 +458,32 @@ mod tests {
             ["ack<=1", "ack<=2"],
             "each ack went out before a wait, and brought the next delivery"
         );
+    }
+
+    #[tokio::test]
+    async fn at_prefetch_1_each_ack_goes_out_alone_and_brings_the_next_delivery() {
+        let channel = HandsOver::default();
+        channel.client.lock().unwrap().push_back(1);
+        let source = Client::new(channel.client.clone(), false);
+        let acks = Arc::new(TagAcks::new(channel.clone(), 1));
+        let mut sub = BufferedSubscription::new(source, acks, false);
+        for tag in 1..=3 {
+            let d = sub
+                .next()
+                .now_or_never()
+                .expect("the ack brought it: taken without a wait")
+                .unwrap();
+            assert_eq!(d.settler.tag(), tag);
+            d.settler.settle(Settlement::Ack).await.unwrap();
+            assert_eq!(
+                channel.frames.taken(),
+                [format!("ack {tag}")],
+                "sent at once, for this delivery alone"
+            );
+        }
+        let four = sub.next().now_or_never().unwrap().unwrap();
+        four.settler.settle(Settlement::Reject).await.unwrap();
+        assert_eq!(channel.frames.taken(), ["reject 4"]);
     }
 
     #[tokio::test]
