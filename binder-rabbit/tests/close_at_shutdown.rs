@@ -43,6 +43,7 @@ async fn closing_right_after_dropping_channels_fails_no_connection() {
     let writer = logged.clone();
     tracing_subscriber::fmt()
         .with_max_level(tracing::Level::ERROR)
+        .with_target(true)
         .with_ansi(false)
         .with_writer(move || writer.clone())
         .try_init()
@@ -92,8 +93,14 @@ async fn closing_right_after_dropping_channels_fails_no_connection() {
     binder.remove(&plan).await.unwrap();
     binder.close().await;
     let log = logged.text();
+    // By level and target, whatever lapin's wording: any error lapin logs here is one of a
+    // connection (a closed channel's or consumer's errors are the binder's to report).
+    let lapin_errors: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("ERROR") && l.contains(" lapin"))
+        .collect();
     assert!(
-        !log.contains("Connection error"),
-        "lapin reported a connection error while the binder closed:\n{log}"
+        lapin_errors.is_empty(),
+        "lapin reported errors while the binder closed:\n{log}"
     );
 }

@@ -76,9 +76,8 @@ impl<E: Envelope> Inbox<E> {
     /// when the inbox was empty, so its handle may be waiting and must be woken
     /// ([`Inbox::wake`]). The engine wakes handles after it has released its own lock: a
     /// wake-up can cost a system call, which would hold up every other operation on the
-    /// broker.
+    /// broker. `deliveries` is left empty (its buffer is the caller's to reuse).
     #[must_use = "a handle waiting on an empty inbox must be woken"]
-    /// `deliveries` is left empty (its buffer is the caller's to reuse).
     pub(crate) fn push_many(
         &self,
         deliveries: &mut Vec<Delivery<E>>,
