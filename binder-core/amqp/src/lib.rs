@@ -14,7 +14,8 @@
 //! * [`dead_letter`](republish_headers): the `x-exception-*` headers of a republished failure,
 //!   sized to the connection's `frame_max`;
 //! * [`AckCoalescer`] and [`TagAcks`]: settling deliveries by tag, many acks sent as one
-//!   `basic.ack multiple`, never covering a rejected or requeued delivery;
+//!   `basic.ack multiple` (at prefetch 1, each alone), never covering a rejected or requeued
+//!   delivery;
 //! * [`BufferedSubscription`]: a [`Subscription`](binder_core::binder::Subscription) over a
 //!   [`DeliverySource`] (one AMQP consumer), taking deliveries in batches and handing them out
 //!   without waiting;

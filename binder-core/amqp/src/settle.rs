@@ -27,10 +27,10 @@ pub trait AckChannel: fmt::Debug + Send + Sync + 'static {
 /// `multiple` ack. Shared (`Arc`) with the [`Settler`](binder_core::binder::Settler) of each
 /// delivery, so settling costs no allocation.
 ///
-/// Every frame is sent under the coalescer's lock, so no ack overtakes a requeue or reject
-/// it would otherwise cover. At prefetch 1 there is nothing to gather (a batch is one ack):
-/// each settlement then goes out on its own, an ack without `multiple`, with no coalescer
-/// and no lock, which is correct in any order.
+/// Above prefetch 1, every frame is sent under the coalescer's lock, so no ack overtakes a
+/// requeue or reject it would otherwise cover. At prefetch 1 there is nothing to gather (a
+/// batch is one ack): each settlement then goes out on its own, an ack without `multiple`,
+/// with no coalescer and no lock, which is correct in any order.
 #[derive(Debug)]
 pub struct TagAcks<C> {
     channel: C,

@@ -81,7 +81,7 @@ impl<E: Envelope> UnackedLog<E> {
             }
         };
         if end == 1 {
-            // One delivery (a `multiple` ack at prefetch 1): no drain.
+            // One delivery (a `multiple` ack covering one): no drain.
             if let Some(Some(u)) = self.entries.pop_front() {
                 taken.push(u);
                 self.live -= 1;
