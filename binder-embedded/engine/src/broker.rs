@@ -902,7 +902,7 @@ impl<E: Envelope> Consumer<E> {
     pub fn cancel(mut self) -> AmqpResult<()> {
         self.cancelled = true;
         let (channel, tag) = (self.channel, self.tag.clone());
-        self.shared.with(|s| s.cancel(channel, &tag))
+        self.shared.with(|s| s.cancel_from_handle(channel, &tag))
     }
 }
 
@@ -910,7 +910,7 @@ impl<E: Envelope> Drop for Consumer<E> {
     fn drop(&mut self) {
         if !self.cancelled {
             let (channel, tag) = (self.channel, self.tag.clone());
-            let _ = self.shared.with(|s| s.cancel(channel, &tag));
+            let _ = self.shared.with(|s| s.cancel_from_handle(channel, &tag));
         }
         // Cancelled, so nothing more arrives: what a no-ack handle never took goes with it,
         // and leaves the memory count.

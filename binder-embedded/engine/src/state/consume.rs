@@ -137,6 +137,16 @@ impl<E: Envelope> State<E> {
         Ok(())
     }
 
+    /// `basic.cancel` from a consumer's handle, outside any channel operation: cancels, then
+    /// dispatches what the cancel freed (the deliveries it requeued, the channel's shared
+    /// credit, a single active consumer's successor) rather than leaving it for the next
+    /// operation on the broker.
+    pub(crate) fn cancel_from_handle(&mut self, channel: u64, tag: &str) -> AmqpResult<()> {
+        let cancelled = self.cancel(channel, tag);
+        self.settle();
+        cancelled
+    }
+
     /// Removes a consumer from its queue; its unacknowledged deliveries stay on the channel
     /// (they can still be acked, and are requeued when the channel closes).
     pub(super) fn remove_consumer(&mut self, id: u64, detach_unacked: bool) {
@@ -146,16 +156,13 @@ impl<E: Envelope> State<E> {
         // Deliveries the handle never took go back as they were. Those sent without
         // acknowledgement are the client's already (as on RabbitMQ, where they sit in the
         // client's buffer): the handle can still take them.
+        let mut counted = 0;
         for d in consumer.inbox.close(!consumer.no_ack).into_iter().rev() {
             let ch = self.sessions.channels.get_mut(&consumer.channel);
             let Some(u) = ch.and_then(|ch| ch.unacked.remove(d.delivery_tag)) else {
                 continue;
             };
-            if u.counted {
-                if let Some(ch) = self.sessions.channels.get_mut(&consumer.channel) {
-                    ch.channel_unacked -= 1;
-                }
-            }
+            counted += u32::from(u.counted);
             let mut m = u.message;
             self.memory.undelivered(&mut m);
             if let Some(q) = self.registry.queues.get_mut(&u.queue) {
@@ -165,6 +172,7 @@ impl<E: Envelope> State<E> {
                 self.memory.used -= m.footprint();
             }
         }
+        self.release_channel_credit(consumer.channel, counted);
         if detach_unacked {
             if let Some(ch) = self.sessions.channels.get_mut(&consumer.channel) {
                 for u in ch.unacked.iter_mut() {

@@ -105,10 +105,32 @@ impl<E: Envelope> State<E> {
                 c.unacked -= n;
             }
         }
-        if let Some(ch) = self.sessions.channels.get_mut(&channel) {
-            ch.channel_unacked -= counted;
-        }
+        self.release_channel_credit(channel, counted);
         Ok(())
+    }
+
+    /// Returns `n` deliveries' worth of a channel's shared credit (`basic.qos` with
+    /// `global`). Credit freed on a channel that had used it all up may serve a consumer of
+    /// any queue on the channel, not only the queues the deliveries came from: those queues
+    /// are dispatched too.
+    pub(super) fn release_channel_credit(&mut self, channel: u64, n: u32) {
+        let Some(ch) = self.sessions.channels.get_mut(&channel) else {
+            return;
+        };
+        let was_full = ch.channel_prefetch != 0 && ch.channel_unacked >= ch.channel_prefetch;
+        ch.channel_unacked -= n;
+        if !was_full || n == 0 {
+            return;
+        }
+        let consumers = &self.sessions.consumers;
+        let queues: Vec<Arc<str>> = ch
+            .consumers
+            .values()
+            .filter_map(|id| consumers.get(id).map(|c| c.queue.clone()))
+            .collect();
+        for queue in queues {
+            self.work.mark_dirty(queue);
+        }
     }
 
     /// Puts a delivered message back, marked redelivered, unless it reached the queue's
