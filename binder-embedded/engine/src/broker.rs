@@ -362,6 +362,8 @@ impl<E: Envelope> Broker<E> {
                 // Nothing to wait for: the move is one atomic step.
                 s.discard(queue, seq)?;
             }
+            // The copy's queues are served now, not at the next operation.
+            s.settle();
             Ok((outcome, durability))
         })?;
         if let Some(durability) = durability {

@@ -312,7 +312,7 @@ async fn an_ack_under_a_channel_wide_prefetch_serves_the_channel_s_other_queues(
 }
 
 #[tokio::test]
-async fn a_cancel_under_a_channel_wide_prefetch_serves_the_channel_s_other_queues() {
+async fn a_dropped_consumer_under_a_channel_wide_prefetch_serves_the_channel_s_other_queues() {
     let (_b, _c, ch) = open();
     declare(&ch, "q1");
     declare(&ch, "q2");
@@ -327,11 +327,12 @@ async fn a_cancel_under_a_channel_wide_prefetch_serves_the_channel_s_other_queue
         !waiting.is_finished(),
         "\"a\", in c1's inbox, holds the channel's one credit"
     );
-    // Never taken, "a" goes back to its queue with the cancel, and its credit with it.
-    c1.cancel().unwrap();
+    // Never taken, "a" goes back to its queue when its consumer is dropped (cancelled), and
+    // its credit with it.
+    drop(c1);
     let got = tokio::time::timeout(std::time::Duration::from_secs(5), waiting)
         .await
-        .expect("the credit the cancel freed serves the other queue's consumer")
+        .expect("the credit the drop freed serves the other queue's consumer")
         .unwrap();
     assert_eq!(got.as_deref(), Some("b"));
     assert_eq!(drain(&ch, "q1"), ["a"]);
@@ -361,4 +362,34 @@ async fn a_single_active_consumer_s_successor_is_served_at_the_cancel() {
         .expect("the successor is served at the cancel")
         .unwrap();
     assert_eq!(got.as_deref(), Some("2"));
+}
+
+#[tokio::test]
+async fn credit_freed_under_a_channel_wide_prefetch_turns_among_the_channel_s_queues() {
+    let (_b, _c, ch) = open();
+    declare(&ch, "q1");
+    declare(&ch, "q2");
+    ch.basic_qos(1, true).unwrap();
+    let mut c1 = consume(&ch, "q1");
+    let mut c2 = consume(&ch, "q2");
+    for i in 0..10 {
+        publish(&ch, "", "q1", &format!("1.{i}")).await;
+        publish(&ch, "", "q2", &format!("2.{i}")).await;
+    }
+    // One delivery out at a time on the channel; each ack hands the credit on.
+    let mut served = Vec::new();
+    for _ in 0..10 {
+        let d = ready(&mut c1)
+            .into_iter()
+            .chain(ready(&mut c2))
+            .next()
+            .unwrap();
+        served.push(text(&d));
+        ch.basic_ack(d.delivery_tag, false).unwrap();
+    }
+    let from_q1 = served.iter().filter(|t| t.starts_with("1.")).count();
+    assert!(
+        (2..=8).contains(&from_q1),
+        "both queues get turns, not one queue every time: {served:?}"
+    );
 }

@@ -112,7 +112,8 @@ impl<E: Envelope> State<E> {
     /// Returns `n` deliveries' worth of a channel's shared credit (`basic.qos` with
     /// `global`). Credit freed on a channel that had used it all up may serve a consumer of
     /// any queue on the channel, not only the queues the deliveries came from: those queues
-    /// are dispatched too.
+    /// are dispatched too, starting from a queue that turns with each delivery (as RabbitMQ
+    /// starts unblocking a channel's queues at a random one), so no queue always wins.
     pub(super) fn release_channel_credit(&mut self, channel: u64, n: u32) {
         let Some(ch) = self.sessions.channels.get_mut(&channel) else {
             return;
@@ -123,11 +124,16 @@ impl<E: Envelope> State<E> {
             return;
         }
         let consumers = &self.sessions.consumers;
-        let queues: Vec<Arc<str>> = ch
+        let mut queues: Vec<Arc<str>> = ch
             .consumers
             .values()
             .filter_map(|id| consumers.get(id).map(|c| c.queue.clone()))
             .collect();
+        if !queues.is_empty() {
+            // Dispatched last to first: the queue pushed last is served first.
+            let turn = (ch.next_tag % queues.len() as u64) as usize;
+            queues.rotate_left(turn);
+        }
         for queue in queues {
             self.work.mark_dirty(queue);
         }
