@@ -192,10 +192,7 @@ async fn tls_with_a_node_of_its_own() {
         .subscribe(SubscriptionSpec::manual_ack(queue.as_str(), 1))
         .await
         .unwrap();
-    let delivery = tokio::time::timeout(Duration::from_secs(10), sub.next())
-        .await
-        .expect("the message arrives over TLS")
-        .expect("the subscription is open");
+    let delivery = common::next_delivery(sub.as_mut()).await;
     assert_eq!(delivery.message().payload.as_ref(), b"over TLS");
     delivery.settler.settle(Settlement::Ack).await.unwrap();
     sub.cancel().await.unwrap();

@@ -44,11 +44,13 @@ impl<E: Envelope> Shared<E> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Runs an operation and then the bookkeeping every operation needs: timer wake-ups and
-    /// the memory alarm.
+    /// Runs an operation and then the bookkeeping every operation needs: the follow-up work
+    /// it left (dead letters, dispatch of the queues it made dispatchable: a publish, an ack,
+    /// a cancel, a redrive, a consumer's park), timer wake-ups and the memory alarm.
     fn with<T>(&self, op: impl FnOnce(&mut State<E>) -> T) -> T {
         let mut state = self.lock();
         let out = op(&mut state);
+        state.settle();
         self.memory_alarm(&mut state);
         let after = state.take_after_lock();
         drop(state);
@@ -362,8 +364,6 @@ impl<E: Envelope> Broker<E> {
                 // Nothing to wait for: the move is one atomic step.
                 s.discard(queue, seq)?;
             }
-            // The copy's queues are served now, not at the next operation.
-            s.settle();
             Ok((outcome, durability))
         })?;
         if let Some(durability) = durability {
@@ -904,7 +904,7 @@ impl<E: Envelope> Consumer<E> {
     pub fn cancel(mut self) -> AmqpResult<()> {
         self.cancelled = true;
         let (channel, tag) = (self.channel, self.tag.clone());
-        self.shared.with(|s| s.cancel_from_handle(channel, &tag))
+        self.shared.with(|s| s.cancel(channel, &tag))
     }
 }
 
@@ -912,7 +912,7 @@ impl<E: Envelope> Drop for Consumer<E> {
     fn drop(&mut self) {
         if !self.cancelled {
             let (channel, tag) = (self.channel, self.tag.clone());
-            let _ = self.shared.with(|s| s.cancel_from_handle(channel, &tag));
+            let _ = self.shared.with(|s| s.cancel(channel, &tag));
         }
         // Cancelled, so nothing more arrives: what a no-ack handle never took goes with it,
         // and leaves the memory count.

@@ -294,21 +294,19 @@ async fn an_ack_under_a_channel_wide_prefetch_serves_the_channel_s_other_queues(
     declare(&ch, "q2");
     ch.basic_qos(1, true).unwrap();
     let mut c1 = consume(&ch, "q1");
-    let mut c2 = consume(&ch, "q2");
+    let c2 = consume(&ch, "q2");
     publish(&ch, "", "q1", "a").await;
     publish(&ch, "", "q2", "b").await;
     let first = next(&mut c1).await;
     assert_eq!(text(&first), "a");
-    // The other consumer waits, as a subscription does, until the engine hands it something.
-    let waiting = tokio::spawn(async move { c2.recv().await.map(|d| text(&d)) });
-    tokio::task::yield_now().await;
-    assert!(!waiting.is_finished(), "the channel's one credit is taken");
+    let c2 = waiting(c2, "the channel's one credit is taken").await;
     ch.basic_ack(first.delivery_tag, false).unwrap();
-    let got = tokio::time::timeout(std::time::Duration::from_secs(5), waiting)
-        .await
-        .expect("the credit the ack freed serves the other queue's consumer")
-        .unwrap();
-    assert_eq!(got.as_deref(), Some("b"));
+    let got = served(
+        c2,
+        "the credit the ack freed serves the other queue's consumer",
+    )
+    .await;
+    assert_eq!(got, "b");
 }
 
 #[tokio::test]
@@ -318,23 +316,19 @@ async fn a_dropped_consumer_under_a_channel_wide_prefetch_serves_the_channel_s_o
     declare(&ch, "q2");
     ch.basic_qos(1, true).unwrap();
     let c1 = consume(&ch, "q1");
-    let mut c2 = consume(&ch, "q2");
+    let c2 = consume(&ch, "q2");
     publish(&ch, "", "q1", "a").await;
     publish(&ch, "", "q2", "b").await;
-    let waiting = tokio::spawn(async move { c2.recv().await.map(|d| text(&d)) });
-    tokio::task::yield_now().await;
-    assert!(
-        !waiting.is_finished(),
-        "\"a\", in c1's inbox, holds the channel's one credit"
-    );
+    let c2 = waiting(c2, "\"a\", in c1's inbox, holds the channel's one credit").await;
     // Never taken, "a" goes back to its queue when its consumer is dropped (cancelled), and
     // its credit with it.
     drop(c1);
-    let got = tokio::time::timeout(std::time::Duration::from_secs(5), waiting)
-        .await
-        .expect("the credit the drop freed serves the other queue's consumer")
-        .unwrap();
-    assert_eq!(got.as_deref(), Some("b"));
+    let got = served(
+        c2,
+        "the credit the drop freed serves the other queue's consumer",
+    )
+    .await;
+    assert_eq!(got, "b");
     assert_eq!(drain(&ch, "q1"), ["a"]);
 }
 
@@ -344,24 +338,18 @@ async fn a_single_active_consumer_s_successor_is_served_at_the_cancel() {
     declare_with(&ch, "q", args(&[("x-single-active-consumer", true.into())]));
     ch.basic_qos(1, false).unwrap();
     let mut first = consume(&ch, "q");
-    let mut second = consume(&ch, "q");
+    let second = consume(&ch, "q");
     for t in ["1", "2"] {
         publish(&ch, "", "q", t).await;
     }
     assert_eq!(text(&next(&mut first).await), "1");
-    let waiting = tokio::spawn(async move { second.recv().await.map(|d| text(&d)) });
-    tokio::task::yield_now().await;
-    assert!(
-        !waiting.is_finished(),
-        "the first consumer is the active one"
-    );
+    let second = waiting(second, "the first consumer is the active one").await;
     // No other operation follows: the cancel itself hands "2" to the successor.
     first.cancel().unwrap();
-    let got = tokio::time::timeout(std::time::Duration::from_secs(5), waiting)
-        .await
-        .expect("the successor is served at the cancel")
-        .unwrap();
-    assert_eq!(got.as_deref(), Some("2"));
+    assert_eq!(
+        served(second, "the successor is served at the cancel").await,
+        "2"
+    );
 }
 
 #[tokio::test]

@@ -357,9 +357,7 @@ async fn a_redriven_message_reaches_a_waiting_consumer_at_once() {
     let (broker, _c, ch) = open();
     declare(&ch, "work");
     declare(&ch, "work.dlq");
-    let mut worker = consume(&ch, "work");
-    let waiting = tokio::spawn(async move { worker.recv().await.map(|d| text(&d)) });
-    tokio::task::yield_now().await;
+    let worker = waiting(consume(&ch, "work"), "nothing published yet").await;
     publish(&ch, "", "work.dlq", "again").await;
     let seq = broker.peek("work.dlq", 1).unwrap()[0].seq;
     assert_eq!(
@@ -367,9 +365,6 @@ async fn a_redriven_message_reaches_a_waiting_consumer_at_once() {
         Redrive::Moved(1)
     );
     // No other operation follows: the redrive itself hands the copy over.
-    let got = tokio::time::timeout(std::time::Duration::from_secs(5), waiting)
-        .await
-        .expect("the redriven message is delivered at once")
-        .unwrap();
-    assert_eq!(got.as_deref(), Some("again"));
+    let got = served(worker, "the redriven message is delivered at once").await;
+    assert_eq!(got, "again");
 }

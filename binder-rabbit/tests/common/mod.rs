@@ -5,6 +5,16 @@ use binder_amqp::AmqpBroker;
 use binder_core::binder::BinderErrorKind;
 use binder_rabbit::{RabbitBinder, RabbitSettings};
 
+/// A subscription's next delivery, which must come within 10 s.
+pub async fn next_delivery(
+    sub: &mut dyn binder_core::binder::Subscription,
+) -> binder_core::binder::Inbound {
+    tokio::time::timeout(std::time::Duration::from_secs(10), sub.next())
+        .await
+        .expect("a delivery within 10 s")
+        .expect("the subscription is open")
+}
+
 /// The broker the tests use: `AMQP_URL`, by default the local RabbitMQ.
 pub fn amqp_url() -> String {
     std::env::var("AMQP_URL").unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".into())

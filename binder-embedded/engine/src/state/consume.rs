@@ -137,16 +137,6 @@ impl<E: Envelope> State<E> {
         Ok(())
     }
 
-    /// `basic.cancel` from a consumer's handle, outside any channel operation: cancels, then
-    /// dispatches what the cancel freed (the deliveries it requeued, the channel's shared
-    /// credit, a single active consumer's successor) rather than leaving it for the next
-    /// operation on the broker.
-    pub(crate) fn cancel_from_handle(&mut self, channel: u64, tag: &str) -> AmqpResult<()> {
-        let cancelled = self.cancel(channel, tag);
-        self.settle();
-        cancelled
-    }
-
     /// Removes a consumer from its queue; its unacknowledged deliveries stay on the channel
     /// (they can still be acked, and are requeued when the channel closes).
     pub(super) fn remove_consumer(&mut self, id: u64, detach_unacked: bool) {

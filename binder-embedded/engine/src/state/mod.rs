@@ -287,7 +287,6 @@ impl<E: Envelope> State<E> {
                 self.close_channel(channel, Some(e.clone()));
             }
         }
-        self.settle();
         result
     }
 

@@ -76,3 +76,24 @@ pub fn rss() -> usize {
         .expect("VmRSS in kB");
     kib * 1024
 }
+
+/// `consumer` waiting for its next delivery, as a subscription waits: parked in the engine
+/// once this returns (a test's runtime has one thread, and the task runs at the yield).
+/// `idle` says why nothing reaches it yet.
+pub async fn waiting(mut consumer: Consumer, idle: &str) -> tokio::task::JoinHandle<String> {
+    let task = tokio::spawn(async move {
+        let delivery = consumer.recv().await.expect("the consumer stays open");
+        text(&delivery)
+    });
+    tokio::task::yield_now().await;
+    assert!(!task.is_finished(), "{idle}");
+    task
+}
+
+/// What a [`waiting`] consumer is handed, which must come within 5 s (`why` it should).
+pub async fn served(task: tokio::task::JoinHandle<String>, why: &str) -> String {
+    tokio::time::timeout(Duration::from_secs(5), task)
+        .await
+        .expect(why)
+        .unwrap()
+}
