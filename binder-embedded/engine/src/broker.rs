@@ -59,8 +59,8 @@ impl<E: Envelope> Shared<E> {
         if after.wake_timer {
             self.timer.notify_one();
         }
-        for inbox in after.wakes {
-            inbox.wake();
+        for waker in after.wakes {
+            waker.wake();
         }
         drop(after.garbage);
         out
@@ -834,39 +834,28 @@ impl<E: Envelope> Consumer<E> {
         limit: usize,
     ) -> usize {
         let limit = limit.max(1);
-        loop {
-            // Register before looking, so a push in between is not missed.
-            let notified = self.inbox.notified();
-            tokio::pin!(notified);
-            let stale = notified.as_mut().enable();
-            match self.inbox.take(buffer, limit) {
-                None => return 0,
-                // The permit of a push whose deliveries were taken already (a push into the
-                // empty inbox wakes the handle even while it is busy): register afresh
-                // rather than asking the engine twice.
-                Some(0) if stale => continue,
-                Some(0) => {}
-                Some(n) => {
-                    self.released();
-                    return n;
-                }
-            }
-            // Empty: have the engine move ready messages over, or note that we wait.
-            let id = self.id;
-            if !self.shared.with(|s| s.park(id)) {
-                let n = self.inbox.take(buffer, limit).unwrap_or(0);
+        match self.inbox.take(buffer, limit) {
+            None => return 0,
+            Some(0) => {}
+            Some(n) => {
                 self.released();
                 return n;
             }
-            match self.inbox.take(buffer, limit) {
-                None => return 0,
-                Some(0) => notified.await,
-                Some(n) => {
-                    self.released();
-                    return n;
-                }
-            }
         }
+        // Empty: have the engine move ready messages over, or note that we wait (a publish
+        // then dispatches to us at once).
+        let id = self.id;
+        let n = if self.shared.with(|s| s.park(id)) {
+            let inbox = &self.inbox;
+            std::future::poll_fn(|cx| inbox.poll_take(cx, buffer, limit))
+                .await
+                .unwrap_or(0)
+        } else {
+            // Gone: what the inbox still holds, then the end.
+            self.inbox.take(buffer, limit).unwrap_or(0)
+        };
+        self.released();
+        n
     }
 
     /// Takes up to `limit` deliveries already handed to this consumer, without waiting and

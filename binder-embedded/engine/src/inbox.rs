@@ -2,12 +2,14 @@
 //!
 //! The engine pushes under its own lock; the handle takes batches under the inbox's small lock
 //! only, so a consumer waiting or draining never contends with publishers for the engine.
+//! A handle that finds the inbox empty leaves its task's waker under the same lock, and the
+//! push that ends the wait takes it: a consumer that keeps finding deliveries registers
+//! nothing and nobody wakes it.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-
-use tokio::sync::Notify;
+use std::task::{Context, Poll, Waker};
 
 use super::types::Delivery;
 use crate::envelope::Envelope;
@@ -17,6 +19,8 @@ struct Held<E: Envelope> {
     deliveries: VecDeque<Delivery<E>>,
     /// The memory each delivery is counted as, for a no-ack consumer (empty otherwise).
     footprints: VecDeque<usize>,
+    /// The handle's task, waiting for the inbox to fill (see [`Inbox::poll_take`]).
+    waiter: Option<Waker>,
 }
 
 impl<E: Envelope> Default for Held<E> {
@@ -24,6 +28,7 @@ impl<E: Envelope> Default for Held<E> {
         Held {
             deliveries: VecDeque::new(),
             footprints: VecDeque::new(),
+            waiter: None,
         }
     }
 }
@@ -31,7 +36,6 @@ impl<E: Envelope> Default for Held<E> {
 #[derive(Debug, Default)]
 pub(crate) struct Inbox<E: Envelope> {
     held: Mutex<Held<E>>,
-    ready: Notify,
     closed: AtomicBool,
     /// For a no-ack consumer, whose deliveries the engine no longer holds: where the memory
     /// of the deliveries that leave the inbox goes, to be taken off the broker's count.
@@ -72,49 +76,48 @@ impl<E: Envelope> Inbox<E> {
         }
     }
 
-    /// Adds deliveries under one lock (with their footprints, for a no-ack consumer); true
-    /// when the inbox was empty, so its handle may be waiting and must be woken
-    /// ([`Inbox::wake`]). The engine wakes handles after it has released its own lock: a
-    /// wake-up can cost a system call, which would hold up every other operation on the
-    /// broker. `deliveries` is left empty (its buffer is the caller's to reuse).
+    /// Adds deliveries under one lock (with their footprints, for a no-ack consumer), and
+    /// returns the waker of the handle if it waits for them. The engine wakes handles after
+    /// it has released its own lock: a wake-up can cost a system call, which would hold up
+    /// every other operation on the broker. `deliveries` is left empty (its buffer is the
+    /// caller's to reuse).
     #[must_use = "a handle waiting on an empty inbox must be woken"]
     pub(crate) fn push_many(
         &self,
         deliveries: &mut Vec<Delivery<E>>,
         footprints: Vec<usize>,
-    ) -> bool {
+    ) -> Option<Waker> {
         if deliveries.is_empty() {
-            return false;
+            return None;
         }
         let mut held = self.lock();
-        let was_empty = held.deliveries.is_empty();
         move_all(deliveries, &mut held.deliveries);
         if self.released.is_some() {
             held.footprints.extend(footprints);
         }
-        was_empty
+        held.waiter.take()
     }
 
-    /// Wakes the handle if it waits for deliveries.
-    pub(crate) fn wake(&self) {
-        self.ready.notify_one();
-    }
-
-    /// Closes the inbox (consumer cancelled). With `give_back`, returns what the handle never
-    /// took; without, leaves it for the handle to take before it sees the end (as a client
-    /// keeps the deliveries it already received after `basic.cancel`).
-    pub(crate) fn close(&self, give_back: bool) -> Vec<Delivery<E>> {
+    /// Closes the inbox (consumer cancelled): the waiting handle's waker goes to `wakes`.
+    /// With `give_back`, returns what the handle never took; without, leaves it for the
+    /// handle to take before it sees the end (as a client keeps the deliveries it already
+    /// received after `basic.cancel`).
+    pub(crate) fn close(
+        &self,
+        give_back: bool,
+        wakes: &mut impl Extend<Waker>,
+    ) -> Vec<Delivery<E>> {
+        // Set before the lock: a handle that looks after this close sees it under the lock.
         self.closed.store(true, Ordering::Release);
-        let left: Vec<Delivery<E>> = if give_back {
-            let mut held = self.lock();
+        let mut held = self.lock();
+        wakes.extend(held.waiter.take());
+        if give_back {
             let n = held.deliveries.len();
             self.release(&mut held, n);
             held.deliveries.drain(..).collect()
         } else {
             Vec::new()
-        };
-        self.ready.notify_one();
-        left
+        }
     }
 
     /// Drops what the handle never took (its handle is gone); returns whether that released
@@ -145,9 +148,30 @@ impl<E: Envelope> Inbox<E> {
         Some(n)
     }
 
-    /// A future that completes at the next push or close (register it before looking).
-    pub(crate) fn notified(&self) -> tokio::sync::futures::Notified<'_> {
-        self.ready.notified()
+    /// Takes up to `limit` deliveries, or, when there are none, leaves the task's waker for
+    /// the next push or close (under the same lock, so neither slips in between); `None`
+    /// when closed and empty.
+    pub(crate) fn poll_take(
+        &self,
+        cx: &mut Context<'_>,
+        out: &mut impl Extend<Delivery<E>>,
+        limit: usize,
+    ) -> Poll<Option<usize>> {
+        let mut held = self.lock();
+        if held.deliveries.is_empty() {
+            if self.closed.load(Ordering::Acquire) {
+                return Poll::Ready(None);
+            }
+            match &mut held.waiter {
+                Some(w) if w.will_wake(cx.waker()) => {}
+                slot => *slot = Some(cx.waker().clone()),
+            }
+            return Poll::Pending;
+        }
+        // Taken under a second lock (the wait path is the rare one): in between only a close
+        // can take deliveries back, and `take` then reports the close.
+        drop(held);
+        Poll::Ready(self.take(out, limit))
     }
 }
 
@@ -158,5 +182,78 @@ fn move_all<E: Envelope>(from: &mut Vec<Delivery<E>>, to: &mut VecDeque<Delivery
         to.extend(from.pop());
     } else {
         to.extend(from.drain(..));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicUsize;
+    use std::task::Wake;
+
+    use super::*;
+    use crate::envelope::Native;
+    use crate::{Message, Route};
+
+    /// A task's waker that counts its wake-ups.
+    #[derive(Default)]
+    struct Counted(AtomicUsize);
+
+    impl Wake for Counted {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    fn delivery(tag: u64) -> Delivery<Native> {
+        let route = Route::new(Arc::from(""), Arc::from("q"));
+        Delivery {
+            consumer_tag: Arc::from("c"),
+            delivery_tag: tag,
+            redelivered: false,
+            body: Native::seal(Message::new(b"x".to_vec()), route),
+        }
+    }
+
+    fn push(inbox: &Inbox<Native>, tag: u64) -> Option<Waker> {
+        inbox.push_many(&mut vec![delivery(tag)], Vec::new())
+    }
+
+    /// A handle that keeps finding deliveries registers nothing, so pushes wake nobody; one
+    /// that found the inbox empty is woken by the next push alone, and by a close.
+    #[test]
+    fn only_a_handle_that_found_the_inbox_empty_is_woken_once_by_the_next_push() {
+        let inbox = Inbox::<Native>::new();
+        let count = Arc::new(Counted::default());
+        let waker = Waker::from(count.clone());
+        let mut cx = Context::from_waker(&waker);
+        let mut out = Vec::new();
+
+        assert!(push(&inbox, 1).is_none(), "nobody waits yet");
+        assert_eq!(inbox.poll_take(&mut cx, &mut out, 8), Poll::Ready(Some(1)));
+        assert!(
+            push(&inbox, 2).is_none(),
+            "a handle that found deliveries does not wait"
+        );
+        assert_eq!(inbox.take(&mut out, 8), Some(1));
+
+        assert_eq!(inbox.poll_take(&mut cx, &mut out, 8), Poll::Pending);
+        // Polled again (a spurious wake-up): still one waker, not two.
+        assert_eq!(inbox.poll_take(&mut cx, &mut out, 8), Poll::Pending);
+        push(&inbox, 3).expect("the waiting handle's waker").wake();
+        assert!(
+            push(&inbox, 4).is_none(),
+            "woken once, by the push that ended the wait"
+        );
+        assert_eq!(count.0.load(Ordering::SeqCst), 1);
+        assert_eq!(inbox.poll_take(&mut cx, &mut out, 8), Poll::Ready(Some(2)));
+
+        assert_eq!(inbox.poll_take(&mut cx, &mut out, 8), Poll::Pending);
+        let mut wakes = Vec::new();
+        let left = inbox.close(false, &mut wakes);
+        assert!(left.is_empty());
+        assert_eq!(wakes.len(), 1, "a close wakes the waiting handle");
+        assert_eq!(inbox.poll_take(&mut cx, &mut out, 8), Poll::Ready(None));
+        let tags: Vec<u64> = out.iter().map(|d| d.delivery_tag).collect();
+        assert_eq!(tags, [1, 2, 3, 4]);
     }
 }

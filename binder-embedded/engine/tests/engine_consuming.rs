@@ -3,6 +3,8 @@
 
 mod common;
 
+use std::time::Duration;
+
 use common::*;
 use stream_engine::*;
 
@@ -379,5 +381,32 @@ async fn credit_freed_under_a_channel_wide_prefetch_turns_among_the_channel_s_qu
     assert!(
         (2..=8).contains(&from_q1),
         "both queues get turns, not one queue every time: {served:?}"
+    );
+}
+
+/// `recv` is cancel-safe: a wait given up (a timeout, a `select!` that took another branch)
+/// leaves nothing behind that keeps the next wait from being served, and a publish made
+/// while nobody waited waits in the inbox for the next `recv`.
+#[tokio::test]
+async fn a_wait_given_up_leaves_the_next_recv_served() {
+    let (_b, _c, ch) = open();
+    declare(&ch, "q");
+    let mut c = consume(&ch, "q");
+    for _ in 0..2 {
+        let gave_up = tokio::time::timeout(Duration::from_millis(20), c.recv()).await;
+        assert!(gave_up.is_err(), "nothing was published");
+    }
+    publish(&ch, "", "q", "while nobody waited").await;
+    let d = tokio::time::timeout(Duration::from_secs(5), c.recv())
+        .await
+        .expect("the message published while nobody waited")
+        .unwrap();
+    assert_eq!(text(&d), "while nobody waited");
+    ch.basic_ack(d.delivery_tag, false).unwrap();
+    let next = waiting(c, "nothing more was published").await;
+    publish(&ch, "", "q", "to a waiting consumer").await;
+    assert_eq!(
+        served(next, "a publish reaches the consumer waiting again").await,
+        "to a waiting consumer"
     );
 }

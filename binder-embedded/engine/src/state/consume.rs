@@ -147,7 +147,8 @@ impl<E: Envelope> State<E> {
         // acknowledgement are the client's already (as on RabbitMQ, where they sit in the
         // client's buffer): the handle can still take them.
         let mut counted = 0;
-        for d in consumer.inbox.close(!consumer.no_ack).into_iter().rev() {
+        let left = consumer.inbox.close(!consumer.no_ack, &mut self.work.wakes);
+        for d in left.into_iter().rev() {
             let ch = self.sessions.channels.get_mut(&consumer.channel);
             let Some(u) = ch.and_then(|ch| ch.unacked.remove(d.delivery_tag)) else {
                 continue;
@@ -415,11 +416,13 @@ impl<E: Envelope> State<E> {
             }
             let delivered = deliveries.len();
             q.delivered += delivered as u64;
-            if consumer.inbox.push_many(&mut deliveries, footprints) {
-                self.work.wakes.push(consumer.inbox.clone());
+            if let Some(waker) = consumer.inbox.push_many(&mut deliveries, footprints) {
+                self.work.wakes.push(waker);
             }
             self.work.keep_deliver_scratch(deliveries);
-            if consumer.parked {
+            // Only deliveries end a wait: a burst cut short before its first (the message
+            // expired, or its body is still on disk) leaves the handle waiting, and parked.
+            if consumer.parked && delivered > 0 {
                 consumer.parked = false;
                 q.parked -= 1;
             }

@@ -458,7 +458,7 @@ impl<E: Envelope> State<E> {
             if let Some(consumer) = self.sessions.consumers.remove(&c.id) {
                 // Deliveries the handle never took stay unacked on the channel, like any
                 // delivery of a deleted queue; acking them is harmless.
-                consumer.inbox.close(true);
+                consumer.inbox.close(true, &mut self.work.wakes);
                 if let Some(ch) = self.sessions.channels.get_mut(&consumer.channel) {
                     ch.consumers.remove(&consumer.tag);
                     ch.events.send(ChannelEvent::ConsumerCancelled {

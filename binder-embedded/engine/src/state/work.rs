@@ -4,10 +4,10 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
+use std::task::Waker;
 
 use crate::dead_letter::DeathReason;
 use crate::envelope::Envelope;
-use crate::inbox::Inbox;
 use crate::storage::QueuedMessage;
 use crate::store::Durability;
 use crate::types::Delivery;
@@ -35,9 +35,9 @@ pub(crate) struct Work<E: Envelope> {
     /// Settled messages, dropped by the caller after the lock is released (freeing payloads
     /// under the lock cost an eighth of the ack path).
     pub garbage: Few<Arc<E::Record>>,
-    /// Inboxes that received deliveries while empty: their handles are woken once the
-    /// lock is released.
-    pub wakes: Few<Arc<Inbox<E>>>,
+    /// Consumer handles that waited for the deliveries (or the close) their inbox received:
+    /// woken once the lock is released.
+    pub wakes: Few<Waker>,
     /// Reused list of routing targets (saves an allocation per publish).
     pub route_scratch: Vec<Arc<str>>,
     /// Durability points of the publish being made, taken by its publisher: its confirm
@@ -111,6 +111,6 @@ pub(crate) type Few<T> = SmallVec<[T; 1]>;
 #[derive(Debug)]
 pub(crate) struct AfterLock<E: Envelope> {
     pub wake_timer: bool,
-    pub wakes: Few<Arc<Inbox<E>>>,
+    pub wakes: Few<Waker>,
     pub garbage: Few<Arc<E::Record>>,
 }
