@@ -135,8 +135,13 @@ impl<E: Envelope> Inbox<E> {
     pub(crate) fn take(&self, out: &mut impl Extend<Delivery<E>>, limit: usize) -> Option<usize> {
         let mut held = self.lock();
         let n = limit.min(held.deliveries.len());
-        if n == 0 && self.closed.load(Ordering::Acquire) {
-            return None;
+        if n == 0 {
+            // Nothing to take, release or drain (a handle about to wait looks first).
+            return if self.closed.load(Ordering::Acquire) {
+                None
+            } else {
+                Some(0)
+            };
         }
         self.release(&mut held, n);
         if n == 1 {
