@@ -47,6 +47,8 @@ struct Settings {
     latency_rate: u32,
     memory_messages: usize,
     destinations: usize,
+    /// The runtime's worker threads.
+    workers: usize,
     uri: String,
 }
 
@@ -61,6 +63,7 @@ impl Settings {
                 .expect("BENCH_LATENCY_RATE fits in u32"),
             memory_messages: env_usize("BENCH_MEMORY_MESSAGES", 1_000_000).max(1),
             destinations: env_usize("BENCH_DESTINATIONS", 10_000).max(2),
+            workers: env_usize("BENCH_WORKERS", 2).max(1),
             uri: std::env::var("BENCH_AMQP_URI").unwrap_or_else(|_| DEFAULT_URI.to_owned()),
         }
     }
@@ -114,7 +117,7 @@ fn main() {
     let s = Settings::from_env();
     let selected = selected_scenarios(SCENARIOS.len());
     let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+        .worker_threads(s.workers)
         .enable_all()
         .build()
         .expect("tokio runtime");
@@ -129,8 +132,9 @@ fn main() {
     println!(
         "stream-peer-bench: {PAYLOAD_SIZE} B JSON payloads (encoded by every producer, decoded \
          into a struct by every consumer), 1 warm-up + {} rounds, contenders' order rotating per \
-         round, tokio multi-thread runtime with 2 workers, {} CPUs",
+         round, tokio multi-thread runtime with {} workers, {} CPUs",
         s.rounds,
+        s.workers,
         std::thread::available_parallelism().map_or(0, |p| p.get())
     );
 
