@@ -2,32 +2,47 @@
 //! [`Counting::start`] has switched counting on (so that the other scenarios pay one relaxed
 //! load per allocation, not a contended counter).
 
-use std::alloc::{GlobalAlloc, Layout, System};
+#[cfg(not(feature = "mimalloc"))]
+use std::alloc::System;
+use std::alloc::{GlobalAlloc, Layout};
 use std::sync::atomic::{AtomicBool, AtomicIsize, Ordering};
 
-/// The allocator the binary runs on: [`System`], plus the counter.
+/// The allocator underneath: the system's, or mimalloc with `--features mimalloc`.
+#[cfg(not(feature = "mimalloc"))]
+const INNER: System = System;
+#[cfg(feature = "mimalloc")]
+const INNER: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// The allocator underneath, as the benchmark's header names it.
+pub const NAME: &str = if cfg!(feature = "mimalloc") {
+    "mimalloc"
+} else {
+    "the system allocator"
+};
+
+/// The allocator the binary runs on: [`INNER`], plus the counter.
 #[derive(Debug)]
 pub struct CountingAlloc;
 
 static ON: AtomicBool = AtomicBool::new(false);
 static LIVE: AtomicIsize = AtomicIsize::new(0);
 
-// SAFETY: every call is forwarded unchanged to `System`; the counter only adds bookkeeping.
+// SAFETY: every call is forwarded unchanged to `INNER`; the counter only adds bookkeeping.
 unsafe impl GlobalAlloc for CountingAlloc {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         if ON.load(Ordering::Relaxed) {
             LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
         }
-        // SAFETY: the caller's contract is `System::alloc`'s.
-        unsafe { System.alloc(layout) }
+        // SAFETY: the caller's contract is `GlobalAlloc::alloc`'s.
+        unsafe { INNER.alloc(layout) }
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         if ON.load(Ordering::Relaxed) {
             LIVE.fetch_sub(layout.size() as isize, Ordering::Relaxed);
         }
-        // SAFETY: the caller's contract is `System::dealloc`'s.
-        unsafe { System.dealloc(ptr, layout) }
+        // SAFETY: the caller's contract is `GlobalAlloc::dealloc`'s.
+        unsafe { INNER.dealloc(ptr, layout) }
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
@@ -37,8 +52,8 @@ unsafe impl GlobalAlloc for CountingAlloc {
                 Ordering::Relaxed,
             );
         }
-        // SAFETY: the caller's contract is `System::realloc`'s.
-        unsafe { System.realloc(ptr, layout, new_size) }
+        // SAFETY: the caller's contract is `GlobalAlloc::realloc`'s.
+        unsafe { INNER.realloc(ptr, layout, new_size) }
     }
 }
 

@@ -132,10 +132,11 @@ fn main() {
     println!(
         "stream-peer-bench: {PAYLOAD_SIZE} B JSON payloads (encoded by every producer, decoded \
          into a struct by every consumer), 1 warm-up + {} rounds, contenders' order rotating per \
-         round, tokio multi-thread runtime with {} workers, {} CPUs",
+         round, tokio multi-thread runtime with {} workers, {} CPUs, {}",
         s.rounds,
         s.workers,
-        std::thread::available_parallelism().map_or(0, |p| p.get())
+        std::thread::available_parallelism().map_or(0, |p| p.get()),
+        alloc::NAME
     );
 
     for (idx, title) in SCENARIOS.iter().enumerate() {
