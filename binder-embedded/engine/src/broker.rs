@@ -818,7 +818,7 @@ impl<E: Envelope> Consumer<E> {
     }
 
     /// The next delivery; `None` once the consumer is cancelled (by the client, by queue
-    /// deletion, or because its channel closed).
+    /// deletion, or because its channel closed). Cancel-safe, as [`Consumer::recv_many`].
     pub async fn recv(&mut self) -> Option<Delivery<E>> {
         let mut one = One::new();
         self.recv_many(&mut one, 1).await;
@@ -828,6 +828,10 @@ impl<E: Envelope> Consumer<E> {
     /// Waits for at least one delivery and takes up to `limit` that are ready into `buffer`
     /// (a `Vec`, a `VecDeque`, anything that extends), in order; returns how many were added
     /// (0 once cancelled).
+    ///
+    /// Cancel-safe: a wait given up (a timeout, another branch of a `select!`) takes
+    /// nothing, and what arrives meanwhile waits for the next call. The task that gave up may
+    /// be woken once, by the next delivery.
     pub async fn recv_many(
         &mut self,
         buffer: &mut impl Extend<Delivery<E>>,

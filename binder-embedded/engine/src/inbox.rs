@@ -241,8 +241,12 @@ mod tests {
         );
         assert_eq!(inbox.take(&mut out, 8), Some(1));
 
-        assert_eq!(inbox.poll_take(&mut cx, &mut out, 8), Poll::Pending);
-        // Polled again (a spurious wake-up): still one waker, not two.
+        // A wait given up in one task and taken up in another: the push wakes the task
+        // that waits now, not the one that gave up.
+        let gave_up = Arc::new(Counted::default());
+        let gave_up_waker = Waker::from(gave_up.clone());
+        let mut gave_up_cx = Context::from_waker(&gave_up_waker);
+        assert_eq!(inbox.poll_take(&mut gave_up_cx, &mut out, 8), Poll::Pending);
         assert_eq!(inbox.poll_take(&mut cx, &mut out, 8), Poll::Pending);
         push(&inbox, 3).expect("the waiting handle's waker").wake();
         assert!(
@@ -250,6 +254,7 @@ mod tests {
             "woken once, by the push that ended the wait"
         );
         assert_eq!(count.0.load(Ordering::SeqCst), 1);
+        assert_eq!(gave_up.0.load(Ordering::SeqCst), 0, "the task that gave up");
         assert_eq!(inbox.poll_take(&mut cx, &mut out, 8), Poll::Ready(Some(2)));
 
         assert_eq!(inbox.poll_take(&mut cx, &mut out, 8), Poll::Pending);

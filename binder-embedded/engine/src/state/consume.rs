@@ -420,8 +420,9 @@ impl<E: Envelope> State<E> {
                 self.work.wakes.push(waker);
             }
             self.work.keep_deliver_scratch(deliveries);
-            // Only deliveries end a wait: a burst cut short before its first (the message
-            // expired, or its body is still on disk) leaves the handle waiting, and parked.
+            // Only deliveries end a wait. A burst that delivered nothing leaves the handle
+            // waiting, so it stays parked (defensive: the head was checked for expiry and
+            // read back above, so only a clock that moves in between gets here).
             if consumer.parked && delivered > 0 {
                 consumer.parked = false;
                 q.parked -= 1;
