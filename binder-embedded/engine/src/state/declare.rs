@@ -456,9 +456,23 @@ impl<E: Envelope> State<E> {
         self.memory.used -= dropped.iter().map(QueuedMessage::footprint).sum::<usize>();
         for c in &q.consumers {
             if let Some(consumer) = self.sessions.consumers.remove(&c.id) {
-                // Deliveries the handle never took stay unacked on the channel, like any
-                // delivery of a deleted queue; acking them is harmless.
-                consumer.inbox.close(true, &mut self.work.wakes);
+                // Deliveries the handle never took go with the queue, as messages RabbitMQ
+                // had not yet sent; their records leave the channel, with the credit and
+                // memory they held. (Those the handle took stay unacked on the channel, like
+                // any delivery of a deleted queue: acking them is harmless.)
+                let left = consumer.inbox.close(true, &mut self.work.wakes);
+                let mut counted = 0;
+                for d in left {
+                    let ch = self.sessions.channels.get_mut(&consumer.channel);
+                    let Some(u) = ch.and_then(|ch| ch.unacked.remove(d.delivery_tag)) else {
+                        continue;
+                    };
+                    counted += u32::from(u.counted);
+                    let mut m = u.message;
+                    self.memory.undelivered(&mut m);
+                    self.memory.used -= m.footprint();
+                }
+                self.release_channel_credit(consumer.channel, counted);
                 if let Some(ch) = self.sessions.channels.get_mut(&consumer.channel) {
                     ch.consumers.remove(&consumer.tag);
                     ch.events.send(ChannelEvent::ConsumerCancelled {
