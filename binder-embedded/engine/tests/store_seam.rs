@@ -646,3 +646,83 @@ async fn a_redrive_removes_the_original_only_once_the_copy_is_durable() {
         "2 publishes and 3 redrive copies"
     );
 }
+
+/// A delivery of a queue deleted since, and declared again under the same name, belongs to
+/// neither: settling it late removes nothing of the new queue's from the store, and neither
+/// requeues it nor dead-letters it through the new queue.
+#[tokio::test]
+async fn a_deleted_queues_delivery_settled_late_leaves_a_queue_of_the_same_name_alone() {
+    let store = RecordingStore::default();
+    store.kept().immediate = true;
+    let broker = broker(&store);
+    let conn = broker.connect();
+    let ch = conn.open_channel().unwrap();
+    ch.queue_declare("orders", durable(), FieldTable::new())
+        .unwrap();
+    for old in ["old-1", "old-2", "old-3"] {
+        ch.basic_publish("", "orders", Default::default(), persistent(old))
+            .await
+            .unwrap();
+    }
+    let tags: Vec<u64> = (0..3)
+        .map(|_| {
+            ch.basic_get("orders", false)
+                .unwrap()
+                .unwrap()
+                .delivery
+                .delivery_tag
+        })
+        .collect();
+
+    let other = conn.open_channel().unwrap();
+    other.queue_delete("orders", false, false).unwrap();
+    // The new queue dead-letters to `dead`: a late reject must not reach it.
+    declare_dead(&other);
+    let args: FieldTable = [("x-dead-letter-exchange".to_owned(), FieldValue::from("dlx"))]
+        .into_iter()
+        .collect();
+    other.queue_declare("orders", durable(), args).unwrap();
+    for new in ["new-1", "new-2", "new-3"] {
+        other
+            .basic_publish("", "orders", Default::default(), persistent(new))
+            .await
+            .unwrap();
+    }
+    let before = store.calls().len();
+
+    ch.basic_ack(tags[0], false).unwrap();
+    ch.basic_nack(tags[1], false, true).unwrap();
+    ch.basic_reject(tags[2], false).unwrap();
+
+    let after = store.calls()[before..].to_vec();
+    assert!(
+        !after
+            .iter()
+            .any(|c| matches!(c, Call::Removed(q, ..) if q == "orders")),
+        "nothing of the new queue's is removed: {after:?}"
+    );
+    assert_eq!(
+        broker.queue_counts("orders"),
+        Some((3, 0)),
+        "the new queue holds its own three, nothing requeued into it"
+    );
+    assert_eq!(
+        broker.queue_counts("dead"),
+        Some((0, 0)),
+        "nothing dead-lettered"
+    );
+}
+
+/// A fanout exchange `dlx` and a queue `dead` bound to it.
+fn declare_dead(ch: &Channel) {
+    ch.exchange_declare(
+        "dlx",
+        ExchangeKind::Fanout,
+        ExchangeOptions::default(),
+        FieldTable::new(),
+    )
+    .unwrap();
+    ch.queue_declare("dead", QueueOptions::default(), FieldTable::new())
+        .unwrap();
+    ch.queue_bind("dead", "dlx", "", FieldTable::new()).unwrap();
+}

@@ -156,7 +156,8 @@ impl<E: Envelope> State<E> {
             counted += u32::from(u.counted);
             let mut m = u.message;
             self.memory.undelivered(&mut m);
-            if let Some(q) = self.registry.queues.get_mut(&u.queue) {
+            let current = self.registry.queues.get_mut(&u.queue);
+            if let Some(q) = current.filter(|q| Arc::ptr_eq(&q.name, &u.queue)) {
                 m.set_deliveries(m.deliveries() - 1);
                 q.storage.requeue(m);
             } else {

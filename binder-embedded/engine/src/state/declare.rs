@@ -459,7 +459,8 @@ impl<E: Envelope> State<E> {
                 // Deliveries the handle never took go with the queue, as messages RabbitMQ
                 // had not yet sent; their records leave the channel, with the credit and
                 // memory they held. (Those the handle took stay unacked on the channel, like
-                // any delivery of a deleted queue: acking them is harmless.)
+                // any delivery of a deleted queue: settling them touches no queue, not even
+                // one declared again under the same name; see `State::is_current`.)
                 let left = consumer.inbox.close(true, &mut self.work.wakes);
                 let mut counted = 0;
                 for d in left {

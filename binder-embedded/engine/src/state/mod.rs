@@ -222,6 +222,15 @@ impl<E: Envelope> State<E> {
         self.sessions.open_channel(connection, events)
     }
 
+    /// Whether `queue` (a delivery's record of its queue) names the queue that exists now,
+    /// not one deleted since whose name was declared again.
+    pub(super) fn is_current(&self, queue: &Arc<str>) -> bool {
+        self.registry
+            .queues
+            .get(queue)
+            .is_some_and(|q| Arc::ptr_eq(&q.name, queue))
+    }
+
     /// Closes a channel: cancels its consumers and requeues its unacknowledged deliveries.
     pub(crate) fn close_channel(&mut self, id: u64, error: Option<AmqpError>) {
         let Some(mut ch) = self.sessions.channels.remove(&id) else {

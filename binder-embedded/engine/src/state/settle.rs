@@ -80,7 +80,9 @@ impl<E: Envelope> State<E> {
             self.memory.used -= u.message.footprint();
             match outcome {
                 Settle::Ack => {
-                    if u.message.stored() {
+                    // A queue of the same name declared since is another queue: the store
+                    // dropped this one's messages when it was deleted.
+                    if u.message.stored() && self.is_current(&u.queue) {
                         self.store
                             .removed(&u.queue, u.message.seq(), Removal::Acked);
                     }
@@ -90,6 +92,8 @@ impl<E: Envelope> State<E> {
                     }
                 }
                 Settle::Requeue => self.requeue(u.queue, u.message),
+                // The deleted queue's dead-letter settings went with it.
+                Settle::Discard if !self.is_current(&u.queue) => {}
                 Settle::Discard => {
                     self.memory.used += u.message.footprint();
                     self.work
@@ -140,9 +144,15 @@ impl<E: Envelope> State<E> {
     }
 
     /// Puts a delivered message back, marked redelivered, unless it reached the queue's
-    /// delivery limit (then it is dead-lettered).
+    /// delivery limit (then it is dead-lettered). A message of a queue deleted since is
+    /// dropped, even when a queue of the same name has been declared again.
     pub(super) fn requeue(&mut self, queue: Arc<str>, mut message: QueuedMessage<E>) {
-        let Some(q) = self.registry.queues.get_mut(&queue) else {
+        let Some(q) = self
+            .registry
+            .queues
+            .get_mut(&queue)
+            .filter(|q| Arc::ptr_eq(&q.name, &queue))
+        else {
             return;
         };
         message.set_redelivered(true);
