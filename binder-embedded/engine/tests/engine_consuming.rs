@@ -417,22 +417,30 @@ async fn a_wait_given_up_leaves_the_next_recv_served() {
 
 /// Deleting a queue whose consumer had not yet taken a delivery frees what that delivery held
 /// on the channel: under a channel-wide prefetch, a consumer of another queue on the same
-/// channel is served (before, the deleted queue's delivery kept the credit until the channel
-/// closed).
+/// channel is served, and the delivery's memory is no longer counted (before, the deleted
+/// queue's delivery kept both until the channel closed).
 #[tokio::test]
-async fn deleting_a_queue_frees_the_channel_credit_of_deliveries_never_taken() {
-    let (_b, _c, ch) = open();
+async fn deleting_a_queue_frees_the_credit_and_memory_of_deliveries_never_taken() {
+    let (broker, _c, ch) = open();
     declare(&ch, "q1");
     declare(&ch, "q2");
     ch.basic_qos(1, true).unwrap();
     let _c1 = consume(&ch, "q1");
     let c2 = consume(&ch, "q2");
     publish(&ch, "", "q1", "never taken").await;
-    let c2 = waiting(c2, "the channel's one delivery is q1's").await;
     publish(&ch, "", "q2", "for q2").await;
+    let c2 = waiting(c2, "the channel's one credit is held by q1's delivery").await;
     ch.queue_delete("q1", false, false).unwrap();
     assert_eq!(
         served(c2, "q1's deletion frees the channel's credit").await,
         "for q2"
+    );
+    assert!(broker.memory_used() > 0, "q2's delivery awaits its ack");
+    // The channel's second delivery tag (q1's was the first).
+    ch.basic_ack(2, false).unwrap();
+    assert_eq!(
+        broker.memory_used(),
+        0,
+        "nothing is left: the deleted q1's delivery is not counted"
     );
 }
