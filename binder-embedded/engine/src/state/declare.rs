@@ -457,8 +457,9 @@ impl<E: Envelope> State<E> {
         for c in &q.consumers {
             if let Some(consumer) = self.sessions.consumers.remove(&c.id) {
                 // Deliveries the handle never took go with the queue, as messages RabbitMQ
-                // had not yet sent; their records leave the channel, with the credit and
-                // memory they held. (Those the handle took stay unacked on the channel, like
+                // had not yet sent (a no-ack consumer's too, though a cancel leaves those to
+                // its handle); their records leave the channel, with the credit and memory
+                // they held. (Those the handle took stay unacked on the channel, like
                 // any delivery of a deleted queue: settling them touches no queue, not even
                 // one declared again under the same name; see `State::is_current`.)
                 let left = consumer.inbox.close(true, &mut self.work.wakes);
