@@ -649,7 +649,9 @@ async fn a_redrive_removes_the_original_only_once_the_copy_is_durable() {
 
 /// A delivery of a queue deleted since, and declared again under the same name, belongs to
 /// neither: settling it late removes nothing of the new queue's from the store, and neither
-/// requeues it nor dead-letters it through the new queue.
+/// requeues it nor dead-letters it through the new queue; closing its channel does not
+/// requeue it there either; it is not counted as the new queue's, and what it held in memory
+/// goes with it.
 #[tokio::test]
 async fn a_deleted_queues_delivery_settled_late_leaves_a_queue_of_the_same_name_alone() {
     let store = RecordingStore::default();
@@ -659,12 +661,12 @@ async fn a_deleted_queues_delivery_settled_late_leaves_a_queue_of_the_same_name_
     let ch = conn.open_channel().unwrap();
     ch.queue_declare("orders", durable(), FieldTable::new())
         .unwrap();
-    for old in ["old-1", "old-2", "old-3"] {
+    for old in ["old-1", "old-2", "old-3", "old-4"] {
         ch.basic_publish("", "orders", Default::default(), persistent(old))
             .await
             .unwrap();
     }
-    let tags: Vec<u64> = (0..3)
+    let tags: Vec<u64> = (0..4)
         .map(|_| {
             ch.basic_get("orders", false)
                 .unwrap()
@@ -689,10 +691,23 @@ async fn a_deleted_queues_delivery_settled_late_leaves_a_queue_of_the_same_name_
             .unwrap();
     }
     let before = store.calls().len();
+    assert_eq!(
+        broker.queue_unacked("orders"),
+        Some(0),
+        "the old deliveries are not its"
+    );
+    let info = broker
+        .queues()
+        .into_iter()
+        .find(|q| q.name == "orders")
+        .unwrap();
+    assert_eq!(info.messages_unacknowledged, 0);
 
     ch.basic_ack(tags[0], false).unwrap();
     ch.basic_nack(tags[1], false, true).unwrap();
     ch.basic_reject(tags[2], false).unwrap();
+    // The fourth is left to the channel's close, which requeues what it holds.
+    ch.close();
 
     let after = store.calls()[before..].to_vec();
     assert!(
@@ -711,6 +726,8 @@ async fn a_deleted_queues_delivery_settled_late_leaves_a_queue_of_the_same_name_
         Some((0, 0)),
         "nothing dead-lettered"
     );
+    other.queue_purge("orders").unwrap();
+    assert_eq!(broker.memory_used(), 0, "the old deliveries hold no memory");
 }
 
 /// A fanout exchange `dlx` and a queue `dead` bound to it.

@@ -11,14 +11,16 @@ use super::State;
 impl<E: Envelope> State<E> {
     /// Every queue, sorted by name.
     pub(crate) fn queue_infos(&self) -> Vec<QueueInfo> {
-        let mut unacked: rustc_hash::FxHashMap<&str, u64> = Default::default();
+        // By the queue's allocation, not its name: a queue deleted and declared again under
+        // the same name does not count the old one's deliveries.
+        let mut unacked: rustc_hash::FxHashMap<*const u8, u64> = Default::default();
         for u in self
             .sessions
             .channels
             .values()
             .flat_map(|c| c.unacked.iter())
         {
-            *unacked.entry(&u.queue).or_default() += 1;
+            *unacked.entry(u.queue.as_ptr()).or_default() += 1;
         }
         let mut out: Vec<QueueInfo> = self
             .registry
@@ -31,7 +33,7 @@ impl<E: Envelope> State<E> {
                 exclusive: q.owner.is_some(),
                 arguments: q.raw_args.clone(),
                 messages_ready: q.storage.len() as u64,
-                messages_unacknowledged: unacked.get(&*q.name).copied().unwrap_or(0),
+                messages_unacknowledged: unacked.get(&q.name.as_ptr()).copied().unwrap_or(0),
                 message_bytes_ready: q.storage.bytes() as u64,
                 consumers: q.consumers.len() as u32,
                 published: q.published,

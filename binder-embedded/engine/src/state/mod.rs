@@ -306,8 +306,8 @@ impl<E: Envelope> State<E> {
     }
 
     pub(crate) fn queue_unacked(&self, queue: &str) -> Option<u32> {
-        self.registry.queues.get(queue)?;
-        Some(self.sessions.unacked_from(queue) as u32)
+        let q = self.registry.queues.get(queue)?;
+        Some(self.sessions.unacked_from(&q.name) as u32)
     }
 
     pub(crate) fn exchange_exists(&self, name: &str) -> bool {

@@ -182,12 +182,13 @@ impl<E: Envelope> Sessions<E> {
             .ok_or_else(AmqpError::channel_closed)
     }
 
-    /// Deliveries from `queue` awaiting their acknowledgement, on every channel.
-    pub(crate) fn unacked_from(&self, queue: &str) -> usize {
+    /// Deliveries from `queue` (its name as the registry holds it) awaiting their
+    /// acknowledgement, on every channel; not those of a queue of the same name deleted since.
+    pub(crate) fn unacked_from(&self, queue: &Arc<str>) -> usize {
         self.channels
             .values()
             .flat_map(|ch| ch.unacked.iter())
-            .filter(|u| &*u.queue == queue)
+            .filter(|u| Arc::ptr_eq(&u.queue, queue))
             .count()
     }
 
