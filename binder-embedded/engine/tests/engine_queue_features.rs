@@ -9,15 +9,7 @@ use stream_engine::*;
 
 /// A DLX (fanout) with a DLQ, and a queue `q` dead-lettering to it with extra arguments.
 fn with_dlq(ch: &Channel, extra: &[(&str, FieldValue)]) {
-    ch.exchange_declare(
-        "dlx",
-        ExchangeKind::Fanout,
-        ExchangeOptions::default(),
-        FieldTable::new(),
-    )
-    .unwrap();
-    declare(ch, "dlq");
-    ch.queue_bind("dlq", "dlx", "", FieldTable::new()).unwrap();
+    dead_letter_target(ch, "dlx", "dlq");
     let mut a = args(&[("x-dead-letter-exchange", "dlx".into())]);
     for (k, v) in extra {
         a.insert(*k, v.clone());

@@ -1,10 +1,13 @@
 //! The store seam: a test store that records what the broker tells it, keeps it the way a
 //! durable store would, and holds publisher confirms back until the test releases them.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use common::dead_letter_target;
 use stream_engine::*;
 use tokio::sync::oneshot;
 
@@ -679,7 +682,7 @@ async fn a_deleted_queues_delivery_settled_late_leaves_a_queue_of_the_same_name_
     let other = conn.open_channel().unwrap();
     other.queue_delete("orders", false, false).unwrap();
     // The new queue dead-letters to `dead`: a late reject must not reach it.
-    declare_dead(&other);
+    dead_letter_target(&other, "dlx", "dead");
     let args: FieldTable = [("x-dead-letter-exchange".to_owned(), FieldValue::from("dlx"))]
         .into_iter()
         .collect();
@@ -728,18 +731,4 @@ async fn a_deleted_queues_delivery_settled_late_leaves_a_queue_of_the_same_name_
     );
     other.queue_purge("orders").unwrap();
     assert_eq!(broker.memory_used(), 0, "the old deliveries hold no memory");
-}
-
-/// A fanout exchange `dlx` and a queue `dead` bound to it.
-fn declare_dead(ch: &Channel) {
-    ch.exchange_declare(
-        "dlx",
-        ExchangeKind::Fanout,
-        ExchangeOptions::default(),
-        FieldTable::new(),
-    )
-    .unwrap();
-    ch.queue_declare("dead", QueueOptions::default(), FieldTable::new())
-        .unwrap();
-    ch.queue_bind("dead", "dlx", "", FieldTable::new()).unwrap();
 }

@@ -146,25 +146,7 @@ impl<E: Envelope> State<E> {
         // Deliveries the handle never took go back as they were. Those sent without
         // acknowledgement are the client's already (as on RabbitMQ, where they sit in the
         // client's buffer): the handle can still take them.
-        let mut counted = 0;
-        let left = consumer.inbox.close(!consumer.no_ack, &mut self.work.wakes);
-        for d in left.into_iter().rev() {
-            let ch = self.sessions.channels.get_mut(&consumer.channel);
-            let Some(u) = ch.and_then(|ch| ch.unacked.remove(d.delivery_tag)) else {
-                continue;
-            };
-            counted += u32::from(u.counted);
-            let mut m = u.message;
-            self.memory.undelivered(&mut m);
-            let current = self.registry.queues.get_mut(&u.queue);
-            if let Some(q) = current.filter(|q| Arc::ptr_eq(&q.name, &u.queue)) {
-                m.set_deliveries(m.deliveries() - 1);
-                q.storage.requeue(m);
-            } else {
-                self.memory.used -= m.footprint();
-            }
-        }
-        self.release_channel_credit(consumer.channel, counted);
+        self.close_inbox(&consumer, !consumer.no_ack);
         if detach_unacked {
             if let Some(ch) = self.sessions.channels.get_mut(&consumer.channel) {
                 for u in ch.unacked.iter_mut() {
@@ -194,6 +176,33 @@ impl<E: Envelope> State<E> {
             let name = q.name.clone();
             self.work.mark_dirty(name);
         }
+    }
+
+    /// Closes a removed consumer's inbox, waking its handle. With `give_back`, what the
+    /// handle never took leaves the channel's records, with the credit and memory they held:
+    /// each message goes back to its queue as it was, or, when the queue is gone (deleted,
+    /// even if declared again since), goes with it.
+    pub(super) fn close_inbox(&mut self, consumer: &ConsumerState<E>, give_back: bool) {
+        let mut counted = 0;
+        let left = consumer.inbox.close(give_back, &mut self.work.wakes);
+        // Last first: each requeue goes in front of the one before.
+        for d in left.into_iter().rev() {
+            let ch = self.sessions.channels.get_mut(&consumer.channel);
+            let Some(u) = ch.and_then(|ch| ch.unacked.remove(d.delivery_tag)) else {
+                continue;
+            };
+            counted += u32::from(u.counted);
+            let mut m = u.message;
+            self.memory.undelivered(&mut m);
+            let current = self.registry.queues.get_mut(&u.queue);
+            if let Some(q) = current.filter(|q| Arc::ptr_eq(&q.name, &u.queue)) {
+                m.set_deliveries(m.deliveries() - 1);
+                q.storage.requeue(m);
+            } else {
+                self.memory.used -= m.footprint();
+            }
+        }
+        self.release_channel_credit(consumer.channel, counted);
     }
 
     pub(crate) fn get(

@@ -462,19 +462,8 @@ impl<E: Envelope> State<E> {
                 // they held. (Those the handle took stay unacked on the channel, like
                 // any delivery of a deleted queue: settling them touches no queue, not even
                 // one declared again under the same name; see `State::is_current`.)
-                let left = consumer.inbox.close(true, &mut self.work.wakes);
-                let mut counted = 0;
-                for d in left {
-                    let ch = self.sessions.channels.get_mut(&consumer.channel);
-                    let Some(u) = ch.and_then(|ch| ch.unacked.remove(d.delivery_tag)) else {
-                        continue;
-                    };
-                    counted += u32::from(u.counted);
-                    let mut m = u.message;
-                    self.memory.undelivered(&mut m);
-                    self.memory.used -= m.footprint();
-                }
-                self.release_channel_credit(consumer.channel, counted);
+                // (The queue has left the registry: nothing goes back to it.)
+                self.close_inbox(&consumer, true);
                 if let Some(ch) = self.sessions.channels.get_mut(&consumer.channel) {
                     ch.consumers.remove(&consumer.tag);
                     ch.events.send(ChannelEvent::ConsumerCancelled {

@@ -24,6 +24,21 @@ pub fn args(pairs: &[(&str, FieldValue)]) -> FieldTable {
     pairs.iter().cloned().collect()
 }
 
+/// A fanout exchange `exchange` and a queue `queue` bound to it: where a queue's dead letters
+/// go when it names `exchange` as its `x-dead-letter-exchange`.
+pub fn dead_letter_target(ch: &Channel, exchange: &str, queue: &str) {
+    ch.exchange_declare(
+        exchange,
+        ExchangeKind::Fanout,
+        ExchangeOptions::default(),
+        FieldTable::new(),
+    )
+    .unwrap();
+    declare(ch, queue);
+    ch.queue_bind(queue, exchange, "", FieldTable::new())
+        .unwrap();
+}
+
 pub fn declare(ch: &Channel, name: &str) {
     ch.queue_declare(name, QueueOptions::default(), FieldTable::new())
         .unwrap();
