@@ -332,7 +332,9 @@ impl<E: Envelope> Broker<E> {
     /// where it came from). The copy is published first, and the original removed only once
     /// the copy is in every queue it reached (and durable there, with a message store): if
     /// the copy goes nowhere, is refused, or the store fails, the original stays. With a
-    /// store, a failure between the two leaves both (at least once, never lost).
+    /// store, a failure between the two leaves both (at least once, never lost). A queue
+    /// deleted while the copy is made durable took the original with it; a queue declared
+    /// since under the same name keeps its own messages.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")] async fn main() {
@@ -357,21 +359,23 @@ impl<E: Envelope> Broker<E> {
         exchange: &str,
         routing_key: &str,
     ) -> AmqpResult<Redrive> {
-        let (outcome, durability) = self.shared.with(|s| {
-            let outcome = s.redrive_copy(queue, seq, exchange, routing_key)?;
+        let (outcome, durability, source) = self.shared.with(|s| {
+            let (outcome, source) = s.redrive_copy(queue, seq, exchange, routing_key)?;
             let durability = s.take_durability();
             if durability.is_none() && matches!(outcome, Redrive::Moved(_)) {
                 // Nothing to wait for: the move is one atomic step.
                 s.discard(queue, seq)?;
             }
-            Ok((outcome, durability))
+            Ok((outcome, durability, source))
         })?;
         if let Some(durability) = durability {
             for point in durability {
                 point.await.map_err(|e| AmqpError::store_failed(&e))?;
             }
             if matches!(outcome, Redrive::Moved(_)) {
-                self.discard(queue, seq)?;
+                // The queue may have been deleted meanwhile, and a queue of the same name
+                // declared since holds messages of its own.
+                self.shared.with(|s| s.discard_from(&source, seq))?;
             }
         }
         Ok(outcome)

@@ -732,3 +732,49 @@ async fn a_deleted_queues_delivery_settled_late_leaves_a_queue_of_the_same_name_
     other.queue_purge("orders").unwrap();
     assert_eq!(broker.memory_used(), 0, "the old deliveries hold no memory");
 }
+
+/// A redrive whose copy is still being made durable when its queue is deleted, and declared
+/// again under the same name, leaves the new queue's messages alone: the original went with
+/// the old queue, and the message of the same number in the new one is another message.
+#[tokio::test]
+async fn a_redrive_finishing_after_its_queue_was_declared_again_leaves_the_new_one_alone() {
+    let store = RecordingStore::default();
+    let broker = broker(&store);
+    let conn = broker.connect();
+    let ch = conn.open_channel().unwrap();
+    for q in ["work", "work.dlq"] {
+        ch.queue_declare(q, durable(), FieldTable::new()).unwrap();
+    }
+    let publish = ch.basic_publish("", "work.dlq", Default::default(), persistent("old"));
+    tokio::pin!(publish);
+    while tokio::time::timeout(Duration::from_millis(5), &mut publish)
+        .await
+        .is_err()
+    {
+        store.release_all();
+    }
+    let seq = broker.peek("work.dlq", 1).unwrap()[0].seq;
+
+    let redrive = tokio::spawn({
+        let broker = broker.clone();
+        async move { broker.redrive("work.dlq", seq, "", "work").await }
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(!redrive.is_finished(), "the copy waits for the store");
+    ch.queue_delete("work.dlq", false, false).unwrap();
+    ch.queue_declare("work.dlq", durable(), FieldTable::new())
+        .unwrap();
+    // Enough messages that one has the redriven message's number.
+    let fresh = seq as u32 + 1;
+    for _ in 0..fresh {
+        let published = ch.try_basic_publish("", "work.dlq", Default::default(), persistent("new"));
+        assert!(matches!(published, TryPublish::Pending(_)), "{published:?}");
+    }
+    store.release_all();
+    assert_eq!(redrive.await.unwrap().unwrap(), Redrive::Moved(1));
+    assert_eq!(
+        broker.queue_counts("work.dlq"),
+        Some((fresh, 0)),
+        "the new queue keeps every message of its own"
+    );
+}

@@ -106,16 +106,27 @@ impl<E: Envelope> State<E> {
         Ok(true)
     }
 
+    /// Removes the ready message `seq` of the queue `queue` names, unless that queue has been
+    /// deleted since (even if declared again under the same name): whether it was there.
+    pub(crate) fn discard_from(&mut self, queue: &Arc<str>, seq: u64) -> AmqpResult<bool> {
+        if !self.is_current(queue) {
+            return Ok(false);
+        }
+        self.discard(queue, seq)
+    }
+
     /// Publishes a copy of one ready message to `exchange` with `routing_key` (properties,
     /// headers and payload unchanged); the original stays in its queue, for the caller to
-    /// [discard](State::discard) once the copy is safe.
+    /// [discard](State::discard_from) once the copy is safe. Returns the queue's name as
+    /// the registry holds it, which tells it apart from a queue declared since under the
+    /// same name.
     pub(crate) fn redrive_copy(
         &mut self,
         queue: &str,
         seq: u64,
         exchange: &str,
         routing_key: &str,
-    ) -> AmqpResult<Redrive> {
+    ) -> AmqpResult<(Redrive, Arc<str>)> {
         self.unlocked(queue)?;
         if !exchange.is_empty() {
             match self.registry.exchanges.get(exchange) {
@@ -130,8 +141,9 @@ impl<E: Envelope> State<E> {
             }
         }
         let q = self.registry.queues.get(queue).expect("checked above");
+        let source = q.name.clone();
         let Some((message, held)) = q.storage.iter().find(|(m, _)| m.seq() == seq) else {
-            return Ok(Redrive::NotFound);
+            return Ok((Redrive::NotFound, source));
         };
         let body = match held {
             Some(held) => Arc::new(held.clone()),
@@ -144,13 +156,12 @@ impl<E: Envelope> State<E> {
         let name = self.registry.exchange_name(exchange);
         E::set_route(&mut copy, E::new_route(name, Arc::from(routing_key)));
         // Channel 0 is no channel: nothing is returned (not mandatory).
-        Ok(
-            match self.route_and_enqueue(0, exchange, false, Arc::new(copy)) {
-                PublishStatus::Routed(n) => Redrive::Moved(n),
-                PublishStatus::Unroutable => Redrive::Unroutable,
-                PublishStatus::Rejected => Redrive::Rejected,
-                PublishStatus::Buffered => unreachable!("not in a transaction"),
-            },
-        )
+        let outcome = match self.route_and_enqueue(0, exchange, false, Arc::new(copy)) {
+            PublishStatus::Routed(n) => Redrive::Moved(n),
+            PublishStatus::Unroutable => Redrive::Unroutable,
+            PublishStatus::Rejected => Redrive::Rejected,
+            PublishStatus::Buffered => unreachable!("not in a transaction"),
+        };
+        Ok((outcome, source))
     }
 }
