@@ -63,6 +63,18 @@ impl RecordingStore {
         n
     }
 
+    /// Waits (yielding, up to 5 s) until the broker has asked for a durability point.
+    async fn until_pending(&self) {
+        let asked = async {
+            while self.kept().pending.is_empty() {
+                tokio::task::yield_now().await;
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(5), asked)
+            .await
+            .expect("a durability point within 5 s");
+    }
+
     fn fail_all(&self) {
         for tx in std::mem::take(&mut self.kept().pending) {
             let _ = tx.send(Err(StoreError::Failed {
@@ -759,7 +771,7 @@ async fn a_redrive_finishing_after_its_queue_was_declared_again_leaves_the_new_o
         let broker = broker.clone();
         async move { broker.redrive("work.dlq", seq, "", "work").await }
     });
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    store.until_pending().await;
     assert!(!redrive.is_finished(), "the copy waits for the store");
     ch.queue_delete("work.dlq", false, false).unwrap();
     ch.queue_declare("work.dlq", durable(), FieldTable::new())

@@ -456,13 +456,12 @@ impl<E: Envelope> State<E> {
         self.memory.used -= dropped.iter().map(QueuedMessage::footprint).sum::<usize>();
         for c in &q.consumers {
             if let Some(consumer) = self.sessions.consumers.remove(&c.id) {
-                // Deliveries the handle never took go with the queue, as messages RabbitMQ
-                // had not yet sent (a no-ack consumer's too, though a cancel leaves those to
-                // its handle); their records leave the channel, with the credit and memory
-                // they held. (Those the handle took stay unacked on the channel, like
-                // any delivery of a deleted queue: settling them touches no queue, not even
-                // one declared again under the same name; see `State::is_current`.)
-                // (The queue has left the registry: nothing goes back to it.)
+                // Deliveries the handle never took go with the queue (it has left the
+                // registry), as messages RabbitMQ had not yet sent: a no-ack consumer's too,
+                // though a cancel leaves those to its handle. Their records leave the channel,
+                // with the credit and memory they held. Those the handle took stay unacked on
+                // the channel; settling them touches no queue, not even one declared again
+                // under the same name (see `State::is_current`).
                 self.close_inbox(&consumer, true);
                 if let Some(ch) = self.sessions.channels.get_mut(&consumer.channel) {
                     ch.consumers.remove(&consumer.tag);
