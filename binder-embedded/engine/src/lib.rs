@@ -48,7 +48,7 @@ pub use inspect::{
 };
 pub use message::{Message, Properties, PropertiesBox, Published, Route};
 pub use storage::{
-    FifoStorage, HOLD_AFTER, MAX_DELIVERIES, PriorityStorage, QueueStorage, QueuedMessage,
+    FifoStorage, HOLD_AFTER, MAX_DELIVERIES, MAX_SEQ, PriorityStorage, QueueStorage, QueuedMessage,
     RUN_AFTER, RUN_REFILL, Ready,
 };
 pub use store::{

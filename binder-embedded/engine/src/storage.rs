@@ -78,8 +78,11 @@ const REDELIVERED: u32 = 1 << 29;
 const STORED: u32 = 1 << 30;
 const HELD: u32 = 1 << 31;
 
-/// Arrival positions are kept in 56 bits (72 × 10^15 messages per queue).
-const SEQ_MASK: u64 = (1 << 56) - 1;
+/// The largest arrival position a queued message keeps: positions are kept in 56 bits
+/// (72 × 10^15 messages per queue). A message store refuses to recover a larger one.
+pub const MAX_SEQ: u64 = (1 << 56) - 1;
+
+const SEQ_MASK: u64 = MAX_SEQ;
 
 impl<E: Envelope> QueuedMessage<E> {
     /// A message entering a queue, shared (its record in `body`), not delivered before.

@@ -223,6 +223,12 @@ pub struct Recovered {
     pub bindings: Vec<BindingDef>,
     /// Messages of durable queues.
     pub messages: Vec<RecoveredMessage>,
+    /// Per durable queue, the highest position the store still holds anything under (a
+    /// message, or an acknowledgement of one since removed): the broker numbers the queue's
+    /// new messages after it, and after its messages' positions. A store that tells
+    /// messages apart by queue and position needs it, since an acknowledgement it keeps
+    /// would otherwise be taken for one of a new message under the same position.
+    pub positions: Vec<(String, u64)>,
 }
 
 /// Where durable declarations and persistent messages go (see the [module docs](self) for

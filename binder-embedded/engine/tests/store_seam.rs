@@ -105,6 +105,7 @@ impl MessageStore for RecordingStore {
                     published: published.clone(),
                 })
                 .collect(),
+            positions: Vec::new(),
         })
     }
 

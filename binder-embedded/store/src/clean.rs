@@ -6,10 +6,11 @@
 use crate::codec::{Decoded, In, Interner, Malformed, Out};
 use crate::frame;
 use crate::index::{Index, RefLoc, SegStat};
-use crate::layout::Key;
+use crate::layout::{self, Key};
 
 /// Marks the snapshot's format (a marker of another format is not used: the full scan runs).
-const FORMAT: u32 = 0x4944_5832;
+/// `IDX3` added each queue incarnation's highest position.
+const FORMAT: u32 = 0x4944_5833;
 
 /// A live message in the snapshot.
 #[derive(Debug)]
@@ -30,11 +31,13 @@ pub(crate) struct CleanIndex {
     pub messages: Vec<CleanMessage>,
     /// Queue by queue, in sequence order.
     pub refs: Vec<(Key, RefLoc)>,
+    /// The highest position per queue incarnation (`Index::positions`).
+    pub positions: Vec<(std::sync::Arc<str>, u64, u64)>,
 }
 
 /// The marker's bytes for `index`: the segments, the live messages, then each queue
 /// incarnation's name once with its references (sequence number, message id, flags, and the
-/// place of a reference record of its own).
+/// place of a reference record of its own), then each queue incarnation's highest position.
 pub(crate) fn encode(index: &Index, next_id: u64) -> Vec<u8> {
     let mut out = Out::default();
     out.u32(FORMAT);
@@ -75,6 +78,13 @@ pub(crate) fn encode(index: &Index, next_id: u64) -> Vec<u8> {
             }
         }
     }
+    let positions: Vec<_> = index.positions().collect();
+    out.u64(positions.len() as u64);
+    for (queue, incarnation, top) in positions {
+        out.str(queue);
+        out.u64(incarnation);
+        out.u64(top);
+    }
     let mut framed = Vec::with_capacity(out.0.len() + frame::HEADER);
     frame::push(&mut framed, 1, &out.0);
     framed
@@ -107,6 +117,9 @@ impl CleanIndex {
             return Err(Malformed("another marker format"));
         }
         let next_id = inp.u64()?;
+        if next_id > crate::index::MAX_ID + 1 {
+            return Err(Malformed("a next message id beyond the index's range"));
+        }
         let n = count(inp)?;
         let mut segments = Vec::with_capacity(n);
         for _ in 0..n {
@@ -125,7 +138,7 @@ impl CleanIndex {
         let mut messages = Vec::with_capacity(n);
         for _ in 0..n {
             messages.push(CleanMessage {
-                id: inp.u64()?,
+                id: layout::get_id(inp)?,
                 seg: inp.u32()?,
                 offset: u64::from(inp.u32()?),
                 len: inp.u32()?,
@@ -140,8 +153,8 @@ impl CleanIndex {
             let n = count(inp)?;
             refs.reserve(n);
             for _ in 0..n {
-                let seq = inp.u64()?;
-                let id = inp.u64()?;
+                let seq = layout::get_seq(inp)?;
+                let id = layout::get_id(inp)?;
                 let delivered = inp.u8()? == 1;
                 let (home, record) = match inp.u8()? {
                     0 => (0, None),
@@ -165,11 +178,17 @@ impl CleanIndex {
                 ));
             }
         }
+        let n = count(inp)?;
+        let mut positions = Vec::with_capacity(n);
+        for _ in 0..n {
+            positions.push((inp.shared(names)?, inp.u64()?, layout::get_seq(inp)?));
+        }
         Ok(CleanIndex {
             next_id,
             segments,
             messages,
             refs,
+            positions,
         })
     }
 }

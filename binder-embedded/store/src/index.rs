@@ -176,6 +176,9 @@ const DELIVERED: u64 = 1 << 62;
 const OWN: u64 = 1 << 61;
 const ID: u64 = OWN - 1;
 
+/// The largest message id the index keeps (61 bits): a store refuses a larger one from disk.
+pub(crate) const MAX_ID: u64 = ID;
+
 impl RefSlot {
     fn new(id: u64, delivered: bool, own: bool) -> RefSlot {
         debug_assert!(id <= ID);
@@ -257,6 +260,9 @@ pub(crate) struct Index {
     pub segs: BTreeMap<u32, SegStat>,
     /// Live reference records per segment, what a compaction moves besides messages.
     pub ref_records_in: HashMap<u32, HashSet<Key>>,
+    /// Per queue incarnation, the highest position the segments and ack files may hold
+    /// anything under, live or not (`Recovered::positions`): kept until the queue is deleted.
+    tops: HashMap<QueueId, u64>,
 }
 
 impl Index {
@@ -321,6 +327,7 @@ impl Index {
     /// among its `refs`, or is told with [`Index::add_message_ref`]). A reference already
     /// there is replaced (a compaction moved its record).
     pub fn add_ref(&mut self, key: Key, loc: RefLoc) {
+        self.note_position(&key);
         let slot = RefSlot::new(loc.id, loc.delivered, loc.record.is_some());
         let old = self
             .queues
@@ -457,8 +464,24 @@ impl Index {
         own.or(seg).unwrap_or(0)
     }
 
+    /// Notes that the files hold something under `key`'s position (a reference, or an
+    /// acknowledgement of one): its queue's new messages must be numbered after it.
+    pub fn note_position(&mut self, key: &Key) {
+        let top = self
+            .tops
+            .entry((key.queue.clone(), key.incarnation))
+            .or_default();
+        *top = (*top).max(key.seq);
+    }
+
+    /// The highest position noted per queue incarnation (queue, incarnation, position).
+    pub fn positions(&self) -> impl Iterator<Item = (&Arc<str>, u64, u64)> + '_ {
+        self.tops.iter().map(|((q, i), top)| (q, *i, *top))
+    }
+
     /// Removes every reference of `queue` (any incarnation: the queue was deleted).
     pub fn remove_queue(&mut self, queue: &str) {
+        self.tops.retain(|(name, _), _| &**name != queue);
         let ids: Vec<QueueId> = self
             .queues
             .keys()

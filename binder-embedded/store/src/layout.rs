@@ -58,8 +58,27 @@ pub(crate) fn get_key(inp: &mut In<'_>, names: &mut Interner) -> Decoded<Key> {
     Ok(Key {
         queue: inp.shared(names)?,
         incarnation: inp.u64()?,
-        seq: inp.u64()?,
+        seq: get_seq(inp)?,
     })
+}
+
+/// A message id: at most [`MAX_ID`](crate::index::MAX_ID), the largest the index keeps.
+pub(crate) fn get_id(inp: &mut In<'_>) -> Decoded<u64> {
+    let id = inp.u64()?;
+    if id > crate::index::MAX_ID {
+        return Err(Malformed("a message id beyond the index's range"));
+    }
+    Ok(id)
+}
+
+/// A queue position: at most [`MAX_SEQ`](stream_engine::MAX_SEQ), the largest the engine
+/// keeps (a larger one would be another message's position in the engine).
+pub(crate) fn get_seq(inp: &mut In<'_>) -> Decoded<u64> {
+    let seq = inp.u64()?;
+    if seq > stream_engine::MAX_SEQ {
+        return Err(Malformed("a queue position beyond the engine's range"));
+    }
+    Ok(seq)
 }
 
 /// A reference with its delivered flag, as a message record lists it.
@@ -122,7 +141,7 @@ pub(crate) fn decode_segment<'a>(
     let mut inp = In(payload);
     match inp.u8()? {
         1 => {
-            let id = inp.u64()?;
+            let id = get_id(&mut inp)?;
             let n = inp.u32()? as usize;
             let mut refs = Vec::with_capacity(n.min(1024));
             for _ in 0..n {
@@ -135,7 +154,7 @@ pub(crate) fn decode_segment<'a>(
             })
         }
         2 => {
-            let id = inp.u64()?;
+            let id = get_id(&mut inp)?;
             Ok(SegRecord::Ref {
                 id,
                 entry: get_entry(&mut inp, names)?,
@@ -170,4 +189,50 @@ pub(crate) fn decode_ack(payload: &[u8], names: &mut Interner) -> Decoded<(AckKi
         _ => return Err(Malformed("unknown ack record")),
     };
     Ok((kind, get_key(&mut inp, names)?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_message_id_beyond_the_index_range_is_malformed() {
+        let names = &mut Interner::default();
+        for (id, ok) in [
+            (crate::index::MAX_ID, true),
+            (crate::index::MAX_ID + 1, false),
+        ] {
+            let message = encode_message(id, &[], b"body");
+            assert_eq!(decode_segment(&message, names).is_ok(), ok, "{id}");
+            let entry = RefEntry {
+                key: Key {
+                    queue: Arc::from("q"),
+                    incarnation: 1,
+                    seq: 1,
+                },
+                delivered: false,
+            };
+            let reference = encode_ref(id, &entry);
+            assert_eq!(decode_segment(&reference, names).is_ok(), ok, "{id}");
+        }
+    }
+
+    #[test]
+    fn a_queue_position_beyond_the_engines_range_is_malformed() {
+        let key = |seq: u64| Key {
+            queue: Arc::from("q"),
+            incarnation: 1,
+            seq,
+        };
+        let names = &mut Interner::default();
+        for (seq, ok) in [
+            (stream_engine::MAX_SEQ, true),
+            (stream_engine::MAX_SEQ + 1, false),
+        ] {
+            let mut out = Out::default();
+            put_key(&mut out, &key(seq));
+            let got = get_key(&mut In(&out.0), names);
+            assert_eq!(got.is_ok(), ok, "{seq}");
+        }
+    }
 }

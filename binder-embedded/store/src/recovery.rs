@@ -220,6 +220,13 @@ fn full_scan(
         data.insert(n, bytes);
     }
     let mut index = Index::with_segments(stats);
+    // Positions of references and acknowledgements still in the files, live or not: a new
+    // message under one of them would be taken for the old one by the next full scan.
+    for key in candidates.keys().chain(&removed).chain(&delivered) {
+        if meta.incarnation(&key.queue) == Some(key.incarnation) {
+            index.note_position(key);
+        }
+    }
     let mut live: Vec<(Key, Candidate)> = candidates
         .into_iter()
         .filter(|(key, c)| {
@@ -267,7 +274,7 @@ fn full_scan(
         );
     }
     Ok(Rebuilt {
-        recovered: recovered(meta, messages),
+        recovered: recovered(meta, messages, &index),
         meta: Meta::default(),
         meta_seq: 0,
         meta_records: 0,
@@ -279,8 +286,14 @@ fn full_scan(
     })
 }
 
-fn recovered(meta: &Meta, messages: Vec<RecoveredMessage>) -> Recovered {
+fn recovered(meta: &Meta, messages: Vec<RecoveredMessage>, index: &Index) -> Recovered {
+    let positions = index
+        .positions()
+        .filter(|(queue, incarnation, _)| meta.incarnation(queue) == Some(*incarnation))
+        .map(|(queue, _, top)| (queue.to_string(), top))
+        .collect();
     Recovered {
+        positions,
         exchanges: meta.exchanges.values().cloned().collect(),
         queues: meta.queues.values().map(|(_, q)| q.clone()).collect(),
         bindings: meta.bindings.clone(),
@@ -308,6 +321,22 @@ fn decode_body(
     }
 }
 
+/// The message id and key of the reference record of its own at `offset` of segment
+/// `home`, if there is one there of `len` bytes.
+fn own_record_at(
+    data: &HashMap<u32, Vec<u8>>,
+    home: u32,
+    offset: u64,
+    len: u32,
+    names: &mut Interner,
+) -> Option<(u64, Key)> {
+    let frame = frame::read_at(data.get(&home)?, usize::try_from(offset).ok()?)?;
+    match layout::decode_segment(frame.payload, names) {
+        Ok(SegRecord::Ref { id, entry }) if frame.len == len => Some((id, entry.key)),
+        _ => None,
+    }
+}
+
 /// Refuses a segment whose offsets do not fit the index's 32 bits (written with segments over
 /// 4 GiB, which `StoreConfig::validate` no longer allows).
 fn too_large(path: &Path, len: usize) -> Result<(), StoreError> {
@@ -322,6 +351,13 @@ fn too_large(path: &Path, len: usize) -> Result<(), StoreError> {
 
 /// Rebuilds from the clean-shutdown snapshot, reading only the live message records; `None`
 /// when the snapshot does not match the files (then the full scan runs).
+///
+/// The snapshot is the store's own, written after the last sync, but it is checked against
+/// the files before it is believed, since the writer goes on from it: every segment and ack
+/// file must end where the snapshot says, with the sequence number it says (a record
+/// appended after a wrong one would end the next full scan early); every message must
+/// decode where it says, under an id below the next one handed out, with as many
+/// references as name it; every reference record of its own must be where it says.
 fn from_clean(
     fs: &dyn FileSystem,
     dir: &Path,
@@ -338,7 +374,16 @@ fn from_clean(
     for (n, stat) in &clean.segments {
         let bytes = fs.read(&layout::segment_path(dir, *n))?.unwrap_or_default();
         too_large(&layout::segment_path(dir, *n), bytes.len())?;
-        if bytes.len() as u64 != stat.bytes {
+        let scan = frame::scan(&bytes);
+        if bytes.len() as u64 != stat.bytes
+            || scan.valid_len != stat.bytes
+            || scan.last_seq != stat.seq
+        {
+            return Ok(None);
+        }
+        let acks = fs.read(&layout::ack_path(dir, *n))?.unwrap_or_default();
+        let scan = frame::scan(&acks);
+        if scan.valid_len != acks.len() as u64 || scan.last_seq != stat.ack_seq {
             return Ok(None);
         }
         data.insert(*n, bytes);
@@ -349,6 +394,7 @@ fn from_clean(
         s.live_bytes = 0;
     }
     let mut decoded = HashMap::default();
+    let mut refs_of = HashMap::default();
     for m in &clean.messages {
         let Some(seg) = data.get(&m.seg) else {
             return Ok(None);
@@ -356,20 +402,48 @@ fn from_clean(
         let Ok(p) = decode_body(seg, m.offset, names) else {
             return Ok(None);
         };
-        decoded.insert(m.id, p);
+        let whole = usize::try_from(m.offset)
+            .ok()
+            .and_then(|at| frame::read_at(seg, at))
+            .is_some_and(|f| f.len == m.len);
+        if !whole || m.id >= clean.next_id || decoded.insert(m.id, p).is_some() {
+            return Ok(None);
+        }
+        refs_of.insert(m.id, m.refs);
         index.add_message(m.id, m.seg, m.offset, m.len, m.refs);
+    }
+    for (queue, incarnation, top) in clean.positions {
+        if meta.incarnation(&queue) == Some(incarnation) {
+            index.note_position(&Key {
+                queue,
+                incarnation,
+                seq: top,
+            });
+        }
     }
     let mut refs = clean.refs;
     // Sorted here, while the entries are small: the broker then finds the messages in order.
     refs.sort_unstable_by(|a, b| (&a.0.queue, a.0.seq).cmp(&(&b.0.queue, b.0.seq)));
+    if refs.windows(2).any(|w| w[0].0 == w[1].0) {
+        return Ok(None);
+    }
+    let mut named: HashMap<u64, u32> = HashMap::default();
     let mut messages = Vec::with_capacity(refs.len());
     for (key, loc) in refs {
-        let Some(published) = decoded.get(&loc.id) else {
+        let (Some(published), true) = (decoded.get(&loc.id), refs_of.contains_key(&loc.id)) else {
             return Ok(None);
         };
         if meta.incarnation(&key.queue) != Some(key.incarnation) {
             return Ok(None);
         }
+        // A reference in its message's record has no place of its own (the marker keeps none).
+        if let Some((offset, len)) = loc.record {
+            let found = own_record_at(&data, loc.home, offset, len, names);
+            if !found.is_some_and(|(id, k)| id == loc.id && k == key) {
+                return Ok(None);
+            }
+        }
+        *named.entry(loc.id).or_default() += 1;
         messages.push(RecoveredMessage {
             queue: key.queue.to_string(),
             seq: key.seq,
@@ -378,8 +452,14 @@ fn from_clean(
         });
         index.add_ref(key, loc);
     }
+    if refs_of
+        .iter()
+        .any(|(id, &refs)| refs == 0 || named.get(id) != Some(&refs))
+    {
+        return Ok(None);
+    }
     Ok(Some(Rebuilt {
-        recovered: recovered(meta, messages),
+        recovered: recovered(meta, messages, &index),
         meta: Meta::default(),
         meta_seq: 0,
         meta_records: 0,
@@ -389,4 +469,109 @@ fn from_clean(
         clean: true,
         truncated: 0,
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use stream_engine::{Broker, BrokerConfig, FieldTable, Message, PublishOptions, QueueOptions};
+
+    use super::*;
+    use crate::{DiskStore, FaultFs, StoreConfig};
+
+    const DIR: &str = "/clean";
+
+    /// A cleanly closed store: queue `q` with three persistent messages, the first acked.
+    async fn closed() -> FaultFs {
+        let fs = FaultFs::new();
+        let store =
+            DiskStore::open_with(Arc::new(fs.clone()), DIR, StoreConfig::default()).unwrap();
+        let broker: Broker = Broker::with_store(BrokerConfig::default(), store.clone()).unwrap();
+        let conn = broker.connect();
+        let ch = conn.open_channel().unwrap();
+        ch.confirm_select().unwrap();
+        let durable = QueueOptions {
+            durable: true,
+            ..Default::default()
+        };
+        ch.queue_declare("q", durable, FieldTable::new()).unwrap();
+        for body in ["one", "two", "three"] {
+            let mut m = Message::new(body);
+            m.properties.delivery_mode = Some(2);
+            ch.basic_publish("", "q", PublishOptions::default(), m)
+                .await
+                .unwrap();
+        }
+        let got = ch.basic_get("q", false).unwrap().unwrap();
+        ch.basic_ack(got.delivery.delivery_tag, false).unwrap();
+        drop((ch, conn, broker));
+        store.close().unwrap();
+        fs.crash()
+    }
+
+    /// The store on `fs`: whether it started from the marker, and the bodies in `q`.
+    fn start(fs: &FaultFs) -> (bool, Vec<String>) {
+        let store =
+            DiskStore::open_with(Arc::new(fs.clone()), DIR, StoreConfig::default()).unwrap();
+        let broker: Broker = Broker::with_store(BrokerConfig::default(), store.clone()).unwrap();
+        let bodies = broker
+            .peek("q", 10)
+            .unwrap()
+            .iter()
+            .map(|m| String::from_utf8(m.record.message.payload.to_vec()).unwrap())
+            .collect();
+        (store.started_clean(), bodies)
+    }
+
+    /// Rewrites the marker's payload (its CRC stays valid): the marker then lies about the
+    /// files, as a bug could make it.
+    fn tamper(fs: &FaultFs, change: impl FnOnce(&mut Vec<u8>)) -> FaultFs {
+        let path = Path::new(DIR).join(layout::CLEAN);
+        let marker = fs.contents(&path).unwrap();
+        let mut payload = frame::read_at(&marker, 0).unwrap().payload.to_vec();
+        change(&mut payload);
+        let mut framed = Vec::new();
+        frame::push(&mut framed, 1, &payload);
+        let tampered = fs.crash();
+        tampered.set_contents(&path, framed);
+        tampered
+    }
+
+    fn put_u64(payload: &mut [u8], at: usize, v: u64) {
+        payload[at..at + 8].copy_from_slice(&v.to_le_bytes());
+    }
+
+    // The marker's layout with one segment: format (4), next id (8), segment count (8), the
+    // segment (number 4, bytes 8, last seq 8, last ack seq 8), message count (8), then per
+    // message id (8), segment (4), offset (4), length (4), references (4).
+    const NEXT_ID: usize = 4;
+    const SEG_SEQ: usize = 4 + 8 + 8 + 4 + 8;
+    const ACK_SEQ: usize = SEG_SEQ + 8;
+    const FIRST_REFS: usize = ACK_SEQ + 8 + 8 + 20;
+
+    /// What a tampered marker says wrongly, and how its payload is changed to say it.
+    type Lie = (&'static str, fn(&mut Vec<u8>));
+
+    #[tokio::test]
+    async fn a_marker_that_disagrees_with_the_files_is_not_believed() {
+        let fs = closed().await;
+        let whole = vec!["two".to_owned(), "three".to_owned()];
+        assert_eq!(start(&fs.crash()), (true, whole.clone()));
+        let lies: [Lie; 4] = [
+            // New messages would take ids the files already hold.
+            ("next id", |p| put_u64(p, NEXT_ID, 1)),
+            // Records appended after it would end the next full scan.
+            ("segment's last sequence number", |p| put_u64(p, SEG_SEQ, 2)),
+            ("ack file's last sequence number", |p| {
+                put_u64(p, ACK_SEQ, 7)
+            }),
+            // The message would never be freed (or freed while still queued).
+            ("a message's reference count", |p| p[FIRST_REFS] = 2),
+        ];
+        for (what, lie) in lies {
+            let tampered = tamper(&fs, lie);
+            assert_eq!(start(&tampered), (false, whole.clone()), "{what}");
+        }
+    }
 }

@@ -62,6 +62,11 @@ impl<E: Envelope> State<E> {
                 }
             }
         }
+        for (queue, position) in &recovered.positions {
+            if let Some(q) = self.registry.queues.get_mut(queue.as_str()) {
+                q.next_seq = q.next_seq.max(*position);
+            }
+        }
         let mut messages = recovered.messages;
         messages.sort_by(|a, b| a.queue.cmp(&b.queue).then(a.seq.cmp(&b.seq)));
         let now = Instant::now();
