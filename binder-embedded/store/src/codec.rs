@@ -401,6 +401,10 @@ pub(crate) fn put_queue(out: &mut Out, q: &QueueDef) {
 
 pub(crate) fn get_queue(inp: &mut In<'_>) -> Decoded<QueueDef> {
     let name = inp.string()?;
+    // Declared without a name, the broker would name it afresh at every start.
+    if name.is_empty() {
+        return Err(Malformed("a queue without a name"));
+    }
     let f = inp.u8()?;
     let options = QueueOptions {
         passive: f & 1 != 0,
@@ -485,6 +489,25 @@ mod tests {
         assert_eq!(back, p);
         for cut in 0..out.0.len() {
             assert!(get_published(&mut In(&out.0[..cut]), names).is_err());
+        }
+    }
+
+    #[test]
+    fn a_queue_without_a_name_is_malformed() {
+        for (name, ok) in [("q", true), ("", false)] {
+            let mut out = Out::default();
+            put_queue(
+                &mut out,
+                &QueueDef {
+                    name: name.to_owned(),
+                    options: QueueOptions {
+                        durable: true,
+                        ..Default::default()
+                    },
+                    arguments: FieldTable::new(),
+                },
+            );
+            assert_eq!(get_queue(&mut In(&out.0)).is_ok(), ok, "{name:?}");
         }
     }
 }

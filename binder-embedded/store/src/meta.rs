@@ -60,6 +60,10 @@ impl MetaOp {
             2 => MetaOp::ExchangeDeleted(inp.string()?),
             3 => {
                 let incarnation = inp.u64()?;
+                // The next one is handed out after it.
+                if incarnation == u64::MAX {
+                    return Err(Malformed("a queue incarnation beyond the range"));
+                }
                 MetaOp::QueueDeclared(incarnation, codec::get_queue(&mut inp)?)
             }
             4 => MetaOp::QueueDeleted(inp.string()?),
@@ -140,5 +144,25 @@ impl Meta {
     /// A queue's current incarnation.
     pub fn incarnation(&self, queue: &str) -> Option<u64> {
         self.queues.get(queue).map(|(i, _)| *i)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use stream_engine::{FieldTable, QueueOptions};
+
+    use super::*;
+
+    #[test]
+    fn a_queue_incarnation_with_no_next_one_is_malformed() {
+        let q = QueueDef {
+            name: "q".to_owned(),
+            options: QueueOptions::default(),
+            arguments: FieldTable::new(),
+        };
+        for (incarnation, ok) in [(u64::MAX - 1, true), (u64::MAX, false)] {
+            let record = MetaOp::QueueDeclared(incarnation, q.clone()).encode();
+            assert_eq!(MetaOp::decode(&record).is_ok(), ok, "{incarnation}");
+        }
     }
 }
