@@ -24,6 +24,8 @@ mod disk;
 mod fault;
 mod frame;
 mod fs;
+#[doc(hidden)]
+pub mod fuzzing;
 mod index;
 mod layout;
 mod meta;
