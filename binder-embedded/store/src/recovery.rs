@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use std::path::Path;
+use std::sync::Arc;
 
 use stream_engine::{Recovered, RecoveredMessage, StoreError};
 
@@ -140,6 +141,19 @@ fn full_scan(
     let mut truncated = 0u64;
     let mut bodies: HashMap<u64, (u32, u64, u32)> = HashMap::default();
     let mut candidates: HashMap<Key, Candidate> = HashMap::default();
+    // The references each message's latest record lists.
+    let mut listed: HashMap<u64, Vec<Key>> = HashMap::default();
+    // Every key the files name, live or not, by its highest position per queue incarnation:
+    // a new message under one of them would be taken for the old one by the next full scan.
+    let mut tops: HashMap<(Arc<str>, u64), Key> = HashMap::default();
+    let mut note = |key: &Key| {
+        let top = tops
+            .entry((key.queue.clone(), key.incarnation))
+            .or_insert_with(|| key.clone());
+        if key.seq > top.seq {
+            top.seq = key.seq;
+        }
+    };
     let mut removed: HashSet<Key> = HashSet::default();
     let mut delivered: HashSet<Key> = HashSet::default();
     let mut data: HashMap<u32, Vec<u8>> = HashMap::default();
@@ -157,7 +171,24 @@ fn full_scan(
                 SegRecord::Message { id, refs, .. } => {
                     max_id = max_id.max(id);
                     bodies.insert(id, (n, f.offset, f.len));
+                    // A later record of the same message is a compaction's copy, which lists
+                    // every reference live when it was made: one listed only in an earlier
+                    // copy had gone by then (and the index, like compaction, goes by the
+                    // latest copy's list).
+                    let keys: Vec<Key> = refs.iter().map(|r| r.key.clone()).collect();
+                    if let Some(earlier) = listed.insert(id, keys) {
+                        for key in earlier {
+                            let gone = !refs.iter().any(|r| r.key == key)
+                                && candidates
+                                    .get(&key)
+                                    .is_some_and(|c| c.id == id && c.record.is_none());
+                            if gone {
+                                candidates.remove(&key);
+                            }
+                        }
+                    }
                     for r in refs {
+                        note(&r.key);
                         candidates.insert(
                             r.key,
                             Candidate {
@@ -170,6 +201,7 @@ fn full_scan(
                     }
                 }
                 SegRecord::Ref { id, entry } => {
+                    note(&entry.key);
                     candidates.insert(
                         entry.key,
                         Candidate {
@@ -195,6 +227,7 @@ fn full_scan(
             for f in &scan.frames {
                 let (kind, key) = layout::decode_ack(f.payload, names)
                     .map_err(|e| corrupt(format!("{}: {e}", ack_path.display())))?;
+                note(&key);
                 match kind {
                     AckKind::Delivered => delivered.insert(key),
                     AckKind::Removed => removed.insert(key),
@@ -220,9 +253,7 @@ fn full_scan(
         data.insert(n, bytes);
     }
     let mut index = Index::with_segments(stats);
-    // Positions of references and acknowledgements still in the files, live or not: a new
-    // message under one of them would be taken for the old one by the next full scan.
-    for key in candidates.keys().chain(&removed).chain(&delivered) {
+    for key in tops.values() {
         if meta.incarnation(&key.queue) == Some(key.incarnation) {
             index.note_position(key);
         }
@@ -473,7 +504,6 @@ fn from_clean(
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
 
     use stream_engine::{Broker, BrokerConfig, FieldTable, Message, PublishOptions, QueueOptions};
 
@@ -573,5 +603,58 @@ mod tests {
             let tampered = tamper(&fs, lie);
             assert_eq!(start(&tampered), (false, whole.clone()), "{what}");
         }
+    }
+
+    /// A segment with two records of message 7 (a compaction's copy after the original):
+    /// the copy lists only `b`'s reference, so `a`'s had gone when it was made.
+    #[tokio::test]
+    async fn a_reference_only_an_earlier_copy_lists_is_not_live() {
+        let fs = FaultFs::new();
+        let dir = Path::new(DIR);
+        let mut meta = Vec::new();
+        for (seq, (name, incarnation)) in [("a", 1), ("b", 2)].into_iter().enumerate() {
+            let q = stream_engine::QueueDef {
+                name: name.to_owned(),
+                options: QueueOptions {
+                    durable: true,
+                    ..Default::default()
+                },
+                arguments: FieldTable::new(),
+            };
+            frame::push(
+                &mut meta,
+                seq as u64 + 1,
+                &MetaOp::QueueDeclared(incarnation, q).encode(),
+            );
+        }
+        fs.set_contents(&dir.join(layout::META), meta);
+        let record = |queue: &str, incarnation: u64| {
+            let p = stream_engine::Published::new(
+                Arc::<str>::from(""),
+                Arc::<str>::from(queue),
+                Message::new("body"),
+            );
+            let mut body = codec::out_for(&p);
+            codec::put_published(&mut body, &p);
+            let entry = layout::RefEntry {
+                key: Key {
+                    queue: Arc::from(queue),
+                    incarnation,
+                    seq: 1,
+                },
+                delivered: false,
+            };
+            layout::encode_message(7, &[entry], &body.0)
+        };
+        let mut segment = Vec::new();
+        frame::push(&mut segment, 1, &record("a", 1));
+        frame::push(&mut segment, 2, &record("b", 2));
+        fs.set_contents(&layout::segment_path(dir, 1), segment);
+
+        let store =
+            DiskStore::open_with(Arc::new(fs.clone()), DIR, StoreConfig::default()).unwrap();
+        let broker: Broker = Broker::with_store(BrokerConfig::default(), store.clone()).unwrap();
+        assert_eq!(broker.peek("a", 10).unwrap().len(), 0);
+        assert_eq!(broker.peek("b", 10).unwrap().len(), 1);
     }
 }
