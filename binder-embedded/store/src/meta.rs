@@ -18,6 +18,10 @@ pub(crate) enum MetaOp {
     QueueDeleted(String),
     BindingAdded(BindingDef),
     BindingRemoved(BindingDef),
+    /// The next queue incarnation to hand out, first in a rewritten log: the queues deleted
+    /// before the rewrite are not in it, and a queue declared again must not get one of
+    /// their incarnations (their records may still be in the segments).
+    NextIncarnation(u64),
 }
 
 impl MetaOp {
@@ -49,6 +53,10 @@ impl MetaOp {
                 out.u8(6);
                 codec::put_binding(&mut out, b);
             }
+            MetaOp::NextIncarnation(n) => {
+                out.u8(7);
+                out.u64(*n);
+            }
         }
         out.0
     }
@@ -69,6 +77,10 @@ impl MetaOp {
             4 => MetaOp::QueueDeleted(inp.string()?),
             5 => MetaOp::BindingAdded(codec::get_binding(&mut inp)?),
             6 => MetaOp::BindingRemoved(codec::get_binding(&mut inp)?),
+            7 => match inp.u64()? {
+                u64::MAX => return Err(Malformed("a queue incarnation beyond the range")),
+                n => MetaOp::NextIncarnation(n),
+            },
             _ => return Err(Malformed("unknown metadata record")),
         })
     }
@@ -116,17 +128,19 @@ impl Meta {
                 }
             }
             MetaOp::BindingRemoved(b) => self.bindings.retain(|kept| kept != b),
+            MetaOp::NextIncarnation(n) => self.next_incarnation = self.next_incarnation.max(*n),
         }
     }
 
     /// The records that declare the state as it is (what a compacted log holds).
     pub fn snapshot(&self) -> Vec<MetaOp> {
-        let mut ops: Vec<MetaOp> = self
-            .exchanges
-            .values()
-            .cloned()
-            .map(MetaOp::ExchangeDeclared)
-            .collect();
+        let mut ops = vec![MetaOp::NextIncarnation(self.next_incarnation)];
+        ops.extend(
+            self.exchanges
+                .values()
+                .cloned()
+                .map(MetaOp::ExchangeDeclared),
+        );
         ops.extend(
             self.queues
                 .values()
@@ -138,7 +152,7 @@ impl Meta {
 
     /// How many records a compacted log holds.
     pub fn live_records(&self) -> usize {
-        self.exchanges.len() + self.queues.len() + self.bindings.len()
+        1 + self.exchanges.len() + self.queues.len() + self.bindings.len()
     }
 
     /// A queue's current incarnation.
@@ -163,6 +177,25 @@ mod tests {
         for (incarnation, ok) in [(u64::MAX - 1, true), (u64::MAX, false)] {
             let record = MetaOp::QueueDeclared(incarnation, q.clone()).encode();
             assert_eq!(MetaOp::decode(&record).is_ok(), ok, "{incarnation}");
+            let record = MetaOp::NextIncarnation(incarnation).encode();
+            assert_eq!(MetaOp::decode(&record).is_ok(), ok, "{incarnation}");
         }
+    }
+
+    #[test]
+    fn a_rewritten_log_keeps_the_next_incarnation_of_deleted_queues() {
+        let q = QueueDef {
+            name: "q".to_owned(),
+            options: QueueOptions::default(),
+            arguments: FieldTable::new(),
+        };
+        let mut meta = Meta::default();
+        meta.apply(&MetaOp::QueueDeclared(4, q));
+        meta.apply(&MetaOp::QueueDeleted("q".to_owned()));
+        let mut rewritten = Meta::default();
+        for op in meta.snapshot() {
+            rewritten.apply(&MetaOp::decode(&op.encode()).unwrap());
+        }
+        assert_eq!(rewritten.next_incarnation, 5);
     }
 }

@@ -281,3 +281,77 @@ async fn a_position_acknowledged_before_a_restart_is_not_reused_after_it() {
         );
     }
 }
+
+/// A queue deleted and declared again after the metadata log was rewritten (compacted) gets
+/// a new incarnation, not the deleted one's: the deleted queue's records still in a segment
+/// would otherwise come back into it at the next full scan.
+#[tokio::test]
+async fn a_queue_declared_again_after_the_log_was_rewritten_gets_none_of_the_old_messages() {
+    let fs = FaultFs::new();
+    let dir = std::path::Path::new("/rewritten");
+    let (store, broker) = open_fault(&fs, dir, StoreConfig::default());
+    let conn = broker.connect();
+    let ch = conn.open_channel().unwrap();
+    ch.confirm_select().unwrap();
+    ch.queue_declare("keep", durable_queue(), FieldTable::new())
+        .unwrap();
+    ch.queue_declare("q", durable_queue(), FieldTable::new())
+        .unwrap();
+    for i in 1..=3 {
+        ch.basic_publish(
+            "",
+            "q",
+            PublishOptions::default(),
+            persistent(format!("old{i}")),
+        )
+        .await
+        .unwrap();
+    }
+    // Live messages in the same segment keep it, with the deleted queue's records (too
+    // many for it to be compacted).
+    for _ in 0..10 {
+        ch.basic_publish(
+            "",
+            "keep",
+            PublishOptions::default(),
+            persistent(vec![b'k'; 1024]),
+        )
+        .await
+        .unwrap();
+    }
+    ch.queue_delete("q", false, false).unwrap();
+    // Enough changes for the log to be rewritten as the state it holds (bindings: they name
+    // no incarnation, so after the rewrite no record names the deleted queue's).
+    for i in 0..200 {
+        let key = format!("k{i}");
+        ch.queue_bind("keep", "amq.direct", &key, FieldTable::new())
+            .unwrap();
+        ch.queue_unbind("keep", "amq.direct", &key, &FieldTable::new())
+            .unwrap();
+        ch.basic_publish("", "none", PublishOptions::default(), persistent("x"))
+            .await
+            .unwrap();
+    }
+    store.stats().unwrap();
+    drop((ch, conn, broker));
+    store.close().unwrap();
+    let fs = fs.crash();
+
+    let (store, broker) = open_fault(&fs, dir, StoreConfig::default());
+    let conn = broker.connect();
+    let ch = conn.open_channel().unwrap();
+    ch.confirm_select().unwrap();
+    ch.queue_declare("q", durable_queue(), FieldTable::new())
+        .unwrap();
+    ch.basic_publish("", "q", PublishOptions::default(), persistent("new"))
+        .await
+        .unwrap();
+    store.stats().unwrap();
+    let fs = fs.crash();
+
+    let (_store, broker) = open_fault(&fs, dir, StoreConfig::default());
+    let conn = broker.connect();
+    let ch = conn.open_channel().unwrap();
+    let left: Vec<String> = drain(&ch, "q").into_iter().map(|(body, _)| body).collect();
+    assert_eq!(left, ["new"]);
+}
