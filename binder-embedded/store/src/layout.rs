@@ -71,11 +71,12 @@ pub(crate) fn get_id(inp: &mut In<'_>) -> Decoded<u64> {
     Ok(id)
 }
 
-/// A queue position: at most [`MAX_SEQ`](stream_engine::MAX_SEQ), the largest the engine
-/// keeps (a larger one would be another message's position in the engine).
+/// A queue position: below [`MAX_SEQ`](stream_engine::MAX_SEQ), the largest the engine
+/// keeps (a larger one would be another message's position in the engine, and the queue's
+/// next message takes the position after it).
 pub(crate) fn get_seq(inp: &mut In<'_>) -> Decoded<u64> {
     let seq = inp.u64()?;
-    if seq > stream_engine::MAX_SEQ {
+    if seq >= stream_engine::MAX_SEQ {
         return Err(Malformed("a queue position beyond the engine's range"));
     }
     Ok(seq)
@@ -226,8 +227,8 @@ mod tests {
         };
         let names = &mut Interner::default();
         for (seq, ok) in [
-            (stream_engine::MAX_SEQ, true),
-            (stream_engine::MAX_SEQ + 1, false),
+            (stream_engine::MAX_SEQ - 1, true),
+            (stream_engine::MAX_SEQ, false),
         ] {
             let mut out = Out::default();
             put_key(&mut out, &key(seq));

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use stream_engine::{Recovered, RecoveredMessage, StoreError};
 
-use crate::clean::CleanIndex;
+use crate::clean::{CleanIndex, CleanMessage};
 use crate::codec::{self, In, Interner};
 use crate::frame;
 use crate::fs::FileSystem;
@@ -141,8 +141,9 @@ fn full_scan(
     let mut truncated = 0u64;
     let mut bodies: HashMap<u64, (u32, u64, u32)> = HashMap::default();
     let mut candidates: HashMap<Key, Candidate> = HashMap::default();
-    // The references each message's latest record lists.
-    let mut listed: HashMap<u64, Vec<Key>> = HashMap::default();
+    // Per message, the references named since its latest record (that record's list, then
+    // reference records of their own).
+    let mut named: HashMap<u64, Vec<Key>> = HashMap::default();
     // Every key the files name, live or not, by its highest position per queue incarnation:
     // a new message under one of them would be taken for the old one by the next full scan.
     let mut tops: HashMap<(Arc<str>, u64), Key> = HashMap::default();
@@ -172,16 +173,15 @@ fn full_scan(
                     max_id = max_id.max(id);
                     bodies.insert(id, (n, f.offset, f.len));
                     // A later record of the same message is a compaction's copy, which lists
-                    // every reference live when it was made: one listed only in an earlier
-                    // copy had gone by then (and the index, like compaction, goes by the
-                    // latest copy's list).
+                    // every reference live when it was made (those with records of their own
+                    // too): one named only before it had gone by then, though its record or
+                    // its acknowledgement may still be in the files (the index, like
+                    // compaction, goes by the latest copy).
                     let keys: Vec<Key> = refs.iter().map(|r| r.key.clone()).collect();
-                    if let Some(earlier) = listed.insert(id, keys) {
+                    if let Some(earlier) = named.insert(id, keys) {
                         for key in earlier {
                             let gone = !refs.iter().any(|r| r.key == key)
-                                && candidates
-                                    .get(&key)
-                                    .is_some_and(|c| c.id == id && c.record.is_none());
+                                && candidates.get(&key).is_some_and(|c| c.id == id);
                             if gone {
                                 candidates.remove(&key);
                             }
@@ -201,7 +201,10 @@ fn full_scan(
                     }
                 }
                 SegRecord::Ref { id, entry } => {
+                    // A new message must not take the id a reference record still names.
+                    max_id = max_id.max(id);
                     note(&entry.key);
+                    named.entry(id).or_default().push(entry.key.clone());
                     candidates.insert(
                         entry.key,
                         Candidate {
@@ -352,16 +355,42 @@ fn decode_body(
     }
 }
 
+/// The message the marker places at `m`'s segment and offset, and the references its record
+/// lists, if a record of its length and id starts there (`data`: each segment's contents and
+/// where its records start).
+fn message_at(
+    data: &HashMap<u32, (Vec<u8>, HashSet<u64>)>,
+    m: &CleanMessage,
+    names: &mut Interner,
+) -> Option<(stream_engine::Published, Vec<Key>)> {
+    let (bytes, starts) = data.get(&m.seg)?;
+    if !starts.contains(&m.offset) {
+        return None;
+    }
+    let frame = frame::read_at(bytes, usize::try_from(m.offset).ok()?)?;
+    match layout::decode_segment(frame.payload, names).ok()? {
+        SegRecord::Message { id, refs, body } if id == m.id && frame.len == m.len => {
+            let published = codec::get_published(&mut In(body), names).ok()?;
+            Some((published, refs.into_iter().map(|r| r.key).collect()))
+        }
+        _ => None,
+    }
+}
+
 /// The message id and key of the reference record of its own at `offset` of segment
-/// `home`, if there is one there of `len` bytes.
+/// `home` (its contents and where its records start), if one of `len` bytes starts there.
 fn own_record_at(
-    data: &HashMap<u32, Vec<u8>>,
+    data: &HashMap<u32, (Vec<u8>, HashSet<u64>)>,
     home: u32,
     offset: u64,
     len: u32,
     names: &mut Interner,
 ) -> Option<(u64, Key)> {
-    let frame = frame::read_at(data.get(&home)?, usize::try_from(offset).ok()?)?;
+    let (bytes, starts) = data.get(&home)?;
+    if !starts.contains(&offset) {
+        return None;
+    }
+    let frame = frame::read_at(bytes, usize::try_from(offset).ok()?)?;
     match layout::decode_segment(frame.payload, names) {
         Ok(SegRecord::Ref { id, entry }) if frame.len == len => Some((id, entry.key)),
         _ => None,
@@ -412,12 +441,14 @@ fn from_clean(
         {
             return Ok(None);
         }
+        // Where its records start: a place inside a record may hold bytes that read as one.
+        let starts: HashSet<u64> = scan.frames.iter().map(|f| f.offset).collect();
         let acks = fs.read(&layout::ack_path(dir, *n))?.unwrap_or_default();
         let scan = frame::scan(&acks);
         if scan.valid_len != acks.len() as u64 || scan.last_seq != stat.ack_seq {
             return Ok(None);
         }
-        data.insert(*n, bytes);
+        data.insert(*n, (bytes, starts));
     }
     let mut index = Index::with_segments(clean.segments.iter().cloned().collect());
     for s in index.segs.values_mut() {
@@ -426,20 +457,15 @@ fn from_clean(
     }
     let mut decoded = HashMap::default();
     let mut refs_of = HashMap::default();
+    let mut listed: HashMap<u64, Vec<Key>> = HashMap::default();
     for m in &clean.messages {
-        let Some(seg) = data.get(&m.seg) else {
+        let Some((p, keys)) = message_at(&data, m, names) else {
             return Ok(None);
         };
-        let Ok(p) = decode_body(seg, m.offset, names) else {
-            return Ok(None);
-        };
-        let whole = usize::try_from(m.offset)
-            .ok()
-            .and_then(|at| frame::read_at(seg, at))
-            .is_some_and(|f| f.len == m.len);
-        if !whole || m.id >= clean.next_id || decoded.insert(m.id, p).is_some() {
+        if m.id >= clean.next_id || decoded.insert(m.id, p).is_some() {
             return Ok(None);
         }
+        listed.insert(m.id, keys);
         refs_of.insert(m.id, m.refs);
         index.add_message(m.id, m.seg, m.offset, m.len, m.refs);
     }
@@ -467,12 +493,14 @@ fn from_clean(
         if meta.incarnation(&key.queue) != Some(key.incarnation) {
             return Ok(None);
         }
-        // A reference in its message's record has no place of its own (the marker keeps none).
-        if let Some((offset, len)) = loc.record {
-            let found = own_record_at(&data, loc.home, offset, len, names);
-            if !found.is_some_and(|(id, k)| id == loc.id && k == key) {
-                return Ok(None);
-            }
+        let placed = match loc.record {
+            // Listed in its message's record (the marker keeps no place for it).
+            None => listed.get(&loc.id).is_some_and(|keys| keys.contains(&key)),
+            Some((offset, len)) => own_record_at(&data, loc.home, offset, len, names)
+                .is_some_and(|(id, k)| id == loc.id && k == key),
+        };
+        if !placed {
+            return Ok(None);
         }
         *named.entry(loc.id).or_default() += 1;
         messages.push(RecoveredMessage {
@@ -605,12 +633,8 @@ mod tests {
         }
     }
 
-    /// A segment with two records of message 7 (a compaction's copy after the original):
-    /// the copy lists only `b`'s reference, so `a`'s had gone when it was made.
-    #[tokio::test]
-    async fn a_reference_only_an_earlier_copy_lists_is_not_live() {
-        let fs = FaultFs::new();
-        let dir = Path::new(DIR);
+    /// The metadata log declaring durable queues `a` (incarnation 1) and `b` (2).
+    fn two_queues(fs: &FaultFs) {
         let mut meta = Vec::new();
         for (seq, (name, incarnation)) in [("a", 1), ("b", 2)].into_iter().enumerate() {
             let q = stream_engine::QueueDef {
@@ -627,34 +651,92 @@ mod tests {
                 &MetaOp::QueueDeclared(incarnation, q).encode(),
             );
         }
-        fs.set_contents(&dir.join(layout::META), meta);
-        let record = |queue: &str, incarnation: u64| {
-            let p = stream_engine::Published::new(
-                Arc::<str>::from(""),
-                Arc::<str>::from(queue),
-                Message::new("body"),
-            );
-            let mut body = codec::out_for(&p);
-            codec::put_published(&mut body, &p);
-            let entry = layout::RefEntry {
-                key: Key {
-                    queue: Arc::from(queue),
-                    incarnation,
-                    seq: 1,
-                },
-                delivered: false,
-            };
-            layout::encode_message(7, &[entry], &body.0)
-        };
-        let mut segment = Vec::new();
-        frame::push(&mut segment, 1, &record("a", 1));
-        frame::push(&mut segment, 2, &record("b", 2));
-        fs.set_contents(&layout::segment_path(dir, 1), segment);
+        fs.set_contents(&Path::new(DIR).join(layout::META), meta);
+    }
 
+    /// Position 1 of queue `a` or `b` (in the incarnations of [`two_queues`]).
+    fn first_of(queue: &str) -> layout::RefEntry {
+        layout::RefEntry {
+            key: Key {
+                queue: Arc::from(queue),
+                incarnation: if queue == "a" { 1 } else { 2 },
+                seq: 1,
+            },
+            delivered: false,
+        }
+    }
+
+    /// Message `id`'s record, listing `refs`.
+    fn message_record(id: u64, refs: &[layout::RefEntry]) -> Vec<u8> {
+        let p = stream_engine::Published::new(
+            Arc::<str>::from(""),
+            Arc::<str>::from("a"),
+            Message::new("body"),
+        );
+        let mut body = codec::out_for(&p);
+        codec::put_published(&mut body, &p);
+        layout::encode_message(id, refs, &body.0)
+    }
+
+    /// Segment `n` holding `records`.
+    fn segment(fs: &FaultFs, n: u32, records: &[Vec<u8>]) {
+        let mut data = Vec::new();
+        for (seq, r) in records.iter().enumerate() {
+            frame::push(&mut data, seq as u64 + 1, r);
+        }
+        fs.set_contents(&layout::segment_path(Path::new(DIR), n), data);
+    }
+
+    /// How many messages queues `a` and `b` recover with.
+    fn recovered_counts(fs: &FaultFs) -> (usize, usize) {
         let store =
             DiskStore::open_with(Arc::new(fs.clone()), DIR, StoreConfig::default()).unwrap();
         let broker: Broker = Broker::with_store(BrokerConfig::default(), store.clone()).unwrap();
-        assert_eq!(broker.peek("a", 10).unwrap().len(), 0);
-        assert_eq!(broker.peek("b", 10).unwrap().len(), 1);
+        let count = |q| broker.peek(q, 10).unwrap().len();
+        (count("a"), count("b"))
+    }
+
+    /// A later record of a message is a compaction's copy, listing every reference live when
+    /// it was made: one only an earlier copy lists, or only a reference record before it
+    /// names, had gone.
+    #[tokio::test]
+    async fn a_reference_the_latest_copy_of_its_message_does_not_list_is_not_live() {
+        let (a, b) = (first_of("a"), first_of("b"));
+        // An earlier copy listing `a`, the latest listing `b`.
+        let fs = FaultFs::new();
+        two_queues(&fs);
+        let earlier = message_record(7, std::slice::from_ref(&a));
+        segment(
+            &fs,
+            1,
+            &[earlier, message_record(7, std::slice::from_ref(&b))],
+        );
+        assert_eq!(recovered_counts(&fs), (0, 1));
+        // `b` in a reference record of its own, then a copy listing only `a` (made after
+        // `b` was acknowledged, the acknowledgement gone with the segment compacted).
+        let fs = FaultFs::new();
+        two_queues(&fs);
+        segment(&fs, 1, &[message_record(7, std::slice::from_ref(&a))]);
+        segment(&fs, 2, &[layout::encode_ref(7, &b)]);
+        segment(&fs, 3, &[message_record(7, std::slice::from_ref(&a))]);
+        assert_eq!(recovered_counts(&fs), (1, 0));
+        // A reference record after the message's only record is live.
+        let fs = FaultFs::new();
+        two_queues(&fs);
+        segment(&fs, 1, &[message_record(7, std::slice::from_ref(&a))]);
+        segment(&fs, 2, &[layout::encode_ref(7, &b)]);
+        assert_eq!(recovered_counts(&fs), (1, 1));
+    }
+
+    /// New messages take ids after every id the files name, a reference record's too (its
+    /// message's record may be gone, the reference record not yet).
+    #[test]
+    fn new_ids_follow_those_reference_records_name() {
+        let fs = FaultFs::new();
+        two_queues(&fs);
+        segment(&fs, 1, &[message_record(3, &[first_of("a")])]);
+        segment(&fs, 2, &[layout::encode_ref(9, &first_of("b"))]);
+        let rebuilt = recover(&fs, Path::new(DIR)).unwrap();
+        assert_eq!(rebuilt.next_id, 10);
     }
 }
