@@ -602,11 +602,22 @@ mod tests {
 
     // The marker's layout with one segment: format (4), next id (8), segment count (8), the
     // segment (number 4, bytes 8, last seq 8, last ack seq 8), message count (8), then per
-    // message id (8), segment (4), offset (4), length (4), references (4).
+    // message id (8), segment (4), offset (4), length (4), references (4); then the queues.
     const NEXT_ID: usize = 4;
     const SEG_SEQ: usize = 4 + 8 + 8 + 4 + 8;
     const ACK_SEQ: usize = SEG_SEQ + 8;
-    const FIRST_REFS: usize = ACK_SEQ + 8 + 8 + 20;
+    const FIRST_ID: usize = ACK_SEQ + 8 + 8;
+    const FIRST_REFS: usize = FIRST_ID + 20;
+    // After the two messages: queue count (8), the queue's name (length 4, "q"), incarnation
+    // (8), reference count (8), then per reference position (8), message id (8), flags (2).
+    const FIRST_REF_ID: usize = FIRST_ID + 2 * 24 + 8 + 5 + 8 + 8 + 8;
+    const SECOND_REF_ID: usize = FIRST_REF_ID + 8 + 2 + 8;
+
+    fn swap_u64(payload: &mut [u8], a: usize, b: usize) {
+        let (x, y) = (payload[a..a + 8].to_vec(), payload[b..b + 8].to_vec());
+        payload[a..a + 8].copy_from_slice(&y);
+        payload[b..b + 8].copy_from_slice(&x);
+    }
 
     /// What a tampered marker says wrongly, and how its payload is changed to say it.
     type Lie = (&'static str, fn(&mut Vec<u8>));
@@ -616,13 +627,22 @@ mod tests {
         let fs = closed().await;
         let whole = vec!["two".to_owned(), "three".to_owned()];
         assert_eq!(start(&fs.crash()), (true, whole.clone()));
-        let lies: [Lie; 4] = [
+        let lies: [Lie; 6] = [
             // New messages would take ids the files already hold.
             ("next id", |p| put_u64(p, NEXT_ID, 1)),
             // Records appended after it would end the next full scan.
             ("segment's last sequence number", |p| put_u64(p, SEG_SEQ, 2)),
             ("ack file's last sequence number", |p| {
                 put_u64(p, ACK_SEQ, 7)
+            }),
+            // The record there is another message's (renamed with its reference).
+            ("a message's id", |p| {
+                put_u64(p, FIRST_ID + 24, 0);
+                put_u64(p, SECOND_REF_ID, 0);
+            }),
+            // Each reference named by the other message's record.
+            ("the messages of two references", |p| {
+                swap_u64(p, FIRST_REF_ID, SECOND_REF_ID)
             }),
             // The message would never be freed (or freed while still queued).
             ("a message's reference count", |p| p[FIRST_REFS] = 2),
