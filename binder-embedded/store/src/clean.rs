@@ -1,7 +1,7 @@
 //! The clean-shutdown marker: a snapshot of the index written after the last sync of a
-//! clean close, so the next start reads only the live message records instead of scanning
-//! every record and ack file. It is removed at start, so a crash afterwards means a full
-//! scan.
+//! clean close, so the next start decodes only the live message records instead of every
+//! record and ack (it still reads every file and checks its records' CRCs, to check the
+//! snapshot against them). It is removed at start, so a crash afterwards means a full scan.
 
 use crate::codec::{Decoded, In, Interner, Malformed, Out};
 use crate::frame;

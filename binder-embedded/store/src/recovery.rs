@@ -1,7 +1,7 @@
 //! Rebuilding the store at start from the metadata log, the segments and their ack files:
 //! torn tails are cut at the first damaged record, acknowledgements of unknown records are
-//! ignored, and a clean-shutdown marker (a snapshot of the index) spares the scan of every
-//! record.
+//! ignored, and a clean-shutdown marker (a snapshot of the index), once checked against the
+//! files, spares decoding every record.
 
 use std::collections::BTreeMap;
 
@@ -409,15 +409,18 @@ fn too_large(path: &Path, len: usize) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// Rebuilds from the clean-shutdown snapshot, reading only the live message records; `None`
+/// Rebuilds from the clean-shutdown snapshot, decoding only the live message records; `None`
 /// when the snapshot does not match the files (then the full scan runs).
 ///
 /// The snapshot is the store's own, written after the last sync, but it is checked against
 /// the files before it is believed, since the writer goes on from it: every segment and ack
-/// file must end where the snapshot says, with the sequence number it says (a record
-/// appended after a wrong one would end the next full scan early); every message must
-/// decode where it says, under an id below the next one handed out, with as many
-/// references as name it; every reference record of its own must be where it says.
+/// file is read and must be whole (each record's CRC) and end where the snapshot says, with
+/// the sequence number it says (a record appended after a wrong one would end the next full
+/// scan early); every message must start at a record boundary where it says, with its
+/// length and id, under an id below the next one handed out, with as many references as
+/// name it; a reference in its message's record must be listed there, one with a record of
+/// its own must have it where it says. Which references are live, and the highest
+/// positions, are believed: the acknowledgements in the ack files are not decoded.
 fn from_clean(
     fs: &dyn FileSystem,
     dir: &Path,
