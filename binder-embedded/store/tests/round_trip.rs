@@ -226,16 +226,7 @@ async fn a_position_acknowledged_before_a_restart_is_not_reused_after_it() {
         ch.confirm_select().unwrap();
         ch.queue_declare("q", durable_queue(), FieldTable::new())
             .unwrap();
-        for i in 1..=5 {
-            ch.basic_publish(
-                "",
-                "q",
-                PublishOptions::default(),
-                persistent(format!("m{i}")),
-            )
-            .await
-            .unwrap();
-        }
+        publish_each(&ch, "q", (1..=5).map(|i| format!("m{i}"))).await;
         let mut tags = Vec::new();
         for _ in 0..5 {
             tags.push(
@@ -297,16 +288,7 @@ async fn a_queue_declared_again_after_the_log_was_rewritten_gets_none_of_the_old
         .unwrap();
     ch.queue_declare("q", durable_queue(), FieldTable::new())
         .unwrap();
-    for i in 1..=3 {
-        ch.basic_publish(
-            "",
-            "q",
-            PublishOptions::default(),
-            persistent(format!("old{i}")),
-        )
-        .await
-        .unwrap();
-    }
+    publish_each(&ch, "q", (1..=3).map(|i| format!("old{i}"))).await;
     // Live messages in the same segment keep it, with the deleted queue's records (too
     // many for it to be compacted).
     for _ in 0..10 {

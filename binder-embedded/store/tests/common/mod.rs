@@ -52,3 +52,13 @@ pub fn drain(ch: &Channel, queue: &str) -> Vec<(String, bool)> {
     }
     out
 }
+
+/// Publishes each body as a persistent message to `queue` through the default exchange,
+/// waiting for its confirm if the channel is in confirm mode.
+pub async fn publish_each(ch: &Channel, queue: &str, bodies: impl IntoIterator<Item = String>) {
+    for body in bodies {
+        ch.basic_publish("", queue, PublishOptions::default(), persistent(body))
+            .await
+            .unwrap();
+    }
+}
