@@ -34,6 +34,11 @@ pub(crate) struct Rebuilt {
     pub clean: bool,
     /// Bytes cut off damaged tails.
     pub truncated: u64,
+    /// References the full scan found gone by a later copy of their message, with the
+    /// segment whose record names them: the writer acknowledges them as removed at start, so
+    /// the decision outlives the copy (which compaction may delete while the record naming
+    /// them stays).
+    pub dropped: Vec<(u32, Key)>,
 }
 
 fn corrupt(detail: impl Into<String>) -> StoreError {
@@ -141,6 +146,7 @@ fn full_scan(
     let mut truncated = 0u64;
     let mut bodies: HashMap<u64, (u32, u64, u32)> = HashMap::default();
     let mut candidates: HashMap<Key, Candidate> = HashMap::default();
+    let mut dropped = Vec::new();
     // Per message, the references named since its latest record (that record's list, then
     // reference records of their own).
     let mut named: HashMap<u64, Vec<Key>> = HashMap::default();
@@ -182,8 +188,8 @@ fn full_scan(
                         for key in earlier {
                             let gone = !refs.iter().any(|r| r.key == key)
                                 && candidates.get(&key).is_some_and(|c| c.id == id);
-                            if gone {
-                                candidates.remove(&key);
+                            if gone && let Some(c) = candidates.remove(&key) {
+                                dropped.push((c.home, key));
                             }
                         }
                     }
@@ -317,6 +323,7 @@ fn full_scan(
         next_segment: 0,
         clean: false,
         truncated,
+        dropped,
     })
 }
 
@@ -530,6 +537,7 @@ fn from_clean(
         next_segment: 0,
         clean: true,
         truncated: 0,
+        dropped: Vec::new(),
     }))
 }
 
@@ -743,6 +751,24 @@ mod tests {
         segment(&fs, 2, &[layout::encode_ref(7, &b)]);
         segment(&fs, 3, &[message_record(7, std::slice::from_ref(&a))]);
         assert_eq!(recovered_counts(&fs), (1, 0));
+        // The decision outlives the copy: `a` is acknowledged as removed at start, so when the
+        // copy's segment goes (as compaction deletes it) while the earlier one stays, `a` does
+        // not come back.
+        // (Message 8 keeps the first segment live.)
+        let fs = FaultFs::new();
+        two_queues(&fs);
+        let mut other = first_of("b");
+        other.key.seq = 2;
+        let earlier = message_record(7, std::slice::from_ref(&a));
+        let kept = message_record(8, &[other]);
+        segment(&fs, 1, &[earlier, kept]);
+        segment(&fs, 2, &[message_record(7, std::slice::from_ref(&b))]);
+        let store =
+            DiskStore::open_with(Arc::new(fs.clone()), DIR, StoreConfig::default()).unwrap();
+        let after = fs.crash();
+        drop(store);
+        FileSystem::delete(&after, &layout::segment_path(Path::new(DIR), 2)).unwrap();
+        assert_eq!(recovered_counts(&after), (0, 1));
         // A reference record after the message's only record is live.
         let fs = FaultFs::new();
         two_queues(&fs);

@@ -172,6 +172,7 @@ impl Writer {
         fs.sync_dir(&dir.join(layout::SEGMENTS))?;
         let mut index = rebuilt.index;
         index.segs.insert(active, Default::default());
+        let dropped = rebuilt.dropped;
         let mut writer = Writer {
             fs,
             dir,
@@ -201,6 +202,13 @@ impl Writer {
             compactions: 0,
             deleted: 0,
         };
+        if !dropped.is_empty() {
+            for (home, key) in &dropped {
+                writer.ack(*home, AckKind::Removed, key);
+            }
+            writer.write_out()?;
+            writer.sync_all()?;
+        }
         writer.maintain()?;
         writer.lend();
         Ok(writer)
