@@ -4,6 +4,8 @@
 //! (bytes flipped, set, cut, repeated, removed), so that the checks run on damaged
 //! directories in every test run, not only under `cargo fuzz`.
 //!
+//! It also replays the inputs the fuzz target failed on (`fuzz/regressions/recovery/`).
+//!
 //! `cargo test -p stream-store --test fuzz_seeds -- --ignored write_seed_corpus` writes the
 //! seeds to `fuzz/seeds/recovery/`.
 
@@ -173,6 +175,22 @@ async fn seeds_and_their_mutations_recover_consistently() {
         .await
         .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
     }
+}
+
+/// The inputs the fuzz target failed on (`fuzz/regressions/recovery/`), each named after
+/// what it found, pass the check.
+#[test]
+fn the_inputs_the_fuzz_target_failed_on_recover_consistently() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/regressions/recovery");
+    let mut replayed = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        let input = std::fs::read(&path).unwrap();
+        let outcome = std::panic::catch_unwind(|| check(&input));
+        assert!(outcome.is_ok(), "{} fails the check", path.display());
+        replayed += 1;
+    }
+    assert!(replayed >= 3, "{replayed} inputs in {}", dir.display());
 }
 
 #[tokio::test]
