@@ -34,11 +34,12 @@ pub(crate) struct Rebuilt {
     pub clean: bool,
     /// Bytes cut off damaged tails.
     pub truncated: u64,
-    /// References the full scan found gone by a later copy of their message, with the
-    /// segment whose record names them: the writer acknowledges them as removed at start, so
-    /// the decision outlives the copy (which compaction may delete while the record naming
-    /// them stays).
-    pub dropped: Vec<(u32, Key)>,
+    /// What the full scan decided about references from evidence that may go before the
+    /// records naming them (a later copy of their message, an acknowledgement in another
+    /// segment's ack file, which compaction or deletion may remove while the record stays):
+    /// the writer writes each as an acknowledgement in the ack file of the segment whose
+    /// record names the reference, at start, so the decision outlives its evidence.
+    pub acks: Vec<(u32, AckKind, Key)>,
 }
 
 fn corrupt(detail: impl Into<String>) -> StoreError {
@@ -146,7 +147,7 @@ fn full_scan(
     let mut truncated = 0u64;
     let mut bodies: HashMap<u64, (u32, u64, u32)> = HashMap::default();
     let mut candidates: HashMap<Key, Candidate> = HashMap::default();
-    let mut dropped = Vec::new();
+    let mut acks = Vec::new();
     // Per message, the references named since its latest record (that record's list, then
     // reference records of their own).
     let mut named: HashMap<u64, Vec<Key>> = HashMap::default();
@@ -161,8 +162,9 @@ fn full_scan(
             top.seq = key.seq;
         }
     };
-    let mut removed: HashSet<Key> = HashSet::default();
-    let mut delivered: HashSet<Key> = HashSet::default();
+    // Acknowledged references, with the segment whose ack file says so.
+    let mut removed: HashMap<Key, u32> = HashMap::default();
+    let mut delivered: HashMap<Key, u32> = HashMap::default();
     let mut data: HashMap<u32, Vec<u8>> = HashMap::default();
     let mut stats: BTreeMap<u32, SegStat> = BTreeMap::new();
     let mut max_id = 0u64;
@@ -189,7 +191,7 @@ fn full_scan(
                             let gone = !refs.iter().any(|r| r.key == key)
                                 && candidates.get(&key).is_some_and(|c| c.id == id);
                             if gone && let Some(c) = candidates.remove(&key) {
-                                dropped.push((c.home, key));
+                                acks.push((c.home, AckKind::Removed, key));
                             }
                         }
                     }
@@ -238,8 +240,8 @@ fn full_scan(
                     .map_err(|e| corrupt(format!("{}: {e}", ack_path.display())))?;
                 note(&key);
                 match kind {
-                    AckKind::Delivered => delivered.insert(key),
-                    AckKind::Removed => removed.insert(key),
+                    AckKind::Delivered => delivered.insert(key, n),
+                    AckKind::Removed => removed.insert(key, n),
                 };
             }
             ack_seq = scan.last_seq;
@@ -267,14 +269,21 @@ fn full_scan(
             index.note_position(key);
         }
     }
-    let mut live: Vec<(Key, Candidate)> = candidates
-        .into_iter()
-        .filter(|(key, c)| {
-            !removed.contains(key)
-                && meta.incarnation(&key.queue) == Some(key.incarnation)
-                && bodies.contains_key(&c.id)
-        })
-        .collect();
+    let mut live: Vec<(Key, Candidate)> = Vec::with_capacity(candidates.len());
+    for (key, c) in candidates {
+        if meta.incarnation(&key.queue) != Some(key.incarnation) {
+            continue;
+        }
+        if let Some(&acked_in) = removed.get(&key) {
+            if acked_in != c.home {
+                acks.push((c.home, AckKind::Removed, key));
+            }
+            continue;
+        }
+        if bodies.contains_key(&c.id) {
+            live.push((key, c));
+        }
+    }
     live.sort_by(|a, b| (&a.0.queue, a.0.seq).cmp(&(&b.0.queue, b.0.seq)));
     let mut keys_of: HashMap<u64, Vec<Key>> = HashMap::default();
     for (key, c) in &live {
@@ -287,7 +296,11 @@ fn full_scan(
     let mut decoded = HashMap::default();
     let mut messages = Vec::with_capacity(live.len());
     for (key, c) in live {
-        let was_delivered = c.delivered || delivered.contains(&key);
+        let acked_in = delivered.get(&key).copied();
+        if !c.delivered && acked_in.is_some_and(|n| n != c.home) {
+            acks.push((c.home, AckKind::Delivered, key.clone()));
+        }
+        let was_delivered = c.delivered || acked_in.is_some();
         let published = match decoded.get(&c.id) {
             Some(p) => Clone::clone(p),
             None => {
@@ -323,7 +336,7 @@ fn full_scan(
         next_segment: 0,
         clean: false,
         truncated,
-        dropped,
+        acks,
     })
 }
 
@@ -362,42 +375,34 @@ fn decode_body(
     }
 }
 
-/// The message the marker places at `m`'s segment and offset, and the references its record
-/// lists, if a record of its length and id starts there (`data`: each segment's contents and
-/// where its records start).
+/// The message the marker places at `m`'s segment and offset, if a record of its length and
+/// id starts there; the references the record lists go into `listed` (see [`listing`]).
 fn message_at(
-    data: &HashMap<u32, (Vec<u8>, HashSet<u64>)>,
+    data: &HashMap<u32, Segment>,
     m: &CleanMessage,
+    listed: &mut HashSet<u64>,
     names: &mut Interner,
-) -> Option<(stream_engine::Published, Vec<Key>)> {
-    let (bytes, starts) = data.get(&m.seg)?;
-    if !starts.contains(&m.offset) {
-        return None;
-    }
-    let frame = frame::read_at(bytes, usize::try_from(m.offset).ok()?)?;
+) -> Option<stream_engine::Published> {
+    let frame = data.get(&m.seg)?.record_at(m.offset)?;
     match layout::decode_segment(frame.payload, names).ok()? {
         SegRecord::Message { id, refs, body } if id == m.id && frame.len == m.len => {
-            let published = codec::get_published(&mut In(body), names).ok()?;
-            Some((published, refs.into_iter().map(|r| r.key).collect()))
+            listed.extend(refs.iter().map(|r| listing(id, &r.key)));
+            codec::get_published(&mut In(body), names).ok()
         }
         _ => None,
     }
 }
 
 /// The message id and key of the reference record of its own at `offset` of segment
-/// `home` (its contents and where its records start), if one of `len` bytes starts there.
+/// `home`, if one of `len` bytes starts there.
 fn own_record_at(
-    data: &HashMap<u32, (Vec<u8>, HashSet<u64>)>,
+    data: &HashMap<u32, Segment>,
     home: u32,
     offset: u64,
     len: u32,
     names: &mut Interner,
 ) -> Option<(u64, Key)> {
-    let (bytes, starts) = data.get(&home)?;
-    if !starts.contains(&offset) {
-        return None;
-    }
-    let frame = frame::read_at(bytes, usize::try_from(offset).ok()?)?;
+    let frame = data.get(&home)?.record_at(offset)?;
     match layout::decode_segment(frame.payload, names) {
         Ok(SegRecord::Ref { id, entry }) if frame.len == len => Some((id, entry.key)),
         _ => None,
@@ -451,32 +456,37 @@ fn from_clean(
         {
             return Ok(None);
         }
-        // Where its records start: a place inside a record may hold bytes that read as one.
-        let starts: HashSet<u64> = scan.frames.iter().map(|f| f.offset).collect();
+        // Where its records start, in order: a place inside a record may hold bytes that
+        // read as one.
+        let starts: Vec<u64> = scan.frames.iter().map(|f| f.offset).collect();
         let acks = fs.read(&layout::ack_path(dir, *n))?.unwrap_or_default();
         let scan = frame::scan(&acks);
         if scan.valid_len != acks.len() as u64 || scan.last_seq != stat.ack_seq {
             return Ok(None);
         }
-        data.insert(*n, (bytes, starts));
+        data.insert(*n, Segment { bytes, starts });
     }
     let mut index = Index::with_segments(clean.segments.iter().cloned().collect());
     for s in index.segs.values_mut() {
         s.live = 0;
         s.live_bytes = 0;
     }
-    let mut decoded = HashMap::default();
-    let mut refs_of = HashMap::default();
-    let mut listed: HashMap<u64, Vec<Key>> = HashMap::default();
+    // The live messages in id order (the marker lists them so), and what their records list.
+    let mut live: Vec<LiveMessage> = Vec::with_capacity(clean.messages.len());
+    let mut listed_keys: HashSet<u64> = HashSet::default();
     for m in &clean.messages {
-        let Some((p, keys)) = message_at(&data, m, names) else {
-            return Ok(None);
-        };
-        if m.id >= clean.next_id || decoded.insert(m.id, p).is_some() {
+        if m.id >= clean.next_id || live.last().is_some_and(|l| l.id >= m.id) {
             return Ok(None);
         }
-        listed.insert(m.id, keys);
-        refs_of.insert(m.id, m.refs);
+        let Some(published) = message_at(&data, m, &mut listed_keys, names) else {
+            return Ok(None);
+        };
+        live.push(LiveMessage {
+            id: m.id,
+            published,
+            refs: m.refs,
+            named: 0,
+        });
         index.add_message(m.id, m.seg, m.offset, m.len, m.refs);
     }
     for (queue, incarnation, top) in clean.positions {
@@ -494,10 +504,9 @@ fn from_clean(
     if refs.windows(2).any(|w| w[0].0 == w[1].0) {
         return Ok(None);
     }
-    let mut named: HashMap<u64, u32> = HashMap::default();
     let mut messages = Vec::with_capacity(refs.len());
     for (key, loc) in refs {
-        let (Some(published), true) = (decoded.get(&loc.id), refs_of.contains_key(&loc.id)) else {
+        let Ok(at) = live.binary_search_by_key(&loc.id, |l| l.id) else {
             return Ok(None);
         };
         if meta.incarnation(&key.queue) != Some(key.incarnation) {
@@ -505,26 +514,23 @@ fn from_clean(
         }
         let placed = match loc.record {
             // Listed in its message's record (the marker keeps no place for it).
-            None => listed.get(&loc.id).is_some_and(|keys| keys.contains(&key)),
+            None => listed_keys.contains(&listing(loc.id, &key)),
             Some((offset, len)) => own_record_at(&data, loc.home, offset, len, names)
                 .is_some_and(|(id, k)| id == loc.id && k == key),
         };
         if !placed {
             return Ok(None);
         }
-        *named.entry(loc.id).or_default() += 1;
+        live[at].named += 1;
         messages.push(RecoveredMessage {
             queue: key.queue.to_string(),
             seq: key.seq,
             redelivered: loc.delivered,
-            published: published.clone(),
+            published: live[at].published.clone(),
         });
         index.add_ref(key, loc);
     }
-    if refs_of
-        .iter()
-        .any(|(id, &refs)| refs == 0 || named.get(id) != Some(&refs))
-    {
+    if live.iter().any(|l| l.refs == 0 || l.named != l.refs) {
         return Ok(None);
     }
     Ok(Some(Rebuilt {
@@ -537,8 +543,40 @@ fn from_clean(
         next_segment: 0,
         clean: true,
         truncated: 0,
-        dropped: Vec::new(),
+        acks: Vec::new(),
     }))
+}
+
+/// A segment's contents and where its records start, in order.
+struct Segment {
+    bytes: Vec<u8>,
+    starts: Vec<u64>,
+}
+
+impl Segment {
+    /// The record starting at `offset`, if one does.
+    fn record_at(&self, offset: u64) -> Option<frame::Frame<'_>> {
+        self.starts.binary_search(&offset).ok()?;
+        frame::read_at(&self.bytes, usize::try_from(offset).ok()?)
+    }
+}
+
+/// A live message of the marker, and how many of its references the marker names.
+struct LiveMessage {
+    id: u64,
+    published: stream_engine::Published,
+    refs: u32,
+    named: u32,
+}
+
+/// A reference listed in message `id`'s record, as a hash (the check that the marker's
+/// inline references are listed there keeps no key per message).
+fn listing(id: u64, key: &Key) -> u64 {
+    use std::hash::{BuildHasher, Hash, Hasher};
+    let mut h = rustc_hash::FxBuildHasher.build_hasher();
+    id.hash(&mut h);
+    key.hash(&mut h);
+    h.finish()
 }
 
 #[cfg(test)]

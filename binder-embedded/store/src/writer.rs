@@ -172,7 +172,7 @@ impl Writer {
         fs.sync_dir(&dir.join(layout::SEGMENTS))?;
         let mut index = rebuilt.index;
         index.segs.insert(active, Default::default());
-        let dropped = rebuilt.dropped;
+        let acks = rebuilt.acks;
         let mut writer = Writer {
             fs,
             dir,
@@ -202,9 +202,9 @@ impl Writer {
             compactions: 0,
             deleted: 0,
         };
-        if !dropped.is_empty() {
-            for (home, key) in &dropped {
-                writer.ack(*home, AckKind::Removed, key);
+        if !acks.is_empty() {
+            for (home, kind, key) in &acks {
+                writer.ack(*home, *kind, key);
             }
             writer.write_out()?;
             writer.sync_all()?;
