@@ -3,7 +3,7 @@
 //! ignored, and a clean-shutdown marker (a snapshot of the index), once checked against the
 //! files, spares decoding every record.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use std::path::Path;
@@ -40,6 +40,11 @@ pub(crate) struct Rebuilt {
     /// the writer writes each as an acknowledgement in the ack file of the segment whose
     /// record names the reference, at start, so the decision outlives its evidence.
     pub acks: Vec<(u32, AckKind, Key)>,
+    /// Segments holding records that later ones supersede (a compaction cut short by a crash
+    /// left the old copies): the writer compacts them at start, since an old copy would
+    /// come back once the segment of its successor is deleted, and acknowledgements only
+    /// ever go to the successor's ack file.
+    pub stale: BTreeSet<u32>,
 }
 
 fn corrupt(detail: impl Into<String>) -> StoreError {
@@ -148,6 +153,9 @@ fn full_scan(
     let mut bodies: HashMap<u64, (u32, u64, u32)> = HashMap::default();
     let mut candidates: HashMap<Key, Candidate> = HashMap::default();
     let mut acks = Vec::new();
+    // Segments holding a record a later one supersedes (a compaction's copy, cut short by a
+    // crash before the segment was deleted).
+    let mut stale = BTreeSet::new();
     // Per message, the references named since its latest record (that record's list, then
     // reference records of their own).
     let mut named: HashMap<u64, Vec<Key>> = HashMap::default();
@@ -179,7 +187,11 @@ fn full_scan(
             match record {
                 SegRecord::Message { id, refs, .. } => {
                     max_id = max_id.max(id);
-                    bodies.insert(id, (n, f.offset, f.len));
+                    if let Some((earlier, _, _)) = bodies.insert(id, (n, f.offset, f.len))
+                        && earlier != n
+                    {
+                        stale.insert(earlier);
+                    }
                     // A later record of the same message is a compaction's copy, which lists
                     // every reference live when it was made (those with records of their own
                     // too): one named only before it had gone by then, though its record or
@@ -191,13 +203,18 @@ fn full_scan(
                             let gone = !refs.iter().any(|r| r.key == key)
                                 && candidates.get(&key).is_some_and(|c| c.id == id);
                             if gone && let Some(c) = candidates.remove(&key) {
-                                acks.push((c.home, AckKind::Removed, key));
+                                if c.home != n {
+                                    stale.insert(c.home);
+                                }
+                                if meta.incarnation(&key.queue) == Some(key.incarnation) {
+                                    acks.push((c.home, AckKind::Removed, key));
+                                }
                             }
                         }
                     }
                     for r in refs {
                         note(&r.key);
-                        candidates.insert(
+                        let earlier = candidates.insert(
                             r.key,
                             Candidate {
                                 id,
@@ -206,6 +223,9 @@ fn full_scan(
                                 record: None,
                             },
                         );
+                        if let Some(e) = earlier.filter(|e| e.home != n) {
+                            stale.insert(e.home);
+                        }
                     }
                 }
                 SegRecord::Ref { id, entry } => {
@@ -213,7 +233,7 @@ fn full_scan(
                     max_id = max_id.max(id);
                     note(&entry.key);
                     named.entry(id).or_default().push(entry.key.clone());
-                    candidates.insert(
+                    let earlier = candidates.insert(
                         entry.key,
                         Candidate {
                             id,
@@ -222,6 +242,9 @@ fn full_scan(
                             record: Some((f.offset, f.len)),
                         },
                     );
+                    if let Some(e) = earlier.filter(|e| e.home != n) {
+                        stale.insert(e.home);
+                    }
                 }
             }
         }
@@ -337,6 +360,7 @@ fn full_scan(
         clean: false,
         truncated,
         acks,
+        stale,
     })
 }
 
@@ -544,6 +568,7 @@ fn from_clean(
         clean: true,
         truncated: 0,
         acks: Vec::new(),
+        stale: BTreeSet::new(),
     }))
 }
 
@@ -813,6 +838,32 @@ mod tests {
         segment(&fs, 1, &[message_record(7, std::slice::from_ref(&a))]);
         segment(&fs, 2, &[layout::encode_ref(7, &b)]);
         assert_eq!(recovered_counts(&fs), (1, 1));
+    }
+
+    /// A compaction cut short by a crash leaves the old copy of a message it had copied in a
+    /// segment another message keeps: that segment is compacted at start, so the old copy
+    /// does not come back once the new copy's segment is deleted (the acknowledgement went
+    /// to the new copy's ack file).
+    #[tokio::test]
+    async fn an_old_copy_left_by_a_compaction_cut_short_does_not_come_back() {
+        let fs = FaultFs::new();
+        two_queues(&fs);
+        let mut kept = first_of("b");
+        kept.key.seq = 2;
+        let copied = message_record(7, &[first_of("a")]);
+        segment(&fs, 1, &[copied.clone(), message_record(8, &[kept])]);
+        segment(&fs, 2, &[copied]);
+        let store =
+            DiskStore::open_with(Arc::new(fs.clone()), DIR, StoreConfig::default()).unwrap();
+        let broker: Broker = Broker::with_store(BrokerConfig::default(), store.clone()).unwrap();
+        let conn = broker.connect();
+        let ch = conn.open_channel().unwrap();
+        let got = ch.basic_get("a", false).unwrap().unwrap();
+        ch.basic_ack(got.delivery.delivery_tag, false).unwrap();
+        store.stats().unwrap();
+        let after = fs.crash();
+        drop((ch, conn, broker, store));
+        assert_eq!(recovered_counts(&after), (0, 1));
     }
 
     /// New messages take ids after every id the files name, a reference record's too (its

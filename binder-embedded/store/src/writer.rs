@@ -173,6 +173,7 @@ impl Writer {
         let mut index = rebuilt.index;
         index.segs.insert(active, Default::default());
         let acks = rebuilt.acks;
+        let stale = rebuilt.stale;
         let mut writer = Writer {
             fs,
             dir,
@@ -208,6 +209,11 @@ impl Writer {
             }
             writer.write_out()?;
             writer.sync_all()?;
+        }
+        for seg in stale {
+            if seg != writer.active && writer.index.segs.contains_key(&seg) {
+                writer.compact(seg)?;
+            }
         }
         writer.maintain()?;
         writer.lend();
