@@ -153,6 +153,8 @@ fn full_scan(
     let mut bodies: HashMap<u64, (u32, u64, u32)> = HashMap::default();
     let mut candidates: HashMap<Key, Candidate> = HashMap::default();
     let mut acks = Vec::new();
+    // References a later copy of their message dropped, with the segment naming them.
+    let mut superseded = Vec::new();
     // Segments holding a record a later one supersedes (a compaction's copy, cut short by a
     // crash before the segment was deleted).
     let mut stale = BTreeSet::new();
@@ -206,9 +208,7 @@ fn full_scan(
                                 if c.home != n {
                                     stale.insert(c.home);
                                 }
-                                if meta.incarnation(&key.queue) == Some(key.incarnation) {
-                                    acks.push((c.home, AckKind::Removed, key));
-                                }
+                                superseded.push((c.home, key));
                             }
                         }
                     }
@@ -285,6 +285,12 @@ fn full_scan(
         let mut bytes = bytes;
         bytes.truncate(valid as usize);
         data.insert(n, bytes);
+    }
+    // Written down unless a later record named them again.
+    for (home, key) in superseded {
+        if !candidates.contains_key(&key) && meta.incarnation(&key.queue) == Some(key.incarnation) {
+            acks.push((home, AckKind::Removed, key));
+        }
     }
     let mut index = Index::with_segments(stats);
     for key in tops.values() {
