@@ -13,7 +13,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use stream_engine::{Broker, BrokerConfig, FieldTable, Message, PublishOptions, Published};
+use stream_engine::{Broker, BrokerConfig, Message, PublishOptions};
 
 use crate::fs::FileSystem;
 use crate::{DiskStore, FaultFs, StoreConfig, frame, layout};
@@ -147,16 +147,19 @@ fn payloads(data: &[u8]) -> Vec<u8> {
 }
 
 /// What a recovered broker holds, in an order that does not depend on how it was rebuilt.
+///
+/// Values are compared as they print: a float field may be NaN, which equals nothing.
 #[derive(Debug, PartialEq)]
 struct Snapshot {
     /// Exchanges: name, type, durable, auto-delete, internal, alternate exchange.
     exchanges: Vec<String>,
-    /// Queues: name, durable, auto-delete, exclusive, ready count and bytes; arguments.
-    queues: Vec<(String, FieldTable)>,
-    /// Bindings: source, destination, its kind, routing key; arguments.
-    bindings: Vec<(String, FieldTable)>,
-    /// Each queue's messages in delivery order: queue, arrival position, redelivered, record.
-    messages: Vec<(String, u64, bool, Published)>,
+    /// Queues: name, durable, auto-delete, exclusive, ready count and bytes, arguments.
+    queues: Vec<String>,
+    /// Bindings: source, destination, its kind, routing key, arguments.
+    bindings: Vec<String>,
+    /// Each queue's messages in delivery order: queue, arrival position, redelivered,
+    /// payload size, record.
+    messages: Vec<(String, u64, bool, usize, String)>,
 }
 
 impl Snapshot {
@@ -165,12 +168,8 @@ impl Snapshot {
         let brief = |s: &Snapshot| -> Vec<String> {
             s.messages
                 .iter()
-                .map(|(q, seq, r, p)| {
-                    format!(
-                        "{q}#{seq}{} {}B",
-                        if *r { "r" } else { "" },
-                        p.message.payload.len()
-                    )
+                .map(|(q, seq, r, size, _)| {
+                    format!("{q}#{seq}{} {size}B", if *r { "r" } else { "" })
                 })
                 .collect()
         };
@@ -221,43 +220,44 @@ fn snapshot(broker: &Broker) -> Snapshot {
     for q in &queues {
         // Nothing is paged at the default watermark, so a peek reads nothing back.
         let peeked = broker.peek(&q.name, usize::MAX).unwrap_or_default();
-        messages.extend(
-            peeked
-                .into_iter()
-                .map(|m| (q.name.clone(), m.seq, m.redelivered, (*m.record).clone())),
-        );
+        messages.extend(peeked.into_iter().map(|m| {
+            let size = m.record.message.payload.len();
+            (
+                q.name.clone(),
+                m.seq,
+                m.redelivered,
+                size,
+                format!("{:?}", m.record),
+            )
+        }));
     }
-    let mut queues: Vec<(String, FieldTable)> = queues
+    let mut queues: Vec<String> = queues
         .into_iter()
         .map(|q| {
-            let what = format!(
-                "{:?} durable={} auto_delete={} exclusive={} ready={} bytes={}",
+            format!(
+                "{:?} durable={} auto_delete={} exclusive={} ready={} bytes={} {:?}",
                 q.name,
                 q.durable,
                 q.auto_delete,
                 q.exclusive,
                 q.messages_ready,
-                q.message_bytes_ready
-            );
-            (what, q.arguments)
+                q.message_bytes_ready,
+                q.arguments
+            )
         })
         .collect();
-    queues.sort_by(|a, b| a.0.cmp(&b.0));
-    let mut bindings: Vec<(String, FieldTable)> = broker
+    queues.sort();
+    let mut bindings: Vec<String> = broker
         .bindings()
         .into_iter()
         .map(|b| {
-            let what = format!(
-                "{:?} -> {:?} exchange={} key={:?}",
-                b.source, b.destination, b.destination_is_exchange, b.routing_key
-            );
-            (what, b.arguments)
+            format!(
+                "{:?} -> {:?} exchange={} key={:?} {:?}",
+                b.source, b.destination, b.destination_is_exchange, b.routing_key, b.arguments
+            )
         })
         .collect();
-    bindings.sort_by(|a, b| {
-        a.0.cmp(&b.0)
-            .then_with(|| format!("{:?}", a.1).cmp(&format!("{:?}", b.1)))
-    });
+    bindings.sort();
     Snapshot {
         exchanges,
         queues,
