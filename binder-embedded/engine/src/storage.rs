@@ -79,7 +79,8 @@ const STORED: u32 = 1 << 30;
 const HELD: u32 = 1 << 31;
 
 /// The largest arrival position a queued message keeps: positions are kept in 56 bits
-/// (72 × 10^15 messages per queue). A message store refuses to recover a larger one.
+/// (72 × 10^15 messages per queue). A message store must not recover a position the queue
+/// could not number a next message after (`stream-store` refuses `MAX_SEQ` and above).
 pub const MAX_SEQ: u64 = (1 << 56) - 1;
 
 const SEQ_MASK: u64 = MAX_SEQ;
