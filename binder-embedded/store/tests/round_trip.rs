@@ -4,6 +4,7 @@
 mod common;
 
 use common::*;
+use std::time::Duration;
 use stream_engine::*;
 use stream_store::{FaultFs, StoreConfig};
 
@@ -336,4 +337,49 @@ async fn a_queue_declared_again_after_the_log_was_rewritten_gets_none_of_the_old
     let ch = conn.open_channel().unwrap();
     let left: Vec<String> = drain(&ch, "q").into_iter().map(|(body, _)| body).collect();
     assert_eq!(left, ["new"]);
+}
+
+/// A message rejected into its dead-letter queue just before a crash is in one of the two
+/// queues after it (both, at worst), never in neither: the store hears of the copy before
+/// the removal. One command per batch and slow syncs make the crash fall between the two.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_dead_lettered_just_before_a_crash_is_not_lost() {
+    let fs = FaultFs::new();
+    let dir = std::path::Path::new("/dead-lettered");
+    let config = StoreConfig {
+        max_batch: 1,
+        ..StoreConfig::default()
+    };
+    let (store, broker) = open_fault(&fs, dir, config.clone());
+    let conn = broker.connect();
+    let ch = conn.open_channel().unwrap();
+    ch.confirm_select().unwrap();
+    let mut dead_letters = FieldTable::new();
+    dead_letters.insert("x-dead-letter-exchange", FieldValue::from(""));
+    dead_letters.insert("x-dead-letter-routing-key", FieldValue::from("dlq"));
+    ch.queue_declare("work", durable_queue(), dead_letters)
+        .unwrap();
+    ch.queue_declare("dlq", durable_queue(), FieldTable::new())
+        .unwrap();
+    publish_each(&ch, "work", ["m".to_owned()]).await;
+    let got = ch.basic_get("work", false).unwrap().expect("the message");
+    // Everything so far is in the files and synced.
+    store.stats().unwrap();
+    fs.set_sync_delay(Duration::from_millis(200));
+    ch.basic_reject(got.delivery.delivery_tag, false).unwrap();
+    // The first of the two commands is synced after 200 ms, the second after 400 ms.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let after = fs.crash();
+    drop((ch, conn, broker, store));
+
+    let (_store, broker) = open_fault(&after, dir, config);
+    let conn = broker.connect();
+    let ch = conn.open_channel().unwrap();
+    let work = drain(&ch, "work");
+    let dlq = drain(&ch, "dlq");
+    assert!(
+        work.len() + dlq.len() >= 1,
+        "the message is in neither queue"
+    );
+    assert!(work.len() <= 1 && dlq.len() <= 1, "{work:?} {dlq:?}");
 }

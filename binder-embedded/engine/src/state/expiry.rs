@@ -106,13 +106,28 @@ impl<E: Envelope> State<E> {
                 }
             },
         };
-        if message.stored() {
-            self.store.removed(queue, message.seq(), Removal::Died);
-        }
-        let (Some((dlx, routing_key)), Some(record)) = (dlx, record) else {
-            return;
-        };
+        // The store hears of the removal only after the copies are enqueued: its writer keeps
+        // the order of what it is told, so a crash in between leaves the message in both
+        // queues (at least once) rather than in neither.
+        let stored = message.stored().then(|| message.seq());
         drop(message);
+        if let (Some((dlx, routing_key)), Some(record)) = (dlx, record) {
+            self.dead_letter_copy(record, queue, reason, &dlx, routing_key);
+        }
+        if let Some(seq) = stored {
+            self.store.removed(queue, seq, Removal::Died);
+        }
+    }
+
+    /// Publishes a dead letter's copy, with its death recorded, to the dead-letter exchange.
+    fn dead_letter_copy(
+        &mut self,
+        record: Arc<E::Record>,
+        queue: &str,
+        reason: DeathReason,
+        dlx: &str,
+        routing_key: Option<String>,
+    ) {
         // Dead-lettering rewrites the headers: the record is rebuilt in the engine's types
         // (a cold path) and handed back to the envelope.
         let mut body = E::into_native(record);
@@ -126,7 +141,7 @@ impl<E: Envelope> State<E> {
         let mut targets = Vec::new();
         let exchange = self
             .registry
-            .route(&dlx, &key, &body.message.headers, &mut targets);
+            .route(dlx, &key, &body.message.headers, &mut targets);
         let cycles: Vec<bool> = targets.iter().map(|t| is_cycle(&body.message, t)).collect();
         let body = Arc::new(E::from_native(Published::new(exchange, key, body.message)));
         self.publication += 1;
