@@ -1,8 +1,11 @@
-//! What the recovery fuzz target in `fuzz/` drives: a data directory built from arbitrary
-//! bytes, opened by the store and recovered by a broker, with the checks that make a run
-//! fail. Hidden and not a stable API; it has no behaviour of its own beyond the checks.
+//! What the fuzz targets in `fuzz/` drive, with the checks that make a run fail. Hidden and
+//! not a stable API; it has no behaviour of its own beyond the checks.
 //!
-//! An input is a flags byte, then files: a kind byte (taken modulo 5: `meta.log`,
+//! * `recovery` ([`check`]): a data directory built from arbitrary bytes, opened by the store
+//!   and recovered by a broker.
+//! * `workload` ([`workload::run`]): broker operations on a store, checked against a model.
+//!
+//! A `recovery` input is a flags byte, then files: a kind byte (taken modulo 5: `meta.log`,
 //! `meta.tmp`, `clean`, a segment, a segment's ack file; the last two followed by the
 //! segment's number, a byte), a little-endian `u16` length, then that many bytes (fewer if
 //! the input ends first). With flag bit 0 set, a file's bytes are a list of record payloads
@@ -17,6 +20,8 @@ use stream_engine::{Broker, BrokerConfig, Message, PublishOptions};
 
 use crate::fs::FileSystem;
 use crate::{DiskStore, FaultFs, StoreConfig, frame, layout};
+
+pub mod workload;
 
 /// The data directory the inputs describe.
 pub const DIR: &str = "/store";

@@ -119,22 +119,6 @@ fn check(input: &[u8]) {
     fuzzing::check(input);
 }
 
-/// A small deterministic generator (xorshift64*).
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
-}
-
 fn mutate(seed: &[u8], rng: &mut Rng) -> Vec<u8> {
     let mut m = seed.to_vec();
     let at = 1 + rng.below(m.len() - 1);

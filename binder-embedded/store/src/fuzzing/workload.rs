@@ -1,0 +1,650 @@
+//! What the `workload` fuzz target drives: broker operations on a disk store, decoded from
+//! the input (publishes, gets, acks, nacks, rejects that dead-letter, purges, deletions,
+//! re-drives, peeks, clean and crashed restarts), checked at every step against a model of
+//! what each queue holds. Small segments make the writer delete and compact them under the
+//! workload; a low paging threshold keeps messages on disk only, so that deliveries, peeks,
+//! dead letters and re-drives read them back.
+//!
+//! An input is a settings byte (bit 0: segments of 4 KiB, else 64 KiB; bit 1: page every
+//! persistent message, else page none; bit 2: one command per batch, so that a crash falls
+//! between the commands of one operation more often), then operations: a byte whose low four bits choose
+//! the operation and whose high four bits its queue, and for most an argument byte.
+//!
+//! The queues: `w0` (plain), `w1` (`x-max-priority: 3`), `w2` (dead-letters to `dlq`
+//! through the default exchange), `dlq` (plain). Every message carries its own id in its
+//! body, so a delivery, a peek or a recovery names what it holds.
+//!
+//! With `STREAM_STORE_WORKLOAD_TRACE` set, each operation is printed to stderr as it runs.
+//!
+//! Checked:
+//! * every body read back (delivered, fetched, peeked) is the one published under its id;
+//! * a get returns the message the model says is next (arrival order; priority first in
+//!   `w1`; requeued messages at their old place), a peek lists exactly the ready ones in that
+//!   order, a purge counts them;
+//! * after a clean restart each queue holds exactly its persistent messages that were not
+//!   settled (unacknowledged ones requeued), in order, from the marker; a restart that
+//!   removes the marker first recovers the same by the full scan;
+//! * after a crash (what was not synced is lost) each queue holds every persistent message
+//!   it held, in order, none twice, and nothing else but messages settled since the last
+//!   restart. A message moved by dead-lettering or re-driving since then may be missing from
+//!   its new queue only if it is back in the old one.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use stream_engine::{
+    Broker, BrokerConfig, Channel, Connection, FieldTable, FieldValue, Message, PublishOptions,
+    PublishStatus, QueueOptions, Redrive,
+};
+
+use crate::fs::FileSystem;
+use crate::{DiskStore, FaultFs, StoreConfig, layout};
+
+use super::DIR;
+
+/// Settings bit: 4 KiB segments (else 64 KiB).
+pub const SMALL_SEGMENTS: u8 = 1;
+/// Settings bit: every persistent message in a durable queue is paged.
+pub const PAGE_ALL: u8 = 2;
+/// Settings bit: the store's writer takes one command per batch (one sync each).
+pub const ONE_PER_BATCH: u8 = 4;
+
+/// At most this many operations are run (the rest of a longer input is ignored).
+const MAX_OPS: usize = 4096;
+
+const QUEUES: [&str; 4] = ["w0", "w1", "w2", "dlq"];
+const PRIORITY_QUEUE: usize = 1;
+const DEAD_LETTERING: usize = 2;
+const DLQ: usize = 3;
+
+fn queue_arguments(q: usize) -> FieldTable {
+    let mut args = FieldTable::new();
+    if q == PRIORITY_QUEUE {
+        args.insert("x-max-priority", FieldValue::I32(3));
+    }
+    if q == DEAD_LETTERING {
+        args.insert("x-dead-letter-exchange", FieldValue::from(""));
+        args.insert("x-dead-letter-routing-key", FieldValue::from(QUEUES[DLQ]));
+    }
+    args
+}
+
+fn durable() -> QueueOptions {
+    QueueOptions {
+        durable: true,
+        ..QueueOptions::default()
+    }
+}
+
+/// A message's body: its id, then its length's worth of a byte derived from the id.
+fn body(id: u32, size: usize) -> Vec<u8> {
+    let mut b = id.to_le_bytes().to_vec();
+    b.resize(size.max(4), fill(id));
+    b
+}
+
+fn fill(id: u32) -> u8 {
+    (id as u8) ^ 0x5a
+}
+
+/// What the model knows of a message.
+#[derive(Debug, Clone, Copy)]
+struct Sent {
+    size: usize,
+    priority: u8,
+    persistent: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    Ready,
+    /// Delivered to the current channel, not settled.
+    Held,
+    /// Settled (or purged, or its queue deleted) since the last restart.
+    Gone,
+}
+
+/// A message in a queue of the model, in arrival order.
+#[derive(Debug, Clone)]
+struct Slot {
+    id: u32,
+    state: State,
+    /// The queue it was moved from since the last restart (dead-lettered or re-driven): a
+    /// crash may leave it there instead.
+    from: Option<usize>,
+}
+
+/// A delivery of the current channel not yet settled.
+#[derive(Debug, Clone, Copy)]
+struct Held {
+    tag: u64,
+    queue: usize,
+    /// Its slot in the queue (slots keep their places until a restart).
+    at: usize,
+    id: u32,
+}
+
+struct Run {
+    fs: FaultFs,
+    config: StoreConfig,
+    broker_config: BrokerConfig,
+    store: DiskStore,
+    broker: Broker,
+    conn: Connection,
+    ch: Channel,
+    sent: HashMap<u32, Sent>,
+    queues: [Vec<Slot>; 4],
+    held: Vec<Held>,
+    next_id: u32,
+}
+
+fn open(
+    fs: &FaultFs,
+    config: &StoreConfig,
+    broker_config: &BrokerConfig,
+) -> (DiskStore, Broker, Connection, Channel) {
+    let store = DiskStore::open_with(Arc::new(fs.clone()), DIR, config.clone())
+        .unwrap_or_else(|e| panic!("the store does not open: {e}"));
+    let broker = Broker::with_store(broker_config.clone(), store.clone())
+        .unwrap_or_else(|e| panic!("the broker does not recover: {e}"));
+    let conn = broker.connect();
+    let ch = channel(&conn);
+    (store, broker, conn, ch)
+}
+
+fn channel(conn: &Connection) -> Channel {
+    let ch = conn.open_channel().expect("a channel opens");
+    ch.confirm_select().expect("confirm mode");
+    ch
+}
+
+impl Run {
+    fn new(settings: u8) -> Run {
+        let config = StoreConfig {
+            segment_bytes: if settings & SMALL_SEGMENTS != 0 {
+                4096
+            } else {
+                64 * 1024
+            },
+            max_batch: if settings & ONE_PER_BATCH != 0 {
+                1
+            } else {
+                StoreConfig::default().max_batch
+            },
+            ..StoreConfig::default()
+        };
+        // A watermark no workload reaches (publishers are never blocked), and a paging
+        // threshold of a few bytes or of the whole watermark.
+        let broker_config = BrokerConfig {
+            memory_high_watermark: Some(1 << 30),
+            memory_paging_ratio: if settings & PAGE_ALL != 0 { 1e-9 } else { 1.0 },
+            ..BrokerConfig::default()
+        };
+        let fs = FaultFs::new();
+        let (store, broker, conn, ch) = open(&fs, &config, &broker_config);
+        for (q, name) in QUEUES.iter().enumerate() {
+            ch.queue_declare(name, durable(), queue_arguments(q))
+                .expect("declared");
+        }
+        Run {
+            fs,
+            config,
+            broker_config,
+            store,
+            broker,
+            conn,
+            ch,
+            sent: HashMap::new(),
+            queues: Default::default(),
+            held: Vec::new(),
+            next_id: 0,
+        }
+    }
+
+    /// The id a body names, after checking the body is the one published under it.
+    fn id_of(&self, payload: &[u8], what: &str) -> u32 {
+        assert!(
+            payload.len() >= 4,
+            "{what}: a body of {} bytes",
+            payload.len()
+        );
+        let id = u32::from_le_bytes(payload[..4].try_into().expect("four bytes"));
+        let sent = self
+            .sent
+            .get(&id)
+            .unwrap_or_else(|| panic!("{what}: message {id} was never published"));
+        assert_eq!(
+            payload.len(),
+            sent.size.max(4),
+            "{what}: message {id} has another length"
+        );
+        assert!(
+            payload[4..].iter().all(|&b| b == fill(id)),
+            "{what}: message {id} has other bytes"
+        );
+        id
+    }
+
+    /// The slots of the ready messages of `q` in delivery order (priority first in the
+    /// priority queue, then arrival).
+    fn ready(&self, q: usize) -> Vec<usize> {
+        let mut ready: Vec<(u8, usize)> = self.queues[q]
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.state == State::Ready)
+            .map(|(at, s)| {
+                let priority = if q == PRIORITY_QUEUE {
+                    self.sent[&s.id].priority
+                } else {
+                    0
+                };
+                (priority, at)
+            })
+            .collect();
+        ready.sort_by_key(|&(priority, at)| (std::cmp::Reverse(priority), at));
+        ready.into_iter().map(|(_, at)| at).collect()
+    }
+
+    /// The ids of the ready messages of `q` in delivery order.
+    fn ready_ids(&self, q: usize) -> Vec<u32> {
+        self.ready(q)
+            .into_iter()
+            .map(|at| self.queues[q][at].id)
+            .collect()
+    }
+
+    async fn publish(&mut self, q: usize, arg: u8, persistent: bool) {
+        let id = self.next_id;
+        self.next_id += 1;
+        let size = usize::from(arg) * 23;
+        let priority = arg % 4;
+        let mut m = Message::new(body(id, size));
+        m.properties.priority = Some(priority);
+        if persistent {
+            m.properties.delivery_mode = Some(2);
+        }
+        self.sent.insert(
+            id,
+            Sent {
+                size,
+                priority,
+                persistent,
+            },
+        );
+        let outcome = self
+            .ch
+            .basic_publish("", QUEUES[q], PublishOptions::default(), m)
+            .await
+            .unwrap_or_else(|e| panic!("publish of {id} to {}: {e}", QUEUES[q]));
+        assert_eq!(outcome.status, PublishStatus::Routed(1), "publish of {id}");
+        self.queues[q].push(Slot {
+            id,
+            state: State::Ready,
+            from: None,
+        });
+    }
+
+    fn get(&mut self, q: usize) {
+        let expected = self.ready(q).first().copied();
+        let expected_id = expected.map(|at| self.queues[q][at].id);
+        let got = self
+            .ch
+            .basic_get(QUEUES[q], false)
+            .unwrap_or_else(|e| panic!("get from {}: {e}", QUEUES[q]));
+        let Some(got) = got else {
+            assert_eq!(expected_id, None, "{} gave nothing", QUEUES[q]);
+            return;
+        };
+        let what = format!("get from {}", QUEUES[q]);
+        let id = self.id_of(&got.delivery.message().payload, &what);
+        assert_eq!(Some(id), expected_id, "{what}");
+        let at = expected.expect("a message was expected");
+        self.queues[q][at].state = State::Held;
+        self.held.push(Held {
+            tag: got.delivery.delivery_tag,
+            queue: q,
+            at,
+            id,
+        });
+    }
+
+    /// Settles held delivery `pick` (modulo their count): acked, requeued, or rejected (a
+    /// message of the dead-lettering queue goes to the dead-letter queue).
+    fn settle(&mut self, pick: u8, how: Settle) {
+        if self.held.is_empty() {
+            return;
+        }
+        let at = usize::from(pick) % self.held.len();
+        let chosen = self.held[at];
+        let settled: Vec<Held> = match how {
+            Settle::AckMultiple => self.held.drain(..=at).collect(),
+            _ => vec![self.held.remove(at)],
+        };
+        match how {
+            Settle::Ack => self.ch.basic_ack(chosen.tag, false),
+            Settle::AckMultiple => self.ch.basic_ack(chosen.tag, true),
+            Settle::Requeue => self.ch.basic_nack(chosen.tag, false, true),
+            Settle::Reject => self.ch.basic_reject(chosen.tag, false),
+        }
+        .unwrap_or_else(|e| panic!("{how:?} of {}: {e}", chosen.id));
+        for h in settled {
+            let slot = &mut self.queues[h.queue][h.at];
+            slot.state = match how {
+                Settle::Requeue => State::Ready,
+                _ => State::Gone,
+            };
+            if how == Settle::Reject && h.queue == DEAD_LETTERING {
+                self.queues[DLQ].push(Slot {
+                    id: h.id,
+                    state: State::Ready,
+                    from: Some(DEAD_LETTERING),
+                });
+            }
+        }
+    }
+
+    /// Closes the channel (its deliveries are requeued) and opens another.
+    fn reopen_channel(&mut self) {
+        let ch = std::mem::replace(&mut self.ch, channel(&self.conn));
+        ch.close();
+        for h in std::mem::take(&mut self.held) {
+            self.queues[h.queue][h.at].state = State::Ready;
+        }
+    }
+
+    /// The ready messages of `q` as a peek lists them, bodies checked.
+    fn peeked(&self, q: usize, what: &str) -> Vec<u32> {
+        self.broker
+            .peek(QUEUES[q], usize::MAX)
+            .unwrap_or_else(|e| panic!("{what}: peek of {}: {e}", QUEUES[q]))
+            .iter()
+            .map(|m| self.id_of(&m.record.message.payload, what))
+            .collect()
+    }
+
+    fn peek(&self, q: usize) {
+        let what = format!("peek of {}", QUEUES[q]);
+        assert_eq!(self.peeked(q, &what), self.ready_ids(q), "{what}");
+    }
+
+    fn purge(&mut self, q: usize) {
+        let count = self
+            .ch
+            .queue_purge(QUEUES[q])
+            .unwrap_or_else(|e| panic!("purge of {}: {e}", QUEUES[q]));
+        let ready = self.ready(q).len();
+        assert_eq!(count as usize, ready, "purge of {}", QUEUES[q]);
+        for s in &mut self.queues[q] {
+            if s.state == State::Ready {
+                s.state = State::Gone;
+            }
+        }
+    }
+
+    /// Deletes `q` and declares it again. Its deliveries held by the channel are not acked
+    /// (their queue is gone; closing the channel later must not bring them back).
+    fn delete_and_declare(&mut self, q: usize) {
+        self.ch
+            .queue_delete(QUEUES[q], false, false)
+            .unwrap_or_else(|e| panic!("delete of {}: {e}", QUEUES[q]));
+        self.ch
+            .queue_declare(QUEUES[q], durable(), queue_arguments(q))
+            .expect("declared again");
+        self.held.retain(|h| h.queue != q);
+        for s in &mut self.queues[q] {
+            s.state = State::Gone;
+        }
+    }
+
+    /// Moves the ready message of the dead-letter queue at `pick` (modulo their count) back
+    /// to `to` through the default exchange.
+    async fn redrive(&mut self, pick: u8, to: usize) {
+        let peeked = self
+            .broker
+            .peek(QUEUES[DLQ], usize::MAX)
+            .expect("peek of the dead-letter queue");
+        if peeked.is_empty() {
+            return;
+        }
+        let ready = self.ready(DLQ);
+        assert_eq!(peeked.len(), ready.len(), "peek of the dead-letter queue");
+        let pick = usize::from(pick) % ready.len();
+        let (m, at) = (&peeked[pick], ready[pick]);
+        let id = self.id_of(&m.record.message.payload, "redrive");
+        assert_eq!(id, self.queues[DLQ][at].id, "peek of the dead-letter queue");
+        let outcome = self
+            .broker
+            .redrive(QUEUES[DLQ], m.seq, "", QUEUES[to])
+            .await
+            .unwrap_or_else(|e| panic!("redrive of {id}: {e}"));
+        assert_eq!(outcome, Redrive::Moved(1), "redrive of {id}");
+        // Moved to the tail of `to` (the dead-letter queue's own, too).
+        self.queues[DLQ][at].state = State::Gone;
+        self.queues[to].push(Slot {
+            id,
+            state: State::Ready,
+            from: Some(DLQ),
+        });
+    }
+
+    /// Stops the broker, cleanly (connection closed, so its deliveries are requeued, then
+    /// the store closed, which writes the marker; with `scan` the marker is then removed) or
+    /// by a crash, starts it again on what the files hold, and checks what it recovered.
+    fn restart(self, crash: bool, scan: bool) -> Run {
+        let Run {
+            fs,
+            config,
+            broker_config,
+            store,
+            broker,
+            conn,
+            ch,
+            sent,
+            mut queues,
+            held,
+            next_id,
+        } = self;
+        let fs = if crash {
+            // The old broker and store go after the crash: their writes fail.
+            let after = fs.crash();
+            drop((ch, conn, broker, store));
+            after
+        } else {
+            ch.close();
+            conn.close();
+            drop(broker);
+            store.close().expect("the store closes");
+            let after = fs.crash();
+            if scan {
+                FileSystem::delete(&after, &Path::new(DIR).join(layout::CLEAN)).expect("in memory");
+            }
+            after
+        };
+        for h in held {
+            if let Some(s) = queues[h.queue]
+                .iter_mut()
+                .rev()
+                .find(|s| s.id == h.id && s.state == State::Held)
+            {
+                s.state = State::Ready;
+            }
+        }
+        let (store, broker, conn, ch) = open(&fs, &config, &broker_config);
+        assert_eq!(
+            store.started_clean(),
+            !crash && !scan,
+            "started from the marker"
+        );
+        // A declaration is durable with the next sync: a crash before one (no confirmed
+        // publish to the queue since) may lose it. Declaring again changes nothing otherwise.
+        for (q, name) in QUEUES.iter().enumerate() {
+            ch.queue_declare(name, durable(), queue_arguments(q))
+                .expect("declared");
+        }
+        let mut run = Run {
+            fs,
+            config,
+            broker_config,
+            store,
+            broker,
+            conn,
+            ch,
+            sent,
+            queues,
+            held: Vec::new(),
+            next_id,
+        };
+        let recovered: Vec<Vec<u32>> = (0..QUEUES.len())
+            .map(|q| run.peeked(q, &format!("recovery of {}", QUEUES[q])))
+            .collect();
+        for (q, got) in recovered.iter().enumerate() {
+            if crash {
+                run.check_after_crash(q, got, &recovered);
+            } else {
+                let expected: Vec<u32> = run.queues[q]
+                    .iter()
+                    .filter(|s| s.state != State::Gone && run.sent[&s.id].persistent)
+                    .map(|s| s.id)
+                    .collect();
+                let expected = run.in_delivery_order(q, expected);
+                assert_eq!(got, &expected, "after a clean restart, {}", QUEUES[q]);
+            }
+        }
+        // The model becomes what was recovered: the slots matched, in arrival order.
+        for (q, got) in recovered.iter().enumerate() {
+            let mut places = run.matched(q, got, "recovery");
+            places.sort_unstable();
+            let slots: Vec<Slot> = places
+                .into_iter()
+                .map(|at| Slot {
+                    id: run.queues[q][at].id,
+                    state: State::Ready,
+                    from: None,
+                })
+                .collect();
+            run.queues[q] = slots;
+        }
+        run
+    }
+
+    fn in_delivery_order(&self, q: usize, ids: Vec<u32>) -> Vec<u32> {
+        if q != PRIORITY_QUEUE {
+            return ids;
+        }
+        let mut ids: Vec<(usize, u32)> = ids.into_iter().enumerate().collect();
+        ids.sort_by_key(|&(at, id)| (std::cmp::Reverse(self.sent[&id].priority), at));
+        ids.into_iter().map(|(_, id)| id).collect()
+    }
+
+    /// The slot of `q` (an index into its arrival order) each of `got` is, taking `got` as a
+    /// queue lists its messages: a subsequence of the queue's persistent slots (settled ones
+    /// included) in delivery order. A message the queue held twice (moved away and back, its
+    /// old place's removal lost in a crash) has two slots.
+    fn matched(&self, q: usize, got: &[u32], what: &str) -> Vec<usize> {
+        let name = QUEUES[q];
+        let mut order: Vec<usize> = (0..self.queues[q].len())
+            .filter(|&at| self.sent[&self.queues[q][at].id].persistent)
+            .collect();
+        if q == PRIORITY_QUEUE {
+            order.sort_by_key(|&at| {
+                let priority = self.sent[&self.queues[q][at].id].priority;
+                (std::cmp::Reverse(priority), at)
+            });
+        }
+        let mut next = order.into_iter();
+        got.iter()
+            .map(|&id| {
+                next.find(|&at| self.queues[q][at].id == id)
+                    .unwrap_or_else(|| {
+                        panic!("{what}: {name} holds {id} out of order, or never held it: {got:?}")
+                    })
+            })
+            .collect()
+    }
+
+    fn check_after_crash(&self, q: usize, got: &[u32], recovered: &[Vec<u32>]) {
+        let name = QUEUES[q];
+        // In order, and nothing the queue never held (nor more copies than it held).
+        self.matched(q, got, "after a crash");
+        // Every message it held is there, as often as it held it, unless it was moved here
+        // since the last restart and is back where it came from.
+        let mut needed: HashMap<u32, usize> = HashMap::new();
+        for s in &self.queues[q] {
+            let back_where_it_was = s.from.is_some_and(|from| recovered[from].contains(&s.id));
+            if s.state != State::Gone && self.sent[&s.id].persistent && !back_where_it_was {
+                *needed.entry(s.id).or_default() += 1;
+            }
+        }
+        for (id, needed) in needed {
+            let found = got.iter().filter(|&&g| g == id).count();
+            assert!(
+                found >= needed,
+                "after a crash, {name} lost message {id}: it holds {found} of {needed}"
+            );
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Settle {
+    Ack,
+    AckMultiple,
+    Requeue,
+    Reject,
+}
+
+/// Runs the workload an input describes, with its checks; panics when one fails. Call it
+/// inside a Tokio runtime (a current-thread one with a paused clock, as the fuzz target
+/// does: no time passes between the operations).
+pub async fn run(input: &[u8]) {
+    let Some((&settings, mut ops)) = input.split_first() else {
+        return;
+    };
+    let trace = std::env::var_os("STREAM_STORE_WORKLOAD_TRACE").is_some();
+    let mut run = Run::new(settings);
+    for _ in 0..MAX_OPS {
+        let Some((&op, rest)) = ops.split_first() else {
+            break;
+        };
+        ops = rest;
+        let q = usize::from(op >> 4) % QUEUES.len();
+        let kind = op & 0x0f;
+        // Operations 0–9 and 15 take an argument byte.
+        let arg = if kind <= 9 || kind == 15 {
+            let Some((&arg, rest)) = ops.split_first() else {
+                break;
+            };
+            ops = rest;
+            arg
+        } else {
+            0
+        };
+        if trace {
+            eprintln!("op {kind} queue {} arg {arg}", QUEUES[q]);
+        }
+        match kind {
+            0..=2 => run.publish(q, arg, true).await,
+            3 => run.publish(q, arg, false).await,
+            4 => {
+                // Gets of `arg % 4 + 1` messages.
+                for _ in 0..=arg % 4 {
+                    run.get(q);
+                }
+            }
+            5 => run.settle(arg, Settle::Ack),
+            6 => run.settle(arg, Settle::AckMultiple),
+            7 => run.settle(arg, Settle::Requeue),
+            8 => run.settle(arg, Settle::Reject),
+            9 => run.redrive(arg, usize::from(arg >> 4) % QUEUES.len()).await,
+            10 => run.peek(q),
+            11 => run.purge(q),
+            12 => run.delete_and_declare(q),
+            13 => run.reopen_channel(),
+            14 => run = run.restart(true, false),
+            _ => run = run.restart(false, arg & 1 != 0),
+        }
+    }
+    // Whatever the input, it ends with a clean restart and a crash after it.
+    run.restart(false, false).restart(true, false);
+}

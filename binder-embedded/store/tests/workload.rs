@@ -1,0 +1,82 @@
+//! The workload fuzz target's harness (`stream_store::fuzzing::workload`, driven by
+//! `fuzz/fuzz_targets/workload.rs`) run in `cargo test` on generated inputs: operations on a
+//! broker with a disk store (publishes, gets, settlements, dead letters, re-drives, purges,
+//! deletions, peeks, clean and crashed restarts) checked against a model of every queue.
+//!
+//! `cargo test -p stream-store --test workload -- --ignored write_seed_corpus` writes the
+//! seeds to `fuzz/seeds/workload/`.
+
+mod common;
+
+use std::path::Path;
+
+use common::Rng;
+use stream_store::fuzzing::workload::{self, ONE_PER_BATCH, PAGE_ALL, SMALL_SEGMENTS};
+
+/// Runs an input where the target runs it: a current-thread runtime with a paused clock.
+fn run(input: &[u8]) {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .unwrap()
+        .block_on(workload::run(input));
+}
+
+/// An input of `ops` operations with these settings. Restarts are drawn less often than the
+/// rest (one operation in about 40), so that backlogs build up between them.
+fn generated(settings: u8, ops: usize, rng: &mut Rng) -> Vec<u8> {
+    let mut input = vec![settings];
+    for _ in 0..ops {
+        let mut op = rng.next() as u8;
+        if op & 0x0f >= 14 && rng.below(5) != 0 {
+            op &= 0xf0 | rng.below(4) as u8;
+        }
+        input.push(op);
+        input.push(rng.next() as u8);
+    }
+    input
+}
+
+fn inputs() -> Vec<(String, Vec<u8>)> {
+    let mut rng = Rng(0x00c0_ffee_0123_4567);
+    let mut out = Vec::new();
+    for settings in [
+        0,
+        SMALL_SEGMENTS,
+        PAGE_ALL,
+        SMALL_SEGMENTS | PAGE_ALL,
+        SMALL_SEGMENTS | PAGE_ALL | ONE_PER_BATCH,
+    ] {
+        for i in 0..8 {
+            let ops = 100 + rng.below(400);
+            out.push((
+                format!("settings-{settings}-{i}"),
+                generated(settings, ops, &mut rng),
+            ));
+        }
+    }
+    out
+}
+
+#[test]
+fn generated_workloads_keep_what_the_model_says() {
+    for (name, input) in inputs() {
+        if let Err(e) = std::panic::catch_unwind(|| run(&input)) {
+            let path = std::env::temp_dir().join(format!("stream-store-workload-{name}"));
+            std::fs::write(&path, &input).unwrap();
+            eprintln!("input {name} failed; written to {}", path.display());
+            std::panic::resume_unwind(e);
+        }
+    }
+}
+
+#[test]
+#[ignore = "writes the fuzz target's seed corpus"]
+fn write_seed_corpus() {
+    let out = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/seeds/workload");
+    std::fs::create_dir_all(&out).unwrap();
+    for (name, input) in inputs() {
+        std::fs::write(out.join(name), input).unwrap();
+    }
+}
