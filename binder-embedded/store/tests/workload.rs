@@ -14,13 +14,13 @@ use common::Rng;
 use stream_store::fuzzing::workload::{self, ONE_PER_BATCH, PAGE_ALL, SMALL_SEGMENTS};
 
 /// Runs an input where the target runs it: a current-thread runtime with a paused clock.
-fn run(input: &[u8]) {
+fn run(input: &[u8]) -> workload::Summary {
     tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .start_paused(true)
         .build()
         .unwrap()
-        .block_on(workload::run(input));
+        .block_on(workload::run(input))
 }
 
 /// An input of `ops` operations with these settings. Restarts are drawn less often than the
@@ -61,14 +61,28 @@ fn inputs() -> Vec<(String, Vec<u8>)> {
 
 #[test]
 fn generated_workloads_keep_what_the_model_says() {
+    let (mut paged_reads, mut paged_peeked) = (0, 0);
     for (name, input) in inputs() {
-        if let Err(e) = std::panic::catch_unwind(|| run(&input)) {
-            let path = std::env::temp_dir().join(format!("stream-store-workload-{name}"));
-            std::fs::write(&path, &input).unwrap();
-            eprintln!("input {name} failed; written to {}", path.display());
-            std::panic::resume_unwind(e);
+        match std::panic::catch_unwind(|| run(&input)) {
+            Ok(summary) => {
+                if input[0] & PAGE_ALL != 0 {
+                    paged_reads += summary.pages_read;
+                    paged_peeked += summary.paged_peeked;
+                }
+            }
+            Err(e) => {
+                let path = std::env::temp_dir().join(format!("stream-store-workload-{name}"));
+                std::fs::write(&path, &input).unwrap();
+                eprintln!("input {name} failed; written to {}", path.display());
+                std::panic::resume_unwind(e);
+            }
         }
     }
+    // The inputs exercise what they are for: paged messages read back.
+    assert!(
+        paged_reads > 100 && paged_peeked > 1000,
+        "paged messages read back: {paged_reads} delivered, {paged_peeked} peeked"
+    );
 }
 
 #[test]

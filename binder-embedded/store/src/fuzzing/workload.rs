@@ -1,41 +1,55 @@
 //! What the `workload` fuzz target drives: broker operations on a disk store, decoded from
-//! the input (publishes, gets, acks, nacks, rejects that dead-letter, purges, deletions,
-//! re-drives, peeks, clean and crashed restarts), checked at every step against a model of
-//! what each queue holds. Small segments make the writer delete and compact them under the
-//! workload; a low paging threshold keeps messages on disk only, so that deliveries, peeks,
-//! dead letters and re-drives read them back.
+//! the input, checked at every step against a model of what each queue holds. Small segments
+//! make the writer delete and compact them under the workload; with paging on, a queue's
+//! messages beyond the 512 the engine always keeps in memory are paged, so that deliveries,
+//! peeks, dead letters and re-drives read them back from the segments.
 //!
 //! An input is a settings byte (bit 0: segments of 4 KiB, else 64 KiB; bit 1: page every
-//! persistent message, else page none; bit 2: one command per batch, so that a crash falls
-//! between the commands of one operation more often), then operations: a byte whose low four bits choose
-//! the operation and whose high four bits its queue, and for most an argument byte.
+//! persistent message the engine may page, else none; bit 2: one command per writer batch, so
+//! that a crash falls between the commands of one operation more often), then operations: a
+//! byte whose low four bits choose the operation and whose high four bits its queue (modulo
+//! 4), and for operations 0–9 and 15 an argument byte:
+//!
+//! | low bits | operation |
+//! |---|---|
+//! | 0, 1 | publish one persistent message (size `23 × arg`, priority `arg % 4`), confirmed |
+//! | 2 | publish `16 + 3 × arg` small persistent messages at once, then await their confirms |
+//! | 3 | publish one transient message |
+//! | 4 | `arg` ≥ 128: consume with a prefetch of `2 × (arg & 127) + 1`, take what comes, cancel; else get `arg % 4 + 1` messages |
+//! | 5, 6, 7, 8 | ack, ack `multiple`, nack with requeue, reject one held delivery (`arg` modulo their count) |
+//! | 9 | re-drive a ready dead letter (`arg` modulo their count) to queue `arg >> 4` |
+//! | 10, 11, 12 | peek, purge, delete and declare again |
+//! | 13 | close the channel (its deliveries are requeued) and open another |
+//! | 14 | crash (the files cut to what was synced) and restart |
+//! | 15 | clean restart; with `arg` odd the marker is removed first (a full scan) |
 //!
 //! The queues: `w0` (plain), `w1` (`x-max-priority: 3`), `w2` (dead-letters to `dlq`
-//! through the default exchange), `dlq` (plain). Every message carries its own id in its
-//! body, so a delivery, a peek or a recovery names what it holds.
+//! through the default exchange), `dlq` (plain), all durable. Every message carries its own id
+//! in its body, so a delivery, a peek or a recovery names what it holds.
 //!
 //! With `STREAM_STORE_WORKLOAD_TRACE` set, each operation is printed to stderr as it runs.
 //!
 //! Checked:
-//! * every body read back (delivered, fetched, peeked) is the one published under its id;
-//! * a get returns the message the model says is next (arrival order; priority first in
-//!   `w1`; requeued messages at their old place), a peek lists exactly the ready ones in that
-//!   order, a purge counts them;
+//! * every body read back (delivered, fetched, peeked, re-driven) is the one published under
+//!   its id;
+//! * a get returns the message the model says is next, a consumer the first ones up to its
+//!   prefetch (arrival order; priority first in `w1`; requeued messages at their old place);
+//!   a peek lists exactly the ready ones in that order; a purge counts them;
 //! * after a clean restart each queue holds exactly its persistent messages that were not
 //!   settled (unacknowledged ones requeued), in order, from the marker; a restart that
 //!   removes the marker first recovers the same by the full scan;
 //! * after a crash (what was not synced is lost) each queue holds every persistent message
-//!   it held, in order, none twice, and nothing else but messages settled since the last
-//!   restart. A message moved by dead-lettering or re-driving since then may be missing from
-//!   its new queue only if it is back in the old one.
+//!   it held, in order, none more often than it held it, and nothing else but messages
+//!   settled since the last restart. A message moved by dead-lettering or re-driving since
+//!   then may be missing from its new queue only if it is back in the old one.
 
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 
 use stream_engine::{
-    Broker, BrokerConfig, Channel, Connection, FieldTable, FieldValue, Message, PublishOptions,
-    PublishStatus, QueueOptions, Redrive,
+    AmqpResult, Broker, BrokerConfig, Channel, Connection, ConsumeOptions, FieldTable, FieldValue,
+    Message, PublishOptions, PublishOutcome, PublishStatus, QueueOptions, Redrive, TryPublish,
 };
 
 use crate::fs::FileSystem;
@@ -137,6 +151,22 @@ struct Run {
     queues: [Vec<Slot>; 4],
     held: Vec<Held>,
     next_id: u32,
+    /// Paged messages read back for deliveries by the brokers before the current one.
+    pages_read: u64,
+    /// Paged messages peeked (read back from the store by a peek) so far.
+    paged_peeked: u64,
+}
+
+/// What a run did, beyond passing its checks.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Summary {
+    /// Operations run.
+    pub operations: usize,
+    /// Paged messages read back from the store to be delivered (by a consumer or a get).
+    pub pages_read: u64,
+    /// Paged messages read back from the store by peeks (the peek operation's, and every
+    /// restart's check).
+    pub paged_peeked: u64,
 }
 
 fn open(
@@ -199,6 +229,8 @@ impl Run {
             queues: Default::default(),
             held: Vec::new(),
             next_id: 0,
+            pages_read: 0,
+            paged_peeked: 0,
         }
     }
 
@@ -254,11 +286,10 @@ impl Run {
             .collect()
     }
 
-    async fn publish(&mut self, q: usize, arg: u8, persistent: bool) {
+    /// The next message, of `size` bytes, with the model told of it.
+    fn message(&mut self, size: usize, priority: u8, persistent: bool) -> (u32, Message) {
         let id = self.next_id;
         self.next_id += 1;
-        let size = usize::from(arg) * 23;
-        let priority = arg % 4;
         let mut m = Message::new(body(id, size));
         m.properties.priority = Some(priority);
         if persistent {
@@ -272,17 +303,50 @@ impl Run {
                 persistent,
             },
         );
-        let outcome = self
-            .ch
-            .basic_publish("", QUEUES[q], PublishOptions::default(), m)
-            .await
-            .unwrap_or_else(|e| panic!("publish of {id} to {}: {e}", QUEUES[q]));
+        (id, m)
+    }
+
+    fn published(&mut self, q: usize, id: u32, outcome: AmqpResult<PublishOutcome>) {
+        let outcome = outcome.unwrap_or_else(|e| panic!("publish of {id} to {}: {e}", QUEUES[q]));
         assert_eq!(outcome.status, PublishStatus::Routed(1), "publish of {id}");
         self.queues[q].push(Slot {
             id,
             state: State::Ready,
             from: None,
         });
+    }
+
+    /// One message, its size and priority from `arg`, published and confirmed.
+    async fn publish(&mut self, q: usize, arg: u8, persistent: bool) {
+        let (id, m) = self.message(usize::from(arg) * 23, arg % 4, persistent);
+        let outcome = self
+            .ch
+            .basic_publish("", QUEUES[q], PublishOptions::default(), m)
+            .await;
+        self.published(q, id, outcome);
+    }
+
+    /// `16 + 3 × arg` small persistent messages published at once, then their confirms
+    /// awaited: enough for a queue to pass the ready messages the engine keeps in memory
+    /// whatever the paging threshold, so that the rest are paged.
+    async fn publish_burst(&mut self, q: usize, arg: u8) {
+        let mut pending = Vec::new();
+        for _ in 0..16 + 3 * usize::from(arg) {
+            let n = self.next_id as usize;
+            let (id, m) = self.message(n * 37 % 300, (n % 4) as u8, true);
+            match self
+                .ch
+                .try_basic_publish("", QUEUES[q], PublishOptions::default(), m)
+            {
+                TryPublish::Done(outcome) => self.published(q, id, outcome),
+                TryPublish::Pending(confirm) => pending.push((id, confirm)),
+                TryPublish::Blocked(_) => panic!("publish of {id}: blocked"),
+            }
+        }
+        for (id, confirm) in pending {
+            let outcome = confirm.wait().await;
+            self.published(q, id, outcome);
+        }
     }
 
     fn get(&mut self, q: usize) {
@@ -307,6 +371,46 @@ impl Run {
             at,
             id,
         });
+    }
+
+    /// Consumes `q` with a prefetch of `prefetch`: takes what the broker hands over (the
+    /// first `prefetch` ready messages, read back from the store in one burst when paged),
+    /// then cancels; the deliveries stay held by the channel.
+    fn consume(&mut self, q: usize, prefetch: u16) {
+        let what = format!("consume from {}", QUEUES[q]);
+        self.ch
+            .basic_qos(prefetch, false)
+            .unwrap_or_else(|e| panic!("{what}: qos: {e}"));
+        let mut consumer = self
+            .ch
+            .basic_consume(QUEUES[q], ConsumeOptions::default())
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+        let expected = self.ready(q);
+        let mut taken = 0;
+        while let Some(delivery) = consumer.try_recv() {
+            let id = self.id_of(&delivery.message().payload, &what);
+            let at = *expected
+                .get(taken)
+                .unwrap_or_else(|| panic!("{what}: {id} beyond the {taken} ready"));
+            assert_eq!(id, self.queues[q][at].id, "{what}: delivery {taken}");
+            assert!(taken < usize::from(prefetch), "{what}: beyond the prefetch");
+            taken += 1;
+            self.queues[q][at].state = State::Held;
+            self.held.push(Held {
+                tag: delivery.delivery_tag,
+                queue: q,
+                at,
+                id,
+            });
+        }
+        assert_eq!(
+            taken,
+            expected.len().min(usize::from(prefetch)),
+            "{what}: deliveries"
+        );
+        consumer
+            .cancel()
+            .unwrap_or_else(|e| panic!("{what}: cancel: {e}"));
     }
 
     /// Settles held delivery `pick` (modulo their count): acked, requeued, or rejected (a
@@ -354,7 +458,8 @@ impl Run {
     }
 
     /// The ready messages of `q` as a peek lists them, bodies checked.
-    fn peeked(&self, q: usize, what: &str) -> Vec<u32> {
+    fn peeked(&mut self, q: usize, what: &str) -> Vec<u32> {
+        self.paged_peeked += self.broker.paged_messages(QUEUES[q]).unwrap_or(0) as u64;
         self.broker
             .peek(QUEUES[q], usize::MAX)
             .unwrap_or_else(|e| panic!("{what}: peek of {}: {e}", QUEUES[q]))
@@ -363,7 +468,7 @@ impl Run {
             .collect()
     }
 
-    fn peek(&self, q: usize) {
+    fn peek(&mut self, q: usize) {
         let what = format!("peek of {}", QUEUES[q]);
         assert_eq!(self.peeked(q, &what), self.ready_ids(q), "{what}");
     }
@@ -444,7 +549,10 @@ impl Run {
             mut queues,
             held,
             next_id,
+            pages_read,
+            paged_peeked,
         } = self;
+        let pages_read = pages_read + broker.pages_read().0;
         let fs = if crash {
             // The old broker and store go after the crash: their writes fail.
             let after = fs.crash();
@@ -494,6 +602,8 @@ impl Run {
             queues,
             held: Vec::new(),
             next_id,
+            pages_read,
+            paged_peeked,
         };
         let recovered: Vec<Vec<u32>> = (0..QUEUES.len())
             .map(|q| run.peeked(q, &format!("recovery of {}", QUEUES[q])))
@@ -597,10 +707,11 @@ enum Settle {
 /// Runs the workload an input describes, with its checks; panics when one fails. Call it
 /// inside a Tokio runtime (a current-thread one with a paused clock, as the fuzz target
 /// does: no time passes between the operations).
-pub async fn run(input: &[u8]) {
+pub async fn run(input: &[u8]) -> Summary {
     let Some((&settings, mut ops)) = input.split_first() else {
-        return;
+        return Summary::default();
     };
+    let mut operations = 0;
     let trace = std::env::var_os("STREAM_STORE_WORKLOAD_TRACE").is_some();
     let mut run = Run::new(settings);
     for _ in 0..MAX_OPS {
@@ -620,14 +731,17 @@ pub async fn run(input: &[u8]) {
         } else {
             0
         };
+        operations += 1;
         if trace {
             eprintln!("op {kind} queue {} arg {arg}", QUEUES[q]);
         }
         match kind {
-            0..=2 => run.publish(q, arg, true).await,
+            0 | 1 => run.publish(q, arg, true).await,
+            2 => run.publish_burst(q, arg).await,
             3 => run.publish(q, arg, false).await,
+            // A consumer with a prefetch of 1–255, or gets of 1–4 messages.
+            4 if arg & 0x80 != 0 => run.consume(q, u16::from(arg & 0x7f) * 2 + 1),
             4 => {
-                // Gets of `arg % 4 + 1` messages.
                 for _ in 0..=arg % 4 {
                     run.get(q);
                 }
@@ -646,5 +760,10 @@ pub async fn run(input: &[u8]) {
         }
     }
     // Whatever the input, it ends with a clean restart and a crash after it.
-    run.restart(false, false).restart(true, false);
+    let run = run.restart(false, false).restart(true, false);
+    Summary {
+        operations,
+        pages_read: run.pages_read + run.broker.pages_read().0,
+        paged_peeked: run.paged_peeked,
+    }
 }
