@@ -594,27 +594,31 @@ impl Writer {
         Ok(())
     }
 
-    /// Syncs every file written since its last sync.
+    /// Syncs every file written since its last sync. The ack files go last: a removal in
+    /// them may be what a record written in the same batch replaces (a dead letter's copy,
+    /// perhaps into a queue declared in that batch, perhaps in a segment created in it), and
+    /// a crash between the syncs must not keep the removal without the copy. So the metadata
+    /// log, the active segment and the segments directory (new files' entries) come first.
     fn sync_all(&mut self) -> Result<(), StoreError> {
         let any = !self.dirty_segs.is_empty()
             || !self.dirty_acks.is_empty()
             || self.dirty_meta
             || self.dirty_dir;
+        if std::mem::take(&mut self.dirty_meta) {
+            self.meta_file.sync()?;
+        }
         for seg in std::mem::take(&mut self.dirty_segs) {
             if seg == self.active {
                 self.active_file.sync()?;
             }
         }
+        if std::mem::take(&mut self.dirty_dir) {
+            self.fs.sync_dir(&self.dir.join(layout::SEGMENTS))?;
+        }
         for seg in std::mem::take(&mut self.dirty_acks) {
             if let Some(f) = self.ack_files.get_mut(&seg) {
                 f.sync()?;
             }
-        }
-        if std::mem::take(&mut self.dirty_dir) {
-            self.fs.sync_dir(&self.dir.join(layout::SEGMENTS))?;
-        }
-        if std::mem::take(&mut self.dirty_meta) {
-            self.meta_file.sync()?;
         }
         if let SyncMode::Interval(_) = self.config.mode {
             self.next_sync = None;

@@ -383,3 +383,50 @@ async fn a_message_dead_lettered_just_before_a_crash_is_not_lost() {
     );
     assert!(work.len() <= 1 && dlq.len() <= 1, "{work:?} {dlq:?}");
 }
+
+/// The same when the dead-letter queue was deleted and declared again in the batch of the
+/// reject: the ack files are synced after the metadata log and the segment, so the removal
+/// is never kept without the copy and the queue it went to.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_letter_into_a_queue_declared_in_the_same_batch_is_not_lost() {
+    let fs = FaultFs::new();
+    let dir = std::path::Path::new("/declared-in-the-batch");
+    let (store, broker) = open_fault(&fs, dir, StoreConfig::default());
+    let conn = broker.connect();
+    let ch = conn.open_channel().unwrap();
+    ch.confirm_select().unwrap();
+    let mut dead_letters = FieldTable::new();
+    dead_letters.insert("x-dead-letter-exchange", FieldValue::from(""));
+    dead_letters.insert("x-dead-letter-routing-key", FieldValue::from("dlq"));
+    ch.queue_declare("work", durable_queue(), dead_letters)
+        .unwrap();
+    for q in ["dlq", "other"] {
+        ch.queue_declare(q, durable_queue(), FieldTable::new())
+            .unwrap();
+    }
+    publish_each(&ch, "work", ["m".to_owned()]).await;
+    let got = ch.basic_get("work", false).unwrap().expect("the message");
+    store.stats().unwrap();
+    fs.set_sync_delay(Duration::from_millis(200));
+    // Keeps the writer in a sync for 200 ms, so that the next commands make one batch.
+    let _busy = ch.try_basic_publish("", "other", PublishOptions::default(), persistent("x"));
+    ch.queue_delete("dlq", false, false).unwrap();
+    ch.queue_declare("dlq", durable_queue(), FieldTable::new())
+        .unwrap();
+    ch.basic_reject(got.delivery.delivery_tag, false).unwrap();
+    // That batch syncs its three files (metadata log, segment, ack file) one after the
+    // other from about 200 ms on, 200 ms each: at 700 ms two of them are synced.
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let after = fs.crash();
+    drop((ch, conn, broker, store));
+
+    let (_store, broker) = open_fault(&after, dir, StoreConfig::default());
+    let conn = broker.connect();
+    let ch = conn.open_channel().unwrap();
+    let work = drain(&ch, "work");
+    let dlq = drain(&ch, "dlq");
+    assert!(
+        work.len() + dlq.len() >= 1,
+        "the message is in neither queue"
+    );
+}

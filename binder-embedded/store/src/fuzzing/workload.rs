@@ -40,8 +40,8 @@
 //!   removes the marker first recovers the same by the full scan;
 //! * after a crash (what was not synced is lost) each queue holds every persistent message
 //!   it held, in order, none more often than it held it, and nothing else but messages
-//!   settled since the last restart. A message moved by dead-lettering or re-driving since
-//!   then may be missing from its new queue only if it is back in the old one.
+//!   settled since the last restart. A message dead-lettered since then may be missing from
+//!   its dead-letter queue only if it is back in the old one.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -524,12 +524,13 @@ impl Run {
             .await
             .unwrap_or_else(|e| panic!("redrive of {id}: {e}"));
         assert_eq!(outcome, Redrive::Moved(1), "redrive of {id}");
-        // Moved to the tail of `to` (the dead-letter queue's own, too).
+        // Moved to the tail of `to` (the dead-letter queue's own, too). The copy was synced
+        // before the re-drive returned: a crash cannot take it, but may leave the original.
         self.queues[DLQ][at].state = State::Gone;
         self.queues[to].push(Slot {
             id,
             state: State::Ready,
-            from: Some(DLQ),
+            from: None,
         });
     }
 
