@@ -13,7 +13,7 @@
 //! | low bits | operation |
 //! |---|---|
 //! | 0, 1 | publish one persistent message (size `23 × arg`, priority `arg % 4`), confirmed |
-//! | 2 | publish `16 + 3 × arg` small persistent messages at once, then await their confirms |
+//! | 2 | publish `16 + 3 × arg` small persistent messages at once (a queue up to 1,500), then await their confirms |
 //! | 3 | publish one transient message |
 //! | 4 | `arg` ≥ 128: consume with a prefetch of `2 × (arg & 127) + 1`, take what comes, cancel; else get `arg % 4 + 1` messages |
 //! | 5, 6, 7, 8 | ack, ack `multiple`, nack with requeue, reject one held delivery (`arg` modulo their count) |
@@ -66,6 +66,11 @@ pub const ONE_PER_BATCH: u8 = 4;
 
 /// At most this many operations are run (the rest of a longer input is ignored).
 const MAX_OPS: usize = 4096;
+
+/// A burst publishes no more than it takes a queue to this many messages (not settled): far
+/// enough past the 512 the engine keeps in memory, and small enough that an input's peeks
+/// and restarts, which read every message, stay quick.
+const BURST_UP_TO: usize = 1500;
 
 const QUEUES: [&str; 4] = ["w0", "w1", "w2", "dlq"];
 const PRIORITY_QUEUE: usize = 1;
@@ -326,12 +331,18 @@ impl Run {
         self.published(q, id, outcome);
     }
 
-    /// `16 + 3 × arg` small persistent messages published at once, then their confirms
-    /// awaited: enough for a queue to pass the ready messages the engine keeps in memory
-    /// whatever the paging threshold, so that the rest are paged.
+    /// `16 + 3 × arg` small persistent messages published at once (fewer if the queue would
+    /// pass [`BURST_UP_TO`]), then their confirms awaited: enough for a queue to pass the
+    /// ready messages the engine keeps in memory whatever the paging threshold, so that the
+    /// rest are paged.
     async fn publish_burst(&mut self, q: usize, arg: u8) {
+        let held = self.queues[q]
+            .iter()
+            .filter(|s| s.state != State::Gone)
+            .count();
+        let count = (16 + 3 * usize::from(arg)).min(BURST_UP_TO.saturating_sub(held));
         let mut pending = Vec::new();
-        for _ in 0..16 + 3 * usize::from(arg) {
+        for _ in 0..count {
             let n = self.next_id as usize;
             let (id, m) = self.message(n * 37 % 300, (n % 4) as u8, true);
             match self
