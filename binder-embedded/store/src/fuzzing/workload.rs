@@ -13,7 +13,7 @@
 //! | low bits | operation |
 //! |---|---|
 //! | 0, 1 | publish one persistent message (size `23 × arg`, priority `arg % 4`), confirmed |
-//! | 2 | publish `16 + 3 × arg` small persistent messages at once (a queue up to 1,500), then await their confirms |
+//! | 2 | publish `16 + 2 × arg` small persistent messages at once (a queue up to 800), then await their confirms |
 //! | 3 | publish one transient message |
 //! | 4 | `arg` ≥ 128: consume with a prefetch of `2 × (arg & 127) + 1`, take what comes, cancel; else get `arg % 4 + 1` messages |
 //! | 5, 6, 7, 8 | ack, ack `multiple`, nack with requeue, reject one held delivery (`arg` modulo their count) |
@@ -24,7 +24,8 @@
 //! | 15 | clean restart; with `arg` odd the marker is removed first (a full scan) |
 //!
 //! The queues: `w0` (plain), `w1` (`x-max-priority: 3`), `w2` (dead-letters to `dlq`
-//! through the default exchange), `dlq` (plain), all durable. Every message carries its own id
+//! through the default exchange, rejected messages and those its `x-max-length` of 600
+//! drops), `dlq` (plain), all durable. Every message carries its own id
 //! in its body, so a delivery, a peek or a recovery names what it holds.
 //!
 //! With `STREAM_STORE_WORKLOAD_TRACE` set, each operation is printed to stderr as it runs.
@@ -70,12 +71,15 @@ const MAX_OPS: usize = 4096;
 /// A burst publishes no more than it takes a queue to this many messages (not settled): far
 /// enough past the 512 the engine keeps in memory, and small enough that an input's peeks
 /// and restarts, which read every message, stay quick.
-const BURST_UP_TO: usize = 1500;
+const BURST_UP_TO: usize = 800;
 
 const QUEUES: [&str; 4] = ["w0", "w1", "w2", "dlq"];
 const PRIORITY_QUEUE: usize = 1;
 const DEAD_LETTERING: usize = 2;
 const DLQ: usize = 3;
+/// The dead-lettering queue's `x-max-length`: a publish past it drops the head (dead-lettered,
+/// read back from the store if it was paged).
+const MAX_LENGTH: usize = 600;
 
 fn queue_arguments(q: usize) -> FieldTable {
     let mut args = FieldTable::new();
@@ -85,6 +89,7 @@ fn queue_arguments(q: usize) -> FieldTable {
     if q == DEAD_LETTERING {
         args.insert("x-dead-letter-exchange", FieldValue::from(""));
         args.insert("x-dead-letter-routing-key", FieldValue::from(QUEUES[DLQ]));
+        args.insert("x-max-length", FieldValue::I32(MAX_LENGTH as i32));
     }
     args
 }
@@ -319,6 +324,25 @@ impl Run {
             state: State::Ready,
             from: None,
         });
+        self.enforce_max_length(q);
+    }
+
+    /// Past its length limit the dead-lettering queue drops its head into the dead-letter
+    /// queue (after a message joined it).
+    fn enforce_max_length(&mut self, q: usize) {
+        if q != DEAD_LETTERING {
+            return;
+        }
+        let ready = self.ready(q);
+        for &at in &ready[..ready.len().saturating_sub(MAX_LENGTH)] {
+            self.queues[q][at].state = State::Gone;
+            let id = self.queues[q][at].id;
+            self.queues[DLQ].push(Slot {
+                id,
+                state: State::Ready,
+                from: Some(DEAD_LETTERING),
+            });
+        }
     }
 
     /// One message, its size and priority from `arg`, published and confirmed.
@@ -331,7 +355,7 @@ impl Run {
         self.published(q, id, outcome);
     }
 
-    /// `16 + 3 × arg` small persistent messages published at once (fewer if the queue would
+    /// `16 + 2 × arg` small persistent messages published at once (fewer if the queue would
     /// pass [`BURST_UP_TO`]), then their confirms awaited: enough for a queue to pass the
     /// ready messages the engine keeps in memory whatever the paging threshold, so that the
     /// rest are paged.
@@ -340,7 +364,7 @@ impl Run {
             .iter()
             .filter(|s| s.state != State::Gone)
             .count();
-        let count = (16 + 3 * usize::from(arg)).min(BURST_UP_TO.saturating_sub(held));
+        let count = (16 + 2 * usize::from(arg)).min(BURST_UP_TO.saturating_sub(held));
         let mut pending = Vec::new();
         for _ in 0..count {
             let n = self.next_id as usize;
@@ -543,6 +567,7 @@ impl Run {
             state: State::Ready,
             from: None,
         });
+        self.enforce_max_length(to);
     }
 
     /// Stops the broker, cleanly (connection closed, so its deliveries are requeued, then
