@@ -14,7 +14,7 @@
 //! |---|---|
 //! | 0, 1 | publish one persistent message (size `23 × arg`, priority `arg % 4`), confirmed |
 //! | 2 | publish `16 + 2 × arg` small persistent messages at once (a queue up to 800), then await their confirms |
-//! | 3 | publish one transient message |
+//! | 3 | `arg` ≥ 128: publish one persistent message to the fanout exchange (`w0` and `w1`); else one transient message |
 //! | 4 | `arg` ≥ 128: consume with a prefetch of `2 × (arg & 127) + 1`, take what comes, cancel; else get `arg % 4 + 1` messages |
 //! | 5, 6, 7, 8 | ack, ack `multiple`, nack with requeue, reject one held delivery (`arg` modulo their count) |
 //! | 9 | re-drive a ready dead letter (`arg` modulo their count) to queue `arg >> 4` |
@@ -25,7 +25,9 @@
 //!
 //! The queues: `w0` (plain), `w1` (`x-max-priority: 3`), `w2` (dead-letters to `dlq`
 //! through the default exchange, rejected messages and those its `x-max-length` of 600
-//! drops), `dlq` (plain), all durable. Every message carries its own id
+//! drops), `dlq` (plain), all durable, and a durable fanout exchange `fan` bound to `w0` and
+//! `w1` (a message published to it is written once, with a reference record for its second
+//! queue). Every message carries its own id
 //! in its body, so a delivery, a peek or a recovery names what it holds.
 //!
 //! With `STREAM_STORE_WORKLOAD_TRACE` set, each operation is printed to stderr as it runs.
@@ -49,8 +51,9 @@ use std::path::Path;
 use std::sync::Arc;
 
 use stream_engine::{
-    AmqpResult, Broker, BrokerConfig, Channel, Connection, ConsumeOptions, FieldTable, FieldValue,
-    Message, PublishOptions, PublishOutcome, PublishStatus, QueueOptions, Redrive, TryPublish,
+    AmqpResult, Broker, BrokerConfig, Channel, Connection, ConsumeOptions, ExchangeKind,
+    ExchangeOptions, FieldTable, FieldValue, Message, PublishOptions, PublishOutcome,
+    PublishStatus, QueueOptions, Redrive, TryPublish,
 };
 
 use crate::fs::FileSystem;
@@ -92,6 +95,28 @@ fn queue_arguments(q: usize) -> FieldTable {
         args.insert("x-max-length", FieldValue::I32(MAX_LENGTH as i32));
     }
     args
+}
+
+/// A durable fanout exchange bound to the first two queues: a message published to it is
+/// written once, with a reference record for its second queue.
+const FANOUT: &str = "fan";
+const FANNED: [usize; 2] = [0, PRIORITY_QUEUE];
+
+/// Declares the queue and, for those the fanout reaches, the exchange and the binding (all
+/// idempotent: declaring what exists changes nothing).
+fn declare(ch: &Channel, q: usize) {
+    ch.queue_declare(QUEUES[q], durable(), queue_arguments(q))
+        .expect("declared");
+    if FANNED.contains(&q) {
+        let options = ExchangeOptions {
+            durable: true,
+            ..ExchangeOptions::default()
+        };
+        ch.exchange_declare(FANOUT, ExchangeKind::Fanout, options, FieldTable::new())
+            .expect("exchange declared");
+        ch.queue_bind(QUEUES[q], FANOUT, "", FieldTable::new())
+            .expect("bound");
+    }
 }
 
 fn durable() -> QueueOptions {
@@ -223,9 +248,8 @@ impl Run {
         };
         let fs = FaultFs::new();
         let (store, broker, conn, ch) = open(&fs, &config, &broker_config);
-        for (q, name) in QUEUES.iter().enumerate() {
-            ch.queue_declare(name, durable(), queue_arguments(q))
-                .expect("declared");
+        for q in 0..QUEUES.len() {
+            declare(&ch, q);
         }
         Run {
             fs,
@@ -325,6 +349,25 @@ impl Run {
             from: None,
         });
         self.enforce_max_length(q);
+    }
+
+    /// One persistent message published to the fanout exchange (so to two queues) and
+    /// confirmed.
+    async fn publish_fanout(&mut self, arg: u8) {
+        let (id, m) = self.message(usize::from(arg & 0x7f) * 47, arg % 4, true);
+        let outcome = self
+            .ch
+            .basic_publish(FANOUT, "", PublishOptions::default(), m)
+            .await
+            .unwrap_or_else(|e| panic!("publish of {id} to {FANOUT}: {e}"));
+        assert_eq!(outcome.status, PublishStatus::Routed(2), "publish of {id}");
+        for q in FANNED {
+            self.queues[q].push(Slot {
+                id,
+                state: State::Ready,
+                from: None,
+            });
+        }
     }
 
     /// Past its length limit the dead-lettering queue drops its head into the dead-letter
@@ -528,9 +571,7 @@ impl Run {
         self.ch
             .queue_delete(QUEUES[q], false, false)
             .unwrap_or_else(|e| panic!("delete of {}: {e}", QUEUES[q]));
-        self.ch
-            .queue_declare(QUEUES[q], durable(), queue_arguments(q))
-            .expect("declared again");
+        declare(&self.ch, q);
         self.held.retain(|h| h.queue != q);
         for s in &mut self.queues[q] {
             s.state = State::Gone;
@@ -623,9 +664,8 @@ impl Run {
         );
         // A declaration is durable with the next sync: a crash before one (no confirmed
         // publish to the queue since) may lose it. Declaring again changes nothing otherwise.
-        for (q, name) in QUEUES.iter().enumerate() {
-            ch.queue_declare(name, durable(), queue_arguments(q))
-                .expect("declared");
+        for q in 0..QUEUES.len() {
+            declare(&ch, q);
         }
         let mut run = Run {
             fs,
@@ -775,6 +815,7 @@ pub async fn run(input: &[u8]) -> Summary {
         match kind {
             0 | 1 => run.publish(q, arg, true).await,
             2 => run.publish_burst(q, arg).await,
+            3 if arg & 0x80 != 0 => run.publish_fanout(arg).await,
             3 => run.publish(q, arg, false).await,
             // A consumer with a prefetch of 1–255, or gets of 1–4 messages.
             4 if arg & 0x80 != 0 => run.consume(q, u16::from(arg & 0x7f) * 2 + 1),
