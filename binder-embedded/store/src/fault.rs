@@ -1,5 +1,6 @@
 //! A fault-injecting file layer for tests: files in memory, where what was appended but not
-//! yet synced is lost on a simulated crash, and syncs can be made to fail.
+//! yet synced, and files created, deleted or renamed since their directory was last synced,
+//! are lost (or come back) on a simulated crash, and syncs can be made to fail.
 
 use std::collections::BTreeMap;
 use std::io;
@@ -16,9 +17,35 @@ struct Content {
     synced: usize,
 }
 
+/// Files as a POSIX file system keeps them: contents (inodes) apart from the directory
+/// entries that name them. A file's data is durable up to its last sync; an entry (a file
+/// created, deleted or renamed) only once its directory is synced.
+#[derive(Debug, Default)]
+struct Files {
+    contents: BTreeMap<u64, Content>,
+    next_inode: u64,
+    /// What the directories hold now.
+    names: BTreeMap<PathBuf, u64>,
+    /// What they held when each was last synced: what a crash leaves.
+    durable: BTreeMap<PathBuf, u64>,
+}
+
+impl Files {
+    fn content(&self, path: &Path) -> Option<&Content> {
+        self.contents.get(self.names.get(path)?)
+    }
+
+    fn new_inode(&mut self, content: Content) -> u64 {
+        let inode = self.next_inode;
+        self.next_inode += 1;
+        self.contents.insert(inode, content);
+        inode
+    }
+}
+
 #[derive(Debug, Default)]
 struct Inner {
-    files: Mutex<BTreeMap<PathBuf, Content>>,
+    files: Mutex<Files>,
     /// Every sync fails while set.
     fail_syncs: AtomicBool,
     /// After a crash the old handles refuse everything (the process is gone).
@@ -30,8 +57,10 @@ struct Inner {
 
 /// Files in memory with crash and sync-failure injection. Clones share the files.
 ///
-/// Deletions and renames are durable at once (as if the directory were synced right after
-/// them); data is durable only up to the last successful [`StoreFile::sync`].
+/// As on a real disk, a file's data is durable only up to its last successful
+/// [`StoreFile::sync`], and a file created, deleted or renamed is so only once its directory
+/// is synced ([`FileSystem::sync_dir`]): a crash before that loses the new file, brings the
+/// deleted one back, or undoes the rename.
 #[derive(Debug, Default, Clone)]
 pub struct FaultFs(Arc<Inner>);
 
@@ -41,19 +70,21 @@ impl FaultFs {
         FaultFs::default()
     }
 
-    /// Simulates a crash: returns the file system a restarted process would find (every
-    /// file cut to what was synced); this one, and every file open on it, fails from now on.
+    /// Simulates a crash: returns the file system a restarted process would find (the
+    /// directories as last synced, every file cut to what was synced); this one, and every
+    /// file open on it, fails from now on.
     pub fn crash(&self) -> FaultFs {
         let held = self.lock();
         self.0.crashed.store(true, Ordering::SeqCst);
-        let files = held
-            .iter()
-            .map(|(path, c)| {
-                let data = c.data[..c.synced].to_vec();
-                let synced = data.len();
-                (path.clone(), Content { data, synced })
-            })
-            .collect();
+        let mut files = Files::default();
+        for (path, inode) in &held.durable {
+            let c = &held.contents[inode];
+            let data = c.data[..c.synced].to_vec();
+            let synced = data.len();
+            let inode = files.new_inode(Content { data, synced });
+            files.names.insert(path.clone(), inode);
+            files.durable.insert(path.clone(), inode);
+        }
         FaultFs(Arc::new(Inner {
             files: Mutex::new(files),
             ..Inner::default()
@@ -78,19 +109,22 @@ impl FaultFs {
 
     /// A file's whole contents (synced or not).
     pub fn contents(&self, path: &Path) -> Option<Vec<u8>> {
-        self.lock().get(path).map(|c| c.data.clone())
+        self.lock().content(path).map(|c| c.data.clone())
     }
 
-    /// Replaces a file's contents, as durable (to damage it in tests).
+    /// Replaces a file's contents, as durable, its name too (to damage it in tests).
     pub fn set_contents(&self, path: &Path, data: Vec<u8>) {
         let synced = data.len();
-        self.lock()
-            .insert(path.to_owned(), Content { data, synced });
+        let mut files = self.lock();
+        let inode = files.new_inode(Content { data, synced });
+        files.names.insert(path.to_owned(), inode);
+        files.durable.insert(path.to_owned(), inode);
     }
 
     /// The paths of the files directly in `dir`.
     pub fn list_paths(&self, dir: &Path) -> Vec<PathBuf> {
         self.lock()
+            .names
             .keys()
             .filter(|p| p.parent() == Some(dir))
             .cloned()
@@ -99,14 +133,16 @@ impl FaultFs {
 
     /// The total size of every file under `dir`.
     pub fn size_under(&self, dir: &Path) -> u64 {
-        self.lock()
+        let files = self.lock();
+        files
+            .names
             .iter()
             .filter(|(p, _)| p.starts_with(dir))
-            .map(|(_, c)| c.data.len() as u64)
+            .map(|(_, inode)| files.contents[inode].data.len() as u64)
             .sum()
     }
 
-    fn lock(&self) -> MutexGuard<'_, BTreeMap<PathBuf, Content>> {
+    fn lock(&self) -> MutexGuard<'_, Files> {
         self.0.files.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -119,10 +155,11 @@ impl FaultFs {
     }
 }
 
+/// An open file: its contents, whatever names it (as a file descriptor refers to an inode).
 #[derive(Debug)]
 struct FaultFile {
     fs: FaultFs,
-    path: PathBuf,
+    inode: u64,
 }
 
 impl FaultFile {
@@ -131,7 +168,8 @@ impl FaultFile {
         let mut files = self.fs.lock();
         self.fs.alive()?;
         let content = files
-            .get_mut(&self.path)
+            .contents
+            .get_mut(&self.inode)
             .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "file was deleted"))?;
         f(content)
     }
@@ -145,19 +183,26 @@ impl FileSystem for FaultFs {
     fn list(&self, dir: &Path) -> io::Result<Vec<String>> {
         self.alive()?;
         Ok(self
-            .lock()
-            .keys()
-            .filter(|p| p.parent() == Some(dir))
+            .list_paths(dir)
+            .iter()
             .filter_map(|p| p.file_name()?.to_str().map(str::to_owned))
             .collect())
     }
 
     fn open(&self, path: &Path) -> io::Result<Box<dyn StoreFile>> {
         self.alive()?;
-        self.lock().entry(path.to_owned()).or_default();
+        let mut files = self.lock();
+        let inode = match files.names.get(path) {
+            Some(&inode) => inode,
+            None => {
+                let inode = files.new_inode(Content::default());
+                files.names.insert(path.to_owned(), inode);
+                inode
+            }
+        };
         Ok(Box::new(FaultFile {
             fs: self.clone(),
-            path: path.to_owned(),
+            inode,
         }))
     }
 
@@ -170,7 +215,7 @@ impl FileSystem for FaultFs {
         self.alive()?;
         let files = self.lock();
         let content = files
-            .get(path)
+            .content(path)
             .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "no such file"))?;
         let start = usize::try_from(offset).unwrap_or(usize::MAX);
         start
@@ -182,24 +227,42 @@ impl FileSystem for FaultFs {
 
     fn delete(&self, path: &Path) -> io::Result<()> {
         self.alive()?;
-        self.lock().remove(path);
+        self.lock().names.remove(path);
         Ok(())
     }
 
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
         self.alive()?;
         let mut files = self.lock();
-        let mut content = files
+        let inode = files
+            .names
             .remove(from)
             .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "no such file"))?;
-        // A rename is durable at once: so is what the renamed file held when it was synced.
-        content.data.truncate(content.synced);
-        files.insert(to.to_owned(), content);
+        files.names.insert(to.to_owned(), inode);
         Ok(())
     }
 
-    fn sync_dir(&self, _: &Path) -> io::Result<()> {
-        self.alive()
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        self.alive()?;
+        let mut files = self.lock();
+        files.durable.retain(|p, _| p.parent() != Some(dir));
+        let now: Vec<(PathBuf, u64)> = files
+            .names
+            .iter()
+            .filter(|(p, _)| p.parent() == Some(dir))
+            .map(|(p, i)| (p.clone(), *i))
+            .collect();
+        files.durable.extend(now);
+        // Contents no name refers to, now or after a crash, are gone (a handle still open on
+        // one fails, as on a deleted file before).
+        let named: std::collections::BTreeSet<u64> = files
+            .names
+            .values()
+            .chain(files.durable.values())
+            .copied()
+            .collect();
+        files.contents.retain(|inode, _| named.contains(inode));
+        Ok(())
     }
 }
 

@@ -8,7 +8,8 @@ use std::path::Path;
 
 /// A directory of files the store keeps its data in.
 pub trait FileSystem: fmt::Debug + Send + Sync + 'static {
-    /// Creates a directory and its parents.
+    /// Creates a directory and its parents, so that they are there after a crash (each new
+    /// directory's parent synced).
     fn create_dir_all(&self, dir: &Path) -> io::Result<()>;
     /// The names of the files directly in `dir`.
     fn list(&self, dir: &Path) -> io::Result<Vec<String>>;
@@ -55,7 +56,21 @@ struct RealFile {
 
 impl FileSystem for RealFs {
     fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
-        fs::create_dir_all(dir)
+        // The directories this creates, innermost first: each is there after a crash only
+        // once its parent is synced.
+        let missing: Vec<&Path> = dir
+            .ancestors()
+            .take_while(|p| !p.as_os_str().is_empty() && !p.exists())
+            .collect();
+        fs::create_dir_all(dir)?;
+        for created in missing.iter().rev() {
+            let parent = match created.parent() {
+                Some(p) if !p.as_os_str().is_empty() => p,
+                _ => Path::new("."),
+            };
+            self.sync_dir(parent)?;
+        }
+        Ok(())
     }
 
     fn list(&self, dir: &Path) -> io::Result<Vec<String>> {
@@ -127,5 +142,20 @@ impl StoreFile for RealFile {
 
     fn len(&self) -> u64 {
         self.len
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn create_dir_all_creates_missing_parents_and_accepts_existing_ones() {
+        let root = tempfile::tempdir().unwrap();
+        let deep = root.path().join("a/b/c");
+        RealFs.create_dir_all(&deep).unwrap();
+        assert!(deep.is_dir());
+        RealFs.create_dir_all(&deep).unwrap();
+        RealFs.create_dir_all(root.path()).unwrap();
     }
 }

@@ -169,7 +169,10 @@ impl Writer {
         let meta_file = fs.open(&dir.join(layout::META))?;
         let active = rebuilt.next_segment;
         let active_file = fs.open(&layout::segment_path(&dir, active))?;
+        // New files are there after a crash only once their directory is synced: in a fresh
+        // data directory that is the metadata log (and the segments directory) too.
         fs.sync_dir(&dir.join(layout::SEGMENTS))?;
+        fs.sync_dir(&dir)?;
         let mut index = rebuilt.index;
         index.segs.insert(active, Default::default());
         let acks = rebuilt.acks;
