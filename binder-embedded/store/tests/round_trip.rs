@@ -339,59 +339,15 @@ async fn a_queue_declared_again_after_the_log_was_rewritten_gets_none_of_the_old
     assert_eq!(left, ["new"]);
 }
 
-/// A message rejected into its dead-letter queue just before a crash is in one of the two
-/// queues after it (both, at worst), never in neither: the store hears of the copy before
-/// the removal. One command per batch and slow syncs make the crash fall between the two.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_message_dead_lettered_just_before_a_crash_is_not_lost() {
-    let fs = FaultFs::new();
-    let dir = std::path::Path::new("/dead-lettered");
-    let config = StoreConfig {
-        max_batch: 1,
-        ..StoreConfig::default()
-    };
-    let (store, broker) = open_fault(&fs, dir, config.clone());
-    let conn = broker.connect();
-    let ch = conn.open_channel().unwrap();
-    ch.confirm_select().unwrap();
-    let mut dead_letters = FieldTable::new();
-    dead_letters.insert("x-dead-letter-exchange", FieldValue::from(""));
-    dead_letters.insert("x-dead-letter-routing-key", FieldValue::from("dlq"));
-    ch.queue_declare("work", durable_queue(), dead_letters)
-        .unwrap();
-    ch.queue_declare("dlq", durable_queue(), FieldTable::new())
-        .unwrap();
-    publish_each(&ch, "work", ["m".to_owned()]).await;
-    let got = ch.basic_get("work", false).unwrap().expect("the message");
-    // Everything so far is in the files and synced.
-    store.stats().unwrap();
-    fs.set_sync_delay(Duration::from_millis(200));
-    ch.basic_reject(got.delivery.delivery_tag, false).unwrap();
-    // The first of the two commands is synced after 200 ms, the second after 400 ms.
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let after = fs.crash();
-    drop((ch, conn, broker, store));
-
-    let (_store, broker) = open_fault(&after, dir, config);
-    let conn = broker.connect();
-    let ch = conn.open_channel().unwrap();
-    let work = drain(&ch, "work");
-    let dlq = drain(&ch, "dlq");
-    assert!(
-        work.len() + dlq.len() >= 1,
-        "the message is in neither queue"
-    );
-    assert!(work.len() <= 1 && dlq.len() <= 1, "{work:?} {dlq:?}");
-}
-
-/// The same when the dead-letter queue was deleted and declared again in the batch of the
-/// reject: the ack files are synced after the metadata log and the segment, so the removal
-/// is never kept without the copy and the queue it went to.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_dead_letter_into_a_queue_declared_in_the_same_batch_is_not_lost() {
-    let fs = FaultFs::new();
-    let dir = std::path::Path::new("/declared-in-the-batch");
-    let (store, broker) = open_fault(&fs, dir, StoreConfig::default());
+/// A store and broker on `fs` with a durable queue `work` that dead-letters into `dlq` (and
+/// a third one, `other`), one persistent message published to `work` and fetched, not
+/// acknowledged; everything so far synced. Returns them with the delivery's tag.
+async fn one_message_to_dead_letter(
+    fs: &FaultFs,
+    dir: &std::path::Path,
+    config: StoreConfig,
+) -> (stream_store::DiskStore, Broker, Connection, Channel, u64) {
+    let (store, broker) = open_fault(fs, dir, config);
     let conn = broker.connect();
     let ch = conn.open_channel().unwrap();
     ch.confirm_select().unwrap();
@@ -407,20 +363,13 @@ async fn a_dead_letter_into_a_queue_declared_in_the_same_batch_is_not_lost() {
     publish_each(&ch, "work", ["m".to_owned()]).await;
     let got = ch.basic_get("work", false).unwrap().expect("the message");
     store.stats().unwrap();
-    fs.set_sync_delay(Duration::from_millis(200));
-    // Keeps the writer in a sync for 200 ms, so that the next commands make one batch.
-    let _busy = ch.try_basic_publish("", "other", PublishOptions::default(), persistent("x"));
-    ch.queue_delete("dlq", false, false).unwrap();
-    ch.queue_declare("dlq", durable_queue(), FieldTable::new())
-        .unwrap();
-    ch.basic_reject(got.delivery.delivery_tag, false).unwrap();
-    // That batch syncs its three files (metadata log, segment, ack file) one after the
-    // other from about 200 ms on, 200 ms each: at 700 ms two of them are synced.
-    tokio::time::sleep(Duration::from_millis(700)).await;
-    let after = fs.crash();
-    drop((ch, conn, broker, store));
+    (store, broker, conn, ch, got.delivery.delivery_tag)
+}
 
-    let (_store, broker) = open_fault(&after, dir, StoreConfig::default());
+/// Recovers the files a crash left and asserts the message is in `work` or `dlq` (or both),
+/// once at most in each.
+fn assert_in_one_queue_or_both(after: &FaultFs, dir: &std::path::Path, config: StoreConfig) {
+    let (_store, broker) = open_fault(after, dir, config);
     let conn = broker.connect();
     let ch = conn.open_channel().unwrap();
     let work = drain(&ch, "work");
@@ -429,4 +378,52 @@ async fn a_dead_letter_into_a_queue_declared_in_the_same_batch_is_not_lost() {
         work.len() + dlq.len() >= 1,
         "the message is in neither queue"
     );
+    assert!(work.len() <= 1 && dlq.len() <= 1, "{work:?} {dlq:?}");
+}
+
+/// A message rejected into its dead-letter queue just before a crash is in one of the two
+/// queues after it (both, at worst), never in neither: the store hears of the copy before
+/// the removal. One command per batch and slow syncs make the crash fall between the two.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_dead_lettered_just_before_a_crash_is_not_lost() {
+    let fs = FaultFs::new();
+    let dir = std::path::Path::new("/dead-lettered");
+    let config = StoreConfig {
+        max_batch: 1,
+        ..StoreConfig::default()
+    };
+    let (store, broker, conn, ch, tag) = one_message_to_dead_letter(&fs, dir, config.clone()).await;
+    fs.set_sync_delay(Duration::from_millis(200));
+    ch.basic_reject(tag, false).unwrap();
+    // The first of the two commands is synced after 200 ms, the second after 400 ms.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let after = fs.crash();
+    drop((ch, conn, broker, store));
+    assert_in_one_queue_or_both(&after, dir, config);
+}
+
+/// The same when the dead-letter queue was deleted and declared again in the batch of the
+/// reject: the ack files are synced after the metadata log and the segment, so the removal
+/// is never kept without the copy and the queue it went to.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_letter_into_a_queue_declared_in_the_same_batch_is_not_lost() {
+    let fs = FaultFs::new();
+    let dir = std::path::Path::new("/declared-in-the-batch");
+    let (store, broker, conn, ch, tag) =
+        one_message_to_dead_letter(&fs, dir, StoreConfig::default()).await;
+    fs.set_sync_delay(Duration::from_millis(200));
+    // Keeps the writer in a sync for 200 ms (it takes the publish within the 50 ms), so that
+    // the next commands wait and make one batch.
+    let _busy = ch.try_basic_publish("", "other", PublishOptions::default(), persistent("x"));
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    ch.queue_delete("dlq", false, false).unwrap();
+    ch.queue_declare("dlq", durable_queue(), FieldTable::new())
+        .unwrap();
+    ch.basic_reject(tag, false).unwrap();
+    // That batch syncs its three files (metadata log, segment, ack file) one after the
+    // other from about 200 ms on, 200 ms each: about 700 ms in, two of them are synced.
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let after = fs.crash();
+    drop((ch, conn, broker, store));
+    assert_in_one_queue_or_both(&after, dir, StoreConfig::default());
 }

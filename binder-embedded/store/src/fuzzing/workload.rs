@@ -174,14 +174,42 @@ struct Held {
     id: u32,
 }
 
-struct Run {
-    fs: FaultFs,
-    config: StoreConfig,
-    broker_config: BrokerConfig,
+/// What runs on the files: the store, the broker on it, a connection and a confirm channel.
+struct Live {
     store: DiskStore,
     broker: Broker,
     conn: Connection,
     ch: Channel,
+}
+
+impl Live {
+    /// Opens the store and the broker, and declares the topology (a declaration a crash
+    /// lost is made again; declaring what exists changes nothing).
+    fn open(fs: &FaultFs, config: &StoreConfig, broker_config: &BrokerConfig) -> Live {
+        let store = DiskStore::open_with(Arc::new(fs.clone()), DIR, config.clone())
+            .unwrap_or_else(|e| panic!("the store does not open: {e}"));
+        let broker = Broker::with_store(broker_config.clone(), store.clone())
+            .unwrap_or_else(|e| panic!("the broker does not recover: {e}"));
+        let conn = broker.connect();
+        let ch = channel(&conn);
+        for q in 0..QUEUES.len() {
+            declare(&ch, q);
+        }
+        Live {
+            store,
+            broker,
+            conn,
+            ch,
+        }
+    }
+}
+
+struct Run {
+    fs: FaultFs,
+    config: StoreConfig,
+    broker_config: BrokerConfig,
+    /// Always there but during a restart.
+    live: Option<Live>,
     sent: HashMap<u32, Sent>,
     queues: [Vec<Slot>; 4],
     held: Vec<Held>,
@@ -204,20 +232,6 @@ pub struct Summary {
     pub paged_peeked: u64,
 }
 
-fn open(
-    fs: &FaultFs,
-    config: &StoreConfig,
-    broker_config: &BrokerConfig,
-) -> (DiskStore, Broker, Connection, Channel) {
-    let store = DiskStore::open_with(Arc::new(fs.clone()), DIR, config.clone())
-        .unwrap_or_else(|e| panic!("the store does not open: {e}"));
-    let broker = Broker::with_store(broker_config.clone(), store.clone())
-        .unwrap_or_else(|e| panic!("the broker does not recover: {e}"));
-    let conn = broker.connect();
-    let ch = channel(&conn);
-    (store, broker, conn, ch)
-}
-
 fn channel(conn: &Connection) -> Channel {
     let ch = conn.open_channel().expect("a channel opens");
     ch.confirm_select().expect("confirm mode");
@@ -225,6 +239,18 @@ fn channel(conn: &Connection) -> Channel {
 }
 
 impl Run {
+    fn live(&self) -> &Live {
+        self.live.as_ref().expect("running")
+    }
+
+    fn ch(&self) -> &Channel {
+        &self.live().ch
+    }
+
+    fn broker(&self) -> &Broker {
+        &self.live().broker
+    }
+
     fn new(settings: u8) -> Run {
         let config = StoreConfig {
             segment_bytes: if settings & SMALL_SEGMENTS != 0 {
@@ -247,18 +273,12 @@ impl Run {
             ..BrokerConfig::default()
         };
         let fs = FaultFs::new();
-        let (store, broker, conn, ch) = open(&fs, &config, &broker_config);
-        for q in 0..QUEUES.len() {
-            declare(&ch, q);
-        }
+        let live = Live::open(&fs, &config, &broker_config);
         Run {
             fs,
             config,
             broker_config,
-            store,
-            broker,
-            conn,
-            ch,
+            live: Some(live),
             sent: HashMap::new(),
             queues: Default::default(),
             held: Vec::new(),
@@ -356,7 +376,7 @@ impl Run {
     async fn publish_fanout(&mut self, arg: u8) {
         let (id, m) = self.message(usize::from(arg & 0x7f) * 47, arg % 4, true);
         let outcome = self
-            .ch
+            .ch()
             .basic_publish(FANOUT, "", PublishOptions::default(), m)
             .await
             .unwrap_or_else(|e| panic!("publish of {id} to {FANOUT}: {e}"));
@@ -392,7 +412,7 @@ impl Run {
     async fn publish(&mut self, q: usize, arg: u8, persistent: bool) {
         let (id, m) = self.message(usize::from(arg) * 23, arg % 4, persistent);
         let outcome = self
-            .ch
+            .ch()
             .basic_publish("", QUEUES[q], PublishOptions::default(), m)
             .await;
         self.published(q, id, outcome);
@@ -413,7 +433,7 @@ impl Run {
             let n = self.next_id as usize;
             let (id, m) = self.message(n * 37 % 300, (n % 4) as u8, true);
             match self
-                .ch
+                .ch()
                 .try_basic_publish("", QUEUES[q], PublishOptions::default(), m)
             {
                 TryPublish::Done(outcome) => self.published(q, id, outcome),
@@ -431,7 +451,7 @@ impl Run {
         let expected = self.ready(q).first().copied();
         let expected_id = expected.map(|at| self.queues[q][at].id);
         let got = self
-            .ch
+            .ch()
             .basic_get(QUEUES[q], false)
             .unwrap_or_else(|e| panic!("get from {}: {e}", QUEUES[q]));
         let Some(got) = got else {
@@ -456,11 +476,11 @@ impl Run {
     /// then cancels; the deliveries stay held by the channel.
     fn consume(&mut self, q: usize, prefetch: u16) {
         let what = format!("consume from {}", QUEUES[q]);
-        self.ch
+        self.ch()
             .basic_qos(prefetch, false)
             .unwrap_or_else(|e| panic!("{what}: qos: {e}"));
         let mut consumer = self
-            .ch
+            .ch()
             .basic_consume(QUEUES[q], ConsumeOptions::default())
             .unwrap_or_else(|e| panic!("{what}: {e}"));
         let expected = self.ready(q);
@@ -504,10 +524,10 @@ impl Run {
             _ => vec![self.held.remove(at)],
         };
         match how {
-            Settle::Ack => self.ch.basic_ack(chosen.tag, false),
-            Settle::AckMultiple => self.ch.basic_ack(chosen.tag, true),
-            Settle::Requeue => self.ch.basic_nack(chosen.tag, false, true),
-            Settle::Reject => self.ch.basic_reject(chosen.tag, false),
+            Settle::Ack => self.ch().basic_ack(chosen.tag, false),
+            Settle::AckMultiple => self.ch().basic_ack(chosen.tag, true),
+            Settle::Requeue => self.ch().basic_nack(chosen.tag, false, true),
+            Settle::Reject => self.ch().basic_reject(chosen.tag, false),
         }
         .unwrap_or_else(|e| panic!("{how:?} of {}: {e}", chosen.id));
         for h in settled {
@@ -528,7 +548,8 @@ impl Run {
 
     /// Closes the channel (its deliveries are requeued) and opens another.
     fn reopen_channel(&mut self) {
-        let ch = std::mem::replace(&mut self.ch, channel(&self.conn));
+        let live = self.live.as_mut().expect("running");
+        let ch = std::mem::replace(&mut live.ch, channel(&live.conn));
         ch.close();
         for h in std::mem::take(&mut self.held) {
             self.queues[h.queue][h.at].state = State::Ready;
@@ -537,8 +558,8 @@ impl Run {
 
     /// The ready messages of `q` as a peek lists them, bodies checked.
     fn peeked(&mut self, q: usize, what: &str) -> Vec<u32> {
-        self.paged_peeked += self.broker.paged_messages(QUEUES[q]).unwrap_or(0) as u64;
-        self.broker
+        self.paged_peeked += self.broker().paged_messages(QUEUES[q]).unwrap_or(0) as u64;
+        self.broker()
             .peek(QUEUES[q], usize::MAX)
             .unwrap_or_else(|e| panic!("{what}: peek of {}: {e}", QUEUES[q]))
             .iter()
@@ -553,7 +574,7 @@ impl Run {
 
     fn purge(&mut self, q: usize) {
         let count = self
-            .ch
+            .ch()
             .queue_purge(QUEUES[q])
             .unwrap_or_else(|e| panic!("purge of {}: {e}", QUEUES[q]));
         let ready = self.ready(q).len();
@@ -568,10 +589,10 @@ impl Run {
     /// Deletes `q` and declares it again. Its deliveries held by the channel are not acked
     /// (their queue is gone; closing the channel later must not bring them back).
     fn delete_and_declare(&mut self, q: usize) {
-        self.ch
+        self.ch()
             .queue_delete(QUEUES[q], false, false)
             .unwrap_or_else(|e| panic!("delete of {}: {e}", QUEUES[q]));
-        declare(&self.ch, q);
+        declare(self.ch(), q);
         self.held.retain(|h| h.queue != q);
         for s in &mut self.queues[q] {
             s.state = State::Gone;
@@ -582,7 +603,7 @@ impl Run {
     /// to `to` through the default exchange.
     async fn redrive(&mut self, pick: u8, to: usize) {
         let peeked = self
-            .broker
+            .broker()
             .peek(QUEUES[DLQ], usize::MAX)
             .expect("peek of the dead-letter queue");
         if peeked.is_empty() {
@@ -595,7 +616,7 @@ impl Run {
         let id = self.id_of(&m.record.message.payload, "redrive");
         assert_eq!(id, self.queues[DLQ][at].id, "peek of the dead-letter queue");
         let outcome = self
-            .broker
+            .broker()
             .redrive(QUEUES[DLQ], m.seq, "", QUEUES[to])
             .await
             .unwrap_or_else(|e| panic!("redrive of {id}: {e}"));
@@ -614,26 +635,17 @@ impl Run {
     /// Stops the broker, cleanly (connection closed, so its deliveries are requeued, then
     /// the store closed, which writes the marker; with `scan` the marker is then removed) or
     /// by a crash, starts it again on what the files hold, and checks what it recovered.
-    fn restart(self, crash: bool, scan: bool) -> Run {
-        let Run {
-            fs,
-            config,
-            broker_config,
+    fn restart(&mut self, crash: bool, scan: bool) {
+        let Live {
             store,
             broker,
             conn,
             ch,
-            sent,
-            mut queues,
-            held,
-            next_id,
-            pages_read,
-            paged_peeked,
-        } = self;
-        let pages_read = pages_read + broker.pages_read().0;
-        let fs = if crash {
+        } = self.live.take().expect("running");
+        self.pages_read += broker.pages_read().0;
+        self.fs = if crash {
             // The old broker and store go after the crash: their writes fail.
-            let after = fs.crash();
+            let after = self.fs.crash();
             drop((ch, conn, broker, store));
             after
         } else {
@@ -641,78 +653,52 @@ impl Run {
             conn.close();
             drop(broker);
             store.close().expect("the store closes");
-            let after = fs.crash();
+            let after = self.fs.crash();
             if scan {
                 FileSystem::delete(&after, &Path::new(DIR).join(layout::CLEAN)).expect("in memory");
             }
             after
         };
-        for h in held {
-            if let Some(s) = queues[h.queue]
-                .iter_mut()
-                .rev()
-                .find(|s| s.id == h.id && s.state == State::Held)
-            {
-                s.state = State::Ready;
-            }
+        for h in std::mem::take(&mut self.held) {
+            self.queues[h.queue][h.at].state = State::Ready;
         }
-        let (store, broker, conn, ch) = open(&fs, &config, &broker_config);
+        let live = Live::open(&self.fs, &self.config, &self.broker_config);
         assert_eq!(
-            store.started_clean(),
+            live.store.started_clean(),
             !crash && !scan,
             "started from the marker"
         );
-        // A declaration is durable with the next sync: a crash before one (no confirmed
-        // publish to the queue since) may lose it. Declaring again changes nothing otherwise.
-        for q in 0..QUEUES.len() {
-            declare(&ch, q);
-        }
-        let mut run = Run {
-            fs,
-            config,
-            broker_config,
-            store,
-            broker,
-            conn,
-            ch,
-            sent,
-            queues,
-            held: Vec::new(),
-            next_id,
-            pages_read,
-            paged_peeked,
-        };
+        self.live = Some(live);
         let recovered: Vec<Vec<u32>> = (0..QUEUES.len())
-            .map(|q| run.peeked(q, &format!("recovery of {}", QUEUES[q])))
+            .map(|q| self.peeked(q, &format!("recovery of {}", QUEUES[q])))
             .collect();
         for (q, got) in recovered.iter().enumerate() {
             if crash {
-                run.check_after_crash(q, got, &recovered);
+                self.check_after_crash(q, got, &recovered);
             } else {
-                let expected: Vec<u32> = run.queues[q]
+                let expected: Vec<u32> = self.queues[q]
                     .iter()
-                    .filter(|s| s.state != State::Gone && run.sent[&s.id].persistent)
+                    .filter(|s| s.state != State::Gone && self.sent[&s.id].persistent)
                     .map(|s| s.id)
                     .collect();
-                let expected = run.in_delivery_order(q, expected);
+                let expected = self.in_delivery_order(q, expected);
                 assert_eq!(got, &expected, "after a clean restart, {}", QUEUES[q]);
             }
         }
         // The model becomes what was recovered: the slots matched, in arrival order.
         for (q, got) in recovered.iter().enumerate() {
-            let mut places = run.matched(q, got, "recovery");
+            let mut places = self.matched(q, got, "recovery");
             places.sort_unstable();
             let slots: Vec<Slot> = places
                 .into_iter()
                 .map(|at| Slot {
-                    id: run.queues[q][at].id,
+                    id: self.queues[q][at].id,
                     state: State::Ready,
                     from: None,
                 })
                 .collect();
-            run.queues[q] = slots;
+            self.queues[q] = slots;
         }
-        run
     }
 
     fn in_delivery_order(&self, q: usize, ids: Vec<u32>) -> Vec<u32> {
@@ -833,15 +819,16 @@ pub async fn run(input: &[u8]) -> Summary {
             11 => run.purge(q),
             12 => run.delete_and_declare(q),
             13 => run.reopen_channel(),
-            14 => run = run.restart(true, false),
-            _ => run = run.restart(false, arg & 1 != 0),
+            14 => run.restart(true, false),
+            _ => run.restart(false, arg & 1 != 0),
         }
     }
     // Whatever the input, it ends with a clean restart and a crash after it.
-    let run = run.restart(false, false).restart(true, false);
+    run.restart(false, false);
+    run.restart(true, false);
     Summary {
         operations,
-        pages_read: run.pages_read + run.broker.pages_read().0,
+        pages_read: run.pages_read + run.broker().pages_read().0,
         paged_peeked: run.paged_peeked,
     }
 }
