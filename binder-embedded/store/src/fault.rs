@@ -28,6 +28,8 @@ struct Files {
     names: BTreeMap<PathBuf, u64>,
     /// What they held when each was last synced: what a crash leaves.
     durable: BTreeMap<PathBuf, u64>,
+    /// Open handles per inode: a file deleted while open stays writable.
+    open: BTreeMap<u64, usize>,
 }
 
 impl Files {
@@ -51,6 +53,8 @@ struct Inner {
     /// After a crash the old handles refuse everything (the process is gone).
     crashed: AtomicBool,
     syncs: AtomicU64,
+    /// Syncs begun (file and directory syncs, failed or not).
+    syncs_begun: AtomicU64,
     /// How long each sync takes, in microseconds (a slow disk).
     sync_delay_us: AtomicU64,
 }
@@ -60,7 +64,10 @@ struct Inner {
 /// As on a real disk, a file's data is durable only up to its last successful
 /// [`StoreFile::sync`], and a file created, deleted or renamed is so only once its directory
 /// is synced ([`FileSystem::sync_dir`]): a crash before that loses the new file, brings the
-/// deleted one back, or undoes the rename.
+/// deleted one back, or undoes the rename. Unsynced data is lost on a [`FaultFs::crash`];
+/// [`FaultFs::crash_with_writeback`] keeps it for the files it chooses, as a disk that wrote
+/// some dirty pages back before the power went. Directories themselves are not modelled: they
+/// always exist.
 #[derive(Debug, Default, Clone)]
 pub struct FaultFs(Arc<Inner>);
 
@@ -74,12 +81,24 @@ impl FaultFs {
     /// directories as last synced, every file cut to what was synced); this one, and every
     /// file open on it, fails from now on.
     pub fn crash(&self) -> FaultFs {
+        self.crash_with_writeback(|_| false)
+    }
+
+    /// A crash after the disk wrote back everything not yet synced of the files whose path
+    /// `written_back` chooses (the rest is lost as by [`FaultFs::crash`]); directory entries
+    /// are still as last synced.
+    pub fn crash_with_writeback(&self, written_back: impl Fn(&Path) -> bool) -> FaultFs {
         let held = self.lock();
         self.0.crashed.store(true, Ordering::SeqCst);
         let mut files = Files::default();
         for (path, inode) in &held.durable {
             let c = &held.contents[inode];
-            let data = c.data[..c.synced].to_vec();
+            let kept = if written_back(path) {
+                c.data.len()
+            } else {
+                c.synced
+            };
+            let data = c.data[..kept].to_vec();
             let synced = data.len();
             let inode = files.new_inode(Content { data, synced });
             files.names.insert(path.clone(), inode);
@@ -102,9 +121,28 @@ impl FaultFs {
         self.0.sync_delay_us.store(us, Ordering::SeqCst);
     }
 
-    /// How many syncs succeeded.
+    /// How many file syncs succeeded.
     pub fn syncs(&self) -> u64 {
         self.0.syncs.load(Ordering::SeqCst)
+    }
+
+    /// How many file and directory syncs have begun (so a test can tell that a sync is under
+    /// way).
+    pub fn syncs_begun(&self) -> u64 {
+        self.0.syncs_begun.load(Ordering::SeqCst)
+    }
+
+    /// Counts a sync begun, waits out the sync delay, then fails if syncs are made to fail.
+    fn sync_point(&self) -> io::Result<()> {
+        self.0.syncs_begun.fetch_add(1, Ordering::SeqCst);
+        let delay = self.0.sync_delay_us.load(Ordering::SeqCst);
+        if delay > 0 {
+            std::thread::sleep(std::time::Duration::from_micros(delay));
+        }
+        if self.0.fail_syncs.load(Ordering::SeqCst) {
+            return Err(io::Error::other("injected sync failure"));
+        }
+        Ok(())
     }
 
     /// A file's whole contents (synced or not).
@@ -112,11 +150,19 @@ impl FaultFs {
         self.lock().content(path).map(|c| c.data.clone())
     }
 
-    /// Replaces a file's contents, as durable, its name too (to damage it in tests).
+    /// Replaces a file's contents (a file open on it sees them), as durable, its name too
+    /// (to damage it in tests).
     pub fn set_contents(&self, path: &Path, data: Vec<u8>) {
         let synced = data.len();
         let mut files = self.lock();
-        let inode = files.new_inode(Content { data, synced });
+        let content = Content { data, synced };
+        let inode = match files.names.get(path).copied() {
+            Some(inode) => {
+                files.contents.insert(inode, content);
+                inode
+            }
+            None => files.new_inode(content),
+        };
         files.names.insert(path.to_owned(), inode);
         files.durable.insert(path.to_owned(), inode);
     }
@@ -162,6 +208,18 @@ struct FaultFile {
     inode: u64,
 }
 
+impl Drop for FaultFile {
+    fn drop(&mut self) {
+        let mut files = self.fs.lock();
+        if let Some(n) = files.open.get_mut(&self.inode) {
+            *n -= 1;
+            if *n == 0 {
+                files.open.remove(&self.inode);
+            }
+        }
+    }
+}
+
 impl FaultFile {
     fn with<T>(&self, f: impl FnOnce(&mut Content) -> io::Result<T>) -> io::Result<T> {
         // Checked under the lock: a crash is ordered before or after the whole operation.
@@ -200,6 +258,7 @@ impl FileSystem for FaultFs {
                 inode
             }
         };
+        *files.open.entry(inode).or_default() += 1;
         Ok(Box::new(FaultFile {
             fs: self.clone(),
             inode,
@@ -244,6 +303,8 @@ impl FileSystem for FaultFs {
 
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
         self.alive()?;
+        self.sync_point()?;
+        self.alive()?;
         let mut files = self.lock();
         files.durable.retain(|p, _| p.parent() != Some(dir));
         let now: Vec<(PathBuf, u64)> = files
@@ -253,15 +314,15 @@ impl FileSystem for FaultFs {
             .map(|(p, i)| (p.clone(), *i))
             .collect();
         files.durable.extend(now);
-        // Contents no name refers to, now or after a crash, are gone (a handle still open on
-        // one fails, as on a deleted file before).
-        let named: std::collections::BTreeSet<u64> = files
+        // Contents no name refers to, now or after a crash, and no handle has open, are gone.
+        let kept: std::collections::BTreeSet<u64> = files
             .names
             .values()
             .chain(files.durable.values())
+            .chain(files.open.keys())
             .copied()
             .collect();
-        files.contents.retain(|inode, _| named.contains(inode));
+        files.contents.retain(|inode, _| kept.contains(inode));
         Ok(())
     }
 }
@@ -275,16 +336,9 @@ impl StoreFile for FaultFile {
     }
 
     fn sync(&mut self) -> io::Result<()> {
-        let delay = self.fs.0.sync_delay_us.load(Ordering::SeqCst);
-        if delay > 0 {
-            std::thread::sleep(std::time::Duration::from_micros(delay));
-        }
-        let fail = self.fs.0.fail_syncs.load(Ordering::SeqCst);
+        self.fs.sync_point()?;
         let syncs = &self.fs.0.syncs;
         self.with(|c| {
-            if fail {
-                return Err(io::Error::other("injected sync failure"));
-            }
             c.synced = c.data.len();
             syncs.fetch_add(1, Ordering::SeqCst);
             Ok(())

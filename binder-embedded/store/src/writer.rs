@@ -210,8 +210,7 @@ impl Writer {
             for (home, kind, key) in &acks {
                 writer.ack(*home, *kind, key);
             }
-            writer.write_out()?;
-            writer.sync_all()?;
+            writer.write_and_sync()?;
         }
         for seg in stale {
             if seg != writer.active && writer.index.segs.contains_key(&seg) {
@@ -538,25 +537,33 @@ impl Writer {
                     }
                 }
             };
-            let written = self.write_out().and_then(|()| {
-                if sync {
+            let written = if sync {
+                self.write_records().and_then(|()| {
                     // Readers of paged messages need not wait for the sync: the records are
                     // in the files.
                     self.lend();
-                    let synced = self.sync_all();
+                    let synced = self.sync_then_acks();
                     self.take_back();
                     synced
-                } else {
-                    Ok(())
-                }
-            });
+                })
+            } else if self.config.mode == SyncMode::None {
+                self.write_records().and_then(|()| self.write_acks())
+            } else {
+                // `interval`, not yet due: the acknowledgements wait for the sync (see
+                // `sync_then_acks`).
+                self.write_records()
+            };
             match written {
                 Ok(()) => {
                     for w in self.waiters.drain(..) {
                         let _ = w.send(Ok(()));
                     }
-                    if let Err(e) = self.maintain() {
-                        self.fail(&e);
+                    // Deleting a segment makes its removals final: only once what replaced
+                    // them (a dead letter's copy) is synced.
+                    if sync || self.config.mode == SyncMode::None {
+                        if let Err(e) = self.maintain() {
+                            self.fail(&e);
+                        }
                     }
                 }
                 Err(e) => self.fail(&e),
@@ -570,12 +577,21 @@ impl Writer {
         }
     }
 
-    /// Appends the buffered records to their files.
-    fn write_out(&mut self) -> Result<(), StoreError> {
+    /// Appends the buffered message and metadata records to their files.
+    fn write_records(&mut self) -> Result<(), StoreError> {
         if !self.seg_buf.is_empty() {
             self.active_file.append(&self.seg_buf)?;
             self.seg_buf.clear();
         }
+        if !self.meta_buf.is_empty() {
+            self.meta_file.append(&self.meta_buf)?;
+            self.meta_buf.clear();
+        }
+        Ok(())
+    }
+
+    /// Appends the buffered acknowledgements to their segments' ack files.
+    fn write_acks(&mut self) -> Result<(), StoreError> {
         for (seg, buf) in self.ack_bufs.iter_mut() {
             if buf.is_empty() {
                 continue;
@@ -590,19 +606,23 @@ impl Writer {
             file.append(buf)?;
             buf.clear();
         }
-        if !self.meta_buf.is_empty() {
-            self.meta_file.append(&self.meta_buf)?;
-            self.meta_buf.clear();
-        }
         Ok(())
     }
 
-    /// Syncs every file written since its last sync. The ack files go last: a removal in
-    /// them may be what a record written in the same batch replaces (a dead letter's copy,
+    /// Writes and syncs everything buffered (the records are already written when the batch
+    /// lends its index out).
+    fn write_and_sync(&mut self) -> Result<(), StoreError> {
+        self.write_records()?;
+        self.sync_then_acks()
+    }
+
+    /// Syncs the written records, then writes and syncs the acknowledgements. A removal in
+    /// an ack file may be what a record of the same batch replaces (a dead letter's copy,
     /// perhaps into a queue declared in that batch, perhaps in a segment created in it), and
-    /// a crash between the syncs must not keep the removal without the copy. So the metadata
-    /// log, the active segment and the segments directory (new files' entries) come first.
-    fn sync_all(&mut self) -> Result<(), StoreError> {
+    /// a disk may write unsynced data in any order: so the acknowledgements reach the ack
+    /// files only once the metadata log, the active segment and the segments directory (new
+    /// files' entries) are synced, and a crash can never keep a removal without the copy.
+    fn sync_then_acks(&mut self) -> Result<(), StoreError> {
         let any = !self.dirty_segs.is_empty()
             || !self.dirty_acks.is_empty()
             || self.dirty_meta
@@ -616,6 +636,11 @@ impl Writer {
             }
         }
         if std::mem::take(&mut self.dirty_dir) {
+            self.fs.sync_dir(&self.dir.join(layout::SEGMENTS))?;
+        }
+        self.write_acks()?;
+        if std::mem::take(&mut self.dirty_dir) {
+            // Ack files opened just now.
             self.fs.sync_dir(&self.dir.join(layout::SEGMENTS))?;
         }
         for seg in std::mem::take(&mut self.dirty_acks) {
@@ -784,10 +809,9 @@ impl Writer {
         if let Some(f) = &self.failure {
             return Err(failed(f));
         }
-        self.write_out()?;
         self.dirty_segs.insert(self.active);
         self.dirty_meta = true;
-        self.sync_all()?;
+        self.write_and_sync()?;
         for w in self.waiters.drain(..) {
             let _ = w.send(Ok(()));
         }

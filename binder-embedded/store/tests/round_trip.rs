@@ -6,7 +6,7 @@ mod common;
 use common::*;
 use std::time::Duration;
 use stream_engine::*;
-use stream_store::{FaultFs, StoreConfig};
+use stream_store::{FaultFs, StoreConfig, SyncMode};
 
 /// Declares, publishes with confirms, acknowledges some and leaves one delivered but
 /// unacknowledged; returns nothing, the broker is left for the caller to stop.
@@ -402,6 +402,15 @@ async fn a_message_dead_lettered_just_before_a_crash_is_not_lost() {
     assert_in_one_queue_or_both(&after, dir, config);
 }
 
+/// Waits until `fs` has begun `n` syncs (10 s at most).
+async fn wait_for_syncs(fs: &FaultFs, n: u64) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while fs.syncs_begun() < n {
+        assert!(tokio::time::Instant::now() < deadline, "no sync began");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
 /// The same when the dead-letter queue was deleted and declared again in the batch of the
 /// reject: the ack files are synced after the metadata log and the segment, so the removal
 /// is never kept without the copy and the queue it went to.
@@ -411,19 +420,89 @@ async fn a_dead_letter_into_a_queue_declared_in_the_same_batch_is_not_lost() {
     let dir = std::path::Path::new("/declared-in-the-batch");
     let (store, broker, conn, ch, tag) =
         one_message_to_dead_letter(&fs, dir, StoreConfig::default()).await;
-    fs.set_sync_delay(Duration::from_millis(200));
-    // Keeps the writer in a sync for 200 ms (it takes the publish within the 50 ms), so that
-    // the next commands wait and make one batch.
+    fs.set_sync_delay(Duration::from_millis(100));
+    // Keeps the writer in a sync, so that the next commands wait and make one batch.
+    let before = fs.syncs_begun();
     let _busy = ch.try_basic_publish("", "other", PublishOptions::default(), persistent("x"));
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    wait_for_syncs(&fs, before + 1).await;
     ch.queue_delete("dlq", false, false).unwrap();
     ch.queue_declare("dlq", durable_queue(), FieldTable::new())
         .unwrap();
     ch.basic_reject(tag, false).unwrap();
-    // That batch syncs its three files (metadata log, segment, ack file) one after the
-    // other from about 200 ms on, 200 ms each: about 700 ms in, two of them are synced.
-    tokio::time::sleep(Duration::from_millis(700)).await;
+    // That batch syncs three files (metadata log, segment, ack file) one after the other:
+    // crash once the third sync has begun.
+    wait_for_syncs(&fs, before + 4).await;
     let after = fs.crash();
     drop((ch, conn, broker, store));
     assert_in_one_queue_or_both(&after, dir, StoreConfig::default());
+}
+
+/// The same when the disk wrote the ack file back before the segment's sync ended (a disk
+/// writes dirty data in any order): the acknowledgements of a batch are only written once
+/// its records are synced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_letter_is_not_lost_when_the_ack_file_reaches_the_disk_first() {
+    let fs = FaultFs::new();
+    let dir = std::path::Path::new("/written-back");
+    let (store, broker, conn, ch, tag) =
+        one_message_to_dead_letter(&fs, dir, StoreConfig::default()).await;
+    fs.set_sync_delay(Duration::from_millis(200));
+    let before = fs.syncs_begun();
+    ch.basic_reject(tag, false).unwrap();
+    // The segment's sync (the copy) is under way; whatever the ack files hold by now is on
+    // the disk.
+    wait_for_syncs(&fs, before + 1).await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let after = fs.crash_with_writeback(|path| path.extension().is_some_and(|e| e == "ack"));
+    drop((ch, conn, broker, store));
+    assert_in_one_queue_or_both(&after, dir, StoreConfig::default());
+}
+
+/// In `interval` mode, a dead letter whose old segment has nothing else live: the segment
+/// is deleted only after a sync, so a crash before it neither keeps the removal (the deleted
+/// segment) nor loses the unsynced copy with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_interval_mode_a_dead_letter_is_not_lost_with_the_segment_it_left() {
+    let fs = FaultFs::new();
+    let dir = std::path::Path::new("/interval");
+    let config = StoreConfig {
+        mode: SyncMode::Interval(Duration::from_millis(300)),
+        segment_bytes: 4096,
+        ..StoreConfig::default()
+    };
+    let (store, broker, conn, ch, tag) = one_message_to_dead_letter(&fs, dir, config.clone()).await;
+    // Enough beside it in its segment for the next one to be started, all delivered.
+    for i in 0..40 {
+        ch.basic_publish(
+            "",
+            "other",
+            PublishOptions::default(),
+            persistent(vec![b'f'; 200 + i]),
+        )
+        .await
+        .unwrap();
+    }
+    let mut fillers = Vec::new();
+    while let Some(got) = ch.basic_get("other", false).unwrap() {
+        fillers.push(got.delivery.delivery_tag);
+    }
+    assert_eq!(fillers.len(), 40);
+    // Past the interval a batch syncs everything so far (a batch starts the interval when
+    // none is running: it may take two).
+    let synced = fs.syncs();
+    while fs.syncs() == synced {
+        tokio::time::sleep(Duration::from_millis(350)).await;
+        store.stats().unwrap();
+    }
+    assert!(store.stats().unwrap().segments > 1, "one segment only");
+    // In one batch, unsynced: the segment's last live messages settled, one of them into the
+    // dead-letter queue.
+    for filler in fillers {
+        ch.basic_ack(filler, false).unwrap();
+    }
+    ch.basic_reject(tag, false).unwrap();
+    store.stats().unwrap();
+    let after = fs.crash();
+    drop((ch, conn, broker, store));
+    assert_in_one_queue_or_both(&after, dir, config);
 }
