@@ -12,7 +12,9 @@ pub enum SyncMode {
     #[default]
     Sync,
     /// The writer syncs every so often; confirms are released at once, so a crash may lose
-    /// what was confirmed within the last interval.
+    /// what was confirmed within the last interval. Acknowledgements are written with each
+    /// sync, after the records they may depend on (so even a killed process may bring back
+    /// what was acknowledged within the last interval, redelivered).
     Interval(Duration),
     /// The writer never syncs (until a clean close); confirms are released at once.
     None,

@@ -429,8 +429,9 @@ async fn a_dead_letter_into_a_queue_declared_in_the_same_batch_is_not_lost() {
     ch.queue_declare("dlq", durable_queue(), FieldTable::new())
         .unwrap();
     ch.basic_reject(tag, false).unwrap();
-    // That batch syncs three files (metadata log, segment, ack file) one after the other:
-    // crash once the third sync has begun.
+    // That batch syncs three files (metadata log, segment, and the ack file, which exists
+    // since the get marked the delivery) one after the other: crash once the third sync has
+    // begun.
     wait_for_syncs(&fs, before + 4).await;
     let after = fs.crash();
     drop((ch, conn, broker, store));
@@ -466,7 +467,7 @@ async fn in_interval_mode_a_dead_letter_is_not_lost_with_the_segment_it_left() {
     let fs = FaultFs::new();
     let dir = std::path::Path::new("/interval");
     let config = StoreConfig {
-        mode: SyncMode::Interval(Duration::from_millis(300)),
+        mode: SyncMode::Interval(Duration::from_secs(1)),
         segment_bytes: 4096,
         ..StoreConfig::default()
     };
@@ -491,9 +492,10 @@ async fn in_interval_mode_a_dead_letter_is_not_lost_with_the_segment_it_left() {
     // none is running: it may take two).
     let synced = fs.syncs();
     while fs.syncs() == synced {
-        tokio::time::sleep(Duration::from_millis(350)).await;
+        tokio::time::sleep(Duration::from_millis(1100)).await;
         store.stats().unwrap();
     }
+    let synced = fs.syncs();
     assert!(store.stats().unwrap().segments > 1, "one segment only");
     // In one batch, unsynced: the segment's last live messages settled, one of them into the
     // dead-letter queue.
@@ -503,6 +505,11 @@ async fn in_interval_mode_a_dead_letter_is_not_lost_with_the_segment_it_left() {
     ch.basic_reject(tag, false).unwrap();
     store.stats().unwrap();
     let after = fs.crash();
+    assert_eq!(
+        fs.syncs(),
+        synced,
+        "the interval ran out: nothing was left unsynced"
+    );
     drop((ch, conn, broker, store));
     assert_in_one_queue_or_both(&after, dir, config);
 }
