@@ -519,7 +519,8 @@ impl Writer {
     }
 
     /// Writes what the batch buffered, syncs per the mode, releases the waiters, then
-    /// deletes and compacts segments (after a synced batch only, but in `none` mode).
+    /// deletes and compacts segments (after every batch in `none` mode, otherwise only after
+    /// a synced one).
     fn end_batch(&mut self) {
         if self.failure.is_none() {
             let sync = match self.config.mode {
