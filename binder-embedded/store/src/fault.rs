@@ -30,9 +30,38 @@ struct Files {
     durable: BTreeMap<PathBuf, u64>,
     /// Open handles per inode: a file deleted while open stays writable.
     open: BTreeMap<u64, usize>,
+    /// Entries changed since their directory was last synced: what each name now refers to
+    /// (`None`: deleted). A directory sync makes its own durable.
+    pending: BTreeMap<PathBuf, Option<u64>>,
 }
 
 impl Files {
+    /// Names `path` (or un-names it), durable once its directory is synced.
+    fn set_name(&mut self, path: &Path, inode: Option<u64>) {
+        match inode {
+            Some(inode) => self.names.insert(path.to_owned(), inode),
+            None => self.names.remove(path),
+        };
+        self.pending.insert(path.to_owned(), inode);
+    }
+
+    /// Drops contents nothing refers to (no name, now or after a crash, and no open handle),
+    /// once there are enough of them to be worth a pass.
+    fn collect_garbage(&mut self) {
+        let referenced = self.names.len() + self.durable.len() + self.open.len();
+        if self.contents.len() <= 2 * referenced + 64 {
+            return;
+        }
+        let kept: std::collections::HashSet<u64> = self
+            .names
+            .values()
+            .chain(self.durable.values())
+            .chain(self.open.keys())
+            .copied()
+            .collect();
+        self.contents.retain(|inode, _| kept.contains(inode));
+    }
+
     fn content(&self, path: &Path) -> Option<&Content> {
         self.contents.get(self.names.get(path)?)
     }
@@ -165,6 +194,7 @@ impl FaultFs {
         };
         files.names.insert(path.to_owned(), inode);
         files.durable.insert(path.to_owned(), inode);
+        files.pending.remove(path);
     }
 
     /// The paths of the files directly in `dir`.
@@ -254,7 +284,7 @@ impl FileSystem for FaultFs {
             Some(&inode) => inode,
             None => {
                 let inode = files.new_inode(Content::default());
-                files.names.insert(path.to_owned(), inode);
+                files.set_name(path, Some(inode));
                 inode
             }
         };
@@ -286,18 +316,22 @@ impl FileSystem for FaultFs {
 
     fn delete(&self, path: &Path) -> io::Result<()> {
         self.alive()?;
-        self.lock().names.remove(path);
+        let mut files = self.lock();
+        if files.names.contains_key(path) {
+            files.set_name(path, None);
+        }
         Ok(())
     }
 
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
         self.alive()?;
         let mut files = self.lock();
-        let inode = files
+        let inode = *files
             .names
-            .remove(from)
+            .get(from)
             .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "no such file"))?;
-        files.names.insert(to.to_owned(), inode);
+        files.set_name(from, None);
+        files.set_name(to, Some(inode));
         Ok(())
     }
 
@@ -307,23 +341,20 @@ impl FileSystem for FaultFs {
         let mut files = self.lock();
         // Checked under the lock: a crash is ordered before or after the whole sync.
         self.alive()?;
-        files.durable.retain(|p, _| p.parent() != Some(dir));
-        let now: Vec<(PathBuf, u64)> = files
-            .names
+        let synced: Vec<(PathBuf, Option<u64>)> = files
+            .pending
             .iter()
             .filter(|(p, _)| p.parent() == Some(dir))
             .map(|(p, i)| (p.clone(), *i))
             .collect();
-        files.durable.extend(now);
-        // Contents no name refers to, now or after a crash, and no handle has open, are gone.
-        let kept: std::collections::BTreeSet<u64> = files
-            .names
-            .values()
-            .chain(files.durable.values())
-            .chain(files.open.keys())
-            .copied()
-            .collect();
-        files.contents.retain(|inode, _| kept.contains(inode));
+        for (path, inode) in synced {
+            files.pending.remove(&path);
+            match inode {
+                Some(inode) => files.durable.insert(path, inode),
+                None => files.durable.remove(&path),
+            };
+        }
+        files.collect_garbage();
         Ok(())
     }
 }
