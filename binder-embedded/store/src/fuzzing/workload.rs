@@ -159,8 +159,8 @@ enum State {
 struct Slot {
     id: u32,
     state: State,
-    /// The queue it was moved from since the last restart (dead-lettered or re-driven): a
-    /// crash may leave it there instead.
+    /// The queue it was dead-lettered from since the last restart: a crash may leave it there
+    /// instead.
     from: Option<usize>,
 }
 
@@ -171,7 +171,6 @@ struct Held {
     queue: usize,
     /// Its slot in the queue (slots keep their places until a restart).
     at: usize,
-    id: u32,
 }
 
 /// What runs on the files: the store, the broker on it, a connection and a confirm channel.
@@ -223,8 +222,6 @@ struct Run {
 /// What a run did, beyond passing its checks.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Summary {
-    /// Operations run.
-    pub operations: usize,
     /// Paged messages read back from the store to be delivered (by a consumer or a get).
     pub pages_read: u64,
     /// Paged messages read back from the store by peeks (the peek operation's, and every
@@ -312,24 +309,28 @@ impl Run {
         id
     }
 
-    /// The slots of the ready messages of `q` in delivery order (priority first in the
-    /// priority queue, then arrival).
-    fn ready(&self, q: usize) -> Vec<usize> {
-        let mut ready: Vec<(u8, usize)> = self.queues[q]
-            .iter()
-            .enumerate()
-            .filter(|(_, s)| s.state == State::Ready)
-            .map(|(at, s)| {
-                let priority = if q == PRIORITY_QUEUE {
-                    self.sent[&s.id].priority
-                } else {
-                    0
-                };
-                (priority, at)
-            })
+    /// The slots of `q` that `keep` takes, in delivery order: priority first in the priority
+    /// queue, then arrival.
+    fn in_delivery_order(&self, q: usize, keep: impl Fn(&Slot) -> bool) -> Vec<usize> {
+        let mut slots: Vec<usize> = (0..self.queues[q].len())
+            .filter(|&at| keep(&self.queues[q][at]))
             .collect();
-        ready.sort_by_key(|&(priority, at)| (std::cmp::Reverse(priority), at));
-        ready.into_iter().map(|(_, at)| at).collect()
+        if q == PRIORITY_QUEUE {
+            slots.sort_by_key(|&at| {
+                let priority = self.sent[&self.queues[q][at].id].priority;
+                (std::cmp::Reverse(priority), at)
+            });
+        }
+        slots
+    }
+
+    /// The slots of the ready messages of `q` in delivery order.
+    fn ready(&self, q: usize) -> Vec<usize> {
+        self.in_delivery_order(q, |s| s.state == State::Ready)
+    }
+
+    fn persistent(&self, s: &Slot) -> bool {
+        self.sent[&s.id].persistent
     }
 
     /// The ids of the ready messages of `q` in delivery order.
@@ -467,7 +468,6 @@ impl Run {
             tag: got.delivery.delivery_tag,
             queue: q,
             at,
-            id,
         });
     }
 
@@ -498,7 +498,6 @@ impl Run {
                 tag: delivery.delivery_tag,
                 queue: q,
                 at,
-                id,
             });
         }
         assert_eq!(
@@ -529,16 +528,17 @@ impl Run {
             Settle::Requeue => self.ch().basic_nack(chosen.tag, false, true),
             Settle::Reject => self.ch().basic_reject(chosen.tag, false),
         }
-        .unwrap_or_else(|e| panic!("{how:?} of {}: {e}", chosen.id));
+        .unwrap_or_else(|e| panic!("{how:?} of delivery {}: {e}", chosen.tag));
         for h in settled {
             let slot = &mut self.queues[h.queue][h.at];
             slot.state = match how {
                 Settle::Requeue => State::Ready,
                 _ => State::Gone,
             };
+            let id = slot.id;
             if how == Settle::Reject && h.queue == DEAD_LETTERING {
                 self.queues[DLQ].push(Slot {
-                    id: h.id,
+                    id,
                     state: State::Ready,
                     from: Some(DEAD_LETTERING),
                 });
@@ -551,6 +551,11 @@ impl Run {
         let live = self.live.as_mut().expect("running");
         let ch = std::mem::replace(&mut live.ch, channel(&live.conn));
         ch.close();
+        self.requeue_held();
+    }
+
+    /// The channel's deliveries are back in their queues (it was closed).
+    fn requeue_held(&mut self) {
         for h in std::mem::take(&mut self.held) {
             self.queues[h.queue][h.at].state = State::Ready;
         }
@@ -659,9 +664,7 @@ impl Run {
             }
             after
         };
-        for h in std::mem::take(&mut self.held) {
-            self.queues[h.queue][h.at].state = State::Ready;
-        }
+        self.requeue_held();
         let live = Live::open(&self.fs, &self.config, &self.broker_config);
         assert_eq!(
             live.store.started_clean(),
@@ -676,12 +679,11 @@ impl Run {
             if crash {
                 self.check_after_crash(q, got, &recovered);
             } else {
-                let expected: Vec<u32> = self.queues[q]
-                    .iter()
-                    .filter(|s| s.state != State::Gone && self.sent[&s.id].persistent)
-                    .map(|s| s.id)
+                let expected: Vec<u32> = self
+                    .in_delivery_order(q, |s| s.state != State::Gone && self.persistent(s))
+                    .into_iter()
+                    .map(|at| self.queues[q][at].id)
                     .collect();
-                let expected = self.in_delivery_order(q, expected);
                 assert_eq!(got, &expected, "after a clean restart, {}", QUEUES[q]);
             }
         }
@@ -701,31 +703,15 @@ impl Run {
         }
     }
 
-    fn in_delivery_order(&self, q: usize, ids: Vec<u32>) -> Vec<u32> {
-        if q != PRIORITY_QUEUE {
-            return ids;
-        }
-        let mut ids: Vec<(usize, u32)> = ids.into_iter().enumerate().collect();
-        ids.sort_by_key(|&(at, id)| (std::cmp::Reverse(self.sent[&id].priority), at));
-        ids.into_iter().map(|(_, id)| id).collect()
-    }
-
     /// The slot of `q` (an index into its arrival order) each of `got` is, taking `got` as a
     /// queue lists its messages: a subsequence of the queue's persistent slots (settled ones
     /// included) in delivery order. A message the queue held twice (moved away and back, its
     /// old place's removal lost in a crash) has two slots.
     fn matched(&self, q: usize, got: &[u32], what: &str) -> Vec<usize> {
         let name = QUEUES[q];
-        let mut order: Vec<usize> = (0..self.queues[q].len())
-            .filter(|&at| self.sent[&self.queues[q][at].id].persistent)
-            .collect();
-        if q == PRIORITY_QUEUE {
-            order.sort_by_key(|&at| {
-                let priority = self.sent[&self.queues[q][at].id].priority;
-                (std::cmp::Reverse(priority), at)
-            });
-        }
-        let mut next = order.into_iter();
+        let mut next = self
+            .in_delivery_order(q, |s| self.persistent(s))
+            .into_iter();
         got.iter()
             .map(|&id| {
                 next.find(|&at| self.queues[q][at].id == id)
@@ -745,7 +731,7 @@ impl Run {
         let mut needed: HashMap<u32, usize> = HashMap::new();
         for s in &self.queues[q] {
             let back_where_it_was = s.from.is_some_and(|from| recovered[from].contains(&s.id));
-            if s.state != State::Gone && self.sent[&s.id].persistent && !back_where_it_was {
+            if s.state != State::Gone && self.persistent(s) && !back_where_it_was {
                 *needed.entry(s.id).or_default() += 1;
             }
         }
@@ -774,7 +760,6 @@ pub async fn run(input: &[u8]) -> Summary {
     let Some((&settings, mut ops)) = input.split_first() else {
         return Summary::default();
     };
-    let mut operations = 0;
     let trace = std::env::var_os("STREAM_STORE_WORKLOAD_TRACE").is_some();
     let mut run = Run::new(settings);
     for _ in 0..MAX_OPS {
@@ -794,7 +779,6 @@ pub async fn run(input: &[u8]) -> Summary {
         } else {
             0
         };
-        operations += 1;
         if trace {
             eprintln!("op {kind} queue {} arg {arg}", QUEUES[q]);
         }
@@ -827,7 +811,6 @@ pub async fn run(input: &[u8]) -> Summary {
     run.restart(false, false);
     run.restart(true, false);
     Summary {
-        operations,
         pages_read: run.pages_read + run.broker().pages_read().0,
         paged_peeked: run.paged_peeked,
     }
