@@ -661,10 +661,9 @@ impl AmqpBroker for RabbitBinder {
     async fn producer(&self, spec: ProducerSpec) -> BinderResult<Box<dyn AmqpProducer>> {
         Ok(Box::new(RabbitProducer {
             link: self.publisher_link.clone(),
-            current: std::sync::Mutex::new(None),
-            opening: Mutex::new(()),
+            state: std::sync::Mutex::default(),
+            turns: Mutex::new(()),
             spec,
-            order: std::sync::Mutex::new(()),
         }))
     }
 
@@ -752,54 +751,124 @@ impl AmqpBroker for RabbitBinder {
 
 /// A producer: a confirm channel on the binder's publisher connection, reopened after a
 /// failure.
+///
+/// Sends reach the channel in the order of their first poll, as one task's sends started
+/// one after another expect (a [`Pipeline`](binder_core::runtime::Pipeline) keeps many in
+/// flight). A send goes at once when the channel is open and no send waits for its turn;
+/// otherwise it takes a turn behind the waiting ones, and the first turn opens the channel.
 #[derive(Debug)]
 struct RabbitProducer {
     link: Arc<Link>,
-    /// The confirm channel sends go on, once opened (each send takes a clone).
-    current: std::sync::Mutex<Option<LinkChannel>>,
-    /// Held by the send that opens a channel, so that sends arriving meanwhile wait for that
-    /// one instead of opening their own.
-    opening: Mutex<()>,
+    /// The channel and the sends waiting for their turn. Also held while a publish is
+    /// numbered for its confirm and its frames are queued (see [`RabbitProducer::send`]).
+    state: std::sync::Mutex<SendState>,
+    /// Taken in turn, first come first served, by the sends that cannot go at once (and by
+    /// anything that opens the channel).
+    turns: Mutex<()>,
     spec: ProducerSpec,
-    /// Held while a publish is numbered for its confirm and its frames are queued (see
-    /// [`RabbitProducer::send`]).
-    order: std::sync::Mutex<()>,
 }
 
-impl RabbitProducer {
+/// What the sends of a [`RabbitProducer`] share.
+#[derive(Debug, Default)]
+struct SendState {
+    /// The confirm channel sends go on, once opened (each send takes a clone).
+    channel: Option<LinkChannel>,
+    /// Sends that took a turn and have not yet queued their publish: while there are any, a
+    /// new send takes a turn too, so that it cannot overtake them.
+    waiting: usize,
+}
+
+impl SendState {
     /// The open channel, if there is one.
     fn open_channel(&self) -> Option<LinkChannel> {
-        lock(&self.current)
+        self.channel
             .as_ref()
             .filter(|ch| ch.status().connected())
             .cloned()
     }
+}
 
-    async fn channel(&self) -> BinderResult<LinkChannel> {
-        if let Some(ch) = self.open_channel() {
-            return Ok(ch);
+/// A send counted among the waiting ones of a [`SendState`] until dropped: while it waits
+/// for its turn, then while it holds the turn, until its publish is queued (or it fails).
+struct Waiting<'a>(&'a std::sync::Mutex<SendState>);
+
+impl<'a> Waiting<'a> {
+    fn new(state: &'a std::sync::Mutex<SendState>) -> Self {
+        lock(state).waiting += 1;
+        Waiting(state)
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        lock(self.0).waiting -= 1;
+    }
+}
+
+/// A send's turn (see [`RabbitProducer::take_turn`]): dropping it lets the next one go.
+struct Turn<'a> {
+    _waiting: Waiting<'a>,
+    _turn: tokio::sync::MutexGuard<'a, ()>,
+}
+
+impl RabbitProducer {
+    /// The open channel, if there is one and no send waits for its turn.
+    fn channel_now(&self) -> Option<LinkChannel> {
+        let state = lock(&self.state);
+        if state.waiting > 0 {
+            return None;
         }
-        let _opening = self.opening.lock().await;
-        // Another send may have opened one while this one waited.
-        if let Some(ch) = self.open_channel() {
+        state.open_channel()
+    }
+
+    /// Waits for this send's turn behind the sends already waiting, then for the channel
+    /// (opening it if need be).
+    async fn take_turn(&self) -> BinderResult<(LinkChannel, Turn<'_>)> {
+        let waiting = Waiting::new(&self.state);
+        let turn = self.turns.lock().await;
+        let ch = self.open_in_turn().await?;
+        Ok((
+            ch,
+            Turn {
+                _waiting: waiting,
+                _turn: turn,
+            },
+        ))
+    }
+
+    /// The open channel, else a new one; called with `turns` held.
+    async fn open_in_turn(&self) -> BinderResult<LinkChannel> {
+        let open = lock(&self.state).open_channel();
+        if let Some(ch) = open {
             return Ok(ch);
         }
         let ch = self.link.channel().await?;
         ch.confirm_select(ConfirmSelectOptions::default())
             .await
             .map_err(broker)?;
-        *lock(&self.current) = Some(ch.clone());
+        lock(&self.state).channel = Some(ch.clone());
         Ok(ch)
+    }
+
+    /// The open channel, else a new one opened in turn (for what is not a send).
+    async fn channel(&self) -> BinderResult<LinkChannel> {
+        let open = lock(&self.state).open_channel();
+        if let Some(ch) = open {
+            return Ok(ch);
+        }
+        let _turn = self.turns.lock().await;
+        self.open_in_turn().await
     }
 
     /// Stops handing out `ch` for new sends (unless another send already replaced it).
     fn retire(&self, ch: &LinkChannel) {
-        let mut current = lock(&self.current);
-        if current
+        let mut state = lock(&self.state);
+        if state
+            .channel
             .as_ref()
             .is_some_and(|c| c.id() == ch.id() && Arc::ptr_eq(c.connection(), ch.connection()))
         {
-            *current = None;
+            state.channel = None;
         }
     }
 
@@ -814,11 +883,18 @@ impl RabbitProducer {
         }
         let fail = |reason: String| BinderError::not_confirmed(exchange, routing_key, reason);
         let props = convert::properties(&message);
-        let ch = self.channel().await?;
+        let (ch, mut turn) = match self.channel_now() {
+            Some(ch) => (ch, None),
+            None => {
+                let (ch, turn) = self.take_turn().await?;
+                (ch, Some(turn))
+            }
+        };
         // lapin numbers a publish for its confirm and then queues its frames, both in the
         // publish's first poll. Concurrent sends must do the two in the same order, or the
         // broker's ack (or nack) for one message answers another's send: the first poll runs
-        // under `order`. Later polls only wait for the write.
+        // under `state`. Its turn, if it took one, ends after it. Later polls only wait for
+        // the write.
         let mut publish = std::pin::pin!(ch.basic_publish(
             ShortString::from(exchange),
             ShortString::from(routing_key),
@@ -828,8 +904,15 @@ impl RabbitProducer {
         ));
         let mut first_poll = true;
         let confirm = std::future::poll_fn(|cx| {
-            let _order = std::mem::take(&mut first_poll).then(|| lock(&self.order));
-            publish.as_mut().poll(cx)
+            if !std::mem::take(&mut first_poll) {
+                return publish.as_mut().poll(cx);
+            }
+            let queued = {
+                let _state = lock(&self.state);
+                publish.as_mut().poll(cx)
+            };
+            drop(turn.take());
+            queued
         })
         .await
         .map_err(|e| fail(e.to_string()))?

@@ -3,6 +3,7 @@
 //! the message that must not arrive has to be the next one received.
 
 use std::collections::BTreeSet;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
@@ -12,6 +13,7 @@ use binder_amqp::{DEFAULT_FRAME_MAX, header_frame_size};
 use binder_core::binder::Settlement;
 use binder_core::message::{Decimal, DeliveryMode, HeaderValue, Headers, Message, Properties};
 use binder_core::runtime::{HandlerError, Reply, handler};
+use futures::future::maybe_done;
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
@@ -695,6 +697,42 @@ pub async fn pipelined_sends_are_confirmed_in_order(env: &Env) {
     assert_eq!(out.send_all(&more, 16).await.unwrap(), 200);
     assert_eq!(collect(&mut rx, 200).await, (300..500).collect::<Vec<_>>());
     app.shutdown().await;
+}
+
+/// Sends reach the broker in the order they start, also when a later one starts while
+/// earlier ones still wait for the producer's first channel to open: here the first send
+/// opens the channel and is confirmed while the next seven have only started, and a ninth
+/// starts then; the queue holds them in start order.
+pub async fn sends_keep_their_order_while_the_channel_opens(env: &Env) {
+    let (consumer, producer) = env
+        .bound(
+            "spring.cloud.stream:\n  bindings.in: {destination: '{p}turns', group: g}\n",
+            &[],
+        )
+        .await;
+    // Kept with their outcome once done (a binder may confirm on the first poll).
+    let send = |i: u32| maybe_done(producer.publish(Message::new(i.to_string()), None));
+    let mut sends: Vec<_> = (0..8).map(send).collect();
+    // Each polled once, in order; then only the first is driven to its confirm.
+    for s in &mut sends {
+        let _ = futures::poll!(s);
+    }
+    (&mut sends[0]).await;
+    sends.push(send(8));
+    let _ = futures::poll!(&mut sends[8]);
+    futures::future::join_all(sends.iter_mut()).await;
+    for s in &mut sends {
+        Pin::new(s).take_output().expect("done").unwrap();
+    }
+    let mut sub = env.subscribe_bound(&*consumer).await;
+    let mut texts = Vec::new();
+    for _ in 0..9 {
+        let d = next(&mut sub).await;
+        texts.push(String::from_utf8(d.message().payload.to_vec()).unwrap());
+        d.settler.settle(Settlement::Ack).await.unwrap();
+    }
+    assert_eq!(texts, (0..9).map(|i| i.to_string()).collect::<Vec<_>>());
+    sub.cancel().await.unwrap();
 }
 
 /// A consumer closed with unsettled deliveries: they are redelivered to another member.

@@ -353,6 +353,7 @@ macro_rules! conformance_suite {
             prefetch_bounds_unsettled_deliveries,
             order_is_kept_with_one_consumer,
             pipelined_sends_are_confirmed_in_order,
+            sends_keep_their_order_while_the_channel_opens,
             unacked_messages_of_a_closed_consumer_are_redelivered,
             crashed_consumers_leave_the_binder_working,
             cancelled_auto_ack_subscriptions_hand_out_what_they_received,
