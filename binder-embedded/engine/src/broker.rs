@@ -11,7 +11,7 @@ use crate::field::FieldTable;
 use crate::inspect::{
     BindingInfo, ConsumerInfo, ExchangeInfo, PeekedMessage, QueueInfo, Redrive, Totals,
 };
-use crate::store::{Durability, MemoryStore, MessageStore, StoreError};
+use crate::store::{Durability, MemoryStore, MessageStore, Removal, StoreError};
 use tokio::sync::Notify;
 
 use super::error::{AmqpError, AmqpResult};
@@ -324,7 +324,7 @@ impl<E: Envelope> Broker<E> {
     /// were acknowledged (it is not dead-lettered); whether it was there. Exclusive queues
     /// are refused (405).
     pub fn discard(&self, queue: &str, seq: u64) -> AmqpResult<bool> {
-        self.shared.with(|s| s.discard(queue, seq))
+        self.shared.with(|s| s.discard(queue, seq, Removal::Acked))
     }
 
     /// Moves the ready message at arrival position `seq` to `exchange` with `routing_key`
@@ -364,7 +364,7 @@ impl<E: Envelope> Broker<E> {
             let durability = s.take_durability();
             if durability.is_none() && matches!(outcome, Redrive::Moved(_)) {
                 // Nothing to wait for: the move is one atomic step.
-                s.discard(queue, seq)?;
+                s.discard(queue, seq, Removal::Moved)?;
             }
             Ok((outcome, durability, source))
         })?;
@@ -375,7 +375,7 @@ impl<E: Envelope> Broker<E> {
             if matches!(outcome, Redrive::Moved(_)) {
                 // The queue may have been deleted meanwhile, and a queue of the same name
                 // declared since holds messages of its own.
-                self.shared.with(|s| s.discard_from(&source, seq))?;
+                self.shared.with(|s| s.discard_moved(&source, seq))?;
             }
         }
         Ok(outcome)

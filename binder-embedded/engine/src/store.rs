@@ -187,13 +187,17 @@ pub(crate) trait RecordView {
     fn published(&self) -> Published;
 }
 
-/// Why a stored message left its queue.
+/// Why a stored message left its queue. A store that delays writing removals must not
+/// delay a `Died` or `Moved` one beyond the copy the broker stored before it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Removal {
-    /// Acknowledged (or delivered to a no-ack consumer).
+    /// Acknowledged, discarded, or delivered to a no-ack consumer.
     Acked,
-    /// Rejected, expired, over a length or delivery limit: dead-lettered or dropped.
+    /// Rejected, expired, over a length or delivery limit: dead-lettered (its copy stored
+    /// first) or dropped.
     Died,
+    /// Re-driven ([`Broker::redrive`](crate::Broker::redrive)): its copy was stored first.
+    Moved,
     /// Purged.
     Purged,
 }

@@ -603,8 +603,8 @@ async fn a_redrive_removes_the_original_only_once_the_copy_is_durable() {
     assert!(
         store
             .calls()
-            .contains(&Call::Removed("work.dlq".into(), seqs[0], Removal::Acked)),
-        "the store forgets the original"
+            .contains(&Call::Removed("work.dlq".into(), seqs[0], Removal::Moved)),
+        "the store forgets the original, moved"
     );
 
     // A store that fails to keep the copy leaves the original where it was.
@@ -638,6 +638,12 @@ async fn a_redrive_removes_the_original_only_once_the_copy_is_durable() {
         Redrive::NotFound
     );
     assert_eq!(broker.discard("work.dlq", seqs[1]), Ok(true));
+    assert!(
+        store
+            .calls()
+            .contains(&Call::Removed("work.dlq".into(), seqs[1], Removal::Acked)),
+        "a discarded message is acknowledged for the store"
+    );
     assert_eq!(broker.discard("work.dlq", seqs[1]), Ok(false));
     assert_eq!(broker.queue_counts("work.dlq"), Some((0, 0)));
     assert_eq!(

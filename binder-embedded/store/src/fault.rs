@@ -95,8 +95,9 @@ struct Inner {
 /// is synced ([`FileSystem::sync_dir`]): a crash before that loses the new file, brings the
 /// deleted one back, or undoes the rename. Unsynced data is lost on a [`FaultFs::crash`];
 /// [`FaultFs::crash_with_writeback`] keeps it for the files it chooses, as a disk that wrote
-/// some dirty pages back before the power went. Directories themselves are not modelled: they
-/// always exist.
+/// some dirty pages back before the power went, and [`FaultFs::kill`] keeps everything, as
+/// a killed process finds its files. Directories themselves are not modelled: they always
+/// exist.
 #[derive(Debug, Default, Clone)]
 pub struct FaultFs(Arc<Inner>);
 
@@ -128,6 +129,27 @@ impl FaultFs {
                 c.synced
             };
             let data = c.data[..kept].to_vec();
+            let synced = data.len();
+            let inode = files.new_inode(Content { data, synced });
+            files.names.insert(path.clone(), inode);
+            files.durable.insert(path.clone(), inode);
+        }
+        FaultFs(Arc::new(Inner {
+            files: Mutex::new(files),
+            ..Inner::default()
+        }))
+    }
+
+    /// Simulates the process killed (`kill -9`), the machine still running: the kernel
+    /// keeps everything written, synced or not, and every directory entry. Returns the file
+    /// system a restarted process would find; this one, and every file open on it, fails
+    /// from now on.
+    pub fn kill(&self) -> FaultFs {
+        let held = self.lock();
+        self.0.crashed.store(true, Ordering::SeqCst);
+        let mut files = Files::default();
+        for (path, inode) in &held.names {
+            let data = held.contents[inode].data.clone();
             let synced = data.len();
             let inode = files.new_inode(Content { data, synced });
             files.names.insert(path.clone(), inode);
@@ -388,5 +410,53 @@ impl StoreFile for FaultFile {
 
     fn len(&self) -> u64 {
         self.with(|c| Ok(c.data.len() as u64)).unwrap_or(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A directory with `old` (its entry and "one" synced, "two" not) and `new` (written,
+    /// its entry not synced).
+    fn written() -> FaultFs {
+        let fs = FaultFs::new();
+        let dir = Path::new("/d");
+        let mut old = fs.open(&dir.join("old")).unwrap();
+        fs.sync_dir(dir).unwrap();
+        old.append(b"one").unwrap();
+        old.sync().unwrap();
+        old.append(b"two").unwrap();
+        fs.open(&dir.join("new")).unwrap().append(b"new").unwrap();
+        fs
+    }
+
+    fn contents(fs: &FaultFs, name: &str) -> Option<Vec<u8>> {
+        fs.read(&Path::new("/d").join(name)).unwrap()
+    }
+
+    #[test]
+    fn a_crash_keeps_what_was_synced_and_a_kill_keeps_everything() {
+        let crashed = written().crash();
+        assert_eq!(contents(&crashed, "old").as_deref(), Some(&b"one"[..]));
+        assert_eq!(contents(&crashed, "new"), None);
+
+        let written_back = written().crash_with_writeback(|_| true);
+        assert_eq!(
+            contents(&written_back, "old").as_deref(),
+            Some(&b"onetwo"[..])
+        );
+        assert_eq!(
+            contents(&written_back, "new"),
+            None,
+            "its entry was not synced"
+        );
+
+        let killed = written().kill();
+        assert_eq!(contents(&killed, "old").as_deref(), Some(&b"onetwo"[..]));
+        assert_eq!(contents(&killed, "new").as_deref(), Some(&b"new"[..]));
+        // What the killed process left is durable for the next one.
+        let again = killed.crash();
+        assert_eq!(contents(&again, "new").as_deref(), Some(&b"new"[..]));
     }
 }

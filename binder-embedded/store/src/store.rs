@@ -302,10 +302,11 @@ impl MessageStore for DiskStore {
         });
     }
 
-    fn removed(&self, queue: &str, seq: u64, _why: Removal) {
+    fn removed(&self, queue: &str, seq: u64, why: Removal) {
         let _ = self.send(Cmd::Removed {
             queue: queue.to_owned(),
             seq,
+            replaced: matches!(why, Removal::Died | Removal::Moved),
         });
     }
 

@@ -54,6 +54,9 @@ pub(crate) enum Cmd {
     Removed {
         queue: String,
         seq: u64,
+        /// The broker stored a copy first (a dead letter, a re-drive): the removal must not
+        /// reach the disk before that copy.
+        replaced: bool,
     },
     /// What the store holds now (answered in order with the other commands).
     Stats(Sender<StoreStats>),
@@ -145,6 +148,10 @@ pub(crate) struct Writer {
     dirty_meta: bool,
     dirty_dir: bool,
     waiters: Vec<Waiter>,
+    /// In `interval` mode, the removals a copy replaced (see [`Cmd::Removed`]), with their
+    /// home segments: they wait for the next sync, which syncs their copies before it writes
+    /// them. Every other acknowledgement is written with its batch.
+    held: Vec<(u32, Key)>,
     /// The last message's id and body: a later queue of its publication may refer to it
     /// after the first queue already dropped it.
     last_message: Option<(u64, Vec<u8>)>,
@@ -198,6 +205,7 @@ impl Writer {
             dirty_meta: false,
             dirty_dir: false,
             waiters: Vec::new(),
+            held: Vec::new(),
             last_message: None,
             max_id: rebuilt.next_id.saturating_sub(1),
             failure: None,
@@ -361,12 +369,20 @@ impl Writer {
                     self.ack(home, AckKind::Delivered, &key);
                 }
             }
-            Cmd::Removed { queue, seq } => {
+            Cmd::Removed {
+                queue,
+                seq,
+                replaced,
+            } => {
                 let Some(key) = self.key(&queue, seq) else {
                     return;
                 };
                 if let Some(home) = self.index.remove_ref(&key) {
-                    self.ack(home, AckKind::Removed, &key);
+                    if replaced && matches!(self.config.mode, SyncMode::Interval(_)) {
+                        self.held.push((home, key));
+                    } else {
+                        self.ack(home, AckKind::Removed, &key);
+                    }
                 }
             }
             Cmd::Stats(_) | Cmd::Close(_) => {}
@@ -539,6 +555,7 @@ impl Writer {
                 }
             };
             let written = if sync {
+                self.release_held();
                 self.write_records().and_then(|()| {
                     // Readers of paged messages need not wait for the sync: the records are
                     // in the files.
@@ -547,12 +564,10 @@ impl Writer {
                     self.take_back();
                     synced
                 })
-            } else if self.config.mode == SyncMode::None {
-                self.write_records().and_then(|()| self.write_acks())
             } else {
-                // `interval`, not yet due: the acknowledgements wait for the sync (see
-                // `sync_then_acks`).
-                self.write_records()
+                // In `interval` mode the removals a copy replaced wait for the sync (see
+                // `held`); nothing else depends on unsynced data.
+                self.write_records().and_then(|()| self.write_acks())
             };
             match written {
                 Ok(()) => {
@@ -613,16 +628,27 @@ impl Writer {
     /// Writes and syncs everything buffered (the records are already written when the batch
     /// lends its index out).
     fn write_and_sync(&mut self) -> Result<(), StoreError> {
+        self.release_held();
         self.write_records()?;
         self.sync_then_acks()
     }
 
-    /// Syncs the written records, then writes and syncs the acknowledgements. A removal in
-    /// an ack file may be what a record of the same batch replaces (a dead letter's copy,
-    /// perhaps into a queue declared in that batch, perhaps in a segment created in it), and
-    /// a disk may write unsynced data in any order: so the acknowledgements reach the ack
-    /// files only once the metadata log, the active segment and the segments directory (new
-    /// files' entries) are synced, and a crash can never keep a removal without the copy.
+    /// Buffers the removals `held` since the last sync with the other acknowledgements, for
+    /// the sync about to run to write after the records (with the index at hand: not while
+    /// it is lent out).
+    fn release_held(&mut self) {
+        for (home, key) in std::mem::take(&mut self.held) {
+            self.ack(home, AckKind::Removed, &key);
+        }
+    }
+
+    /// Syncs the written records, then writes and syncs the acknowledgements (with the
+    /// removals `held` since the last sync). A removal in an ack file may be what a record
+    /// of the same batch replaces (a dead letter's copy, perhaps into a queue declared in
+    /// that batch, perhaps in a segment created in it), and a disk may write unsynced data
+    /// in any order: so the acknowledgements reach the ack files only once the metadata log,
+    /// the active segment and the segments directory (new files' entries) are synced, and a
+    /// crash can never keep a removal without the copy.
     fn sync_then_acks(&mut self) -> Result<(), StoreError> {
         let any = !self.dirty_segs.is_empty()
             || !self.dirty_acks.is_empty()

@@ -488,14 +488,7 @@ async fn in_interval_mode_a_dead_letter_is_not_lost_with_the_segment_it_left() {
         fillers.push(got.delivery.delivery_tag);
     }
     assert_eq!(fillers.len(), 40);
-    // Past the interval a batch syncs everything so far (a batch starts the interval when
-    // none is running: it may take two).
-    let synced = fs.syncs();
-    while fs.syncs() == synced {
-        tokio::time::sleep(Duration::from_millis(1100)).await;
-        store.stats().unwrap();
-    }
-    let synced = fs.syncs();
+    let synced = until_synced(&fs, &store).await;
     assert!(store.stats().unwrap().segments > 1, "one segment only");
     // In one batch, unsynced: the segment's last live messages settled, one of them into the
     // dead-letter queue.
@@ -512,4 +505,111 @@ async fn in_interval_mode_a_dead_letter_is_not_lost_with_the_segment_it_left() {
     );
     drop((ch, conn, broker, store));
     assert_in_one_queue_or_both(&after, dir, config);
+}
+
+/// Waits, in `interval` mode of a second, until a sync covers what the store was sent so
+/// far (a batch starts the interval when none is running: it may take two); returns the
+/// count of syncs then.
+async fn until_synced(fs: &FaultFs, store: &stream_store::DiskStore) -> u64 {
+    let synced = fs.syncs();
+    while fs.syncs() == synced {
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+        store.stats().unwrap();
+    }
+    fs.syncs()
+}
+
+/// `interval` mode, a sync a second.
+fn every_second() -> StoreConfig {
+    StoreConfig {
+        mode: SyncMode::Interval(Duration::from_secs(1)),
+        ..StoreConfig::default()
+    }
+}
+
+/// In `interval` mode an acknowledgement is written with its batch, not at the next sync: a
+/// process killed before that sync (the machine still running) does not deliver the
+/// acknowledged messages again.
+#[tokio::test]
+async fn in_interval_mode_acknowledgements_survive_a_killed_process() {
+    let fs = FaultFs::new();
+    let dir = std::path::Path::new("/killed");
+    let config = StoreConfig {
+        mode: SyncMode::Interval(Duration::from_secs(600)),
+        ..StoreConfig::default()
+    };
+    let (store, broker) = open_fault(&fs, dir, config.clone());
+    let conn = broker.connect();
+    let ch = conn.open_channel().unwrap();
+    ch.confirm_select().unwrap();
+    ch.queue_declare("work", durable_queue(), FieldTable::new())
+        .unwrap();
+    publish_each(&ch, "work", (0..3).map(|i| format!("m{i}"))).await;
+    let tags: Vec<u64> = (0..3)
+        .map(|_| {
+            ch.basic_get("work", false)
+                .unwrap()
+                .unwrap()
+                .delivery
+                .delivery_tag
+        })
+        .collect();
+    ch.basic_ack(tags[0], false).unwrap();
+    ch.basic_ack(tags[2], false).unwrap();
+    store.stats().unwrap();
+    let after = fs.kill();
+    drop((ch, conn, broker, store));
+    let (_store, broker) = open_fault(&after, dir, config);
+    let conn = broker.connect();
+    let ch = conn.open_channel().unwrap();
+    assert_eq!(drain(&ch, "work"), vec![("m1".to_owned(), true)]);
+}
+
+/// In `interval` mode a message rejected into its dead-letter queue is not lost when the
+/// disk writes the ack file back before the dead letter's copy is synced: the removal waits
+/// for the sync that covers the copy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_interval_mode_a_dead_letter_is_not_lost_when_the_ack_file_reaches_the_disk_first() {
+    let fs = FaultFs::new();
+    let dir = std::path::Path::new("/interval-rejected");
+    let (store, broker, conn, ch, tag) = one_message_to_dead_letter(&fs, dir, every_second()).await;
+    let synced = until_synced(&fs, &store).await;
+    ch.basic_reject(tag, false).unwrap();
+    store.stats().unwrap();
+    let after = fs.crash_with_writeback(|path| path.extension().is_some_and(|e| e == "ack"));
+    assert_eq!(fs.syncs(), synced, "the interval ran out");
+    drop((ch, conn, broker, store));
+    assert_in_one_queue_or_both(&after, dir, every_second());
+}
+
+/// The same for a re-drive, which removes the original once its copy is written (in
+/// `interval` mode, before it is synced).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_interval_mode_a_redriven_message_is_not_lost_when_the_ack_file_reaches_the_disk_first()
+{
+    let fs = FaultFs::new();
+    let dir = std::path::Path::new("/interval-redriven");
+    let (store, broker) = open_fault(&fs, dir, every_second());
+    let conn = broker.connect();
+    let ch = conn.open_channel().unwrap();
+    ch.confirm_select().unwrap();
+    for q in ["work", "dlq"] {
+        ch.queue_declare(q, durable_queue(), FieldTable::new())
+            .unwrap();
+    }
+    publish_each(&ch, "dlq", ["acked".to_owned(), "m".to_owned()]).await;
+    // The segment's ack file, there after a crash once synced.
+    let acked = ch.basic_get("dlq", false).unwrap().unwrap();
+    ch.basic_ack(acked.delivery.delivery_tag, false).unwrap();
+    let synced = until_synced(&fs, &store).await;
+    let seq = broker.peek("dlq", 1).unwrap()[0].seq;
+    assert_eq!(
+        broker.redrive("dlq", seq, "", "work").await.unwrap(),
+        Redrive::Moved(1)
+    );
+    store.stats().unwrap();
+    let after = fs.crash_with_writeback(|path| path.extension().is_some_and(|e| e == "ack"));
+    assert_eq!(fs.syncs(), synced, "the interval ran out");
+    drop((ch, conn, broker, store));
+    assert_in_one_queue_or_both(&after, dir, every_second());
 }

@@ -1,7 +1,8 @@
 //! The workload fuzz target's harness (`stream_store::fuzzing::workload`, driven by
 //! `fuzz/fuzz_targets/workload.rs`) run in `cargo test` on generated inputs: operations on a
 //! broker with a disk store (publishes, gets, settlements, dead letters, re-drives, purges,
-//! deletions, peeks, clean and crashed restarts) checked against a model of every queue.
+//! deletions, peeks, clean and crashed restarts, in `sync` and `interval` modes) checked
+//! against a model of every queue.
 //!
 //! `cargo test -p stream-store --test workload -- --ignored write_seed_corpus` writes the
 //! seeds to `fuzz/seeds/workload/`.
@@ -11,7 +12,9 @@ mod common;
 use std::path::Path;
 
 use common::Rng;
-use stream_store::fuzzing::workload::{self, ONE_PER_BATCH, PAGE_ALL, SMALL_SEGMENTS};
+use stream_store::fuzzing::workload::{
+    self, INTERVAL_KILLS, ONE_PER_BATCH, PAGE_ALL, SMALL_SEGMENTS,
+};
 
 /// Runs an input where the target runs it: a current-thread runtime with a paused clock.
 fn run(input: &[u8]) -> workload::Summary {
@@ -50,6 +53,8 @@ fn inputs() -> Vec<(String, Vec<u8>)> {
         PAGE_ALL,
         SMALL_SEGMENTS | PAGE_ALL,
         SMALL_SEGMENTS | PAGE_ALL | ONE_PER_BATCH,
+        SMALL_SEGMENTS | INTERVAL_KILLS,
+        SMALL_SEGMENTS | PAGE_ALL | INTERVAL_KILLS,
     ] {
         for i in 0..8 {
             let ops = 100 + rng.below(400);

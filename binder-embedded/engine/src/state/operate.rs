@@ -92,32 +92,34 @@ impl<E: Envelope> State<E> {
     }
 
     /// Removes one ready message as if acknowledged (no dead-lettering); whether it was
-    /// there.
-    pub(crate) fn discard(&mut self, queue: &str, seq: u64) -> AmqpResult<bool> {
+    /// there. `why` is what the store hears: [`Removal::Acked`] for a message discarded,
+    /// [`Removal::Moved`] for the original of a re-drive.
+    pub(crate) fn discard(&mut self, queue: &str, seq: u64, why: Removal) -> AmqpResult<bool> {
         self.unlocked(queue)?;
         let q = self.registry.queues.get_mut(queue).expect("checked above");
         let Some(message) = q.storage.remove(seq) else {
             return Ok(false);
         };
         if message.stored() {
-            self.store.removed(&q.name, message.seq(), Removal::Acked);
+            self.store.removed(&q.name, message.seq(), why);
         }
         self.memory.used -= message.footprint();
         Ok(true)
     }
 
-    /// Removes the ready message `seq` of the queue `queue` names, unless that queue has been
-    /// deleted since (even if declared again under the same name): whether it was there.
-    pub(crate) fn discard_from(&mut self, queue: &Arc<str>, seq: u64) -> AmqpResult<bool> {
+    /// Removes the original of a re-drive, the ready message `seq` of the queue `queue`
+    /// names, unless that queue has been deleted since (even if declared again under the
+    /// same name): whether it was there.
+    pub(crate) fn discard_moved(&mut self, queue: &Arc<str>, seq: u64) -> AmqpResult<bool> {
         if !self.is_current(queue) {
             return Ok(false);
         }
-        self.discard(queue, seq)
+        self.discard(queue, seq, Removal::Moved)
     }
 
     /// Publishes a copy of one ready message to `exchange` with `routing_key` (properties,
     /// headers and payload unchanged); the original stays in its queue, for the caller to
-    /// [discard](State::discard_from) once the copy is safe. Returns the queue's name as
+    /// [discard](State::discard_moved) once the copy is safe. Returns the queue's name as
     /// the registry holds it, which tells it apart from a queue declared since under the
     /// same name.
     pub(crate) fn redrive_copy(

@@ -6,7 +6,10 @@
 //!
 //! An input is a settings byte (bit 0: segments of 4 KiB, else 64 KiB; bit 1: page every
 //! persistent message the engine may page, else none; bit 2: one command per writer batch, so
-//! that a crash falls between the commands of one operation more often), then operations: a
+//! that a crash falls between the commands of one operation more often; bit 3: `interval`
+//! mode, a sync every 10 ms, where a crash is the process killed once the store's writer has
+//! handled every command, rather than the power lost, since a power loss may take what
+//! `interval` mode confirmed, and so may a kill before the writer took it), then operations: a
 //! byte whose low four bits choose the operation and whose high four bits its queue (modulo
 //! 4), and for operations 0–9 and 15 an argument byte:
 //!
@@ -20,7 +23,7 @@
 //! | 9 | re-drive a ready dead letter (`arg` modulo their count) to queue `arg >> 4` |
 //! | 10, 11, 12 | peek, purge, delete and declare again |
 //! | 13 | close the channel (its deliveries are requeued) and open another |
-//! | 14 | crash (the files cut to what was synced) and restart |
+//! | 14 | crash (the files cut to what was synced; with settings bit 3, the process killed: the files as written) and restart |
 //! | 15 | clean restart; with `arg` odd the marker is removed first (a full scan) |
 //!
 //! The queues: `w0` (plain), `w1` (`x-max-priority: 3`), `w2` (dead-letters to `dlq`
@@ -57,7 +60,7 @@ use stream_engine::{
 };
 
 use crate::fs::FileSystem;
-use crate::{DiskStore, FaultFs, StoreConfig, layout};
+use crate::{DiskStore, FaultFs, StoreConfig, SyncMode, layout};
 
 use super::DIR;
 
@@ -67,6 +70,9 @@ pub const SMALL_SEGMENTS: u8 = 1;
 pub const PAGE_ALL: u8 = 2;
 /// Settings bit: the store's writer takes one command per batch (one sync each).
 pub const ONE_PER_BATCH: u8 = 4;
+/// Settings bit: `interval` mode (a sync every 10 ms), and crashes that kill the process
+/// (what was written stays, synced or not) instead of losing the power.
+pub const INTERVAL_KILLS: u8 = 8;
 
 /// At most this many operations are run (the rest of a longer input is ignored).
 const MAX_OPS: usize = 4096;
@@ -205,6 +211,8 @@ impl Live {
 
 struct Run {
     fs: FaultFs,
+    /// A crash kills the process (see [`INTERVAL_KILLS`]).
+    kills: bool,
     config: StoreConfig,
     broker_config: BrokerConfig,
     /// Always there but during a restart.
@@ -260,7 +268,11 @@ impl Run {
             } else {
                 StoreConfig::default().max_batch
             },
-            ..StoreConfig::default()
+            mode: if settings & INTERVAL_KILLS != 0 {
+                SyncMode::Interval(std::time::Duration::from_millis(10))
+            } else {
+                SyncMode::Sync
+            },
         };
         // A watermark no workload reaches (publishers are never blocked), and a paging
         // threshold of a few bytes or of the whole watermark.
@@ -273,6 +285,7 @@ impl Run {
         let live = Live::open(&fs, &config, &broker_config);
         Run {
             fs,
+            kills: settings & INTERVAL_KILLS != 0,
             config,
             broker_config,
             live: Some(live),
@@ -650,7 +663,15 @@ impl Run {
         self.pages_read += broker.pages_read().0;
         self.fs = if crash {
             // The old broker and store go after the crash: their writes fail.
-            let after = self.fs.crash();
+            let after = if self.kills {
+                // `interval` mode confirms a message when it is handed to the writer: a kill
+                // before the writer took it loses it. Killed once the writer has handled
+                // every command, the process has written everything but what it holds back.
+                store.stats().expect("the store answers");
+                self.fs.kill()
+            } else {
+                self.fs.crash()
+            };
             drop((ch, conn, broker, store));
             after
         } else {
