@@ -118,26 +118,21 @@ impl FaultFs {
     /// `written_back` chooses (the rest is lost as by [`FaultFs::crash`]); directory entries
     /// are still as last synced.
     pub fn crash_with_writeback(&self, written_back: impl Fn(&Path) -> bool) -> FaultFs {
-        let held = self.lock();
-        self.0.crashed.store(true, Ordering::SeqCst);
-        let mut files = Files::default();
-        for (path, inode) in &held.durable {
-            let c = &held.contents[inode];
-            let kept = if written_back(path) {
-                c.data.len()
-            } else {
-                c.synced
-            };
-            let data = c.data[..kept].to_vec();
-            let synced = data.len();
-            let inode = files.new_inode(Content { data, synced });
-            files.names.insert(path.clone(), inode);
-            files.durable.insert(path.clone(), inode);
-        }
-        FaultFs(Arc::new(Inner {
-            files: Mutex::new(files),
-            ..Inner::default()
-        }))
+        self.restart_on(|files| {
+            files
+                .durable
+                .iter()
+                .map(|(path, inode)| {
+                    let c = &files.contents[inode];
+                    let kept = if written_back(path) {
+                        c.data.len()
+                    } else {
+                        c.synced
+                    };
+                    (path.clone(), c.data[..kept].to_vec())
+                })
+                .collect()
+        })
     }
 
     /// Simulates the process killed (`kill -9`), the machine still running: the kernel
@@ -145,15 +140,26 @@ impl FaultFs {
     /// system a restarted process would find; this one, and every file open on it, fails
     /// from now on.
     pub fn kill(&self) -> FaultFs {
+        self.restart_on(|files| {
+            files
+                .names
+                .iter()
+                .map(|(path, inode)| (path.clone(), files.contents[inode].data.clone()))
+                .collect()
+        })
+    }
+
+    /// Ends this file system (every handle fails from now on) and returns a new one holding,
+    /// durable, the files `kept` picks from it, with their contents.
+    fn restart_on(&self, kept: impl FnOnce(&Files) -> Vec<(PathBuf, Vec<u8>)>) -> FaultFs {
         let held = self.lock();
         self.0.crashed.store(true, Ordering::SeqCst);
         let mut files = Files::default();
-        for (path, inode) in &held.names {
-            let data = held.contents[inode].data.clone();
+        for (path, data) in kept(&held) {
             let synced = data.len();
             let inode = files.new_inode(Content { data, synced });
             files.names.insert(path.clone(), inode);
-            files.durable.insert(path.clone(), inode);
+            files.durable.insert(path, inode);
         }
         FaultFs(Arc::new(Inner {
             files: Mutex::new(files),
