@@ -187,15 +187,18 @@ pub(crate) trait RecordView {
     fn published(&self) -> Published;
 }
 
-/// Why a stored message left its queue. A store that delays writing removals must not
-/// delay a `Died` or `Moved` one beyond the copy the broker stored before it.
+/// Why a stored message left its queue. A store that delays writing removals must not let
+/// a `DeadLettered` or `Moved` one reach the disk before the copy the broker stored before
+/// it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Removal {
     /// Acknowledged, discarded, or delivered to a no-ack consumer.
     Acked,
-    /// Rejected, expired, over a length or delivery limit: dead-lettered (its copy stored
-    /// first) or dropped.
-    Died,
+    /// Rejected, expired, over a length or delivery limit, and published to its queue's
+    /// dead-letter exchange first.
+    DeadLettered,
+    /// Rejected, expired, over a length or delivery limit, with no dead-letter exchange.
+    Dropped,
     /// Re-driven ([`Broker::redrive`](crate::Broker::redrive)): its copy was stored first.
     Moved,
     /// Purged.

@@ -354,7 +354,7 @@ async fn declarations_deliveries_and_acks_reach_the_store() {
             Call::Delivered("audit".into(), 1),
             Call::Removed("audit".into(), 1, Removal::Acked),
             Call::Delivered("audit".into(), 2),
-            Call::Removed("audit".into(), 2, Removal::Died),
+            Call::Removed("audit".into(), 2, Removal::Dropped),
             Call::BindingRemoved("events".into(), "audit".into(), "order.#".into()),
             Call::QueueDeleted("audit".into()),
             Call::ExchangeDeleted("events".into()),

@@ -45,6 +45,13 @@ pub(crate) struct Rebuilt {
     /// come back once the segment of its successor is deleted, and acknowledgements only
     /// ever go to the successor's ack file.
     pub stale: BTreeSet<u32>,
+    /// One above every queue incarnation the segments and ack files name (0 from the
+    /// marker: a clean shutdown leaves the metadata log synced). A crash may lose the tail of
+    /// the log that declared a queue while an acknowledgement naming it reached the disk;
+    /// the writer raises the log's next incarnation to this (writing it down) so that a
+    /// queue declared again does not get that incarnation, whose acknowledgement would
+    /// remove its new message at the same position.
+    pub incarnation_floor: u64,
 }
 
 fn corrupt(detail: impl Into<String>) -> StoreError {
@@ -367,6 +374,7 @@ fn full_scan(
         truncated,
         acks,
         stale,
+        incarnation_floor: tops.keys().map(|(_, i)| i + 1).max().unwrap_or(0),
     })
 }
 
@@ -575,6 +583,7 @@ fn from_clean(
         truncated: 0,
         acks: Vec::new(),
         stale: BTreeSet::new(),
+        incarnation_floor: 0,
     }))
 }
 

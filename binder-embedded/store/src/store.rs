@@ -306,7 +306,7 @@ impl MessageStore for DiskStore {
         let _ = self.send(Cmd::Removed {
             queue: queue.to_owned(),
             seq,
-            replaced: matches!(why, Removal::Died | Removal::Moved),
+            replaced: matches!(why, Removal::DeadLettered | Removal::Moved),
         });
     }
 

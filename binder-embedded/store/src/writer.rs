@@ -214,7 +214,11 @@ impl Writer {
             compactions: 0,
             deleted: 0,
         };
-        if !acks.is_empty() {
+        let floor = rebuilt.incarnation_floor;
+        if floor > writer.meta.next_incarnation {
+            writer.meta_op(MetaOp::NextIncarnation(floor));
+        }
+        if !acks.is_empty() || writer.dirty_meta {
             for (home, kind, key) in &acks {
                 writer.ack(*home, *kind, key);
             }

@@ -613,3 +613,65 @@ async fn in_interval_mode_a_redriven_message_is_not_lost_when_the_ack_file_reach
     drop((ch, conn, broker, store));
     assert_in_one_queue_or_both(&after, dir, every_second());
 }
+
+/// A queue declared, given a message and acknowledged within one interval, then a power loss
+/// that keeps the acknowledgement (its ack file's data written back) but not the declaration
+/// (the metadata log's tail): the queue declared again after the crash does not get the lost
+/// declaration's incarnation, so that acknowledgement does not remove the new queue's
+/// message at the same position.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queue_declared_again_after_its_declaration_was_lost_keeps_its_messages() {
+    let fs = FaultFs::new();
+    let dir = std::path::Path::new("/lost-declaration");
+    let (store, broker) = open_fault(&fs, dir, every_second());
+    let conn = broker.connect();
+    let ch = conn.open_channel().unwrap();
+    ch.confirm_select().unwrap();
+    ch.queue_declare("other", durable_queue(), FieldTable::new())
+        .unwrap();
+    // `stays` keeps the segment (and its ack file) from being deleted.
+    publish_each(&ch, "other", ["first".to_owned(), "stays".to_owned()]).await;
+    let first = ch.basic_get("other", false).unwrap().unwrap();
+    ch.basic_ack(first.delivery.delivery_tag, false).unwrap();
+    // The segment's ack file and the log so far are durable.
+    let synced = until_synced(&fs, &store).await;
+    ch.queue_declare("q", durable_queue(), FieldTable::new())
+        .unwrap();
+    publish_each(&ch, "q", ["acked".to_owned()]).await;
+    let acked = ch.basic_get("q", false).unwrap().unwrap();
+    ch.basic_ack(acked.delivery.delivery_tag, false).unwrap();
+    store.stats().unwrap();
+    let after = fs.crash_with_writeback(|path| path.extension().is_some_and(|e| e == "ack"));
+    assert_eq!(fs.syncs(), synced, "the interval ran out");
+    drop((ch, conn, broker, store));
+
+    let (store, broker) = open_fault(&after, dir, every_second());
+    let conn = broker.connect();
+    let ch = conn.open_channel().unwrap();
+    ch.confirm_select().unwrap();
+    assert!(
+        ch.queue_declare(
+            "q",
+            QueueOptions {
+                passive: true,
+                ..durable_queue()
+            },
+            FieldTable::new()
+        )
+        .is_err(),
+        "the declaration was lost"
+    );
+    let ch = conn.open_channel().unwrap();
+    ch.confirm_select().unwrap();
+    ch.queue_declare("q", durable_queue(), FieldTable::new())
+        .unwrap();
+    publish_each(&ch, "q", ["kept".to_owned()]).await;
+    until_synced(&after, &store).await;
+    let again = after.crash();
+    drop((ch, conn, broker, store));
+
+    let (_store, broker) = open_fault(&again, dir, every_second());
+    let conn = broker.connect();
+    let ch = conn.open_channel().unwrap();
+    assert_eq!(drain(&ch, "q"), vec![("kept".to_owned(), false)]);
+}

@@ -111,11 +111,14 @@ impl<E: Envelope> State<E> {
         // queues (at least once) rather than in neither.
         let stored = message.stored().then(|| message.seq());
         drop(message);
-        if let (Some((dlx, routing_key)), Some(record)) = (dlx, record) {
+        let why = if let (Some((dlx, routing_key)), Some(record)) = (dlx, record) {
             self.dead_letter_copy(record, queue, reason, &dlx, routing_key);
-        }
+            Removal::DeadLettered
+        } else {
+            Removal::Dropped
+        };
         if let Some(seq) = stored {
-            self.store.removed(queue, seq, Removal::Died);
+            self.store.removed(queue, seq, why);
         }
     }
 

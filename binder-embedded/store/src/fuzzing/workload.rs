@@ -46,7 +46,8 @@
 //!   removes the marker first recovers the same by the full scan;
 //! * after a crash (what was not synced is lost) each queue holds every persistent message
 //!   it held, in order, none more often than it held it, and nothing else but messages
-//!   settled since the last restart. A message dead-lettered since then may be missing from
+//!   settled since the last restart (after a kill: only those dead-lettered or re-driven
+//!   away). A message dead-lettered since then may be missing from
 //!   its dead-letter queue only if it is back in the old one.
 
 use std::collections::HashMap;
@@ -156,8 +157,17 @@ enum State {
     Ready,
     /// Delivered to the current channel, not settled.
     Held,
-    /// Settled (or purged, or its queue deleted) since the last restart.
+    /// Acknowledged, dropped, purged or its queue deleted since the last restart.
     Gone,
+    /// Dead-lettered or re-driven away since the last restart: in `interval` mode its
+    /// removal waits for the next sync, so a killed process may bring it back.
+    Moved,
+}
+
+impl State {
+    fn settled(self) -> bool {
+        matches!(self, State::Gone | State::Moved)
+    }
 }
 
 /// A message in a queue of the model, in arrival order.
@@ -412,7 +422,7 @@ impl Run {
         }
         let ready = self.ready(q);
         for &at in &ready[..ready.len().saturating_sub(MAX_LENGTH)] {
-            self.queues[q][at].state = State::Gone;
+            self.queues[q][at].state = State::Moved;
             let id = self.queues[q][at].id;
             self.queues[DLQ].push(Slot {
                 id,
@@ -437,10 +447,7 @@ impl Run {
     /// ready messages the engine keeps in memory whatever the paging threshold, so that the
     /// rest are paged.
     async fn publish_burst(&mut self, q: usize, arg: u8) {
-        let held = self.queues[q]
-            .iter()
-            .filter(|s| s.state != State::Gone)
-            .count();
+        let held = self.queues[q].iter().filter(|s| !s.state.settled()).count();
         let count = (16 + 2 * usize::from(arg)).min(BURST_UP_TO.saturating_sub(held));
         let mut pending = Vec::new();
         for _ in 0..count {
@@ -546,6 +553,7 @@ impl Run {
             let slot = &mut self.queues[h.queue][h.at];
             slot.state = match how {
                 Settle::Requeue => State::Ready,
+                Settle::Reject if h.queue == DEAD_LETTERING => State::Moved,
                 _ => State::Gone,
             };
             let id = slot.id;
@@ -639,9 +647,10 @@ impl Run {
             .await
             .unwrap_or_else(|e| panic!("redrive of {id}: {e}"));
         assert_eq!(outcome, Redrive::Moved(1), "redrive of {id}");
-        // Moved to the tail of `to` (the dead-letter queue's own, too). The copy was synced
-        // before the re-drive returned: a crash cannot take it, but may leave the original.
-        self.queues[DLQ][at].state = State::Gone;
+        // Moved to the tail of `to` (the dead-letter queue's own, too). The copy was durable
+        // (in `sync` mode synced, in `interval` mode handed to the writer) before the
+        // re-drive returned: a crash cannot take it, but may leave the original.
+        self.queues[DLQ][at].state = State::Moved;
         self.queues[to].push(Slot {
             id,
             state: State::Ready,
@@ -701,7 +710,7 @@ impl Run {
                 self.check_after_crash(q, got, &recovered);
             } else {
                 let expected: Vec<u32> = self
-                    .in_delivery_order(q, |s| s.state != State::Gone && self.persistent(s))
+                    .in_delivery_order(q, |s| !s.state.settled() && self.persistent(s))
                     .into_iter()
                     .map(|at| self.queues[q][at].id)
                     .collect();
@@ -746,13 +755,25 @@ impl Run {
     fn check_after_crash(&self, q: usize, got: &[u32], recovered: &[Vec<u32>]) {
         let name = QUEUES[q];
         // In order, and nothing the queue never held (nor more copies than it held).
-        self.matched(q, got, "after a crash");
+        let places = self.matched(q, got, "after a crash");
+        if self.kills {
+            // A killed process wrote every acknowledgement its writer took: only what moved
+            // away (its removal held for the sync) may come back.
+            for at in places {
+                let s = &self.queues[q][at];
+                assert!(
+                    s.state != State::Gone,
+                    "after a kill, {name} holds message {}, settled before the kill",
+                    s.id
+                );
+            }
+        }
         // Every message it held is there, as often as it held it, unless it was moved here
         // since the last restart and is back where it came from.
         let mut needed: HashMap<u32, usize> = HashMap::new();
         for s in &self.queues[q] {
             let back_where_it_was = s.from.is_some_and(|from| recovered[from].contains(&s.id));
-            if s.state != State::Gone && self.persistent(s) && !back_where_it_was {
+            if !s.state.settled() && self.persistent(s) && !back_where_it_was {
                 *needed.entry(s.id).or_default() += 1;
             }
         }
