@@ -756,6 +756,10 @@ impl AmqpBroker for RabbitBinder {
 /// one after another expect (a [`Pipeline`](binder_core::runtime::Pipeline) keeps many in
 /// flight). A send goes at once when the channel is open and no send waits for its turn;
 /// otherwise it takes a turn behind the waiting ones, and the first turn opens the channel.
+/// A send whose turn has come publishes when it is next polled: until then the sends behind
+/// it, from any task, wait too (a `Pipeline`'s sends move while the pipeline is used).
+/// After a nack the producer moves to a fresh channel, and the broker does not order sends
+/// still on the old channel against later ones.
 #[derive(Debug)]
 struct RabbitProducer {
     link: Arc<Link>,
