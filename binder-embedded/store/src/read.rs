@@ -65,11 +65,15 @@ pub(crate) fn read(
     seqs: &[u64],
 ) -> Result<Vec<Published>, StoreError> {
     // Every command sent before this read (the message's own among them) must have been
-    // handled by the writer before a missing location means a missing message.
+    // handled by the writer before a missing location means a missing message, and the
+    // latest queue deletion before any location is believed (see `Shared::deleted_at`).
+    let deleted = shared.deleted_at.load(Ordering::Acquire);
     let target = shared.sent.load(Ordering::Acquire);
     let mut picture = shared.picture.lock().unwrap_or_else(|p| p.into_inner());
     loop {
-        if let (Some(index), Some(meta)) = (&picture.index, &picture.meta) {
+        if let (Some(index), Some(meta), true) =
+            (&picture.index, &picture.meta, picture.handled >= deleted)
+        {
             match locate(index, meta, queue, seqs) {
                 Ok(locs) => return read_records(fs, dir, queue, &locs),
                 Err(seq) if picture.handled >= target => {

@@ -169,8 +169,12 @@ impl Inner {
     fn send(&self, cmd: Cmd) -> Result<(), StoreError> {
         match &lock(&self.caller).tx {
             Some(tx) => {
+                let deletes = matches!(cmd, Cmd::Meta(MetaOp::QueueDeleted(_)));
                 tx.send(cmd).map_err(|_| closed())?;
-                self.shared.sent.fetch_add(1, Ordering::Release);
+                let sent = self.shared.sent.fetch_add(1, Ordering::Release) + 1;
+                if deletes {
+                    self.shared.deleted_at.fetch_max(sent, Ordering::Release);
+                }
                 Ok(())
             }
             None => Err(closed()),

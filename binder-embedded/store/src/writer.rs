@@ -102,6 +102,11 @@ pub(crate) struct Shared {
     pub picture_back: Condvar,
     /// Commands sent to the writer (a reader waits until the writer has handled as many).
     pub sent: AtomicU64,
+    /// The count of commands sent up to the latest queue deletion. A reader trusts no
+    /// location before the writer has handled as many: until then its picture may still
+    /// hold the deleted queue, whose messages have the same positions as those of a queue
+    /// declared since under the same name.
+    pub deleted_at: AtomicU64,
     /// Why the store stopped keeping messages, once a write or sync failed.
     pub failed: Mutex<Option<String>>,
     /// Successful syncs of a batch.

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use common::*;
 use stream_engine::*;
-use stream_store::{DiskStore, FaultFs, StoreConfig};
+use stream_store::{DiskStore, FaultFs, StoreConfig, SyncMode};
 
 /// A watermark of 2 MiB: paging starts above 1 MiB (the default ratio, 0.5).
 fn low_watermark() -> BrokerConfig {
@@ -504,4 +504,41 @@ async fn a_byte_limit_and_a_purge_count_paged_runs_exactly() {
         ch.basic_ack(d.delivery_tag, false).unwrap();
     }
     assert_eq!(broker.pages_read().1, 0);
+}
+
+/// A durable queue deleted and declared again while the store's writer is behind (in
+/// `interval` mode a confirm does not wait for it): its paged messages are read back as
+/// themselves, never as the deleted queue's messages at the same positions, which the
+/// writer's picture of the files, lent to readers during a slow sync, still holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queue_declared_again_reads_back_its_own_paged_messages() {
+    let fs = FaultFs::new();
+    let dir = Path::new("/paging-redeclared");
+    let config = StoreConfig {
+        mode: SyncMode::Interval(Duration::from_millis(1)),
+        ..StoreConfig::default()
+    };
+    let (store, broker) = open(&fs, dir, config);
+    let conn = broker.connect();
+    let ch = durable_q(&conn);
+    publish(&ch, "q", 0..4000).await;
+    store.stats().unwrap();
+    assert!(broker.paged_messages("q").unwrap() > 1000, "paged");
+    fs.set_sync_delay(Duration::from_millis(200));
+    let begun = fs.syncs_begun();
+    publish(&ch, "q", 4000..4001).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while fs.syncs_begun() == begun {
+        assert!(tokio::time::Instant::now() < deadline, "no sync began");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    ch.queue_delete("q", false, false).unwrap();
+    ch.queue_declare("q", durable_queue(), FieldTable::new())
+        .unwrap();
+    publish(&ch, "q", 10_000..14_000).await;
+    let peeked = broker.peek("q", usize::MAX).unwrap();
+    assert_eq!(peeked.len(), 4000);
+    for (i, m) in (10_000..).zip(&peeked) {
+        check(i, &m.record.message);
+    }
 }
