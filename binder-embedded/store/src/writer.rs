@@ -444,8 +444,9 @@ impl Writer {
         self.seg_buf.clear();
         if self.config.mode != SyncMode::None {
             self.active_file.sync()?;
+            self.dirty_segs.remove(&self.active);
         }
-        self.dirty_segs.remove(&self.active);
+        // In `none` mode it stays dirty, for the clean close to sync.
         let next = self.active + 1;
         self.active_file = self.fs.open(&layout::segment_path(&self.dir, next))?;
         self.active = next;
@@ -669,6 +670,11 @@ impl Writer {
         for seg in std::mem::take(&mut self.dirty_segs) {
             if seg == self.active {
                 self.active_file.sync()?;
+            } else {
+                // A segment `none` mode rolled without a sync (only a clean close gets here).
+                self.fs
+                    .open(&layout::segment_path(&self.dir, seg))?
+                    .sync()?;
             }
         }
         if std::mem::take(&mut self.dirty_dir) {
@@ -716,6 +722,7 @@ impl Writer {
             self.ack_files.remove(&seg);
             self.ack_bufs.remove(&seg);
             self.dirty_acks.remove(&seg);
+            self.dirty_segs.remove(&seg);
             self.fs.delete(&layout::segment_path(&self.dir, seg))?;
             self.fs.delete(&layout::ack_path(&self.dir, seg))?;
             self.index.forget_segment(seg);
@@ -723,6 +730,9 @@ impl Writer {
         }
         if self.config.mode != SyncMode::None {
             self.fs.sync_dir(&self.dir.join(layout::SEGMENTS))?;
+        } else {
+            // For the clean close to sync.
+            self.dirty_dir = true;
         }
         Ok(())
     }

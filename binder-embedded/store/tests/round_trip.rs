@@ -675,3 +675,58 @@ async fn a_queue_declared_again_after_its_declaration_was_lost_keeps_its_message
     let ch = conn.open_channel().unwrap();
     assert_eq!(drain(&ch, "q"), vec![("kept".to_owned(), false)]);
 }
+
+/// In `none` mode a clean close syncs everything, the segments it rolled without a sync
+/// among them: a power loss after a clean shutdown loses nothing, and the restart uses the
+/// clean-shutdown marker. The first run rolls segments; the second deletes those whose
+/// messages it acknowledges. (A deletion at start, which `none` mode does not sync either,
+/// is left to `tests/workload.rs`, whose `none` inputs fail without the directory sync at
+/// close.)
+#[tokio::test]
+async fn in_none_mode_a_clean_close_makes_every_segment_durable() {
+    let fs = FaultFs::new();
+    let dir = std::path::Path::new("/none");
+    let config = StoreConfig {
+        mode: SyncMode::None,
+        segment_bytes: 4096,
+        ..StoreConfig::default()
+    };
+    let bodies: Vec<String> = (0..100).map(|i| format!("{i:0>200}")).collect();
+    let mut fs = fs;
+    for run in 0..2 {
+        let (store, broker) = open_fault(&fs, dir, config.clone());
+        assert_eq!(store.started_clean(), run > 0, "started from the marker");
+        let conn = broker.connect();
+        let ch = conn.open_channel().unwrap();
+        ch.confirm_select().unwrap();
+        if run == 0 {
+            ch.queue_declare("work", durable_queue(), FieldTable::new())
+                .unwrap();
+            publish_each(&ch, "work", bodies.clone()).await;
+            assert!(store.stats().unwrap().segments > 3, "segments rolled");
+        }
+        for _ in 0..50 {
+            let got = ch.basic_get("work", false).unwrap().unwrap();
+            if run == 1 {
+                ch.basic_ack(got.delivery.delivery_tag, false).unwrap();
+            }
+        }
+        if run == 1 {
+            assert!(
+                store.stats().unwrap().deleted_segments > 0,
+                "segments deleted"
+            );
+        }
+        ch.close();
+        conn.close();
+        drop(broker);
+        store.close().unwrap();
+        fs = fs.crash();
+    }
+    let (store, broker) = open_fault(&fs, dir, config);
+    assert!(store.started_clean(), "started from the marker");
+    let conn = broker.connect();
+    let ch = conn.open_channel().unwrap();
+    let kept: Vec<String> = drain(&ch, "work").into_iter().map(|(b, _)| b).collect();
+    assert_eq!(kept, bodies[50..]);
+}

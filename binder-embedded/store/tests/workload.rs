@@ -1,7 +1,7 @@
 //! The workload fuzz target's harness (`stream_store::fuzzing::workload`, driven by
 //! `fuzz/fuzz_targets/workload.rs`) run in `cargo test` on generated inputs: operations on a
 //! broker with a disk store (publishes, gets, settlements, dead letters, re-drives, purges,
-//! deletions, peeks, clean and crashed restarts, in `sync` and `interval` modes) checked
+//! deletions, peeks, clean and crashed restarts, in `sync`, `interval` and `none` modes) checked
 //! against a model of every queue.
 //!
 //! `cargo test -p stream-store --test workload -- --ignored write_seed_corpus` writes the
@@ -13,7 +13,7 @@ use std::path::Path;
 
 use common::Rng;
 use stream_store::fuzzing::workload::{
-    self, INTERVAL_KILLS, ONE_PER_BATCH, PAGE_ALL, SMALL_SEGMENTS,
+    self, INTERVAL_KILLS, NONE_KILLS, ONE_PER_BATCH, PAGE_ALL, SMALL_SEGMENTS,
 };
 
 /// Runs an input where the target runs it: a current-thread runtime with a paused clock.
@@ -55,6 +55,7 @@ fn inputs() -> Vec<(String, Vec<u8>)> {
         SMALL_SEGMENTS | PAGE_ALL | ONE_PER_BATCH,
         SMALL_SEGMENTS | INTERVAL_KILLS,
         SMALL_SEGMENTS | PAGE_ALL | INTERVAL_KILLS,
+        SMALL_SEGMENTS | PAGE_ALL | NONE_KILLS,
     ] {
         for i in 0..8 {
             let ops = 100 + rng.below(400);

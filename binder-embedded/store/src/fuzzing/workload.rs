@@ -9,7 +9,8 @@
 //! that a crash falls between the commands of one operation more often; bit 3: `interval`
 //! mode, a sync every 10 ms, where a crash is the process killed once the store's writer has
 //! handled every command, rather than the power lost, since a power loss may take what
-//! `interval` mode confirmed, and so may a kill before the writer took it), then operations: a
+//! `interval` mode confirmed, and so may a kill before the writer took it; bit 4: the same
+//! with `none` mode, which syncs only at a clean close), then operations: a
 //! byte whose low four bits choose the operation and whose high four bits its queue (modulo
 //! 4), and for operations 0–9 and 15 an argument byte:
 //!
@@ -74,6 +75,9 @@ pub const ONE_PER_BATCH: u8 = 4;
 /// Settings bit: `interval` mode (a sync every 10 ms), and crashes that kill the process
 /// (what was written stays, synced or not) instead of losing the power.
 pub const INTERVAL_KILLS: u8 = 8;
+/// Settings bit: `none` mode (no sync but at a clean close), and crashes that kill the
+/// process, as with [`INTERVAL_KILLS`] (which this bit overrides).
+pub const NONE_KILLS: u8 = 16;
 
 /// At most this many operations are run (the rest of a longer input is ignored).
 const MAX_OPS: usize = 4096;
@@ -221,7 +225,7 @@ impl Live {
 
 struct Run {
     fs: FaultFs,
-    /// A crash kills the process (see [`INTERVAL_KILLS`]).
+    /// A crash kills the process (see [`INTERVAL_KILLS`] and [`NONE_KILLS`]).
     kills: bool,
     config: StoreConfig,
     broker_config: BrokerConfig,
@@ -278,7 +282,9 @@ impl Run {
             } else {
                 StoreConfig::default().max_batch
             },
-            mode: if settings & INTERVAL_KILLS != 0 {
+            mode: if settings & NONE_KILLS != 0 {
+                SyncMode::None
+            } else if settings & INTERVAL_KILLS != 0 {
                 SyncMode::Interval(std::time::Duration::from_millis(10))
             } else {
                 SyncMode::Sync
@@ -295,7 +301,7 @@ impl Run {
         let live = Live::open(&fs, &config, &broker_config);
         Run {
             fs,
-            kills: settings & INTERVAL_KILLS != 0,
+            kills: settings & (INTERVAL_KILLS | NONE_KILLS) != 0,
             config,
             broker_config,
             live: Some(live),
