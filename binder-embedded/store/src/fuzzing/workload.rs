@@ -744,16 +744,40 @@ impl Run {
     /// included) in delivery order. A message the queue held twice (moved away and back, its
     /// old place's removal lost in a crash) has two slots.
     fn matched(&self, q: usize, got: &[u32], what: &str) -> Vec<usize> {
-        let name = QUEUES[q];
+        self.matched_preferring(q, got, false).unwrap_or_else(|id| {
+            panic!(
+                "{what}: {} holds {id} out of order, or never held it: {got:?}",
+                QUEUES[q]
+            )
+        })
+    }
+
+    /// As [`Run::matched`]; with `unsettled`, each message is taken for its first slot ahead
+    /// that was not settled for good (a message moved away, then back into a queue that was
+    /// deleted meanwhile, has a settled slot before its live one). The id that did not match
+    /// if none fits.
+    fn matched_preferring(
+        &self,
+        q: usize,
+        got: &[u32],
+        unsettled: bool,
+    ) -> Result<Vec<usize>, u32> {
         let mut next = self
             .in_delivery_order(q, |s| self.persistent(s))
             .into_iter();
         got.iter()
             .map(|&id| {
-                next.find(|&at| self.queues[q][at].id == id)
-                    .unwrap_or_else(|| {
-                        panic!("{what}: {name} holds {id} out of order, or never held it: {got:?}")
-                    })
+                let slot = |at: &usize| &self.queues[q][*at];
+                if unsettled {
+                    let mut ahead = next.clone();
+                    if let Some(at) =
+                        ahead.find(|at| slot(at).id == id && slot(at).state != State::Gone)
+                    {
+                        next = ahead;
+                        return Ok(at);
+                    }
+                }
+                next.find(|at| slot(at).id == id).ok_or(id)
             })
             .collect()
     }
@@ -763,6 +787,7 @@ impl Run {
         // In order, and nothing the queue never held (nor more copies than it held).
         let places = self.matched(q, got, "after a crash");
         if self.kills {
+            let places = self.matched_preferring(q, got, true).unwrap_or(places);
             // A killed process wrote every acknowledgement its writer took: only what moved
             // away (its removal held for the sync) may come back.
             for at in places {
