@@ -347,8 +347,14 @@ impl Writer {
 
     fn handle(&mut self, cmd: Cmd) {
         if self.failure.is_some() {
-            if let Cmd::Message { waiter, .. } | Cmd::Ref { waiter, .. } = cmd {
-                self.fail_waiter(waiter);
+            match cmd {
+                Cmd::Message { waiter, .. } | Cmd::Ref { waiter, .. } => self.fail_waiter(waiter),
+                // Nothing is written any more, but readers of paged messages still look in
+                // the index: a queue deleted (or declared again) leaves it all the same.
+                Cmd::Meta(op) => {
+                    self.apply_meta(op);
+                }
+                _ => {}
             }
             return;
         }
@@ -406,6 +412,16 @@ impl Writer {
     }
 
     fn meta_op(&mut self, op: MetaOp) {
+        let op = self.apply_meta(op);
+        self.meta_seq += 1;
+        self.meta_records += 1;
+        frame::push(&mut self.meta_buf, self.meta_seq, &op.encode());
+        self.dirty_meta = true;
+    }
+
+    /// Applies a change of the declarations to the metadata and the index (a declared queue
+    /// gets its incarnation here); returns it as the log records it.
+    fn apply_meta(&mut self, op: MetaOp) -> MetaOp {
         let op = match op {
             MetaOp::QueueDeclared(_, q) => MetaOp::QueueDeclared(self.meta.next_incarnation, q),
             MetaOp::QueueDeleted(name) => {
@@ -415,10 +431,7 @@ impl Writer {
             other => other,
         };
         self.meta.apply(&op);
-        self.meta_seq += 1;
-        self.meta_records += 1;
-        frame::push(&mut self.meta_buf, self.meta_seq, &op.encode());
-        self.dirty_meta = true;
+        op
     }
 
     /// Appends a segment record to the active segment; returns its offset and length.

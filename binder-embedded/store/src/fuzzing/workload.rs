@@ -47,8 +47,8 @@
 //!   removes the marker first recovers the same by the full scan;
 //! * after a crash (what was not synced is lost) each queue holds every persistent message
 //!   it held, in order, none more often than it held it, and nothing else but messages
-//!   settled since the last restart (after a kill: only those dead-lettered or re-driven
-//!   away). A message dead-lettered since then may be missing from
+//!   settled since the last restart (after a kill: in `interval` mode only those
+//!   dead-lettered or re-driven away, in `none` mode none). A message dead-lettered since then may be missing from
 //!   its dead-letter queue only if it is back in the old one.
 
 use std::collections::HashMap;
@@ -227,6 +227,9 @@ struct Run {
     fs: FaultFs,
     /// A crash kills the process (see [`INTERVAL_KILLS`] and [`NONE_KILLS`]).
     kills: bool,
+    /// `interval` mode: the removal of a message dead-lettered or re-driven away waits for
+    /// the next sync.
+    holds_moves: bool,
     config: StoreConfig,
     broker_config: BrokerConfig,
     /// Always there but during a restart.
@@ -302,6 +305,7 @@ impl Run {
         Run {
             fs,
             kills: settings & (INTERVAL_KILLS | NONE_KILLS) != 0,
+            holds_moves: settings & NONE_KILLS == 0 && settings & INTERVAL_KILLS != 0,
             config,
             broker_config,
             live: Some(live),
@@ -744,23 +748,24 @@ impl Run {
     /// included) in delivery order. A message the queue held twice (moved away and back, its
     /// old place's removal lost in a crash) has two slots.
     fn matched(&self, q: usize, got: &[u32], what: &str) -> Vec<usize> {
-        self.matched_preferring(q, got, false).unwrap_or_else(|id| {
-            panic!(
-                "{what}: {} holds {id} out of order, or never held it: {got:?}",
-                QUEUES[q]
-            )
-        })
+        self.matched_preferring(q, got, |_| false)
+            .unwrap_or_else(|id| {
+                panic!(
+                    "{what}: {} holds {id} out of order, or never held it: {got:?}",
+                    QUEUES[q]
+                )
+            })
     }
 
-    /// As [`Run::matched`]; with `unsettled`, each message is taken for its first slot ahead
-    /// that was not settled for good (a message moved away, then back into a queue that was
-    /// deleted meanwhile, has a settled slot before its live one). The id that did not match
-    /// if none fits.
+    /// As [`Run::matched`], each message taken for its first slot ahead that is not `gone`
+    /// when there is one (a message moved away, then back into a queue that was deleted
+    /// meanwhile, has a settled slot before its live one). The id that did not match if none
+    /// fits.
     fn matched_preferring(
         &self,
         q: usize,
         got: &[u32],
-        unsettled: bool,
+        gone: impl Fn(State) -> bool,
     ) -> Result<Vec<usize>, u32> {
         let mut next = self
             .in_delivery_order(q, |s| self.persistent(s))
@@ -768,14 +773,10 @@ impl Run {
         got.iter()
             .map(|&id| {
                 let slot = |at: &usize| &self.queues[q][*at];
-                if unsettled {
-                    let mut ahead = next.clone();
-                    if let Some(at) =
-                        ahead.find(|at| slot(at).id == id && slot(at).state != State::Gone)
-                    {
-                        next = ahead;
-                        return Ok(at);
-                    }
+                let mut ahead = next.clone();
+                if let Some(at) = ahead.find(|at| slot(at).id == id && !gone(slot(at).state)) {
+                    next = ahead;
+                    return Ok(at);
                 }
                 next.find(|at| slot(at).id == id).ok_or(id)
             })
@@ -787,13 +788,15 @@ impl Run {
         // In order, and nothing the queue never held (nor more copies than it held).
         let places = self.matched(q, got, "after a crash");
         if self.kills {
-            let places = self.matched_preferring(q, got, true).unwrap_or(places);
-            // A killed process wrote every acknowledgement its writer took: only what moved
-            // away (its removal held for the sync) may come back.
+            // A killed process wrote every removal its writer took, but in `interval` mode
+            // those of what moved away (held for the sync): only these may come back.
+            let gone =
+                |state: State| state == State::Gone || (state == State::Moved && !self.holds_moves);
+            let places = self.matched_preferring(q, got, gone).unwrap_or(places);
             for at in places {
                 let s = &self.queues[q][at];
                 assert!(
-                    s.state != State::Gone,
+                    !gone(s.state),
                     "after a kill, {name} holds message {}, settled before the kill",
                     s.id
                 );
