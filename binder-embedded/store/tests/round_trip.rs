@@ -730,3 +730,31 @@ async fn in_none_mode_a_clean_close_makes_every_segment_durable() {
     let kept: Vec<String> = drain(&ch, "work").into_iter().map(|(b, _)| b).collect();
     assert_eq!(kept, bodies[50..]);
 }
+
+/// An exclusive queue, even declared durable, goes with its connection: the store never
+/// hears of it nor of its messages, so a persistent publish to it is confirmed (not refused
+/// for a queue the store does not know), and nothing of it comes back after a restart.
+#[tokio::test]
+async fn an_exclusive_durable_queue_takes_persistent_messages_and_is_not_kept() {
+    let fs = FaultFs::new();
+    let dir = std::path::Path::new("/exclusive");
+    let (store, broker) = open_fault(&fs, dir, StoreConfig::default());
+    let conn = broker.connect();
+    let ch = conn.open_channel().unwrap();
+    ch.confirm_select().unwrap();
+    let exclusive = QueueOptions {
+        durable: true,
+        exclusive: true,
+        ..QueueOptions::default()
+    };
+    ch.queue_declare("mine", exclusive, FieldTable::new())
+        .unwrap();
+    publish_each(&ch, "mine", (0..3).map(|i| format!("m{i}"))).await;
+    assert_eq!(store.stats().unwrap().live_messages, 0, "nothing written");
+    let texts: Vec<String> = drain(&ch, "mine").into_iter().map(|(t, _)| t).collect();
+    assert_eq!(texts, ["m0", "m1", "m2"]);
+    let after = fs.crash();
+    drop((ch, conn, broker, store));
+    let (_store, broker) = open_fault(&after, dir, StoreConfig::default());
+    assert_eq!(broker.queue_counts("mine"), None, "not kept");
+}

@@ -211,7 +211,10 @@ impl<E: Envelope> State<E> {
             None => 0,
         };
         q.next_seq += 1;
-        let persistent = self.keeps_messages && q.durable && E::persistent(&body);
+        // An exclusive queue goes with its connection: the store never hears of it (nor of
+        // its messages), durable or not.
+        let persistent =
+            self.keeps_messages && q.durable && q.owner.is_none() && E::persistent(&body);
         let expires_at = ttl.map(|t| Deadline::after(Instant::now(), t));
         let mut message = QueuedMessage::new(q.next_seq, priority, body, footprint, expires_at);
         if message.expires_at.is_some() {
