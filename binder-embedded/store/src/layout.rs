@@ -57,9 +57,8 @@ fn put_key(out: &mut Out, k: &Key) {
 pub(crate) fn get_key(inp: &mut In<'_>, names: &mut Interner) -> Decoded<Key> {
     let queue = inp.shared(names)?;
     let incarnation = inp.u64()?;
-    // Recovery writes down the next incarnation above every one the files name, and the
-    // metadata log holds none from `u64::MAX` on.
-    if incarnation >= u64::MAX - 1 {
+    // Recovery writes down the next incarnation above every one the files name.
+    if incarnation >= crate::meta::MAX_INCARNATION {
         return Err(Malformed("a queue incarnation beyond the range"));
     }
     Ok(Key {

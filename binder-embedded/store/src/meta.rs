@@ -68,8 +68,7 @@ impl MetaOp {
             2 => MetaOp::ExchangeDeleted(inp.string()?),
             3 => {
                 let incarnation = inp.u64()?;
-                // The next one is handed out after it.
-                if incarnation == u64::MAX {
+                if incarnation >= MAX_INCARNATION {
                     return Err(Malformed("a queue incarnation beyond the range"));
                 }
                 MetaOp::QueueDeclared(incarnation, codec::get_queue(&mut inp)?)
@@ -78,13 +77,21 @@ impl MetaOp {
             5 => MetaOp::BindingAdded(codec::get_binding(&mut inp)?),
             6 => MetaOp::BindingRemoved(codec::get_binding(&mut inp)?),
             7 => match inp.u64()? {
-                u64::MAX => return Err(Malformed("a queue incarnation beyond the range")),
+                n if n > MAX_INCARNATION => {
+                    return Err(Malformed("a queue incarnation beyond the range"));
+                }
                 n => MetaOp::NextIncarnation(n),
             },
             _ => return Err(Malformed("unknown metadata record")),
         })
     }
 }
+
+/// Queue incarnations are below this, in the metadata log and in the keys of the segments and
+/// ack files (a larger one is malformed), and the next one to hand out at most this: a store
+/// takes one per durable queue declared, so only a damaged file comes near it, and the writer
+/// refuses a declaration once it is reached rather than write a record it could not read.
+pub(crate) const MAX_INCARNATION: u64 = 1 << 62;
 
 /// The durable declarations, as the log's records so far make them.
 #[derive(Debug, Default, Clone)]
@@ -168,18 +175,31 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_queue_incarnation_with_no_next_one_is_malformed() {
+    fn queue_incarnations_beyond_the_range_are_malformed() {
         let q = QueueDef {
             name: "q".to_owned(),
             options: QueueOptions::default(),
             arguments: FieldTable::new(),
         };
-        for (incarnation, ok) in [(u64::MAX - 1, true), (u64::MAX, false)] {
-            let record = MetaOp::QueueDeclared(incarnation, q.clone()).encode();
-            assert_eq!(MetaOp::decode(&record).is_ok(), ok, "{incarnation}");
-            let record = MetaOp::NextIncarnation(incarnation).encode();
-            assert_eq!(MetaOp::decode(&record).is_ok(), ok, "{incarnation}");
+        let decodes = |op: MetaOp| MetaOp::decode(&op.encode()).is_ok();
+        for (incarnation, declared, next) in [
+            (MAX_INCARNATION - 1, true, true),
+            (MAX_INCARNATION, false, true),
+            (MAX_INCARNATION + 1, false, false),
+            (u64::MAX, false, false),
+        ] {
+            let declaration = MetaOp::QueueDeclared(incarnation, q.clone());
+            assert_eq!(decodes(declaration), declared, "{incarnation}");
+            assert_eq!(
+                decodes(MetaOp::NextIncarnation(incarnation)),
+                next,
+                "{incarnation}"
+            );
         }
+        // What applying the largest declaration leaves is a next incarnation that decodes.
+        let mut meta = Meta::default();
+        meta.apply(&MetaOp::QueueDeclared(MAX_INCARNATION - 1, q));
+        assert!(decodes(meta.snapshot().remove(0)));
     }
 
     #[test]

@@ -412,6 +412,12 @@ impl Writer {
     }
 
     fn meta_op(&mut self, op: MetaOp) {
+        if matches!(op, MetaOp::QueueDeclared(..))
+            && self.meta.next_incarnation >= crate::meta::MAX_INCARNATION
+        {
+            self.fail(&failed("no queue incarnation left to hand out"));
+            return;
+        }
         let op = self.apply_meta(op);
         self.meta_seq += 1;
         self.meta_records += 1;
@@ -895,4 +901,49 @@ fn source_text(e: &StoreError) -> String {
         source = s.source();
     }
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+    use std::sync::Arc;
+
+    use stream_engine::{FieldTable, MessageStore, QueueDef, QueueOptions};
+
+    use crate::fs::FileSystem;
+    use crate::meta::{MAX_INCARNATION, MetaOp};
+    use crate::{DiskStore, FaultFs, StoreConfig, frame, layout};
+
+    /// A metadata log (damaged, or 2^62 declarations old) whose next incarnation is the last:
+    /// a declaration fails the store rather than write a record the next start could not
+    /// read, and the store still opens afterwards.
+    #[test]
+    fn a_declaration_past_the_last_incarnation_fails_the_store_rather_than_write_it() {
+        let fs = FaultFs::new();
+        let dir = Path::new("/exhausted");
+        fs.create_dir_all(&dir.join(layout::SEGMENTS)).unwrap();
+        let mut log = Vec::new();
+        frame::push(
+            &mut log,
+            1,
+            &MetaOp::NextIncarnation(MAX_INCARNATION).encode(),
+        );
+        fs.open(&dir.join(layout::META))
+            .unwrap()
+            .append(&log)
+            .unwrap();
+        let open = || DiskStore::open_with(Arc::new(fs.clone()), dir, StoreConfig::default());
+        let store = open().unwrap();
+        store.queue_declared(&QueueDef {
+            name: "q".to_owned(),
+            options: QueueOptions {
+                durable: true,
+                ..QueueOptions::default()
+            },
+            arguments: FieldTable::new(),
+        });
+        assert!(store.close().is_err(), "the store failed");
+        drop(store);
+        open().unwrap().close().unwrap();
+    }
 }
