@@ -386,8 +386,9 @@ impl<E: Envelope> Broker<E> {
         self.shared.lock().exchange_exists(name)
     }
 
-    /// The durable queues a message published to `exchange` could reach (through any of its
-    /// bindings, exchange-to-exchange bindings and alternate exchanges), sorted.
+    /// The durable queues, exclusive ones apart, a message published to `exchange` could
+    /// reach (through any of its bindings, exchange-to-exchange bindings and alternate
+    /// exchanges), sorted: those a message store would keep its persistent messages in.
     pub fn durable_queues_reached(&self, exchange: &str) -> Vec<String> {
         self.shared.lock().durable_queues_reached(exchange)
     }

@@ -183,8 +183,8 @@ impl<E: Envelope> Registry<E> {
         self.exchanges.contains_key(name)
     }
 
-    /// Durable queues an exchange can route to, directly, through exchange-to-exchange
-    /// bindings or through its alternate exchange; sorted, each once.
+    /// Durable queues (not exclusive) an exchange can route to, directly, through
+    /// exchange-to-exchange bindings or through its alternate exchange; sorted, each once.
     pub(crate) fn durable_queues_reached(&self, exchange: &str) -> Vec<String> {
         let mut seen: Vec<&str> = Vec::new();
         let mut todo: Vec<&str> = vec![exchange];
@@ -200,7 +200,12 @@ impl<E: Envelope> Registry<E> {
             for b in &x.bindings {
                 match &b.target {
                     Target::Queue(q) => {
-                        if self.queues.get(q).is_some_and(|q| q.durable) {
+                        // An exclusive queue goes with its connection, durable or not.
+                        if self
+                            .queues
+                            .get(q)
+                            .is_some_and(|q| q.durable && q.owner.is_none())
+                        {
                             found.push(q.to_string());
                         }
                     }
