@@ -67,6 +67,9 @@ pub enum Durability {
     Durable,
     /// Safe once this resolves (with an error if the store failed to keep it).
     Pending(Pin<Box<dyn Future<Output = Result<(), StoreError>> + Send + 'static>>),
+    /// Not taken at all (the store has failed): the broker keeps the message in memory only,
+    /// never pages it, and its publisher hears this error.
+    Refused(Option<StoreError>),
 }
 
 impl Durability {
@@ -75,9 +78,19 @@ impl Durability {
         Durability::Pending(Box::pin(future))
     }
 
+    /// Not taken, for this reason.
+    pub fn refused(error: StoreError) -> Self {
+        Durability::Refused(Some(error))
+    }
+
     /// Whether there is nothing to wait for.
     pub fn is_durable(&self) -> bool {
         matches!(self, Durability::Durable)
+    }
+
+    /// Whether the store did not take the message at all.
+    pub fn is_refused(&self) -> bool {
+        matches!(self, Durability::Refused(_))
     }
 }
 
@@ -86,6 +99,7 @@ impl fmt::Debug for Durability {
         f.write_str(match self {
             Durability::Durable => "Durability::Durable",
             Durability::Pending(_) => "Durability::Pending",
+            Durability::Refused(_) => "Durability::Refused",
         })
     }
 }
@@ -97,6 +111,11 @@ impl Future for Durability {
         match self.get_mut() {
             Durability::Durable => Poll::Ready(Ok(())),
             Durability::Pending(future) => future.as_mut().poll(cx),
+            Durability::Refused(error) => {
+                Poll::Ready(Err(error.take().unwrap_or_else(|| StoreError::Failed {
+                    detail: "the message store refused the message".to_owned(),
+                })))
+            }
         }
     }
 }

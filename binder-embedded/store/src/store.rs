@@ -207,7 +207,7 @@ impl Drop for Inner {
 }
 
 fn failed_now(detail: String) -> Durability {
-    Durability::pending(std::future::ready(Err(StoreError::Failed { detail })))
+    Durability::refused(StoreError::Failed { detail })
 }
 
 impl MessageStore for DiskStore {

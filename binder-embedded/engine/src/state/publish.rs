@@ -246,9 +246,13 @@ impl<E: Envelope> State<E> {
             None => None,
         };
         if let Some(durability) = durability {
-            message.set_stored(true);
-            if paging::page_now(self.pages, &self.config, self.memory.used, q.storage.len()) {
-                message.page_out();
+            // A message the store refused stays in memory only (paging it would drop the
+            // only copy of its body).
+            if !durability.is_refused() {
+                message.set_stored(true);
+                if paging::page_now(self.pages, &self.config, self.memory.used, q.storage.len()) {
+                    message.page_out();
+                }
             }
             // A dead-lettered copy has no publisher waiting: its write goes on regardless.
             if !redead && !durability.is_durable() {
