@@ -16,7 +16,8 @@
 //!   the operation.
 //! * **The durability point is asynchronous.** [`MessageStore::enqueued`] returns a
 //!   [`Durability`]: [`Durability::Durable`] when nothing needs waiting for (the in-memory
-//!   store: no allocation), or a future that resolves once the message is safe. A publisher
+//!   store: no allocation), a future that resolves once the message is safe, or
+//!   [`Durability::Refused`] when the store does not take it at all. A publisher
 //!   confirm waits for it ([`Channel::basic_publish`](crate::Channel::basic_publish) returns
 //!   after it; [`Channel::try_basic_publish`](crate::Channel::try_basic_publish) hands it over
 //!   as [`TryPublish::Pending`](crate::TryPublish::Pending)). The broker awaits it outside its
@@ -67,8 +68,9 @@ pub enum Durability {
     Durable,
     /// Safe once this resolves (with an error if the store failed to keep it).
     Pending(Pin<Box<dyn Future<Output = Result<(), StoreError>> + Send + 'static>>),
-    /// Not taken at all (the store has failed): the broker keeps the message in memory only,
-    /// never pages it, and its publisher hears this error.
+    /// Not taken at all (the store has failed, is closed, or the message is over its record
+    /// limit): the broker keeps the message in memory only and never pages it, its publisher
+    /// hears this error, and a dead letter's original stays in the store.
     Refused(Option<StoreError>),
 }
 

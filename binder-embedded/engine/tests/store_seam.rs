@@ -40,6 +40,8 @@ struct Kept {
     immediate: bool,
     /// `(queue, seq, publication)` of every `enqueued` call.
     publications: Vec<(String, u64, u64)>,
+    /// Refuse every message for this queue (as a store over its record limit does).
+    refuse: Option<String>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -159,6 +161,11 @@ impl MessageStore for RecordingStore {
 
     fn enqueued(&self, m: &StoredMessage<'_>) -> Durability {
         let mut k = self.kept();
+        if k.refuse.as_deref() == Some(m.queue) {
+            return Durability::refused(StoreError::Failed {
+                detail: "over the record limit".into(),
+            });
+        }
         k.calls.push(Call::Enqueued(m.queue.into(), m.seq));
         k.publications.push((m.queue.into(), m.seq, m.publication));
         k.messages
@@ -796,4 +803,45 @@ async fn a_redrive_finishing_after_its_queue_was_declared_again_leaves_the_new_o
         Some((fresh, 0)),
         "the new queue keeps every message of its own"
     );
+}
+
+/// A dead letter whose copy the store refuses (over its record limit, say) is in its
+/// dead-letter queue in memory only: the store keeps the original (its removal is not
+/// reported), so after a restart it is back in its queue rather than in neither.
+#[tokio::test]
+async fn a_dead_letter_whose_copy_the_store_refuses_stays_in_the_store() {
+    let store = RecordingStore::default();
+    store.kept().immediate = true;
+    store.kept().refuse = Some("work.dlq".to_owned());
+    let broker = broker(&store);
+    let conn = broker.connect();
+    let ch = conn.open_channel().unwrap();
+    let mut args = FieldTable::new();
+    args.insert("x-dead-letter-exchange", FieldValue::from(""));
+    args.insert("x-dead-letter-routing-key", FieldValue::from("work.dlq"));
+    ch.queue_declare("work", durable(), args).unwrap();
+    ch.queue_declare("work.dlq", durable(), FieldTable::new())
+        .unwrap();
+    ch.basic_publish("", "work", Default::default(), persistent("m"))
+        .await
+        .unwrap();
+    let got = ch.basic_get("work", false).unwrap().unwrap();
+    ch.basic_reject(got.delivery.delivery_tag, false).unwrap();
+    assert_eq!(
+        broker.queue_counts("work.dlq"),
+        Some((1, 0)),
+        "the copy, in memory"
+    );
+    assert!(
+        !store
+            .calls()
+            .iter()
+            .any(|c| matches!(c, Call::Removed(q, ..) if q == "work")),
+        "the store keeps the original: {:?}",
+        store.calls()
+    );
+    // A restart finds it back in its queue.
+    drop((ch, conn, broker));
+    let broker = self::broker(&store);
+    assert_eq!(broker.queue_counts("work"), Some((1, 0)));
 }

@@ -117,7 +117,11 @@ impl<E: Envelope> State<E> {
         } else {
             Removal::Dropped
         };
-        if let Some(seq) = stored {
+        // A copy the store refused (over its record limit with the death headers, or the
+        // store failed) is in memory only: the store keeps the original, which comes back
+        // after a restart (at least once) rather than neither.
+        let copy_refused = std::mem::take(&mut self.work.copy_refused);
+        if let Some(seq) = stored.filter(|_| !copy_refused) {
             self.store.removed(queue, seq, why);
         }
     }

@@ -254,6 +254,9 @@ impl<E: Envelope> State<E> {
                     message.page_out();
                 }
             }
+            if redead && durability.is_refused() {
+                self.work.copy_refused = true;
+            }
             // A dead-lettered copy has no publisher waiting: its write goes on regardless.
             if !redead && !durability.is_durable() {
                 self.work.durability.push(durability);

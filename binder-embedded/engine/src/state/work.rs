@@ -48,6 +48,9 @@ pub(crate) struct Work<E: Envelope> {
     pub deliver_scratch: Vec<Delivery<E>>,
     /// Reused buffer of the deliveries a settlement takes (one allocation less per ack).
     pub settle_scratch: Vec<Unacked<E>>,
+    /// The store refused a copy of the dead letter being made (set by `enqueue`, taken by
+    /// `dead_letter`): the store then keeps the original.
+    pub copy_refused: bool,
 }
 
 impl<E: Envelope> Work<E> {
@@ -62,6 +65,7 @@ impl<E: Envelope> Work<E> {
             durability: Vec::new(),
             deliver_scratch: Vec::new(),
             settle_scratch: Vec::new(),
+            copy_refused: false,
         }
     }
 
