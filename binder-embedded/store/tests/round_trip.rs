@@ -519,6 +519,19 @@ async fn until_synced(fs: &FaultFs, store: &stream_store::DiskStore) -> u64 {
     fs.syncs()
 }
 
+/// A crash in which the disk wrote back the ack files' unsynced data and nothing else, once
+/// the store has handled everything; no sync may have run since `synced`.
+fn crash_keeping_the_ack_files(
+    fs: &FaultFs,
+    store: &stream_store::DiskStore,
+    synced: u64,
+) -> FaultFs {
+    store.stats().unwrap();
+    let after = fs.crash_with_writeback(|path| path.extension().is_some_and(|e| e == "ack"));
+    assert_eq!(fs.syncs(), synced, "the interval ran out");
+    after
+}
+
 /// `interval` mode, a sync a second.
 fn every_second() -> StoreConfig {
     StoreConfig {
@@ -575,9 +588,7 @@ async fn in_interval_mode_a_dead_letter_is_not_lost_when_the_ack_file_reaches_th
     let (store, broker, conn, ch, tag) = one_message_to_dead_letter(&fs, dir, every_second()).await;
     let synced = until_synced(&fs, &store).await;
     ch.basic_reject(tag, false).unwrap();
-    store.stats().unwrap();
-    let after = fs.crash_with_writeback(|path| path.extension().is_some_and(|e| e == "ack"));
-    assert_eq!(fs.syncs(), synced, "the interval ran out");
+    let after = crash_keeping_the_ack_files(&fs, &store, synced);
     drop((ch, conn, broker, store));
     assert_in_one_queue_or_both(&after, dir, every_second());
 }
@@ -607,9 +618,7 @@ async fn in_interval_mode_a_redriven_message_is_not_lost_when_the_ack_file_reach
         broker.redrive("dlq", seq, "", "work").await.unwrap(),
         Redrive::Moved(1)
     );
-    store.stats().unwrap();
-    let after = fs.crash_with_writeback(|path| path.extension().is_some_and(|e| e == "ack"));
-    assert_eq!(fs.syncs(), synced, "the interval ran out");
+    let after = crash_keeping_the_ack_files(&fs, &store, synced);
     drop((ch, conn, broker, store));
     assert_in_one_queue_or_both(&after, dir, every_second());
 }
@@ -640,9 +649,7 @@ async fn a_queue_declared_again_after_its_declaration_was_lost_keeps_its_message
     publish_each(&ch, "q", ["acked".to_owned()]).await;
     let acked = ch.basic_get("q", false).unwrap().unwrap();
     ch.basic_ack(acked.delivery.delivery_tag, false).unwrap();
-    store.stats().unwrap();
-    let after = fs.crash_with_writeback(|path| path.extension().is_some_and(|e| e == "ack"));
-    assert_eq!(fs.syncs(), synced, "the interval ran out");
+    let after = crash_keeping_the_ack_files(&fs, &store, synced);
     drop((ch, conn, broker, store));
 
     let (store, broker) = open_fault(&after, dir, every_second());
