@@ -308,6 +308,17 @@ pub(crate) fn put_published(out: &mut Out, p: &Published) {
 }
 
 /// Decodes a published message.
+/// A message as a segment record holds it: persistent, since the store is only handed
+/// persistent messages. A record saying otherwise is damaged; read as it is, its message would
+/// be lost at the first copy made of it (a dead letter), which nothing would store.
+pub(crate) fn get_stored(inp: &mut In<'_>, names: &mut Interner) -> Decoded<Published> {
+    let published = get_published(inp, names)?;
+    if !published.message.properties.is_persistent() {
+        return Err(Malformed("a stored message that is not persistent"));
+    }
+    Ok(published)
+}
+
 pub(crate) fn get_published(inp: &mut In<'_>, names: &mut Interner) -> Decoded<Published> {
     let exchange = inp.shared(names)?;
     let routing_key = inp.shared(names)?;

@@ -15,7 +15,7 @@ use std::sync::atomic::Ordering;
 
 use stream_engine::{Published, StoreError};
 
-use crate::codec::{In, Interner, get_published};
+use crate::codec::{In, Interner, get_stored};
 use crate::frame;
 use crate::fs::FileSystem;
 use crate::index::Index;
@@ -134,7 +134,7 @@ fn read_records(
                 }
                 Err(e) => return Err(corrupt(format!("segment {seg} offset {off}: {e}"))),
             };
-            let published = get_published(&mut In(body), names)
+            let published = get_stored(&mut In(body), names)
                 .map_err(|e| corrupt(format!("segment {seg} offset {off}: {e}")))?;
             out[i] = Some(published);
         }

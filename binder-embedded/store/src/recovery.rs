@@ -405,7 +405,7 @@ fn decode_body(
         .ok_or_else(|| corrupt(format!("no valid record at offset {offset}")))?;
     match layout::decode_segment(frame.payload, names).map_err(|e| corrupt(e.to_string()))? {
         SegRecord::Message { body, .. } => {
-            codec::get_published(&mut In(body), names).map_err(|e| corrupt(e.to_string()))
+            codec::get_stored(&mut In(body), names).map_err(|e| corrupt(e.to_string()))
         }
         SegRecord::Ref { .. } => Err(corrupt(format!(
             "record at offset {offset} is not a message"
@@ -425,7 +425,7 @@ fn message_at(
     match layout::decode_segment(frame.payload, names).ok()? {
         SegRecord::Message { id, refs, body } if id == m.id && frame.len == m.len => {
             listed.extend(refs.iter().map(|r| listing(id, &r.key)));
-            codec::get_published(&mut In(body), names).ok()
+            codec::get_stored(&mut In(body), names).ok()
         }
         _ => None,
     }
