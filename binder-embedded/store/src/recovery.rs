@@ -775,13 +775,11 @@ mod tests {
         }
     }
 
-    /// Message `id`'s record, listing `refs`.
+    /// Message `id`'s record (a persistent message), listing `refs`.
     fn message_record(id: u64, refs: &[layout::RefEntry]) -> Vec<u8> {
-        let p = stream_engine::Published::new(
-            Arc::<str>::from(""),
-            Arc::<str>::from("a"),
-            Message::new("body"),
-        );
+        let mut m = Message::new("body");
+        m.properties.delivery_mode = Some(2);
+        let p = stream_engine::Published::new(Arc::<str>::from(""), Arc::<str>::from("a"), m);
         let mut body = codec::out_for(&p);
         codec::put_published(&mut body, &p);
         layout::encode_message(id, refs, &body.0)
