@@ -68,8 +68,8 @@ pub enum Durability {
     Durable,
     /// Safe once this resolves (with an error if the store failed to keep it).
     Pending(Pin<Box<dyn Future<Output = Result<(), StoreError>> + Send + 'static>>),
-    /// Not taken at all (the store has failed, is closed, or the message is over its record
-    /// limit): the broker keeps the message in memory only and never pages it, its publisher
+    /// Not taken at all (the store has failed, is closed, has no message id left, or the
+    /// message is over its record limit): the queue does not take it either, its publisher
     /// hears this error, and a dead letter's original stays in the store.
     Refused(Option<StoreError>),
 }

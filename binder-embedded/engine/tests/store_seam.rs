@@ -805,9 +805,9 @@ async fn a_redrive_finishing_after_its_queue_was_declared_again_leaves_the_new_o
     );
 }
 
-/// A dead letter whose copy the store refuses (over its record limit, say) is in its
-/// dead-letter queue in memory only: the store keeps the original (its removal is not
-/// reported), so after a restart it is back in its queue rather than in neither.
+/// A dead letter whose copy the store refuses (over its record limit, say) is not taken by
+/// its dead-letter queue, and the store keeps the original (its removal is not reported): a
+/// restart brings it back to its queue rather than leave it in neither.
 #[tokio::test]
 async fn a_dead_letter_whose_copy_the_store_refuses_stays_in_the_store() {
     let store = RecordingStore::default();
@@ -829,8 +829,8 @@ async fn a_dead_letter_whose_copy_the_store_refuses_stays_in_the_store() {
     ch.basic_reject(got.delivery.delivery_tag, false).unwrap();
     assert_eq!(
         broker.queue_counts("work.dlq"),
-        Some((1, 0)),
-        "the copy, in memory"
+        Some((0, 0)),
+        "the copy refused"
     );
     assert!(
         !store

@@ -279,6 +279,10 @@ impl MessageStore for DiskStore {
                 ));
             }
             let id = caller.next_id;
+            if id > crate::index::MAX_ID {
+                // Only a damaged data directory names ids this high (2^61 messages).
+                return failed_now("no message id left in the store's range".into());
+            }
             caller.next_id += 1;
             caller.current = id;
             caller.last_publication = Some(message.publication);

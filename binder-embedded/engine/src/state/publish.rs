@@ -246,16 +246,19 @@ impl<E: Envelope> State<E> {
             None => None,
         };
         if let Some(durability) = durability {
-            // A message the store refused stays in memory only (paging it would drop the
-            // only copy of its body).
-            if !durability.is_refused() {
-                message.set_stored(true);
-                if paging::page_now(self.pages, &self.config, self.memory.used, q.storage.len()) {
-                    message.page_out();
+            if durability.is_refused() {
+                // Not taken: the queue does not keep what the store refused. Its publisher
+                // hears why; a dead letter's original stays in the store.
+                if redead {
+                    self.work.copy_refused = true;
+                } else {
+                    self.work.durability.push(durability);
                 }
+                return true;
             }
-            if redead && durability.is_refused() {
-                self.work.copy_refused = true;
+            message.set_stored(true);
+            if paging::page_now(self.pages, &self.config, self.memory.used, q.storage.len()) {
+                message.page_out();
             }
             // A dead-lettered copy has no publisher waiting: its write goes on regardless.
             if !redead && !durability.is_durable() {
