@@ -298,6 +298,11 @@ pub trait MessageStore: fmt::Debug + Send + Sync + 'static {
     /// was told of ([`enqueued`](Self::enqueued)) and read them back with
     /// [`read`](Self::read) when they are delivered (RabbitMQ's lazy queues). Asked once,
     /// at construction. The default is `false`: every message stays in memory.
+    ///
+    /// A store that pages must be able to read back every message it took (any
+    /// `enqueued` that did not return [`Durability::Refused`]) until it is told of its
+    /// removal, even one whose write failed or came after the store itself failed: the
+    /// broker may have paged it already, and the store then holds its only copy.
     fn pages(&self) -> bool {
         false
     }

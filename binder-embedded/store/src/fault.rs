@@ -1,6 +1,6 @@
 //! A fault-injecting file layer for tests: files in memory, where what was appended but not
 //! yet synced, and files created, deleted or renamed since their directory was last synced,
-//! are lost (or come back) on a simulated crash, and syncs can be made to fail.
+//! are lost (or come back) on a simulated crash, and syncs and appends can be made to fail.
 
 use std::collections::BTreeMap;
 use std::io;
@@ -79,6 +79,8 @@ struct Inner {
     files: Mutex<Files>,
     /// Every sync fails while set.
     fail_syncs: AtomicBool,
+    /// Every append fails, writing nothing, while set.
+    fail_appends: AtomicBool,
     /// After a crash the old handles refuse everything (the process is gone).
     crashed: AtomicBool,
     syncs: AtomicU64,
@@ -170,6 +172,12 @@ impl FaultFs {
     /// Makes every sync from now on fail (or succeed again).
     pub fn fail_syncs(&self, fail: bool) {
         self.0.fail_syncs.store(fail, Ordering::SeqCst);
+    }
+
+    /// Makes every append from now on fail, writing nothing (or succeed again), as a full
+    /// disk does.
+    pub fn fail_appends(&self, fail: bool) {
+        self.0.fail_appends.store(fail, Ordering::SeqCst);
     }
 
     /// Makes every sync take this long (as a real disk's does).
@@ -389,6 +397,9 @@ impl FileSystem for FaultFs {
 
 impl StoreFile for FaultFile {
     fn append(&mut self, data: &[u8]) -> io::Result<()> {
+        if self.fs.0.fail_appends.load(Ordering::SeqCst) {
+            return Err(io::Error::other("injected append failure"));
+        }
         self.with(|c| {
             c.data.extend_from_slice(data);
             Ok(())

@@ -3,11 +3,12 @@
 //!
 //! The location comes from the writer's index, borrowed between batches
 //! ([`Picture`](crate::writer::Picture)): the writer lends it back only once every record it
-//! refers to is in the files, and takes it away while it changes it (appends, compaction,
-//! segment deletion), so a location found under the lock points at bytes that are there and
-//! are the message's. The bytes are read while the lock is held (one `pread` per run of
-//! nearby records), so a segment cannot be deleted between finding and reading. Each record's
-//! CRC is checked before its message is decoded.
+//! refers to is in the files (or, once the writer has failed, in the unwritten tail it lends
+//! along, [`Unwritten`]), and takes it away while it changes it (appends, compaction, segment
+//! deletion), so a location found under the lock points at bytes that are there and are the
+//! message's. The bytes are read while the lock is held (one `pread` per run of nearby
+//! records), so a segment cannot be deleted between finding and reading. Each record's CRC
+//! is checked before its message is decoded.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -21,7 +22,7 @@ use crate::fs::FileSystem;
 use crate::index::Index;
 use crate::layout::{self, Key, SegRecord};
 use crate::meta::Meta;
-use crate::writer::Shared;
+use crate::writer::{Shared, Unwritten};
 
 /// Records closer than this are read with one `pread`.
 const GAP: u64 = 64 * 1024;
@@ -75,7 +76,9 @@ pub(crate) fn read(
             (&picture.index, &picture.meta, picture.handled >= deleted)
         {
             match locate(index, meta, queue, seqs) {
-                Ok(locs) => return read_records(fs, dir, queue, &locs),
+                Ok(locs) => {
+                    return read_records(fs, dir, queue, &locs, picture.unwritten.as_ref());
+                }
                 Err(seq) if picture.handled >= target => {
                     return Err(StoreError::Failed {
                         detail: format!("message {seq} of queue '{queue}' is not in the store"),
@@ -96,7 +99,9 @@ fn read_records(
     dir: &Path,
     queue: &str,
     locs: &[(u32, u64, u32)],
+    unwritten: Option<&Unwritten>,
 ) -> Result<Vec<Published>, StoreError> {
+    let in_memory = |seg: u32, offset: u64| unwritten.is_some_and(|u| u.holds(seg, offset));
     let mut order: Vec<usize> = (0..locs.len()).collect();
     order.sort_by_key(|&i| (locs[i].0, locs[i].1));
     let mut out: Vec<Option<Published>> = vec![None; locs.len()];
@@ -110,14 +115,34 @@ fn read_records(
         while run_end < order.len() {
             let (s, off, len) = locs[order[run_end]];
             let next_end = (off + u64::from(len)).max(end);
-            if s != seg || off > end + GAP || next_end - start > SPAN {
+            if s != seg
+                || off > end + GAP
+                || next_end - start > SPAN
+                || in_memory(s, off) != in_memory(seg, start)
+            {
                 break;
             }
             end = next_end;
             run_end += 1;
         }
-        let path = layout::segment_path(dir, seg);
-        let data = fs.read_at(&path, start, (end - start) as usize)?;
+        let data = match unwritten.filter(|u| u.holds(seg, start)) {
+            Some(u) => {
+                let at = (start - u.from) as usize;
+                u.bytes
+                    .get(at..at + (end - start) as usize)
+                    .ok_or_else(|| {
+                        corrupt(format!(
+                            "the record at offset {start} of segment {seg} (queue '{queue}') is past what the failed store kept in memory"
+                        ))
+                    })?
+                    .to_vec()
+            }
+            None => fs.read_at(
+                &layout::segment_path(dir, seg),
+                start,
+                (end - start) as usize,
+            )?,
+        };
         for &i in &order[at..run_end] {
             let (_, off, _) = locs[i];
             let frame = frame::read_at(&data, (off - start) as usize).ok_or_else(|| {

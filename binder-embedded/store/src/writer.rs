@@ -89,6 +89,28 @@ pub(crate) struct Picture {
     pub meta: Option<Meta>,
     /// Commands the writer had handled (and written to the files) when it lent them.
     pub handled: u64,
+    /// Records the index places in the active segment that are not in its file: once the
+    /// writer has failed, what it could not append, and what it was sent afterwards.
+    pub unwritten: Option<Unwritten>,
+}
+
+/// The tail of the active segment that a failed writer keeps in memory: the broker may have
+/// paged the messages already (it enqueued them before the store failed), and it reads them
+/// back from here.
+#[derive(Debug, Default)]
+pub(crate) struct Unwritten {
+    /// The active segment.
+    pub seg: u32,
+    /// The offset in it of `bytes`' first byte.
+    pub from: u64,
+    pub bytes: Vec<u8>,
+}
+
+impl Unwritten {
+    /// Whether the record at `offset` of segment `seg` is here rather than in the files.
+    pub fn holds(&self, seg: u32, offset: u64) -> bool {
+        seg == self.seg && offset >= self.from
+    }
 }
 
 /// State the writer shares with the trait's calls.
@@ -123,6 +145,10 @@ impl Shared {
             .clone()
     }
 }
+
+/// How far a failed writer's active segment may grow in memory (see [`Unwritten`]): a
+/// record is at most 512 MiB, so every offset stays within the index's 32 bits.
+const UNWRITTEN_LIMIT: u64 = 3 << 30;
 
 fn failed(detail: &str) -> StoreError {
     StoreError::Failed {
@@ -246,6 +272,16 @@ impl Writer {
             .picture
             .lock()
             .unwrap_or_else(|p| p.into_inner());
+        // Empty unless the writer failed: each batch appends what it buffered.
+        p.unwritten = (!self.seg_buf.is_empty()).then(|| {
+            let bytes = std::mem::take(&mut self.seg_buf);
+            let end = self.index.segs.get(&self.active).map_or(0, |s| s.bytes);
+            Unwritten {
+                seg: self.active,
+                from: end - bytes.len() as u64,
+                bytes,
+            }
+        });
         p.index = Some(std::mem::take(&mut self.index));
         p.meta = Some(std::mem::take(&mut self.meta));
         p.handled = self.handled;
@@ -265,6 +301,9 @@ impl Writer {
         }
         if let Some(meta) = p.meta.take() {
             self.meta = meta;
+        }
+        if let Some(unwritten) = p.unwritten.take() {
+            self.seg_buf = unwritten.bytes;
         }
     }
 
@@ -346,19 +385,15 @@ impl Writer {
     }
 
     fn handle(&mut self, cmd: Cmd) {
-        if self.failure.is_some() {
-            match cmd {
-                Cmd::Message { waiter, .. } | Cmd::Ref { waiter, .. } => self.fail_waiter(waiter),
-                // Nothing is written any more, but readers of paged messages still look in
-                // the index: a queue deleted (or declared again) leaves it all the same.
-                Cmd::Meta(op) => {
-                    self.apply_meta(op);
-                }
-                _ => {}
-            }
-            return;
-        }
+        // A failed writer writes nothing more, but readers of paged messages still look in
+        // the index: a message the broker enqueued before it learned of the failure is kept
+        // in memory (the broker may have paged it: that is its only copy), and a removal or
+        // a queue deleted (or declared again) leaves the index all the same.
+        let failed = self.failure.is_some();
         match cmd {
+            Cmd::Meta(op) if failed => {
+                self.apply_meta(op);
+            }
             Cmd::Meta(op) => self.meta_op(op),
             Cmd::Message {
                 id,
@@ -377,7 +412,7 @@ impl Writer {
                 waiter,
             } => self.reference(id, &queue, seq, waiter),
             Cmd::Delivered { queue, seq } => {
-                let Some(key) = self.key(&queue, seq) else {
+                let Some(key) = self.key(&queue, seq).filter(|_| !failed) else {
                     return;
                 };
                 if let Some(home) = self.index.set_delivered(&key) {
@@ -392,12 +427,16 @@ impl Writer {
                 let Some(key) = self.key(&queue, seq) else {
                     return;
                 };
-                if let Some(home) = self.index.remove_ref(&key) {
-                    if replaced && matches!(self.config.mode, SyncMode::Interval(_)) {
-                        self.held.push((home, key));
-                    } else {
-                        self.ack(home, AckKind::Removed, &key);
-                    }
+                let Some(home) = self.index.remove_ref(&key) else {
+                    return;
+                };
+                if failed {
+                    return;
+                }
+                if replaced && matches!(self.config.mode, SyncMode::Interval(_)) {
+                    self.held.push((home, key));
+                } else {
+                    self.ack(home, AckKind::Removed, &key);
                 }
             }
             Cmd::Stats(_) | Cmd::Close(_) => {}
@@ -486,8 +525,7 @@ impl Writer {
                 waiter.map(|w| w.send(Err(failed("message for a queue the store does not know"))));
             return;
         };
-        if let Err(e) = self.roll_if_full() {
-            self.fail(&e);
+        if !self.make_room() {
             self.fail_waiter(waiter);
             return;
         }
@@ -507,7 +545,7 @@ impl Writer {
                 record: None,
             },
         );
-        self.waiters.extend(waiter);
+        self.await_write(waiter);
     }
 
     fn reference(&mut self, id: u64, queue: &str, seq: u64, waiter: Option<Waiter>) {
@@ -530,8 +568,7 @@ impl Writer {
                 waiter.map(|w| w.send(Err(failed("message for a queue the store does not know"))));
             return;
         };
-        if let Err(e) = self.roll_if_full() {
-            self.fail(&e);
+        if !self.make_room() {
             self.fail_waiter(waiter);
             return;
         }
@@ -550,7 +587,31 @@ impl Writer {
                 record: Some((offset, len)),
             },
         );
-        self.waiters.extend(waiter);
+        self.await_write(waiter);
+    }
+
+    /// Whether the next record can go into the active segment, which is rolled over first
+    /// when full. Once the writer has failed nothing is rolled (nor written): records stay
+    /// in the active segment's unwritten tail, kept in memory for readers (see
+    /// [`Unwritten`]), up to [`UNWRITTEN_LIMIT`].
+    fn make_room(&mut self) -> bool {
+        if self.failure.is_none()
+            && let Err(e) = self.roll_if_full()
+        {
+            self.fail(&e);
+        }
+        self.failure.is_none()
+            || self.index.segs.get(&self.active).map_or(0, |s| s.bytes) < UNWRITTEN_LIMIT
+    }
+
+    /// Has `waiter` told when the batch's records are written (at once that they will not
+    /// be, once the writer has failed).
+    fn await_write(&mut self, waiter: Option<Waiter>) {
+        if self.failure.is_some() {
+            self.fail_waiter(waiter);
+        } else {
+            self.waiters.extend(waiter);
+        }
     }
 
     fn ack(&mut self, home: u32, kind: AckKind, key: &Key) {

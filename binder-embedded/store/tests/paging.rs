@@ -582,3 +582,76 @@ async fn after_a_store_failure_a_queue_declared_again_reads_back_none_of_the_del
     assert_eq!(broker.queue_counts("q"), Some((0, 0)), "none taken");
     assert!(broker.peek("q", usize::MAX).unwrap().is_empty());
 }
+
+/// Messages the broker paged before it learned that the store failed (their enqueue came
+/// first, their write after) have no copy in the files: the failed store keeps what it could
+/// not write in memory, and they are delivered with their bodies. The writer fails on a batch
+/// whose records cannot be appended: with them all, or (batches of 50) with the first 50,
+/// the rest handled by the failed writer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn messages_paged_while_the_store_fails_are_still_delivered() {
+    for max_batch in [8192, 50] {
+        paged_while_the_store_fails(max_batch).await;
+    }
+}
+
+async fn paged_while_the_store_fails(max_batch: usize) {
+    let fs = FaultFs::new();
+    let dir = Path::new("/paged-while-failing");
+    let config = StoreConfig {
+        max_batch,
+        ..StoreConfig::default()
+    };
+    let store = DiskStore::open_with(Arc::new(fs.clone()), dir, config).unwrap();
+    // Every message a queue holds beyond the 512 the engine always keeps is paged.
+    let broker_config = BrokerConfig {
+        memory_high_watermark: Some(1 << 30),
+        memory_paging_ratio: 1e-9,
+        ..BrokerConfig::default()
+    };
+    let broker = Broker::with_store(broker_config, store.clone()).unwrap();
+    let conn = broker.connect();
+    let ch = durable_q(&conn);
+    publish(&ch, "q", 0..600).await;
+    let written = broker.paged_messages("q").unwrap();
+    assert!(written > 0, "paged");
+    // A slow sync holds the writer while the next messages are enqueued (and paged), their
+    // writes still to come; then every append fails.
+    fs.set_sync_delay(Duration::from_millis(300));
+    let begun = fs.syncs_begun();
+    drop(ch.try_basic_publish("", "q", Default::default(), message(600)));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while fs.syncs_begun() == begun {
+        assert!(tokio::time::Instant::now() < deadline, "no sync began");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    fs.fail_appends(true);
+    for i in 601..1_000 {
+        match ch.try_basic_publish("", "q", Default::default(), message(i)) {
+            TryPublish::Pending(pending) => drop(pending),
+            other => panic!("message {i}: {other:?}"),
+        }
+    }
+    assert!(
+        broker.paged_messages("q").unwrap() >= written + 399,
+        "the unwritten messages are paged"
+    );
+    fs.set_sync_delay(Duration::ZERO);
+    // Once the writer has taken every message (and failed), the store refuses the next.
+    store.stats().unwrap();
+    let refused = ch
+        .basic_publish("", "q", Default::default(), message(1_000))
+        .await;
+    assert_eq!(refused.unwrap_err().code, ReplyCode::InternalError);
+    let ch = conn.open_channel().unwrap();
+    assert_eq!(broker.queue_counts("q").unwrap().0, 1_000);
+    let peeked = broker.peek("q", usize::MAX).unwrap();
+    for (i, m) in (0..).zip(&peeked) {
+        check(i, &m.record.message);
+    }
+    for i in 0..1_000 {
+        let got = ch.basic_get("q", true).unwrap().expect("a message");
+        check(i, got.delivery.message());
+    }
+    assert_eq!(broker.pages_read().1, 0, "no read failed");
+}
