@@ -61,8 +61,10 @@ pub enum StoreError {
     },
 }
 
-/// When an enqueued message is safe: at once, or once a future resolves.
+/// When an enqueued message is safe: at once, or once a future resolves. Matches outside
+/// this crate need a wildcard arm: later versions may add ways of answering.
 #[must_use = "a publisher confirm waits for the durability point"]
+#[non_exhaustive]
 pub enum Durability {
     /// Safe already (nothing to wait for).
     Durable,
