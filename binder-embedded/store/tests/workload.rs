@@ -1,8 +1,8 @@
 //! The workload fuzz target's harness (`stream_store::fuzzing::workload`, driven by
 //! `fuzz/fuzz_targets/workload.rs`) run in `cargo test` on generated inputs: operations on a
 //! broker with a disk store (publishes, gets, settlements, dead letters, re-drives, purges,
-//! deletions, peeks, clean and crashed restarts, in `sync`, `interval` and `none` modes) checked
-//! against a model of every queue.
+//! deletions, peeks, clean and crashed restarts, store failures, in `sync`, `interval` and
+//! `none` modes) checked against a model of every queue.
 //!
 //! `cargo test -p stream-store --test workload -- --ignored write_seed_corpus` writes the
 //! seeds to `fuzz/seeds/workload/`.
@@ -13,7 +13,7 @@ use std::path::Path;
 
 use common::Rng;
 use stream_store::fuzzing::workload::{
-    self, INTERVAL_KILLS, NONE_KILLS, ONE_PER_BATCH, PAGE_ALL, SMALL_SEGMENTS,
+    self, FAILS, INTERVAL_KILLS, NONE_KILLS, ONE_PER_BATCH, PAGE_ALL, SMALL_SEGMENTS,
 };
 
 /// Runs an input where the target runs it: a current-thread runtime with a paused clock.
@@ -56,6 +56,10 @@ fn inputs() -> Vec<(String, Vec<u8>)> {
         SMALL_SEGMENTS | INTERVAL_KILLS,
         SMALL_SEGMENTS | PAGE_ALL | INTERVAL_KILLS,
         SMALL_SEGMENTS | PAGE_ALL | NONE_KILLS,
+        SMALL_SEGMENTS | PAGE_ALL | FAILS,
+        PAGE_ALL | FAILS,
+        SMALL_SEGMENTS | PAGE_ALL | INTERVAL_KILLS | FAILS,
+        SMALL_SEGMENTS | PAGE_ALL | NONE_KILLS | FAILS,
     ] {
         for i in 0..8 {
             let ops = 100 + rng.below(400);
@@ -71,6 +75,7 @@ fn inputs() -> Vec<(String, Vec<u8>)> {
 #[test]
 fn generated_workloads_keep_what_the_model_says() {
     let (mut paged_reads, mut paged_peeked) = (0, 0);
+    let (mut failures, mut paged_at_failures) = (0, 0);
     for (name, input) in inputs() {
         match std::panic::catch_unwind(|| run(&input)) {
             Ok(summary) => {
@@ -78,6 +83,8 @@ fn generated_workloads_keep_what_the_model_says() {
                     paged_reads += summary.pages_read;
                     paged_peeked += summary.paged_peeked;
                 }
+                failures += summary.failures;
+                paged_at_failures += summary.paged_at_failures;
             }
             Err(e) => {
                 let path = std::env::temp_dir().join(format!("stream-store-workload-{name}"));
@@ -91,6 +98,11 @@ fn generated_workloads_keep_what_the_model_says() {
     assert!(
         paged_reads > 100 && paged_peeked > 1000,
         "paged messages read back: {paged_reads} delivered, {paged_peeked} peeked"
+    );
+    // And the store fails under some, with messages paged it could not write.
+    assert!(
+        failures >= 8 && paged_at_failures > 1000,
+        "{failures} store failures, {paged_at_failures} paged messages just after them"
     );
 }
 

@@ -10,7 +10,8 @@
 //! mode, a sync every 10 ms, where a crash is the process killed once the store's writer has
 //! handled every command, rather than the power lost, since a power loss may take what
 //! `interval` mode confirmed, and so may a kill before the writer took it; bit 4: the same
-//! with `none` mode, which syncs only at a clean close), then operations: a
+//! with `none` mode, which syncs only at a clean close; bit 5: the store can fail, see
+//! operation 10), then operations: a
 //! byte whose low four bits choose the operation and whose high four bits its queue (modulo
 //! 4), and for operations 0–9 and 15 an argument byte:
 //!
@@ -22,7 +23,8 @@
 //! | 4 | `arg` ≥ 128: consume with a prefetch of `2 × (arg & 127) + 1`, take what comes, cancel; else get `arg % 4 + 1` messages |
 //! | 5, 6, 7, 8 | ack, ack `multiple`, nack with requeue, reject one held delivery (`arg` modulo their count) |
 //! | 9 | re-drive a ready dead letter (`arg` modulo their count) to queue `arg >> 4` |
-//! | 10, 11, 12 | peek, purge, delete and declare again |
+//! | 10 | peek; with settings bit 5, on `w0` holding at least 400 messages, the first time, the store fails instead: every append fails from then on (a full disk) while a burst of up to 300 persistent messages goes to `w0`; those the broker took before it learned of the failure stay, paged or not, without a copy in the files, and every later persistent message (a publish, a dead letter's or a re-drive's copy) is refused, until the next restart, which is a crash |
+//! | 11, 12 | purge, delete and declare again |
 //! | 13 | close the channel (its deliveries are requeued) and open another |
 //! | 14 | crash (the files cut to what was synced; with settings bit 3, the process killed: the files as written) and restart |
 //! | 15 | clean restart; with `arg` odd the marker is removed first (a full scan) |
@@ -48,8 +50,11 @@
 //! * after a crash (what was not synced is lost) each queue holds every persistent message
 //!   it held, in order, none more often than it held it, and nothing else but messages
 //!   settled since the last restart (after a kill: in `interval` mode only those
-//!   dead-lettered or re-driven away, in `none` mode none). A message dead-lettered since then may be missing from
-//!   its dead-letter queue only if it is back in the old one.
+//!   dead-lettered or re-driven away, in `none` mode none; after a store failure any). A
+//!   message dead-lettered since then may be missing from its dead-letter queue only if it
+//!   is back in the old one. Messages the failed store could not write are not counted;
+//! * after a store failure, every persistent publish is refused with 541, and every message
+//!   the broker took is still delivered and peeked with its body.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -58,7 +63,7 @@ use std::sync::Arc;
 use stream_engine::{
     AmqpResult, Broker, BrokerConfig, Channel, Connection, ConsumeOptions, ExchangeKind,
     ExchangeOptions, FieldTable, FieldValue, Message, PublishOptions, PublishOutcome,
-    PublishStatus, QueueOptions, Redrive, TryPublish,
+    PublishStatus, QueueOptions, Redrive, ReplyCode, TryPublish,
 };
 
 use crate::fs::FileSystem;
@@ -78,6 +83,14 @@ pub const INTERVAL_KILLS: u8 = 8;
 /// Settings bit: `none` mode (no sync but at a clean close), and crashes that kill the
 /// process, as with [`INTERVAL_KILLS`] (which this bit overrides).
 pub const NONE_KILLS: u8 = 16;
+/// Settings bit: the store fails once, at a peek of `w0` (see the module's documentation).
+pub const FAILS: u8 = 32;
+
+/// The most messages the failure operation publishes while the store fails.
+const FAILING_BURST: usize = 300;
+/// The failure operation's queue holds at least this many messages (not settled) first, so
+/// that the messages of its burst are paged when paging is on.
+const FAILS_FROM: usize = 400;
 
 /// At most this many operations are run (the rest of a longer input is ignored).
 const MAX_OPS: usize = 4096;
@@ -154,6 +167,9 @@ struct Sent {
     size: usize,
     priority: u8,
     persistent: bool,
+    /// Taken by the broker while the store failed: never written, so no restart brings it
+    /// back.
+    unwritten: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -242,6 +258,14 @@ struct Run {
     pages_read: u64,
     /// Paged messages peeked (read back from the store by a peek) so far.
     paged_peeked: u64,
+    /// With settings bit 5, whether the store may still be made to fail.
+    may_fail: bool,
+    /// The store failed since the last restart.
+    failed: bool,
+    /// Store failures so far.
+    failures: u64,
+    /// The paged messages of the failure operation's queue just after each failure.
+    paged_at_failures: u64,
 }
 
 /// What a run did, beyond passing its checks.
@@ -252,6 +276,11 @@ pub struct Summary {
     /// Paged messages read back from the store by peeks (the peek operation's, and every
     /// restart's check).
     pub paged_peeked: u64,
+    /// Store failures (settings bit 5).
+    pub failures: u64,
+    /// The paged messages of the failure operation's queue just after each failure (read
+    /// back by the peek that follows it).
+    pub paged_at_failures: u64,
 }
 
 fn channel(conn: &Connection) -> Channel {
@@ -315,6 +344,10 @@ impl Run {
             next_id: 0,
             pages_read: 0,
             paged_peeked: 0,
+            may_fail: settings & FAILS != 0,
+            failed: false,
+            failures: 0,
+            paged_at_failures: 0,
         }
     }
 
@@ -357,13 +390,26 @@ impl Run {
         slots
     }
 
+    /// How many messages of `q` are not settled.
+    fn unsettled(&self, q: usize) -> usize {
+        self.queues[q].iter().filter(|s| !s.state.settled()).count()
+    }
+
     /// The slots of the ready messages of `q` in delivery order.
     fn ready(&self, q: usize) -> Vec<usize> {
         self.in_delivery_order(q, |s| s.state == State::Ready)
     }
 
-    fn persistent(&self, s: &Slot) -> bool {
-        self.sent[&s.id].persistent
+    /// Whether a restart brings the message back (unless it was settled): persistent, and
+    /// written by the store.
+    fn recoverable(&self, s: &Slot) -> bool {
+        let sent = &self.sent[&s.id];
+        sent.persistent && !sent.unwritten
+    }
+
+    /// Whether the store refuses a persistent message now (it failed).
+    fn refuses(&self, id: u32) -> bool {
+        self.failed && self.sent[&id].persistent
     }
 
     /// The ids of the ready messages of `q` in delivery order.
@@ -389,12 +435,17 @@ impl Run {
                 size,
                 priority,
                 persistent,
+                unwritten: false,
             },
         );
         (id, m)
     }
 
     fn published(&mut self, q: usize, id: u32, outcome: AmqpResult<PublishOutcome>) {
+        if self.refuses(id) {
+            refused(outcome, &format!("publish of {id} to {}", QUEUES[q]));
+            return;
+        }
         let outcome = outcome.unwrap_or_else(|e| panic!("publish of {id} to {}: {e}", QUEUES[q]));
         assert_eq!(outcome.status, PublishStatus::Routed(1), "publish of {id}");
         self.queues[q].push(Slot {
@@ -412,8 +463,12 @@ impl Run {
         let outcome = self
             .ch()
             .basic_publish(FANOUT, "", PublishOptions::default(), m)
-            .await
-            .unwrap_or_else(|e| panic!("publish of {id} to {FANOUT}: {e}"));
+            .await;
+        if self.refuses(id) {
+            refused(outcome, &format!("publish of {id} to {FANOUT}"));
+            return;
+        }
+        let outcome = outcome.unwrap_or_else(|e| panic!("publish of {id} to {FANOUT}: {e}"));
         assert_eq!(outcome.status, PublishStatus::Routed(2), "publish of {id}");
         for q in FANNED {
             self.queues[q].push(Slot {
@@ -432,8 +487,18 @@ impl Run {
         }
         let ready = self.ready(q);
         for &at in &ready[..ready.len().saturating_sub(MAX_LENGTH)] {
-            self.queues[q][at].state = State::Moved;
-            let id = self.queues[q][at].id;
+            self.dead_letter(at);
+        }
+    }
+
+    /// The message at slot `at` of the dead-lettering queue goes to the dead-letter queue
+    /// (unless the failed store refuses its copy: then it leaves its queue for now, and the
+    /// store keeps it there).
+    fn dead_letter(&mut self, at: usize) {
+        let slot = &mut self.queues[DEAD_LETTERING][at];
+        slot.state = State::Moved;
+        let id = slot.id;
+        if !self.refuses(id) {
             self.queues[DLQ].push(Slot {
                 id,
                 state: State::Ready,
@@ -457,7 +522,7 @@ impl Run {
     /// ready messages the engine keeps in memory whatever the paging threshold, so that the
     /// rest are paged.
     async fn publish_burst(&mut self, q: usize, arg: u8) {
-        let held = self.queues[q].iter().filter(|s| !s.state.settled()).count();
+        let held = self.unsettled(q);
         let count = (16 + 2 * usize::from(arg)).min(BURST_UP_TO.saturating_sub(held));
         let mut pending = Vec::new();
         for _ in 0..count {
@@ -560,20 +625,14 @@ impl Run {
         }
         .unwrap_or_else(|e| panic!("{how:?} of delivery {}: {e}", chosen.tag));
         for h in settled {
-            let slot = &mut self.queues[h.queue][h.at];
-            slot.state = match how {
+            if how == Settle::Reject && h.queue == DEAD_LETTERING {
+                self.dead_letter(h.at);
+                continue;
+            }
+            self.queues[h.queue][h.at].state = match how {
                 Settle::Requeue => State::Ready,
-                Settle::Reject if h.queue == DEAD_LETTERING => State::Moved,
                 _ => State::Gone,
             };
-            let id = slot.id;
-            if how == Settle::Reject && h.queue == DEAD_LETTERING {
-                self.queues[DLQ].push(Slot {
-                    id,
-                    state: State::Ready,
-                    from: Some(DEAD_LETTERING),
-                });
-            }
         }
     }
 
@@ -601,6 +660,74 @@ impl Run {
             .iter()
             .map(|m| self.id_of(&m.record.message.payload, what))
             .collect()
+    }
+
+    /// The store fails: from now on every append fails (a full disk), while a burst of
+    /// persistent messages goes to `w0`. The broker takes those it enqueues before it learns
+    /// of the failure (a first part of the burst, paged beyond the messages it keeps in
+    /// memory); their confirms fail in `sync` mode, while `interval` and `none` modes have
+    /// confirmed them already; the rest are refused. Those taken are read back with their
+    /// bodies, from the memory of the failed store when they are paged.
+    async fn fail_store(&mut self) {
+        self.may_fail = false;
+        // What `interval` and `none` modes confirmed before is written first.
+        self.live().store.stats().expect("the store answers");
+        self.fs.fail_appends(true);
+        let q = 0;
+        let held = self.unsettled(q);
+        let count = FAILING_BURST.min(BURST_UP_TO.saturating_sub(held)).max(1);
+        let mut outcomes = Vec::new();
+        for _ in 0..count {
+            let n = self.next_id as usize;
+            let (id, m) = self.message(n * 37 % 300, 0, true);
+            let outcome =
+                match self
+                    .ch()
+                    .try_basic_publish("", QUEUES[q], PublishOptions::default(), m)
+                {
+                    TryPublish::Done(outcome) => outcome,
+                    TryPublish::Pending(confirm) => confirm.wait().await,
+                    TryPublish::Blocked(_) => panic!("publish of {id}: blocked"),
+                };
+            outcomes.push((id, outcome));
+        }
+        // Once the writer has handled the burst, it has failed.
+        self.live().store.stats().expect("the store answers");
+        self.failed = true;
+        let what = "peek after the store failed";
+        let before = self.ready_ids(q);
+        let peeked = self.peeked(q, what);
+        assert_eq!(
+            peeked[..before.len().min(peeked.len())],
+            before[..],
+            "{what}"
+        );
+        let taken = &peeked[before.len()..];
+        let burst: Vec<u32> = outcomes.iter().map(|(id, _)| *id).collect();
+        assert_eq!(
+            taken,
+            &burst[..taken.len()],
+            "{what}: the first of the burst"
+        );
+        for (i, (id, outcome)) in outcomes.into_iter().enumerate() {
+            let what = format!("publish of {id} while the store fails");
+            if i >= taken.len() || self.config.mode == SyncMode::Sync {
+                refused(outcome, &what);
+            } else {
+                let outcome = outcome.unwrap_or_else(|e| panic!("{what}: {e}"));
+                assert_eq!(outcome.status, PublishStatus::Routed(1), "{what}");
+            }
+        }
+        self.failures += 1;
+        self.paged_at_failures += self.broker().paged_messages(QUEUES[q]).unwrap_or(0) as u64;
+        for &id in taken {
+            self.sent.get_mut(&id).expect("sent").unwritten = true;
+            self.queues[q].push(Slot {
+                id,
+                state: State::Ready,
+                from: None,
+            });
+        }
     }
 
     fn peek(&mut self, q: usize) {
@@ -654,8 +781,13 @@ impl Run {
         let outcome = self
             .broker()
             .redrive(QUEUES[DLQ], m.seq, "", QUEUES[to])
-            .await
-            .unwrap_or_else(|e| panic!("redrive of {id}: {e}"));
+            .await;
+        if self.refuses(id) {
+            // The copy is refused; the message stays where it is.
+            refused(outcome, &format!("redrive of {id}"));
+            return;
+        }
+        let outcome = outcome.unwrap_or_else(|e| panic!("redrive of {id}: {e}"));
         assert_eq!(outcome, Redrive::Moved(1), "redrive of {id}");
         // Moved to the tail of `to` (the dead-letter queue's own, too). The copy was durable
         // (in `sync` mode synced, in `interval` mode handed to the writer) before the
@@ -673,6 +805,9 @@ impl Run {
     /// the store closed, which writes the marker; with `scan` the marker is then removed) or
     /// by a crash, starts it again on what the files hold, and checks what it recovered.
     fn restart(&mut self, crash: bool, scan: bool) {
+        // A failed store cannot close cleanly (it writes nothing more): the process ends.
+        let crash = crash || self.failed;
+        let failed = std::mem::take(&mut self.failed);
         let Live {
             store,
             broker,
@@ -717,10 +852,10 @@ impl Run {
             .collect();
         for (q, got) in recovered.iter().enumerate() {
             if crash {
-                self.check_after_crash(q, got, &recovered);
+                self.check_after_crash(q, got, &recovered, failed);
             } else {
                 let expected: Vec<u32> = self
-                    .in_delivery_order(q, |s| !s.state.settled() && self.persistent(s))
+                    .in_delivery_order(q, |s| !s.state.settled() && self.recoverable(s))
                     .into_iter()
                     .map(|at| self.queues[q][at].id)
                     .collect();
@@ -768,7 +903,7 @@ impl Run {
         gone: impl Fn(State) -> bool,
     ) -> Result<Vec<usize>, u32> {
         let mut next = self
-            .in_delivery_order(q, |s| self.persistent(s))
+            .in_delivery_order(q, |s| self.recoverable(s))
             .into_iter();
         got.iter()
             .map(|&id| {
@@ -783,11 +918,13 @@ impl Run {
             .collect()
     }
 
-    fn check_after_crash(&self, q: usize, got: &[u32], recovered: &[Vec<u32>]) {
+    /// `failed`: the store failed before the crash, so it wrote no removal after that, and
+    /// whatever was settled since the last restart may be back.
+    fn check_after_crash(&self, q: usize, got: &[u32], recovered: &[Vec<u32>], failed: bool) {
         let name = QUEUES[q];
         // In order, and nothing the queue never held (nor more copies than it held).
         let places = self.matched(q, got, "after a crash");
-        if self.kills {
+        if self.kills && !failed {
             // A killed process wrote every removal its writer took, but in `interval` mode
             // those of what moved away (held for the sync): only these may come back.
             let gone =
@@ -807,7 +944,7 @@ impl Run {
         let mut needed: HashMap<u32, usize> = HashMap::new();
         for s in &self.queues[q] {
             let back_where_it_was = s.from.is_some_and(|from| recovered[from].contains(&s.id));
-            if !s.state.settled() && self.persistent(s) && !back_where_it_was {
+            if !s.state.settled() && self.recoverable(s) && !back_where_it_was {
                 *needed.entry(s.id).or_default() += 1;
             }
         }
@@ -818,6 +955,14 @@ impl Run {
                 "after a crash, {name} lost message {id}: it holds {found} of {needed}"
             );
         }
+    }
+}
+
+/// Checks that the failed store refused what `what` did: a 541 `INTERNAL_ERROR`.
+fn refused<T: std::fmt::Debug>(outcome: AmqpResult<T>, what: &str) {
+    match outcome {
+        Err(e) => assert_eq!(e.code, ReplyCode::InternalError, "{what}: {e}"),
+        Ok(taken) => panic!("{what}: taken by a failed store: {taken:?}"),
     }
 }
 
@@ -875,6 +1020,9 @@ pub async fn run(input: &[u8]) -> Summary {
             7 => run.settle(arg, Settle::Requeue),
             8 => run.settle(arg, Settle::Reject),
             9 => run.redrive(arg, usize::from(arg >> 4) % QUEUES.len()).await,
+            10 if run.may_fail && q == 0 && run.unsettled(0) >= FAILS_FROM => {
+                run.fail_store().await;
+            }
             10 => run.peek(q),
             11 => run.purge(q),
             12 => run.delete_and_declare(q),
@@ -889,5 +1037,7 @@ pub async fn run(input: &[u8]) -> Summary {
     Summary {
         pages_read: run.pages_read + run.broker().pages_read().0,
         paged_peeked: run.paged_peeked,
+        failures: run.failures,
+        paged_at_failures: run.paged_at_failures,
     }
 }
