@@ -416,10 +416,20 @@ impl Binder for EmbeddedBinder {
         "embedded"
     }
 
-    /// Always up: the broker is in the process (its resource alarms block publishers, they
-    /// do not disconnect anyone).
+    /// Up: the broker is in the process (its resource alarms block publishers, they do not
+    /// disconnect anyone); down once its message store has failed (a write or sync failed,
+    /// a full disk): persistent messages to durable queues are refused from then on, until
+    /// the service restarts.
     fn connection_state(&self) -> ConnectionState {
-        ConnectionState::Up
+        match self.broker.store_failure() {
+            None => ConnectionState::Up,
+            Some(why) => ConnectionState::Down {
+                reason: format!(
+                    "the embedded broker's message store failed ({why}): persistent messages \
+                     to durable queues are refused until the service restarts"
+                ),
+            },
+        }
     }
 
     fn describe(&self) -> String {

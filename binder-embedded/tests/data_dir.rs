@@ -133,3 +133,43 @@ async fn a_binder_given_in_code_refuses_a_data_dir_it_cannot_apply() {
     };
     assert!(refused.to_string().contains("given in code"), "{refused}");
 }
+
+/// A store that fails (a sync fails: a full or broken disk) turns the binder's connection
+/// state, which health and metrics report, to down with the reason, and the send that met
+/// the failure, like every later persistent one, fails.
+#[tokio::test]
+async fn a_failed_store_is_reported_as_the_binder_down() {
+    use binder_core::binder::{Binder, ConnectionState};
+    use stream_store::FaultFs;
+
+    let fs = FaultFs::new();
+    let store =
+        DiskStore::open_with(Arc::new(fs.clone()), "/failing", StoreConfig::default()).unwrap();
+    let broker = Broker::with_store(BrokerConfig::default(), store).unwrap();
+    let binder = Arc::new(EmbeddedBinder::new(broker));
+    let app = App::builder(config(
+        "spring.cloud.stream.bindings:\n  out:\n    destination: failing-orders\n    producer: {requiredGroups: billing}\n",
+    ))
+    .binder("embedded", binder.clone())
+    .output("out")
+    .start()
+    .await
+    .unwrap();
+    let out = app.output("out").unwrap();
+    out.send(&"kept").await.unwrap();
+    assert_eq!(binder.connection_state(), ConnectionState::Up);
+
+    fs.fail_syncs(true);
+    for order in ["lost", "refused"] {
+        let failed = out.send(&order).await;
+        assert!(failed.is_err(), "{order}: {failed:?}");
+    }
+    match binder.connection_state() {
+        ConnectionState::Down { reason } => {
+            assert!(reason.contains("message store failed"), "{reason}");
+            assert!(reason.contains("injected sync failure"), "{reason}");
+        }
+        other => panic!("a failed store leaves the binder {other:?}"),
+    }
+    app.shutdown().await;
+}

@@ -141,6 +141,16 @@ impl<E: Envelope> Broker<E> {
     pub fn keeps_messages(&self) -> bool {
         self.shared.lock().keeps_messages()
     }
+
+    /// Why the broker's message store stopped keeping messages, once it has (see
+    /// [`MessageStore::failure`]): from then on persistent messages to durable queues are
+    /// refused (541 `INTERNAL_ERROR`) until the broker is started again over a working
+    /// store. `None` while it works, and for a broker that keeps nothing on disk.
+    pub fn store_failure(&self) -> Option<String> {
+        // Asked outside the broker's lock: the store answers from its own state.
+        let store = self.shared.lock().store();
+        store.failure()
+    }
 }
 
 impl<E: Envelope> Default for Broker<E> {

@@ -309,6 +309,14 @@ pub trait MessageStore: fmt::Debug + Send + Sync + 'static {
         false
     }
 
+    /// Why the store stopped keeping messages, once it has (a write or a sync failed: from
+    /// then on it refuses every message, [`Durability::Refused`]), for health reports and
+    /// logs; `None` while it works. Cheap: it never waits for the store's work. The default
+    /// is `None`, for stores that cannot fail.
+    fn failure(&self) -> Option<String> {
+        None
+    }
+
     /// Reads back stored messages of `queue` by their sequence numbers, in the order asked.
     /// Only called when [`pages`](Self::pages) is true, for messages the store was told of
     /// and not yet told were removed.

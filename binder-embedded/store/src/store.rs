@@ -322,6 +322,10 @@ impl MessageStore for DiskStore {
         true
     }
 
+    fn failure(&self) -> Option<String> {
+        self.0.shared.failure()
+    }
+
     fn read(&self, queue: &str, seqs: &[u64]) -> Result<Vec<Published>, StoreError> {
         read::read(self.0.fs.as_ref(), &self.0.dir, &self.0.shared, queue, seqs)
     }

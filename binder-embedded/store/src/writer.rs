@@ -513,8 +513,20 @@ impl Writer {
         Ok(())
     }
 
+    /// The store stops keeping messages: it refuses every later one, and says why (once).
     fn fail(&mut self, e: &StoreError) {
-        let detail = format!("{e}: {}", source_text(e));
+        if self.failure.is_some() {
+            return;
+        }
+        let detail = match source_text(e) {
+            cause if cause.is_empty() => e.to_string(),
+            cause => format!("{e}: {cause}"),
+        };
+        tracing::error!(
+            dir = %self.dir.display(),
+            error = %detail,
+            "message store failed: persistent messages in durable queues are refused from now on (541 INTERNAL_ERROR); what it confirmed before is on disk; restart once the cause is fixed"
+        );
         *self.shared.failed.lock().unwrap_or_else(|p| p.into_inner()) = Some(detail.clone());
         self.failure = Some(detail);
     }

@@ -114,6 +114,10 @@ impl<E: Envelope> State<E> {
         self.keeps_messages
     }
 
+    pub(crate) fn store(&self) -> Arc<dyn MessageStore> {
+        self.store.clone()
+    }
+
     /// The registry's index of binding sources, and the same counted from the bindings.
     #[cfg(test)]
     #[allow(clippy::type_complexity)]
