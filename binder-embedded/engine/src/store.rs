@@ -304,7 +304,9 @@ pub trait MessageStore: fmt::Debug + Send + Sync + 'static {
     /// A store that pages must be able to read back every message it took (any
     /// `enqueued` that did not return [`Durability::Refused`]) until it is told of its
     /// removal, even one whose write failed or came after the store itself failed: the
-    /// broker may have paged it already, and the store then holds its only copy.
+    /// broker may have paged it already, and the store then holds its only copy. Where its
+    /// own limits stop it (memory for what it could not write), such a read fails: the
+    /// broker reports it and never delivers a wrong body.
     fn pages(&self) -> bool {
         false
     }

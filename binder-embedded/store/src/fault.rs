@@ -81,6 +81,8 @@ struct Inner {
     fail_syncs: AtomicBool,
     /// Every append fails, writing nothing, while set.
     fail_appends: AtomicBool,
+    /// How long each append takes, in microseconds (a slow disk).
+    append_delay_us: AtomicU64,
     /// After a crash the old handles refuse everything (the process is gone).
     crashed: AtomicBool,
     syncs: AtomicU64,
@@ -178,6 +180,12 @@ impl FaultFs {
     /// disk does.
     pub fn fail_appends(&self, fail: bool) {
         self.0.fail_appends.store(fail, Ordering::SeqCst);
+    }
+
+    /// Makes every append take this long (a slow or stalling disk), failed ones too.
+    pub fn set_append_delay(&self, delay: std::time::Duration) {
+        let us = u64::try_from(delay.as_micros()).unwrap_or(u64::MAX);
+        self.0.append_delay_us.store(us, Ordering::SeqCst);
     }
 
     /// Makes every sync take this long (as a real disk's does).
@@ -397,6 +405,10 @@ impl FileSystem for FaultFs {
 
 impl StoreFile for FaultFile {
     fn append(&mut self, data: &[u8]) -> io::Result<()> {
+        let delay = self.fs.0.append_delay_us.load(Ordering::SeqCst);
+        if delay > 0 {
+            std::thread::sleep(std::time::Duration::from_micros(delay));
+        }
         if self.fs.0.fail_appends.load(Ordering::SeqCst) {
             return Err(io::Error::other("injected append failure"));
         }

@@ -147,6 +147,12 @@ impl DiskStore {
         self.0.shared.syncs.load(Ordering::Relaxed)
     }
 
+    /// Times the writer lent its picture to readers (see [`Shared::lends`]).
+    #[cfg(test)]
+    pub(crate) fn lends(&self) -> u64 {
+        self.0.shared.lends.load(Ordering::Relaxed)
+    }
+
     /// What the store holds, once the writer has handled every earlier call.
     pub fn stats(&self) -> Result<StoreStats, StoreError> {
         let (tx, rx) = mpsc::channel();

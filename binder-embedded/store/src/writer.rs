@@ -87,7 +87,8 @@ pub(crate) struct Picture {
     /// `None` while the writer works on it.
     pub index: Option<Index>,
     pub meta: Option<Meta>,
-    /// Commands the writer had handled (and written to the files) when it lent them.
+    /// Commands the writer had handled when it lent them (and written to the files, unless
+    /// it failed: see `unwritten`).
     pub handled: u64,
     /// Records the index places in the active segment that are not in its file: once the
     /// writer has failed, what it could not append, and what it was sent afterwards.
@@ -135,6 +136,9 @@ pub(crate) struct Shared {
     pub syncs: AtomicU64,
     /// Batches written.
     pub batches: AtomicU64,
+    /// Times the writer lent its picture (after every batch, and every sync deadline that
+    /// woke it): how a test tells that a writer with nothing to do sleeps.
+    pub lends: AtomicU64,
 }
 
 impl Shared {
@@ -146,9 +150,12 @@ impl Shared {
     }
 }
 
-/// How far a failed writer's active segment may grow in memory (see [`Unwritten`]): a
-/// record is at most 512 MiB, so every offset stays within the index's 32 bits.
+/// How large a failed writer's active segment may grow, what it holds in memory included
+/// (see [`Unwritten`]): every offset stays within the index's 32 bits.
 const UNWRITTEN_LIMIT: u64 = 3 << 30;
+
+/// More than a segment record and its frame take beyond the body and the queue's name.
+const RECORD_OVERHEAD: usize = 64;
 
 fn failed(detail: &str) -> StoreError {
     StoreError::Failed {
@@ -286,6 +293,7 @@ impl Writer {
         p.meta = Some(std::mem::take(&mut self.meta));
         p.handled = self.handled;
         drop(p);
+        self.shared.lends.fetch_add(1, Ordering::Relaxed);
         self.shared.picture_back.notify_all();
     }
 
@@ -529,6 +537,8 @@ impl Writer {
         );
         *self.shared.failed.lock().unwrap_or_else(|p| p.into_inner()) = Some(detail.clone());
         self.failure = Some(detail);
+        // Nothing is synced any more: the writer sleeps until the next command.
+        self.next_sync = None;
     }
 
     fn message(&mut self, id: u64, queue: &str, seq: u64, body: &[u8], waiter: Option<Waiter>) {
@@ -537,7 +547,7 @@ impl Writer {
                 waiter.map(|w| w.send(Err(failed("message for a queue the store does not know"))));
             return;
         };
-        if !self.make_room() {
+        if !self.make_room(body.len() + queue.len() + RECORD_OVERHEAD) {
             self.fail_waiter(waiter);
             return;
         }
@@ -580,7 +590,7 @@ impl Writer {
                 waiter.map(|w| w.send(Err(failed("message for a queue the store does not know"))));
             return;
         };
-        if !self.make_room() {
+        if !self.make_room(queue.len() + RECORD_OVERHEAD) {
             self.fail_waiter(waiter);
             return;
         }
@@ -602,18 +612,19 @@ impl Writer {
         self.await_write(waiter);
     }
 
-    /// Whether the next record can go into the active segment, which is rolled over first
-    /// when full. Once the writer has failed nothing is rolled (nor written): records stay
-    /// in the active segment's unwritten tail, kept in memory for readers (see
-    /// [`Unwritten`]), up to [`UNWRITTEN_LIMIT`].
-    fn make_room(&mut self) -> bool {
+    /// Whether the next record, of about `len` bytes, can go into the active segment, which
+    /// is rolled over first when full. Once the writer has failed nothing is rolled (nor
+    /// written): records stay in the active segment's unwritten tail, kept in memory for
+    /// readers (see [`Unwritten`]), while the segment stays within [`UNWRITTEN_LIMIT`].
+    fn make_room(&mut self, len: usize) -> bool {
         if self.failure.is_none()
             && let Err(e) = self.roll_if_full()
         {
             self.fail(&e);
         }
         self.failure.is_none()
-            || self.index.segs.get(&self.active).map_or(0, |s| s.bytes) < UNWRITTEN_LIMIT
+            || self.index.segs.get(&self.active).map_or(0, |s| s.bytes) + len as u64
+                <= UNWRITTEN_LIMIT
     }
 
     /// Has `waiter` told when the batch's records are written (at once that they will not
@@ -980,6 +991,7 @@ fn source_text(e: &StoreError) -> String {
 mod tests {
     use std::path::Path;
     use std::sync::Arc;
+    use std::time::{Duration, Instant};
 
     use stream_engine::{FieldTable, MessageStore, QueueDef, QueueOptions};
 
@@ -1018,5 +1030,52 @@ mod tests {
         assert!(store.close().is_err(), "the store failed");
         drop(store);
         open().unwrap().close().unwrap();
+    }
+
+    /// A writer that failed in `interval` mode sleeps until the next command: the sync
+    /// deadline set before the failure no longer wakes it (it woke at once, over and over,
+    /// keeping a core busy until the process ended).
+    #[test]
+    fn a_failed_writer_in_interval_mode_sleeps() {
+        use stream_engine::{Broker, BrokerConfig, Message, TryPublish};
+
+        // The broker's timer wants a runtime; the test needs no task of its own.
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let _entered = runtime.enter();
+        let fs = FaultFs::new();
+        let config = StoreConfig {
+            mode: crate::SyncMode::Interval(Duration::from_millis(10)),
+            ..StoreConfig::default()
+        };
+        let store =
+            DiskStore::open_with(Arc::new(fs.clone()), Path::new("/failed"), config).unwrap();
+        let broker: Broker = Broker::with_store(BrokerConfig::default(), store.clone()).unwrap();
+        let conn = broker.connect();
+        let ch = conn.open_channel().unwrap();
+        let durable = QueueOptions {
+            durable: true,
+            ..QueueOptions::default()
+        };
+        ch.queue_declare("q", durable, FieldTable::new()).unwrap();
+        fs.fail_appends(true);
+        let mut m = Message::new("lost");
+        m.properties.delivery_mode = Some(2);
+        // `interval` mode confirms at once; the writer fails on the batch.
+        assert!(matches!(
+            ch.try_basic_publish("", "q", Default::default(), m),
+            TryPublish::Done(Ok(_))
+        ));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while MessageStore::failure(&store).is_none() {
+            assert!(Instant::now() < deadline, "the store did not fail");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let before = store.lends();
+        std::thread::sleep(Duration::from_millis(200));
+        let woken = store.lends() - before;
+        assert!(woken <= 1, "the failed writer woke {woken} times in 200 ms");
     }
 }

@@ -23,7 +23,7 @@
 //! | 4 | `arg` ≥ 128: consume with a prefetch of `2 × (arg & 127) + 1`, take what comes, cancel; else get `arg % 4 + 1` messages |
 //! | 5, 6, 7, 8 | ack, ack `multiple`, nack with requeue, reject one held delivery (`arg` modulo their count) |
 //! | 9 | re-drive a ready dead letter (`arg` modulo their count) to queue `arg >> 4` |
-//! | 10 | peek; with settings bit 5, on `w0` holding at least 400 messages, the first time, the store fails instead: every append fails from then on (a full disk) while a burst of up to 300 persistent messages goes to `w0`; those the broker took before it learned of the failure stay, paged or not, without a copy in the files, and every later persistent message (a publish, a dead letter's or a re-drive's copy) is refused, until the next restart, which is a crash |
+//! | 10 | peek; with settings bit 5, on `w0` holding at least 400 messages, the first time, the store fails instead: every append fails from then on (a full disk; with bit 6 of the operation's byte set, after 20 ms, a stalling one) while a burst of up to 300 persistent messages goes to `w0`; those the broker took before it learned of the failure stay, paged or not, without a copy in the files, and every later persistent message (a publish, a dead letter's or a re-drive's copy) is refused, until the next restart, which is a crash |
 //! | 11, 12 | purge, delete and declare again |
 //! | 13 | close the channel (its deliveries are requeued) and open another |
 //! | 14 | crash (the files cut to what was synced; with settings bit 3, the process killed: the files as written) and restart |
@@ -50,13 +50,14 @@
 //! * after a crash (what was not synced is lost) each queue holds every persistent message
 //!   it held, in order, none more often than it held it, and nothing else but messages
 //!   settled since the last restart (after a kill: in `interval` mode only those
-//!   dead-lettered or re-driven away, in `none` mode none; after a store failure any). A
-//!   message dead-lettered since then may be missing from its dead-letter queue only if it
-//!   is back in the old one. Messages the failed store could not write are not counted;
+//!   dead-lettered or re-driven away, in `none` mode none; and those settled while the store
+//!   failed). A message dead-lettered since then may be missing from its dead-letter queue
+//!   only if it is back in the old one, and one whose copy the failed store refused must be
+//!   back. Messages the failed store could not write are not counted;
 //! * after a store failure, every persistent publish is refused with 541, and every message
 //!   the broker took is still delivered and peeked with its body.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -91,6 +92,9 @@ const FAILING_BURST: usize = 300;
 /// The failure operation's queue holds at least this many messages (not settled) first, so
 /// that the messages of its burst are paged when paging is on.
 const FAILS_FROM: usize = 400;
+/// How long a failing append takes when the failure operation's byte has bit 6 set: long
+/// enough for the whole burst to be enqueued before the writer fails (a stalling disk).
+const SLOW_APPEND: std::time::Duration = std::time::Duration::from_millis(20);
 
 /// At most this many operations are run (the rest of a longer input is ignored).
 const MAX_OPS: usize = 4096;
@@ -266,6 +270,12 @@ struct Run {
     failures: u64,
     /// The paged messages of the failure operation's queue just after each failure.
     paged_at_failures: u64,
+    /// Slots (queue, place) settled since the store failed: their removals were not
+    /// written, so the next crash may bring them back, after a kill too.
+    unrecorded: HashSet<(usize, usize)>,
+    /// Slots of messages dead-lettered while the store failed, whose copies it refused:
+    /// the store keeps them where they were, so the next crash brings them back there.
+    kept_back: HashSet<(usize, usize)>,
 }
 
 /// What a run did, beyond passing its checks.
@@ -348,6 +358,8 @@ impl Run {
             failed: false,
             failures: 0,
             paged_at_failures: 0,
+            unrecorded: HashSet::new(),
+            kept_back: HashSet::new(),
         }
     }
 
@@ -491,14 +503,25 @@ impl Run {
         }
     }
 
+    /// Settles the message at slot `at` of `q`: `Gone` (acked, dropped, purged, its queue
+    /// deleted) or `Moved` (dead-lettered or re-driven away).
+    fn settle_slot(&mut self, q: usize, at: usize, state: State) {
+        let slot = &mut self.queues[q][at];
+        if self.failed && !slot.state.settled() {
+            self.unrecorded.insert((q, at));
+        }
+        slot.state = state;
+    }
+
     /// The message at slot `at` of the dead-lettering queue goes to the dead-letter queue
     /// (unless the failed store refuses its copy: then it leaves its queue for now, and the
     /// store keeps it there).
     fn dead_letter(&mut self, at: usize) {
-        let slot = &mut self.queues[DEAD_LETTERING][at];
-        slot.state = State::Moved;
-        let id = slot.id;
-        if !self.refuses(id) {
+        self.settle_slot(DEAD_LETTERING, at, State::Moved);
+        let id = self.queues[DEAD_LETTERING][at].id;
+        if self.refuses(id) {
+            self.kept_back.insert((DEAD_LETTERING, at));
+        } else {
             self.queues[DLQ].push(Slot {
                 id,
                 state: State::Ready,
@@ -629,10 +652,10 @@ impl Run {
                 self.dead_letter(h.at);
                 continue;
             }
-            self.queues[h.queue][h.at].state = match how {
-                Settle::Requeue => State::Ready,
-                _ => State::Gone,
-            };
+            match how {
+                Settle::Requeue => self.queues[h.queue][h.at].state = State::Ready,
+                _ => self.settle_slot(h.queue, h.at, State::Gone),
+            }
         }
     }
 
@@ -668,31 +691,43 @@ impl Run {
     /// memory); their confirms fail in `sync` mode, while `interval` and `none` modes have
     /// confirmed them already; the rest are refused. Those taken are read back with their
     /// bodies, from the memory of the failed store when they are paged.
-    async fn fail_store(&mut self) {
+    async fn fail_store(&mut self, slow: bool) {
         self.may_fail = false;
         // What `interval` and `none` modes confirmed before is written first.
         self.live().store.stats().expect("the store answers");
         self.fs.fail_appends(true);
+        if slow {
+            self.fs.set_append_delay(SLOW_APPEND);
+        }
         let q = 0;
         let held = self.unsettled(q);
         let count = FAILING_BURST.min(BURST_UP_TO.saturating_sub(held)).max(1);
-        let mut outcomes = Vec::new();
+        // Published at once, their confirms awaited after: the writer fails on a batch of
+        // them, and handles those after it failed.
+        let mut published = Vec::new();
         for _ in 0..count {
             let n = self.next_id as usize;
             let (id, m) = self.message(n * 37 % 300, 0, true);
-            let outcome =
-                match self
-                    .ch()
-                    .try_basic_publish("", QUEUES[q], PublishOptions::default(), m)
-                {
-                    TryPublish::Done(outcome) => outcome,
-                    TryPublish::Pending(confirm) => confirm.wait().await,
-                    TryPublish::Blocked(_) => panic!("publish of {id}: blocked"),
-                };
+            match self
+                .ch()
+                .try_basic_publish("", QUEUES[q], PublishOptions::default(), m)
+            {
+                TryPublish::Blocked(_) => panic!("publish of {id}: blocked"),
+                outcome => published.push((id, outcome)),
+            }
+        }
+        let mut outcomes = Vec::new();
+        for (id, outcome) in published {
+            let outcome = match outcome {
+                TryPublish::Done(outcome) => outcome,
+                TryPublish::Pending(confirm) => confirm.wait().await,
+                TryPublish::Blocked(_) => unreachable!("a blocked publish panicked above"),
+            };
             outcomes.push((id, outcome));
         }
         // Once the writer has handled the burst, it has failed.
         self.live().store.stats().expect("the store answers");
+        self.fs.set_append_delay(std::time::Duration::ZERO);
         self.failed = true;
         let what = "peek after the store failed";
         let before = self.ready_ids(q);
@@ -742,9 +777,9 @@ impl Run {
             .unwrap_or_else(|e| panic!("purge of {}: {e}", QUEUES[q]));
         let ready = self.ready(q).len();
         assert_eq!(count as usize, ready, "purge of {}", QUEUES[q]);
-        for s in &mut self.queues[q] {
-            if s.state == State::Ready {
-                s.state = State::Gone;
+        for at in 0..self.queues[q].len() {
+            if self.queues[q][at].state == State::Ready {
+                self.settle_slot(q, at, State::Gone);
             }
         }
     }
@@ -757,8 +792,8 @@ impl Run {
             .unwrap_or_else(|e| panic!("delete of {}: {e}", QUEUES[q]));
         declare(self.ch(), q);
         self.held.retain(|h| h.queue != q);
-        for s in &mut self.queues[q] {
-            s.state = State::Gone;
+        for at in 0..self.queues[q].len() {
+            self.settle_slot(q, at, State::Gone);
         }
     }
 
@@ -792,7 +827,7 @@ impl Run {
         // Moved to the tail of `to` (the dead-letter queue's own, too). The copy was durable
         // (in `sync` mode synced, in `interval` mode handed to the writer) before the
         // re-drive returned: a crash cannot take it, but may leave the original.
-        self.queues[DLQ][at].state = State::Moved;
+        self.settle_slot(DLQ, at, State::Moved);
         self.queues[to].push(Slot {
             id,
             state: State::Ready,
@@ -806,8 +841,7 @@ impl Run {
     /// by a crash, starts it again on what the files hold, and checks what it recovered.
     fn restart(&mut self, crash: bool, scan: bool) {
         // A failed store cannot close cleanly (it writes nothing more): the process ends.
-        let crash = crash || self.failed;
-        let failed = std::mem::take(&mut self.failed);
+        let crash = std::mem::take(&mut self.failed) || crash;
         let Live {
             store,
             broker,
@@ -852,7 +886,7 @@ impl Run {
             .collect();
         for (q, got) in recovered.iter().enumerate() {
             if crash {
-                self.check_after_crash(q, got, &recovered, failed);
+                self.check_after_crash(q, got, &recovered);
             } else {
                 let expected: Vec<u32> = self
                     .in_delivery_order(q, |s| !s.state.settled() && self.recoverable(s))
@@ -876,6 +910,8 @@ impl Run {
                 .collect();
             self.queues[q] = slots;
         }
+        self.unrecorded.clear();
+        self.kept_back.clear();
     }
 
     /// The slot of `q` (an index into its arrival order) each of `got` is, taking `got` as a
@@ -918,19 +954,21 @@ impl Run {
             .collect()
     }
 
-    /// `failed`: the store failed before the crash, so it wrote no removal after that, and
-    /// whatever was settled since the last restart may be back.
-    fn check_after_crash(&self, q: usize, got: &[u32], recovered: &[Vec<u32>], failed: bool) {
+    fn check_after_crash(&self, q: usize, got: &[u32], recovered: &[Vec<u32>]) {
         let name = QUEUES[q];
         // In order, and nothing the queue never held (nor more copies than it held).
         let places = self.matched(q, got, "after a crash");
-        if self.kills && !failed {
+        if self.kills {
             // A killed process wrote every removal its writer took, but in `interval` mode
             // those of what moved away (held for the sync): only these may come back.
             let gone =
                 |state: State| state == State::Gone || (state == State::Moved && !self.holds_moves);
             let places = self.matched_preferring(q, got, gone).unwrap_or(places);
-            for at in places {
+            // Removals made while the store failed were not written.
+            for at in places
+                .into_iter()
+                .filter(|&at| !self.unrecorded.contains(&(q, at)))
+            {
                 let s = &self.queues[q][at];
                 assert!(
                     !gone(s.state),
@@ -940,11 +978,13 @@ impl Run {
             }
         }
         // Every message it held is there, as often as it held it, unless it was moved here
-        // since the last restart and is back where it came from.
+        // since the last restart and is back where it came from; and every message the failed
+        // store kept here when it refused its dead-letter copy.
         let mut needed: HashMap<u32, usize> = HashMap::new();
-        for s in &self.queues[q] {
+        for (at, s) in self.queues[q].iter().enumerate() {
             let back_where_it_was = s.from.is_some_and(|from| recovered[from].contains(&s.id));
-            if !s.state.settled() && self.recoverable(s) && !back_where_it_was {
+            let held = !s.state.settled() && !back_where_it_was;
+            if (held || self.kept_back.contains(&(q, at))) && self.recoverable(s) {
                 *needed.entry(s.id).or_default() += 1;
             }
         }
@@ -1021,7 +1061,7 @@ pub async fn run(input: &[u8]) -> Summary {
             8 => run.settle(arg, Settle::Reject),
             9 => run.redrive(arg, usize::from(arg >> 4) % QUEUES.len()).await,
             10 if run.may_fail && q == 0 && run.unsettled(0) >= FAILS_FROM => {
-                run.fail_store().await;
+                run.fail_store(op & 0x40 != 0).await;
             }
             10 => run.peek(q),
             11 => run.purge(q),
