@@ -26,6 +26,18 @@ fn open(fs: &FaultFs, dir: &Path, config: StoreConfig) -> (DiskStore, Broker) {
     (store, broker)
 }
 
+/// A broker that pages every message a queue holds beyond the 512 the engine always keeps.
+fn open_paging_everything(fs: &FaultFs, dir: &Path, config: StoreConfig) -> (DiskStore, Broker) {
+    let store = DiskStore::open_with(Arc::new(fs.clone()), dir, config).expect("store opens");
+    let broker_config = BrokerConfig {
+        memory_high_watermark: Some(1 << 30),
+        memory_paging_ratio: 1e-9,
+        ..BrokerConfig::default()
+    };
+    let broker = Broker::with_store(broker_config, store.clone()).expect("recovers");
+    (store, broker)
+}
+
 /// Message `i`: a 200-byte body naming it, a header and two properties.
 fn message(i: u64) -> Message {
     let mut body = format!("message {i:06} ").into_bytes();
@@ -552,14 +564,7 @@ async fn a_queue_declared_again_reads_back_its_own_paged_messages() {
 async fn after_a_store_failure_a_queue_declared_again_reads_back_none_of_the_deleted_messages() {
     let fs = FaultFs::new();
     let dir = Path::new("/failed-redeclared");
-    let store = DiskStore::open_with(Arc::new(fs.clone()), dir, StoreConfig::default()).unwrap();
-    // Every message a queue holds beyond the 512 the engine always keeps is paged.
-    let config = BrokerConfig {
-        memory_high_watermark: Some(1 << 30),
-        memory_paging_ratio: 1e-9,
-        ..BrokerConfig::default()
-    };
-    let broker = Broker::with_store(config, store.clone()).unwrap();
+    let (_store, broker) = open_paging_everything(&fs, dir, StoreConfig::default());
     let conn = broker.connect();
     let ch = durable_q(&conn);
     publish(&ch, "q", 0..600).await;
@@ -602,14 +607,7 @@ async fn paged_while_the_store_fails(max_batch: usize) {
         max_batch,
         ..StoreConfig::default()
     };
-    let store = DiskStore::open_with(Arc::new(fs.clone()), dir, config).unwrap();
-    // Every message a queue holds beyond the 512 the engine always keeps is paged.
-    let broker_config = BrokerConfig {
-        memory_high_watermark: Some(1 << 30),
-        memory_paging_ratio: 1e-9,
-        ..BrokerConfig::default()
-    };
-    let broker = Broker::with_store(broker_config, store.clone()).unwrap();
+    let (store, broker) = open_paging_everything(&fs, dir, config);
     let conn = broker.connect();
     let ch = durable_q(&conn);
     publish(&ch, "q", 0..600).await;
