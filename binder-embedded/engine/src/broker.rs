@@ -35,6 +35,8 @@ struct Shared<E: Envelope> {
     /// The route a message is sealed with before the engine sets its real one (one shared
     /// value: sealing allocates nothing but the record).
     unrouted: E::Route,
+    /// The message store, also held by the state: asked of its failure without the lock.
+    store: Arc<dyn MessageStore>,
 }
 
 impl<E: Envelope> Shared<E> {
@@ -147,9 +149,8 @@ impl<E: Envelope> Broker<E> {
     /// refused (541 `INTERNAL_ERROR`) until the broker is started again over a working
     /// store. `None` while it works, and for a broker that keeps nothing on disk.
     pub fn store_failure(&self) -> Option<String> {
-        // Asked outside the broker's lock: the store answers from its own state.
-        let store = self.shared.lock().store();
-        store.failure()
+        // Without the broker's lock, which a paged read holds while the disk is slow.
+        self.shared.store.failure()
     }
 }
 
@@ -189,8 +190,10 @@ impl<E: Envelope> Broker<E> {
     }
 
     fn build(state: State<E>) -> Self {
+        let store = state.store();
         Broker {
             shared: Arc::new(Shared {
+                store,
                 state: Mutex::new(state),
                 blocked: AtomicBool::new(false),
                 unblocked: Notify::new(),

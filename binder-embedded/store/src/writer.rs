@@ -533,7 +533,8 @@ impl Writer {
         tracing::error!(
             dir = %self.dir.display(),
             error = %detail,
-            "message store failed: persistent messages in durable queues are refused from now on (541 INTERNAL_ERROR); what it confirmed before is on disk; restart once the cause is fixed"
+            mode = ?self.config.mode,
+            "message store failed: persistent messages in durable queues are refused from now on (541 INTERNAL_ERROR); in sync mode what it confirmed is on disk, in interval and none modes what it had not written is lost at the next start; restart once the cause is fixed"
         );
         *self.shared.failed.lock().unwrap_or_else(|p| p.into_inner()) = Some(detail.clone());
         self.failure = Some(detail);

@@ -114,6 +114,7 @@ impl<E: Envelope> State<E> {
         self.keeps_messages
     }
 
+    /// The message store (the one the broker keeps for good once it has recovered).
     pub(crate) fn store(&self) -> Arc<dyn MessageStore> {
         self.store.clone()
     }
