@@ -504,10 +504,13 @@ impl Run {
     }
 
     /// Settles the message at slot `at` of `q`: `Gone` (acked, dropped, purged, its queue
-    /// deleted) or `Moved` (dead-lettered or re-driven away).
+    /// deleted) or `Moved` (dead-lettered or re-driven away). While the store has failed
+    /// nothing is written, so a crash may bring the message back; that includes one moved
+    /// away before the failure, whose removal `interval` mode held for a sync that never came,
+    /// when its queue is deleted now.
     fn settle_slot(&mut self, q: usize, at: usize, state: State) {
         let slot = &mut self.queues[q][at];
-        if self.failed && !slot.state.settled() {
+        if self.failed && slot.state != State::Gone {
             self.unrecorded.insert((q, at));
         }
         slot.state = state;
@@ -1061,6 +1064,9 @@ pub async fn run(input: &[u8]) -> Summary {
             8 => run.settle(arg, Settle::Reject),
             9 => run.redrive(arg, usize::from(arg >> 4) % QUEUES.len()).await,
             10 if run.may_fail && q == 0 && run.unsettled(0) >= FAILS_FROM => {
+                if trace {
+                    eprintln!("the store fails (slow: {})", op & 0x40 != 0);
+                }
                 run.fail_store(op & 0x40 != 0).await;
             }
             10 => run.peek(q),
