@@ -828,3 +828,104 @@ async fn a_redriven_persistent_message_is_moved_on_disk_too() {
     assert_eq!(dlq[0]["payload"], "p1");
     server.shutdown().await;
 }
+
+/// RabbitMQ's alarm health checks: 200 `{"status": "ok"}`, 503 with the alarms in effect.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_alarm_health_checks_answer_503_while_an_alarm_is_in_effect() {
+    let f = fixture().await;
+    for path in [
+        "/api/health/checks/alarms",
+        "/api/health/checks/local-alarms",
+    ] {
+        assert_eq!(get(&f, path, None).await.status, 401, "{path}");
+        assert_eq!(ok(&f, path, MGMT).await, json!({"status": "ok"}), "{path}");
+    }
+    f.root.set_disk_alarm(true);
+    for (path, reason) in [
+        (
+            "/api/health/checks/alarms",
+            "There are alarms in effect in the cluster",
+        ),
+        (
+            "/api/health/checks/local-alarms",
+            "There are alarms in effect on the node",
+        ),
+    ] {
+        let r = get(&f, path, MGMT).await;
+        assert_eq!(r.status, 503, "{path}");
+        let body = r.json();
+        assert_eq!(body["status"], "failed", "{path}");
+        assert_eq!(body["reason"], reason, "{path}");
+        let alarms = body["alarms"].as_array().unwrap();
+        assert_eq!(alarms.len(), 1, "{path}: {body}");
+        assert_eq!(alarms[0]["resource"], "disk", "{path}");
+        assert!(
+            alarms[0]["node"]
+                .as_str()
+                .unwrap()
+                .starts_with("stream-broker@")
+        );
+    }
+    f.root.set_disk_alarm(false);
+    assert_eq!(
+        ok(&f, "/api/health/checks/alarms", MGMT).await,
+        json!({"status": "ok"})
+    );
+    f.server.shutdown().await;
+}
+
+/// The store health check: 503 once a virtual host's message store has failed (a failed
+/// sync, as a full or broken disk gives), naming the virtual host and the cause, to users who
+/// see it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_store_health_check_answers_503_once_a_store_failed() {
+    use std::sync::Arc;
+    use stream_store::{DiskStore, FaultFs, StoreConfig};
+
+    let fs = FaultFs::new();
+    let store =
+        DiskStore::open_with(Arc::new(fs.clone()), "/failing", StoreConfig::default()).unwrap();
+    let root: Broker = Broker::with_store(stream_engine::BrokerConfig::default(), store).unwrap();
+    let brokers: HashMap<String, Broker> = [
+        ("/".to_owned(), root.clone()),
+        ("other".to_owned(), Broker::new()),
+    ]
+    .into();
+    let server = Server::bind(config(), brokers).await.unwrap();
+    let api = server.management_addr().unwrap();
+    let check = |auth| async move {
+        http::request(api, "GET", "/api/stream/health/checks/stores", auth, None).await
+    };
+    let r = check(MGMT).await;
+    assert_eq!((r.status, r.json()), (200, json!({"status": "ok"})));
+
+    let conn = root.connect();
+    let ch = conn.open_channel().unwrap();
+    let durable = QueueOptions {
+        durable: true,
+        ..QueueOptions::default()
+    };
+    ch.queue_declare("kept", durable, FieldTable::new())
+        .unwrap();
+    ch.confirm_select().unwrap();
+    fs.fail_syncs(true);
+    let mut m = Message::new("lost");
+    m.properties.delivery_mode = Some(2);
+    let refused = ch
+        .basic_publish("", "kept", PublishOptions::default(), m)
+        .await;
+    assert!(refused.is_err(), "{refused:?}");
+
+    for auth in [MGMT, MON] {
+        let r = check(auth).await;
+        assert_eq!(r.status, 503);
+        let body = r.json();
+        assert_eq!(body["status"], "failed");
+        let stores = body["stores"].as_array().unwrap();
+        assert_eq!(stores.len(), 1, "{body}");
+        assert_eq!(stores[0]["vhost"], "/");
+        let reason = stores[0]["reason"].as_str().unwrap();
+        assert!(reason.contains("injected sync failure"), "{reason}");
+    }
+    server.shutdown().await;
+}

@@ -47,7 +47,7 @@ impl<E: WireEnvelope> Api<E> {
     }
 
     /// The vhosts the user sees, sorted.
-    fn visible(&self, login: &Login) -> Vec<(&str, &Broker<E>)> {
+    pub(super) fn visible(&self, login: &Login) -> Vec<(&str, &Broker<E>)> {
         let mut out: Vec<_> = self
             .shared
             .brokers()
@@ -78,7 +78,7 @@ impl<E: WireEnvelope> Api<E> {
         Ok(Json(Value::Array(list)))
     }
 
-    fn node(&self) -> String {
+    pub(super) fn node(&self) -> String {
         format!("stream-broker@{}", self.addr)
     }
 }

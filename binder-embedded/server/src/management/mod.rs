@@ -5,12 +5,14 @@
 //! loopback-only unless asked otherwise.
 //!
 //! Modules, one concept each: [`login`] (authentication, tags, visibility), [`api`]
-//! (RabbitMQ's paths), [`dlq`] (the extension), [`json`] (values to and from JSON),
-//! [`rates`] (sampled message rates), [`error`] (RabbitMQ's error answers).
+//! (RabbitMQ's paths), [`health`] (health checks: RabbitMQ's alarms, the message stores),
+//! [`dlq`] (the extension), [`json`] (values to and from JSON), [`rates`] (sampled message
+//! rates), [`error`] (RabbitMQ's error answers).
 
 mod api;
 mod dlq;
 mod error;
+mod health;
 mod json;
 mod login;
 mod rates;
@@ -64,6 +66,12 @@ fn router<E: WireEnvelope>(api: Arc<Api<E>>) -> Router {
         .route("/api/bindings/{vhost}", get(api::vhost_bindings::<E>))
         .route("/api/consumers", get(api::consumers::<E>))
         .route("/api/connections", get(api::connections::<E>))
+        .route("/api/health/checks/alarms", get(health::alarms::<E>))
+        .route(
+            "/api/health/checks/local-alarms",
+            get(health::local_alarms::<E>),
+        )
+        .route("/api/stream/health/checks/stores", get(health::stores::<E>))
         .route(
             "/api/stream/queues/{vhost}/{name}/messages",
             get(dlq::messages::<E>),
