@@ -1,6 +1,6 @@
 //! The HTTP management API against a running server: authentication and tags, vhost
 //! filtering, every path, purge, `get` with each ack mode, publish, the dead-letter
-//! extension under `/api/stream/`, 404s.
+//! extension under `/api/stream/`, 404s, the health checks.
 
 mod common;
 #[path = "common/http.rs"]
@@ -64,6 +64,7 @@ fn config() -> ServerConfig {
 struct Fixture {
     server: Server,
     root: Broker,
+    other: Broker,
     api: SocketAddr,
 }
 
@@ -82,7 +83,12 @@ async fn fixture() -> Fixture {
     let ch = conn.open_channel().unwrap();
     ch.queue_declare("elsewhere", QueueOptions::default(), FieldTable::new())
         .unwrap();
-    Fixture { server, root, api }
+    Fixture {
+        server,
+        root,
+        other,
+        api,
+    }
 }
 
 async fn get(f: &Fixture, path: &str, auth: Option<(&str, &str)>) -> http::Response {
@@ -858,7 +864,7 @@ async fn the_alarm_health_checks_answer_503_while_an_alarm_is_in_effect() {
         assert_eq!(body["reason"], reason, "{path}");
         let alarms = body["alarms"].as_array().unwrap();
         assert_eq!(alarms.len(), 1, "{path}: {body}");
-        assert_eq!(alarms[0]["resource"], "disk", "{path}");
+        assert_eq!(alarms[0]["resource"], "disk space", "{path}");
         assert!(
             alarms[0]["node"]
                 .as_str()
@@ -871,6 +877,10 @@ async fn the_alarm_health_checks_answer_503_while_an_alarm_is_in_effect() {
         ok(&f, "/api/health/checks/alarms", MGMT).await,
         json!({"status": "ok"})
     );
+    // The node's alarms, whichever virtual host has them: `mgmt` does not see `other`.
+    f.other.set_disk_alarm(true);
+    assert_eq!(get(&f, "/api/health/checks/alarms", MGMT).await.status, 503);
+    f.other.set_disk_alarm(false);
     f.server.shutdown().await;
 }
 
@@ -891,7 +901,13 @@ async fn the_store_health_check_answers_503_once_a_store_failed() {
         ("other".to_owned(), Broker::new()),
     ]
     .into();
-    let server = Server::bind(config(), brokers).await.unwrap();
+    let mut config = config();
+    config.users.push(user(
+        "elsewhere",
+        &["management"],
+        &[("other", PermissionConfig::all())],
+    ));
+    let server = Server::bind(config, brokers).await.unwrap();
     let api = server.management_addr().unwrap();
     let check = |auth| async move {
         http::request(api, "GET", "/api/stream/health/checks/stores", auth, None).await
@@ -916,11 +932,16 @@ async fn the_store_health_check_answers_503_once_a_store_failed() {
         .await;
     assert!(refused.is_err(), "{refused:?}");
 
+    // A user who does not see `/` is not told of its store.
+    let r = check(Some(("elsewhere", "pw"))).await;
+    assert_eq!((r.status, r.json()), (200, json!({"status": "ok"})));
     for auth in [MGMT, MON] {
         let r = check(auth).await;
         assert_eq!(r.status, 503);
         let body = r.json();
         assert_eq!(body["status"], "failed");
+        let reason = body["reason"].as_str().unwrap();
+        assert!(reason.starts_with("A message store failed"), "{reason}");
         let stores = body["stores"].as_array().unwrap();
         assert_eq!(stores.len(), 1, "{body}");
         assert_eq!(stores[0]["vhost"], "/");

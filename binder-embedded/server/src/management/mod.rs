@@ -1,12 +1,12 @@
 //! The HTTP management API (`[management]`): a subset of RabbitMQ's management plugin's
 //! paths and JSON shapes over the broker's virtual hosts, with its users (HTTP basic) and
-//! their tags and permissions, plus the broker's own dead-letter extension under
-//! `/api/stream/`, and a page at `/` (`page.html`, embedded). On a listener of its own,
+//! their tags and permissions, plus the broker's own extension under `/api/stream/` (dead
+//! letters, the message stores' health), and a page at `/` (`page.html`, embedded). On a listener of its own,
 //! loopback-only unless asked otherwise.
 //!
 //! Modules, one concept each: [`login`] (authentication, tags, visibility), [`api`]
 //! (RabbitMQ's paths), [`health`] (health checks: RabbitMQ's alarms, the message stores),
-//! [`dlq`] (the extension), [`json`] (values to and from JSON), [`rates`] (sampled message
+//! [`dlq`] (dead letters, in the extension), [`json`] (values to and from JSON), [`rates`] (sampled message
 //! rates), [`error`] (RabbitMQ's error answers).
 
 mod api;
