@@ -55,37 +55,28 @@ fn alarms_in_effect<E: WireEnvelope>(api: &Api<E>) -> Vec<Value> {
         .collect()
 }
 
-/// `GET /api/health/checks/alarms`: no memory or disk alarm in effect (this one node is the
-/// cluster).
-pub(crate) async fn alarms<E: WireEnvelope>(
+/// Passes while no memory or disk alarm is in effect; else fails with `reason`.
+async fn no_alarms<E: WireEnvelope>(
     (State(api), ConnectInfo(peer), headers): Ctx<E>,
+    reason: &str,
 ) -> Check {
     api.login(&headers, peer)?;
     let alarms = alarms_in_effect(&api);
     if alarms.is_empty() {
         return Ok(passed());
     }
-    Ok(failed(
-        "There are alarms in effect in the cluster",
-        "alarms",
-        alarms,
-    ))
+    Ok(failed(reason, "alarms", alarms))
+}
+
+/// `GET /api/health/checks/alarms`: no memory or disk alarm in effect (this one node is the
+/// cluster).
+pub(crate) async fn alarms<E: WireEnvelope>(ctx: Ctx<E>) -> Check {
+    no_alarms(ctx, "There are alarms in effect in the cluster").await
 }
 
 /// `GET /api/health/checks/local-alarms`: the same, for this node.
-pub(crate) async fn local_alarms<E: WireEnvelope>(
-    (State(api), ConnectInfo(peer), headers): Ctx<E>,
-) -> Check {
-    api.login(&headers, peer)?;
-    let alarms = alarms_in_effect(&api);
-    if alarms.is_empty() {
-        return Ok(passed());
-    }
-    Ok(failed(
-        "There are alarms in effect on the node",
-        "alarms",
-        alarms,
-    ))
+pub(crate) async fn local_alarms<E: WireEnvelope>(ctx: Ctx<E>) -> Check {
+    no_alarms(ctx, "There are alarms in effect on the node").await
 }
 
 /// `GET /api/stream/health/checks/stores`: no message store of a virtual host the user sees
