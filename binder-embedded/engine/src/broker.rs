@@ -226,6 +226,15 @@ impl<E: Envelope> Broker<E> {
         self.shared.lock().blocked_reason()
     }
 
+    /// The resource alarms in effect (each blocks publishers). Lock-free while none is: a
+    /// caller that polls (a health probe) does not wait on the broker's lock then.
+    pub fn alarms(&self) -> crate::types::Alarms {
+        if !self.is_blocked() {
+            return crate::types::Alarms::default();
+        }
+        self.shared.lock().alarms()
+    }
+
     /// Sets or clears the disk alarm: while it is on, publishers are blocked as by the
     /// memory alarm (consumers go on). Whoever watches the free space of the disk the
     /// message store writes to calls it (RabbitMQ's `disk_free_limit`; the engine itself
@@ -237,6 +246,7 @@ impl<E: Envelope> Broker<E> {
     /// let broker: Broker = Broker::new();
     /// broker.set_disk_alarm(true);
     /// assert!(broker.is_blocked());
+    /// assert!(broker.alarms().disk && !broker.alarms().memory);
     /// assert_eq!(broker.blocked_reason().as_deref(), Some("low on disk"));
     /// broker.set_disk_alarm(false);
     /// assert!(!broker.is_blocked());

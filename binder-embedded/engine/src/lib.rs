@@ -73,7 +73,7 @@ pub fn topic_matches(pattern: &str, routing_key: &str) -> bool {
 pub const MAX_PAYLOAD: usize = 1 << 31;
 
 pub use types::{
-    BrokerConfig, ChannelEvent, ConsumeOptions, Delivery, ExchangeKind, ExchangeOptions,
+    Alarms, BrokerConfig, ChannelEvent, ConsumeOptions, Delivery, ExchangeKind, ExchangeOptions,
     PublishOptions, PublishOutcome, PublishStatus, QueueDeclareOk, QueueOptions,
 };
 

@@ -201,6 +201,17 @@ pub enum ChannelEvent<E: Envelope = Native> {
     },
 }
 
+/// The resource alarms in effect ([`Broker::alarms`](crate::Broker::alarms)): either blocks
+/// publishers.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Alarms {
+    /// The memory counted against the high watermark is above it.
+    pub memory: bool,
+    /// The disk alarm is set ([`Broker::set_disk_alarm`](crate::Broker::set_disk_alarm)).
+    pub disk: bool,
+}
+
 /// Broker-wide settings.
 #[derive(Debug, Clone, PartialEq)]
 pub struct BrokerConfig {

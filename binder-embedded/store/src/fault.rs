@@ -184,14 +184,14 @@ impl FaultFs {
 
     /// Makes every append take this long (a slow or stalling disk), failed ones too.
     pub fn set_append_delay(&self, delay: std::time::Duration) {
-        let us = u64::try_from(delay.as_micros()).unwrap_or(u64::MAX);
-        self.0.append_delay_us.store(us, Ordering::SeqCst);
+        self.0
+            .append_delay_us
+            .store(micros(delay), Ordering::SeqCst);
     }
 
     /// Makes every sync take this long (as a real disk's does).
     pub fn set_sync_delay(&self, delay: std::time::Duration) {
-        let us = u64::try_from(delay.as_micros()).unwrap_or(u64::MAX);
-        self.0.sync_delay_us.store(us, Ordering::SeqCst);
+        self.0.sync_delay_us.store(micros(delay), Ordering::SeqCst);
     }
 
     /// How many file syncs succeeded.
@@ -401,6 +401,11 @@ impl FileSystem for FaultFs {
         files.collect_garbage();
         Ok(())
     }
+}
+
+/// A delay in whole microseconds, as the delays are kept.
+fn micros(delay: std::time::Duration) -> u64 {
+    u64::try_from(delay.as_micros()).unwrap_or(u64::MAX)
 }
 
 impl StoreFile for FaultFile {

@@ -185,6 +185,14 @@ impl<E: Envelope> State<E> {
         self.disk_alarm = on;
     }
 
+    /// The resource alarms in effect.
+    pub(crate) fn alarms(&self) -> crate::types::Alarms {
+        crate::types::Alarms {
+            memory: self.memory.blocked,
+            disk: self.disk_alarm,
+        }
+    }
+
     /// Why publishers are blocked, in RabbitMQ's words (`connection.blocked`'s reason):
     /// `low on memory`, `low on disk`, or both joined by ` & `.
     pub(crate) fn blocked_reason(&self) -> Option<String> {

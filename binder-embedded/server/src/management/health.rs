@@ -35,17 +35,13 @@ fn failed(reason: &str, key: &str, what: Vec<Value>) -> (StatusCode, Json<Value>
 /// The resource alarms in effect, in RabbitMQ's names (`memory`, `disk space`), each once,
 /// from every virtual host's broker: a node's alarms are the node's, whichever virtual host
 /// the user sees (each broker has its own memory watermark, the disk alarm is the data
-/// directory's). A broker whose publishers are not blocked is passed over without its lock.
+/// directory's). A broker whose publishers are not blocked is asked without its lock.
 fn alarms_in_effect<E: WireEnvelope>(api: &Api<E>) -> Vec<Value> {
     let (mut memory, mut disk) = (false, false);
     for broker in api.shared.brokers().values() {
-        if !broker.is_blocked() {
-            continue;
-        }
-        if let Some(reason) = broker.blocked_reason() {
-            memory |= reason.contains("memory");
-            disk |= reason.contains("disk");
-        }
+        let alarms = broker.alarms();
+        memory |= alarms.memory;
+        disk |= alarms.disk;
     }
     let node = api.node();
     [("memory", memory), ("disk space", disk)]
