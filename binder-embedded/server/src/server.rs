@@ -23,6 +23,7 @@ use crate::connection::Conn;
 use crate::envelope::WireEnvelope;
 use crate::error::ServerError;
 use crate::handshake::{self, ConnectionSlot, Reader, Refused, Terms};
+use crate::management::Listener;
 use crate::registry::{ConnectionInfo, OpenConnections};
 
 #[derive(Debug)]
@@ -272,13 +273,23 @@ impl<E: WireEnvelope> Server<E> {
             addr: config.listen,
             source,
         })?;
+        let mut listeners = vec![Listener {
+            protocol: "amqp",
+            addr: local_addr,
+            certificates: None,
+        }];
         let tls = match (&config.tls, acceptor) {
-            (Some(tls), Some(acceptor)) => {
+            (Some(tls), Some((acceptor, served))) => {
                 let (listener, addr) =
                     listen(tls.listen).map_err(|source| ServerError::BindTls {
                         addr: tls.listen,
                         source,
                     })?;
+                listeners.push(Listener {
+                    protocol: "amqp/ssl",
+                    addr,
+                    certificates: Some(served),
+                });
                 Some((listener, addr, acceptor))
             }
             _ => None,
@@ -296,14 +307,21 @@ impl<E: WireEnvelope> Server<E> {
         let tls = tls.map(|(listener, _, acceptor)| (listener, acceptor));
         let (stop, stop_rx) = watch::channel(false);
         let management = match (&config.management, management) {
-            (Some(m), Some((listener, addr))) => Some(crate::management::Management::start(
-                m,
-                listener,
-                addr,
-                local_addr,
-                shared.clone(),
-                stop_rx.clone(),
-            )),
+            (Some(m), Some((listener, addr))) => {
+                listeners.push(Listener {
+                    protocol: "http",
+                    addr,
+                    certificates: None,
+                });
+                Some(crate::management::Management::start(
+                    m,
+                    listener,
+                    addr,
+                    listeners,
+                    shared.clone(),
+                    stop_rx.clone(),
+                ))
+            }
             _ => None,
         };
         let accept = tokio::spawn(accept_loop(listener, tls, shared.clone(), stop_rx));

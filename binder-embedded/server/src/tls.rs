@@ -1,9 +1,11 @@
 //! The TLS listener's setup (`[tls]`): the server's certificate and key, the CAs clients'
 //! certificates are checked against, and the versions offered, read from their PEM files
-//! at startup into a rustls configuration (with the `ring` provider).
+//! at startup into a rustls configuration (with the `ring` provider), and the validity of
+//! those certificates, for the certificate-expiration health check.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
@@ -69,8 +71,83 @@ pub enum TlsError {
     },
 }
 
-/// The acceptor for a `[tls]` table, its files read and checked.
-pub(crate) fn acceptor(config: &TlsConfig) -> Result<TlsAcceptor, TlsError> {
+/// The certificates a TLS listener was started with, as read from its files: what the
+/// certificate-expiration health check looks at (the files may have changed since; the
+/// listener serves these until the server restarts).
+#[derive(Debug, Clone)]
+pub(crate) struct ServedCertificates {
+    /// `certfile`, and the validity of each certificate in it, in order.
+    pub certfile: (PathBuf, Vec<Validity>),
+    /// `cacertfile` (with `verify_peer`), and the validity of each CA certificate in it.
+    pub cacertfile: Option<(PathBuf, Vec<Validity>)>,
+}
+
+/// When one certificate is valid, or why that could not be read from it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Validity {
+    /// From `not_before` to `not_after`, in seconds since the Unix epoch, with `not_after`
+    /// written as RabbitMQ writes it (`2027-01-31 9:05:00`, UTC).
+    Dates {
+        not_before: u64,
+        not_after: u64,
+        not_after_text: String,
+    },
+    /// The certificate's DER could not be decoded.
+    Unreadable(String),
+}
+
+impl Validity {
+    /// The validity of a DER certificate.
+    pub(crate) fn of(der: &[u8]) -> Validity {
+        use x509_cert::der::Decode;
+        match x509_cert::Certificate::from_der(der) {
+            Ok(certificate) => {
+                let validity = certificate.tbs_certificate().validity();
+                let end = validity.not_after.to_date_time();
+                Validity::Dates {
+                    not_before: validity.not_before.to_unix_duration().as_secs(),
+                    not_after: end.unix_duration().as_secs(),
+                    not_after_text: format!(
+                        "{}-{:02}-{:02} {}:{:02}:{:02}",
+                        end.year(),
+                        end.month(),
+                        end.day(),
+                        end.hour(),
+                        end.minutes(),
+                        end.seconds()
+                    ),
+                }
+            }
+            Err(e) => Validity::Unreadable(format!("the certificate cannot be decoded: {e}")),
+        }
+    }
+
+    /// Why this certificate fails the check at `now` (seconds since the epoch) for a window
+    /// of `within`: it expires before `now + within` (its expiry date), is not valid yet, or
+    /// cannot be read. `None` when it passes.
+    pub(crate) fn failure(&self, now: u64, within: Duration) -> Option<String> {
+        match self {
+            Validity::Dates {
+                not_before,
+                not_after,
+                not_after_text,
+            } => {
+                if *not_before > now {
+                    Some("Certificate is not yet valid".into())
+                } else if (*not_after as u128) < now as u128 + within.as_secs() as u128 {
+                    Some(not_after_text.clone())
+                } else {
+                    None
+                }
+            }
+            Validity::Unreadable(why) => Some(why.clone()),
+        }
+    }
+}
+
+/// The acceptor for a `[tls]` table, its files read and checked, and the certificates it
+/// serves and checks clients against.
+pub(crate) fn acceptor(config: &TlsConfig) -> Result<(TlsAcceptor, ServedCertificates), TlsError> {
     let provider = Arc::new(ring::default_provider());
     let versions: Vec<&'static SupportedProtocolVersion> = config
         .versions
@@ -90,10 +167,19 @@ pub(crate) fn acceptor(config: &TlsConfig) -> Result<TlsAcceptor, TlsError> {
         })?;
     let chain = certificates("certfile", &config.certfile)?;
     let key = private_key(&config.keyfile)?;
+    let validities = |certificates: &[CertificateDer<'_>]| -> Vec<Validity> {
+        certificates.iter().map(|c| Validity::of(c)).collect()
+    };
+    let mut served = ServedCertificates {
+        certfile: (config.certfile.clone(), validities(&chain)),
+        cacertfile: None,
+    };
     let builder = match (config.verify, &config.cacertfile) {
         (TlsVerify::VerifyNone, _) => builder.with_no_client_auth(),
         (TlsVerify::VerifyPeer, Some(path)) => {
-            let verifier = client_verifier(path, config.fail_if_no_peer_cert, provider)?;
+            let cas = certificates("cacertfile", path)?;
+            served.cacertfile = Some((path.clone(), validities(&cas)));
+            let verifier = client_verifier(path, cas, config.fail_if_no_peer_cert, provider)?;
             builder.with_client_cert_verifier(verifier)
         }
         (TlsVerify::VerifyPeer, None) => return Err(TlsError::NoCacertfile),
@@ -109,17 +195,18 @@ pub(crate) fn acceptor(config: &TlsConfig) -> Result<TlsAcceptor, TlsError> {
             detail: other.to_string(),
         },
     })?;
-    Ok(TlsAcceptor::from(Arc::new(server)))
+    Ok((TlsAcceptor::from(Arc::new(server)), served))
 }
 
-/// Checks clients' certificates against the CAs in `cacertfile`.
+/// Checks clients' certificates against `cas`, read from `cacertfile` at `path`.
 fn client_verifier(
     path: &Path,
+    cas: Vec<CertificateDer<'static>>,
     required: bool,
     provider: Arc<CryptoProvider>,
 ) -> Result<Arc<dyn rustls::server::danger::ClientCertVerifier>, TlsError> {
     let mut roots = RootCertStore::empty();
-    for (n, certificate) in certificates("cacertfile", path)?.into_iter().enumerate() {
+    for (n, certificate) in cas.into_iter().enumerate() {
         roots.add(certificate).map_err(|e| TlsError::Content {
             key: "cacertfile",
             path: path.to_owned(),
@@ -193,5 +280,43 @@ fn private_key(path: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
             }
         }
         Err(e) => Err(content(format!("malformed PEM: {e}"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dates(not_before: u64, not_after: u64) -> Validity {
+        Validity::Dates {
+            not_before,
+            not_after,
+            not_after_text: format!("at {not_after}"),
+        }
+    }
+
+    #[test]
+    fn a_certificate_fails_when_it_expires_within_the_window_or_is_not_yet_valid() {
+        let day = Duration::from_secs(86_400);
+        let now = 1_000_000;
+        let valid = dates(now - 10, now + 86_400 * 2);
+        assert_eq!(valid.failure(now, day), None);
+        assert_eq!(valid.failure(now, day * 3), Some("at 1172800".into()));
+        assert_eq!(
+            dates(now + 1, now + 86_400 * 2).failure(now, day),
+            Some("Certificate is not yet valid".into())
+        );
+        // Expired already: fails even for an empty window.
+        assert!(dates(0, now - 1).failure(now, Duration::ZERO).is_some());
+    }
+
+    #[test]
+    fn bytes_that_are_no_certificate_are_reported_not_trusted() {
+        let unreadable = Validity::of(b"not DER");
+        assert!(
+            matches!(&unreadable, Validity::Unreadable(why) if why.starts_with("the certificate cannot be decoded")),
+            "{unreadable:?}"
+        );
+        assert!(unreadable.failure(0, Duration::ZERO).is_some());
     }
 }

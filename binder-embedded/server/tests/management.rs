@@ -219,6 +219,24 @@ async fn every_path_answers_in_rabbitmqs_shapes() {
     assert_eq!(o["object_totals"]["queues"], 3);
     assert_eq!(o["queue_totals"]["messages_ready"], 3);
     assert!(o["message_stats"]["publish_details"]["rate"].is_number());
+    let listeners: Vec<(String, u64)> = o["listeners"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| {
+            (
+                l["protocol"].as_str().unwrap().to_owned(),
+                l["port"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        listeners,
+        [
+            ("amqp".to_owned(), u64::from(f.server.local_addr().port())),
+            ("http".to_owned(), u64::from(f.api.port())),
+        ]
+    );
 
     let q = ok(&f, "/api/queues/%2F/work", GUEST).await;
     assert_eq!(q["name"], "work");
@@ -914,6 +932,8 @@ async fn the_store_health_check_answers_503_once_a_store_failed() {
     };
     let r = check(MGMT).await;
     assert_eq!((r.status, r.json()), (200, json!({"status": "ok"})));
+    let r = http::request(api, "GET", "/api/health/checks/virtual-hosts", MGMT, None).await;
+    assert_eq!((r.status, r.json()), (200, json!({"status": "ok"})));
 
     let conn = root.connect();
     let ch = conn.open_channel().unwrap();
@@ -935,6 +955,20 @@ async fn the_store_health_check_answers_503_once_a_store_failed() {
     // A user who does not see `/` is not told of its store.
     let r = check(Some(("elsewhere", "pw"))).await;
     assert_eq!((r.status, r.json()), (200, json!({"status": "ok"})));
+    // RabbitMQ's own check: the virtual host is down. The node's status, whoever asks; the
+    // names the user sees.
+    for (auth, listed) in [
+        (MGMT, json!(["/"])),
+        (MON, json!(["/"])),
+        (Some(("elsewhere", "pw")), json!([])),
+    ] {
+        let r = http::request(api, "GET", "/api/health/checks/virtual-hosts", auth, None).await;
+        assert_eq!(r.status, 503);
+        assert_eq!(
+            r.json(),
+            json!({"status": "failed", "reason": "Some virtual hosts are down", "virtual-hosts": listed})
+        );
+    }
     for auth in [MGMT, MON] {
         let r = check(auth).await;
         assert_eq!(r.status, 503);
@@ -949,4 +983,146 @@ async fn the_store_health_check_answers_503_once_a_store_failed() {
         assert!(reason.contains("injected sync failure"), "{reason}");
     }
     server.shutdown().await;
+}
+
+/// RabbitMQ's listener checks name the server's listeners (AMQP and this API), by port or by
+/// protocol with RabbitMQ's aliases; the quorum and mirror checks pass on a single node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_listener_and_node_checks_answer_as_rabbitmqs_do() {
+    let f = fixture().await;
+    let amqp = f.server.local_addr().port();
+    for path in [
+        format!("/api/health/checks/port-listener/{amqp}"),
+        "/api/health/checks/protocol-listener/amqp".to_owned(),
+        "/api/health/checks/node-is-quorum-critical".to_owned(),
+        "/api/health/checks/node-is-mirror-sync-critical".to_owned(),
+    ] {
+        assert_eq!(get(&f, &path, None).await.status, 401, "{path}");
+    }
+    for port in [amqp, f.api.port()] {
+        let path = format!("/api/health/checks/port-listener/{port}");
+        assert_eq!(
+            ok(&f, &path, MGMT).await,
+            json!({"status": "ok", "port": port})
+        );
+    }
+    let unused = if amqp == 1 { 2 } else { 1 };
+    let r = get(
+        &f,
+        &format!("/api/health/checks/port-listener/{unused}"),
+        MGMT,
+    )
+    .await;
+    assert_eq!(r.status, 503);
+    let body = r.json();
+    assert_eq!(body["status"], "failed");
+    assert_eq!(body["reason"], "No active listener");
+    assert_eq!(body["missing"], unused);
+    assert_eq!(body["ports"], json!([amqp, f.api.port()]));
+    let r = get(&f, "/api/health/checks/port-listener/amqp", MGMT).await;
+    assert_eq!(r.status, 400);
+    assert_eq!(r.json()["reason"], "Invalid port");
+
+    for (asked, protocol) in [
+        ("amqp", "amqp"),
+        ("AMQP091", "amqp"),
+        ("amqp0-9-1", "amqp"),
+        ("http", "http"),
+        ("management", "http"),
+    ] {
+        let path = format!("/api/health/checks/protocol-listener/{asked}");
+        assert_eq!(
+            ok(&f, &path, MGMT).await,
+            json!({"status": "ok", "protocol": protocol}),
+            "{asked}"
+        );
+    }
+    // No TLS listener here; AMQP 1.0 and MQTT are not spoken at all.
+    for (asked, missing) in [
+        ("amqps", "amqp/ssl"),
+        ("amqp1.0", "amqp1.0"),
+        ("mqtt", "mqtt"),
+    ] {
+        let r = get(
+            &f,
+            &format!("/api/health/checks/protocol-listener/{asked}"),
+            MGMT,
+        )
+        .await;
+        assert_eq!(r.status, 503, "{asked}");
+        assert_eq!(
+            r.json(),
+            json!({
+                "status": "failed",
+                "reason": "No active listener",
+                "missing": missing,
+                "protocols": ["amqp", "http"],
+            })
+        );
+    }
+
+    for path in [
+        "/api/health/checks/node-is-quorum-critical",
+        "/api/health/checks/node-is-mirror-sync-critical",
+    ] {
+        assert_eq!(
+            ok(&f, path, MGMT).await,
+            json!({"status": "ok", "reason": "single node cluster"})
+        );
+    }
+    // Without a TLS listener no certificate can expire.
+    assert_eq!(
+        ok(
+            &f,
+            "/api/health/checks/certificate-expiration/10/years",
+            MGMT
+        )
+        .await,
+        json!({"status": "ok"})
+    );
+    f.server.shutdown().await;
+}
+
+/// RabbitMQ's aliveness test: a message through the queue `aliveness-test` of the virtual
+/// host, as the user (who needs configure, write and read on it); 503 while publishers are
+/// blocked, at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_aliveness_test_sends_a_message_through_its_queue() {
+    let f = fixture().await;
+    assert_eq!(get(&f, "/api/aliveness-test/%2F", None).await.status, 401);
+    for _ in 0..2 {
+        assert_eq!(
+            ok(&f, "/api/aliveness-test/%2F", GUEST).await,
+            json!({"status": "ok"})
+        );
+    }
+    // The queue stays (as RabbitMQ's does), empty.
+    assert_eq!(depth(&f, "aliveness-test").await, 0);
+    // `mgmt` may not configure it; `other` is not its virtual host; `nowhere` does not exist.
+    assert_eq!(get(&f, "/api/aliveness-test/%2F", MGMT).await.status, 403);
+    assert_eq!(get(&f, "/api/aliveness-test/other", MGMT).await.status, 401);
+    assert_eq!(
+        get(&f, "/api/aliveness-test/nowhere", GUEST).await.status,
+        404
+    );
+
+    f.root.set_disk_alarm(true);
+    let r = tokio::time::timeout(
+        Duration::from_secs(5),
+        get(&f, "/api/aliveness-test/%2F", GUEST),
+    )
+    .await
+    .expect("a blocked publisher fails the test at once");
+    assert_eq!(r.status, 503);
+    let body = r.json();
+    assert_eq!(body["status"], "failed");
+    let reason = body["reason"].as_str().unwrap();
+    assert!(reason.contains("disk"), "{reason}");
+    f.root.set_disk_alarm(false);
+    assert_eq!(
+        ok(&f, "/api/aliveness-test/%2F", GUEST).await,
+        json!({"status": "ok"})
+    );
+    assert_eq!(depth(&f, "aliveness-test").await, 0);
+    f.server.shutdown().await;
 }

@@ -8,6 +8,8 @@
 //! startup naming the key and the path; shutdown sends 320 then close_notify.
 
 mod common;
+#[path = "common/http.rs"]
+mod http;
 #[path = "common/process.rs"]
 mod process;
 
@@ -1022,4 +1024,127 @@ async fn pika_over_tls_with_a_client_certificate() {
         String::from_utf8_lossy(&out.stderr)
     );
     server.shutdown().await;
+}
+
+/// The certificate-expiration health check looks at the certificates the TLS listener was
+/// started with (here the server's and the CA's, both valid for two more days): it passes
+/// for a window of one day and fails for one of a week, listing each file's expiry date as
+/// RabbitMQ writes it; a malformed window or unit is a 400. The listener checks name the TLS
+/// listener too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_certificate_expiration_check_reads_the_served_certificates() {
+    let pki = Pki::new();
+    let mut config = pki.verify_peer(false);
+    config.management = Some(stream_broker::ManagementConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        allow_remote: false,
+        sample_interval_ms: 1000,
+    });
+    let server = common::server(config).await;
+    let api = server.management_addr().unwrap();
+    let guest = Some(("guest", "guest"));
+    let get = |path: String| async move { http::request(api, "GET", &path, guest, None).await };
+
+    for within in ["1/days", "0/years", "-3/weeks"] {
+        let r = get(format!(
+            "/api/health/checks/certificate-expiration/{within}"
+        ))
+        .await;
+        assert_eq!(
+            (r.status, r.json()),
+            (200, serde_json::json!({"status": "ok"})),
+            "{within}"
+        );
+    }
+    for within in ["1/weeks", "3/DAYS", "1/months", "1/years"] {
+        let r = get(format!(
+            "/api/health/checks/certificate-expiration/{within}"
+        ))
+        .await;
+        assert_eq!(r.status, 503, "{within}");
+        let body = r.json();
+        assert_eq!(body["status"], "failed");
+        assert_eq!(body["reason"], "Certificates expiring");
+        let expired = body["expired"].as_array().unwrap();
+        assert_eq!(expired.len(), 1, "{body}");
+        let listener = &expired[0];
+        assert_eq!(listener["protocol"], "amqp/ssl");
+        assert_eq!(listener["port"], tls_addr(&server).port());
+        assert_eq!(listener["interface"], "127.0.0.1");
+        assert_eq!(
+            listener["certfile"],
+            pki.path("server.pem").display().to_string()
+        );
+        assert_eq!(
+            listener["cacertfile"],
+            pki.path("ca.pem").display().to_string()
+        );
+        for (key, file) in [
+            ("certfile_expires_on", "server.pem"),
+            ("cacertfile_expires_on", "ca.pem"),
+        ] {
+            let dates = listener[key].as_array().unwrap();
+            assert_eq!(dates.len(), 1, "{key}: {body}");
+            assert_eq!(
+                dates[0].as_str().unwrap(),
+                not_after(&pki.path(file)),
+                "{key}"
+            );
+        }
+    }
+    for (within, reason) in [
+        ("soon/days", "Invalid expiration value."),
+        (
+            "1/fortnights",
+            "Time unit not recognised. Supported units: days, weeks, months, years.",
+        ),
+    ] {
+        let r = get(format!(
+            "/api/health/checks/certificate-expiration/{within}"
+        ))
+        .await;
+        assert_eq!(r.status, 400, "{within}");
+        assert_eq!(r.json()["reason"], reason);
+    }
+
+    let tls_port = tls_addr(&server).port();
+    let r = get(format!("/api/health/checks/port-listener/{tls_port}")).await;
+    assert_eq!(r.status, 200);
+    for asked in ["amqps", "amqp/ssl"] {
+        let r = get(format!(
+            "/api/health/checks/protocol-listener/{}",
+            asked.replace('/', "%2F")
+        ))
+        .await;
+        assert_eq!(
+            (r.status, r.json()),
+            (
+                200,
+                serde_json::json!({"status": "ok", "protocol": "amqp/ssl"})
+            ),
+            "{asked}"
+        );
+    }
+    server.shutdown().await;
+}
+
+/// A certificate file's expiry, as RabbitMQ writes it (`2027-01-31 9:05:00`), read with
+/// OpenSSL: `Asn1Time`'s text is `Jan 31 09:05:00 2027 GMT`.
+fn not_after(path: &Path) -> String {
+    let certificate = X509::from_pem(&std::fs::read(path).unwrap()).unwrap();
+    let text = certificate.not_after().to_string();
+    let parts: Vec<&str> = text.split_whitespace().collect();
+    let [month, day, time, year, "GMT"] = parts[..] else {
+        panic!("unexpected time {text}");
+    };
+    let months = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ];
+    let month = months.iter().position(|m| *m == month).unwrap() + 1;
+    let (hour, rest) = time.split_once(':').unwrap();
+    format!(
+        "{year}-{month:02}-{:02} {}:{rest}",
+        day.parse::<u32>().unwrap(),
+        hour.parse::<u32>().unwrap()
+    )
 }

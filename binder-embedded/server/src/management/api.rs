@@ -219,10 +219,12 @@ pub(crate) async fn overview<E: WireEnvelope>(
             "messages_unacknowledged": unacked,
         },
         "message_stats": rated(stats),
-        "listeners": [
-            {"protocol": "amqp", "port": api.amqp.port(), "ip_address": api.amqp.ip().to_string()},
-            {"protocol": "http", "port": api.addr.port(), "ip_address": api.addr.ip().to_string()},
-        ],
+        "listeners": api.listeners.iter().map(|l| json!({
+            "node": api.node(),
+            "protocol": l.protocol,
+            "port": l.addr.port(),
+            "ip_address": l.addr.ip().to_string(),
+        })).collect::<Vec<_>>(),
     })))
 }
 

@@ -5,9 +5,9 @@
 //! loopback-only unless asked otherwise.
 //!
 //! Modules, one concept each: [`login`] (authentication, tags, visibility), [`api`]
-//! (RabbitMQ's paths), [`health`] (health checks: RabbitMQ's alarms, the message stores),
-//! [`dlq`] (dead letters, in the extension), [`json`] (values to and from JSON), [`rates`] (sampled message
-//! rates), [`error`] (RabbitMQ's error answers).
+//! (RabbitMQ's paths), [`health`] (RabbitMQ's health checks and aliveness test, the message
+//! stores' check), [`dlq`] (dead letters, in the extension), [`json`] (values to and from
+//! JSON), [`rates`] (sampled message rates), [`error`] (RabbitMQ's error answers).
 
 mod api;
 mod dlq;
@@ -30,6 +30,7 @@ use self::rates::Rates;
 use crate::config::ManagementConfig;
 use crate::envelope::WireEnvelope;
 use crate::server::{Shared, stopped};
+use crate::tls::ServedCertificates;
 
 /// What every handler reads.
 #[derive(Debug)]
@@ -38,8 +39,20 @@ pub(crate) struct Api<E: WireEnvelope> {
     rates: Rates,
     /// The management listener's address.
     addr: SocketAddr,
-    /// The AMQP listener's address.
-    amqp: SocketAddr,
+    /// Every listener of the server: AMQP, AMQP over TLS, this one.
+    listeners: Vec<Listener>,
+}
+
+/// One of the server's listeners, as the management API reports it (the overview, the
+/// listener and certificate health checks).
+#[derive(Debug, Clone)]
+pub(crate) struct Listener {
+    /// RabbitMQ's name for what it serves: `amqp`, `amqp/ssl`, `http`.
+    pub protocol: &'static str,
+    /// Where it listens (the port chosen for port 0).
+    pub addr: SocketAddr,
+    /// The certificates a TLS listener serves and checks clients against.
+    pub certificates: Option<ServedCertificates>,
 }
 
 fn router<E: WireEnvelope>(api: Arc<Api<E>>) -> Router {
@@ -70,6 +83,34 @@ fn router<E: WireEnvelope>(api: Arc<Api<E>>) -> Router {
         .route(
             "/api/health/checks/local-alarms",
             get(health::local_alarms::<E>),
+        )
+        .route(
+            "/api/health/checks/virtual-hosts",
+            get(health::virtual_hosts::<E>),
+        )
+        .route(
+            "/api/health/checks/port-listener/{port}",
+            get(health::port_listener::<E>),
+        )
+        .route(
+            "/api/health/checks/protocol-listener/{protocol}",
+            get(health::protocol_listener::<E>),
+        )
+        .route(
+            "/api/health/checks/certificate-expiration/{within}/{unit}",
+            get(health::certificate_expiration::<E>),
+        )
+        .route(
+            "/api/health/checks/node-is-quorum-critical",
+            get(health::single_node::<E>),
+        )
+        .route(
+            "/api/health/checks/node-is-mirror-sync-critical",
+            get(health::single_node::<E>),
+        )
+        .route(
+            "/api/aliveness-test/{vhost}",
+            get(health::aliveness_test::<E>),
         )
         .route("/api/stream/health/checks/stores", get(health::stores::<E>))
         .route(
@@ -112,7 +153,7 @@ impl Management {
         config: &ManagementConfig,
         listener: TcpListener,
         addr: SocketAddr,
-        amqp: SocketAddr,
+        listeners: Vec<Listener>,
         shared: Arc<Shared<E>>,
         stop: watch::Receiver<bool>,
     ) -> Self {
@@ -120,7 +161,7 @@ impl Management {
             shared,
             rates: Rates::default(),
             addr,
-            amqp,
+            listeners,
         });
         let sampler = tokio::spawn(sample(api.clone(), config.sample_interval(), stop.clone()));
         let app = router(api).into_make_service_with_connect_info::<SocketAddr>();
