@@ -492,6 +492,12 @@ pub enum TryPublish<E: Envelope = Native> {
     Pending(PendingConfirm),
 }
 
+/// A publish made: its outcome, or its confirm still waiting for the message store.
+enum PublishedNow {
+    Done(PublishOutcome),
+    Pending(PendingConfirm),
+}
+
 /// A publish whose confirm waits for the message store's durability point (see
 /// [`crate::store`]): [`PendingConfirm::wait`] resolves once every queue's copy is safe.
 #[must_use = "the confirm is only known once the store's durability point is reached"]
@@ -705,6 +711,54 @@ impl<E: Envelope> Channel<E> {
         if self.shared.blocked.load(Ordering::Acquire) {
             return TryPublish::Blocked(Box::new(message));
         }
+        match self.publish_now(exchange, routing_key, options, message) {
+            Ok(PublishedNow::Done(outcome)) => TryPublish::Done(Ok(outcome)),
+            Ok(PublishedNow::Pending(pending)) => TryPublish::Pending(pending),
+            Err(e) => TryPublish::Done(Err(e)),
+        }
+    }
+
+    /// `basic.publish` even while an alarm (memory or disk) blocks publishers, for an
+    /// operator's tool: a management API's publish or aliveness test, which RabbitMQ runs on
+    /// direct connections its alarms do not block. Waits only for the message store, in
+    /// confirm mode (as [`PendingConfirm::wait`]).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// use stream_engine::*;
+    /// let broker: Broker = Broker::new();
+    /// let conn = broker.connect();
+    /// let ch = conn.open_channel().unwrap();
+    /// ch.queue_declare("probe", QueueOptions::default(), Default::default()).unwrap();
+    /// broker.set_disk_alarm(true);
+    /// let outcome = ch
+    ///     .basic_publish_past_alarms("", "probe", PublishOptions::default(), Message::new("x"))
+    ///     .await
+    ///     .unwrap();
+    /// assert!(matches!(outcome.status, PublishStatus::Routed(1)));
+    /// # }
+    /// ```
+    pub async fn basic_publish_past_alarms(
+        &self,
+        exchange: &str,
+        routing_key: &str,
+        options: PublishOptions,
+        message: E::Message,
+    ) -> AmqpResult<PublishOutcome> {
+        match self.publish_now(exchange, routing_key, options, message)? {
+            PublishedNow::Done(outcome) => Ok(outcome),
+            PublishedNow::Pending(pending) => pending.wait().await,
+        }
+    }
+
+    /// Publishes at once, whatever the alarms say.
+    fn publish_now(
+        &self,
+        exchange: &str,
+        routing_key: &str,
+        options: PublishOptions,
+        message: E::Message,
+    ) -> AmqpResult<PublishedNow> {
         // The message is moved into its shared allocation once, here; the engine sets its
         // route (shared with the channel's last publish when it has the same exchange and
         // routing key, as it usually has).
@@ -717,14 +771,13 @@ impl<E: Envelope> Channel<E> {
             let outcome = s.publish(id, exchange, routing_key, options.mandatory, body)?;
             Ok((outcome, s.take_durability()))
         });
-        match published {
-            Ok((outcome, None)) => TryPublish::Done(Ok(outcome)),
-            Ok((outcome, Some(durability))) => TryPublish::Pending(PendingConfirm {
+        Ok(match published? {
+            (outcome, None) => PublishedNow::Done(outcome),
+            (outcome, Some(durability)) => PublishedNow::Pending(PendingConfirm {
                 outcome,
                 durability,
             }),
-            Err(e) => TryPublish::Done(Err(e)),
-        }
+        })
     }
 
     /// `basic.consume`: deliveries arrive on the returned [`Consumer`].

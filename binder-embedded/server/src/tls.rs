@@ -5,7 +5,6 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
 
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
@@ -76,10 +75,27 @@ pub enum TlsError {
 /// listener serves these until the server restarts).
 #[derive(Debug, Clone)]
 pub(crate) struct ServedCertificates {
-    /// `certfile`, and the validity of each certificate in it, in order.
-    pub certfile: (PathBuf, Vec<Validity>),
-    /// `cacertfile` (with `verify_peer`), and the validity of each CA certificate in it.
-    pub cacertfile: Option<(PathBuf, Vec<Validity>)>,
+    /// `certfile`: the server's certificate and its chain.
+    pub certfile: CertificateFile,
+    /// `cacertfile` (with `verify_peer`): the CAs clients' certificates must chain to.
+    pub cacertfile: Option<CertificateFile>,
+}
+
+/// A PEM file of certificates, as read at startup.
+#[derive(Debug, Clone)]
+pub(crate) struct CertificateFile {
+    pub path: PathBuf,
+    /// The validity of each certificate in it, in order.
+    pub validities: Vec<Validity>,
+}
+
+/// Why a certificate fails the certificate-expiration check.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Expiring {
+    /// It expires (or expired) then, written as RabbitMQ writes it.
+    On(String),
+    /// It is not yet valid, or cannot be decoded.
+    Error(String),
 }
 
 /// When one certificate is valid, or why that could not be read from it.
@@ -122,10 +138,11 @@ impl Validity {
         }
     }
 
-    /// Why this certificate fails the check at `now` (seconds since the epoch) for a window
-    /// of `within`: it expires before `now + within` (its expiry date), is not valid yet, or
-    /// cannot be read. `None` when it passes.
-    pub(crate) fn failure(&self, now: u64, within: Duration) -> Option<String> {
+    /// Why this certificate fails a check at `now` for a window ending at `deadline` (both
+    /// in seconds since the Unix epoch; a deadline in the past is allowed, as RabbitMQ allows
+    /// a negative window): it expires before the deadline, is not yet valid, or cannot be
+    /// read. `None` when it passes.
+    pub(crate) fn failure(&self, now: u64, deadline: i128) -> Option<Expiring> {
         match self {
             Validity::Dates {
                 not_before,
@@ -133,14 +150,14 @@ impl Validity {
                 not_after_text,
             } => {
                 if *not_before > now {
-                    Some("Certificate is not yet valid".into())
-                } else if (*not_after as u128) < now as u128 + within.as_secs() as u128 {
-                    Some(not_after_text.clone())
+                    Some(Expiring::Error("Certificate is not yet valid".into()))
+                } else if i128::from(*not_after) < deadline {
+                    Some(Expiring::On(not_after_text.clone()))
                 } else {
                     None
                 }
             }
-            Validity::Unreadable(why) => Some(why.clone()),
+            Validity::Unreadable(why) => Some(Expiring::Error(why.clone())),
         }
     }
 }
@@ -167,18 +184,19 @@ pub(crate) fn acceptor(config: &TlsConfig) -> Result<(TlsAcceptor, ServedCertifi
         })?;
     let chain = certificates("certfile", &config.certfile)?;
     let key = private_key(&config.keyfile)?;
-    let validities = |certificates: &[CertificateDer<'_>]| -> Vec<Validity> {
-        certificates.iter().map(|c| Validity::of(c)).collect()
+    let file = |path: &Path, certificates: &[CertificateDer<'_>]| CertificateFile {
+        path: path.to_owned(),
+        validities: certificates.iter().map(|c| Validity::of(c)).collect(),
     };
     let mut served = ServedCertificates {
-        certfile: (config.certfile.clone(), validities(&chain)),
+        certfile: file(&config.certfile, &chain),
         cacertfile: None,
     };
     let builder = match (config.verify, &config.cacertfile) {
         (TlsVerify::VerifyNone, _) => builder.with_no_client_auth(),
         (TlsVerify::VerifyPeer, Some(path)) => {
             let cas = certificates("cacertfile", path)?;
-            served.cacertfile = Some((path.clone(), validities(&cas)));
+            served.cacertfile = Some(file(path, &cas));
             let verifier = client_verifier(path, cas, config.fail_if_no_peer_cert, provider)?;
             builder.with_client_cert_verifier(verifier)
         }
@@ -296,18 +314,23 @@ mod tests {
     }
 
     #[test]
-    fn a_certificate_fails_when_it_expires_within_the_window_or_is_not_yet_valid() {
-        let day = Duration::from_secs(86_400);
+    fn a_certificate_fails_when_it_expires_before_the_deadline_or_is_not_yet_valid() {
+        let day: i128 = 86_400;
         let now = 1_000_000;
         let valid = dates(now - 10, now + 86_400 * 2);
-        assert_eq!(valid.failure(now, day), None);
-        assert_eq!(valid.failure(now, day * 3), Some("at 1172800".into()));
+        assert_eq!(valid.failure(now, i128::from(now) + day), None);
         assert_eq!(
-            dates(now + 1, now + 86_400 * 2).failure(now, day),
-            Some("Certificate is not yet valid".into())
+            valid.failure(now, i128::from(now) + 3 * day),
+            Some(Expiring::On("at 1172800".into()))
         );
-        // Expired already: fails even for an empty window.
-        assert!(dates(0, now - 1).failure(now, Duration::ZERO).is_some());
+        assert_eq!(
+            dates(now + 1, now + 86_400 * 2).failure(now, i128::from(now)),
+            Some(Expiring::Error("Certificate is not yet valid".into()))
+        );
+        // A deadline in the past: what expired before it fails, what expired since passes.
+        let expired = dates(0, now - 10);
+        assert!(expired.failure(now, i128::from(now)).is_some());
+        assert_eq!(expired.failure(now, i128::from(now) - day), None);
     }
 
     #[test]
@@ -317,6 +340,6 @@ mod tests {
             matches!(&unreadable, Validity::Unreadable(why) if why.starts_with("the certificate cannot be decoded")),
             "{unreadable:?}"
         );
-        assert!(unreadable.failure(0, Duration::ZERO).is_some());
+        assert!(matches!(unreadable.failure(0, 0), Some(Expiring::Error(_))));
     }
 }

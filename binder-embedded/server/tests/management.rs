@@ -69,6 +69,10 @@ struct Fixture {
 }
 
 async fn fixture() -> Fixture {
+    fixture_with(config()).await
+}
+
+async fn fixture_with(config: ServerConfig) -> Fixture {
     let root: Broker = Broker::new();
     let other: Broker = Broker::new();
     let brokers: HashMap<String, Broker> = [
@@ -76,7 +80,7 @@ async fn fixture() -> Fixture {
         ("other".to_owned(), other.clone()),
     ]
     .into();
-    let server = Server::bind(config(), brokers).await.unwrap();
+    let server = Server::bind(config, brokers).await.unwrap();
     let api = server.management_addr().expect("management configured");
     assert_ne!(api.port(), 0, "port 0 is resolved");
     let conn = other.connect();
@@ -955,6 +959,23 @@ async fn the_store_health_check_answers_503_once_a_store_failed() {
     // A user who does not see `/` is not told of its store.
     let r = check(Some(("elsewhere", "pw"))).await;
     assert_eq!((r.status, r.json()), (200, json!({"status": "ok"})));
+    // The aliveness test fails on the virtual host that is down, and passes on the other.
+    let r = http::request(api, "GET", "/api/aliveness-test/%2F", GUEST, None).await;
+    assert_eq!(r.status, 503);
+    let reason = r.json()["reason"].as_str().unwrap().to_owned();
+    assert!(
+        reason.starts_with("the virtual host is down: its message store failed: "),
+        "{reason}"
+    );
+    let r = http::request(
+        api,
+        "GET",
+        "/api/aliveness-test/other",
+        Some(("elsewhere", "pw")),
+        None,
+    )
+    .await;
+    assert_eq!((r.status, r.json()), (200, json!({"status": "ok"})));
     // RabbitMQ's own check: the virtual host is down. The node's status, whoever asks; the
     // names the user sees.
     for (auth, listed) in [
@@ -1084,11 +1105,26 @@ async fn the_listener_and_node_checks_answer_as_rabbitmqs_do() {
 }
 
 /// RabbitMQ's aliveness test: a message through the queue `aliveness-test` of the virtual
-/// host, as the user (who needs configure, write and read on it); 503 while publishers are
-/// blocked, at once.
+/// host, as the user (who needs permissions on the virtual host, and configure, write and
+/// read on the queue); not held back by an alarm, as RabbitMQ's direct connections are not,
+/// and neither is the API's publish.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_aliveness_test_sends_a_message_through_its_queue() {
-    let f = fixture().await;
+    let mut config = config();
+    let only = |configure: &str, write: &str, read: &str| PermissionConfig {
+        configure: configure.into(),
+        write: write.into(),
+        read: read.into(),
+    };
+    for (name, permissions) in [
+        ("no-write", only(".*", "", ".*")),
+        ("no-read", only(".*", ".*", "")),
+    ] {
+        config
+            .users
+            .push(user(name, &["management"], &[("/", permissions)]));
+    }
+    let f = fixture_with(config).await;
     assert_eq!(get(&f, "/api/aliveness-test/%2F", None).await.status, 401);
     for _ in 0..2 {
         assert_eq!(
@@ -1098,13 +1134,20 @@ async fn the_aliveness_test_sends_a_message_through_its_queue() {
     }
     // The queue stays (as RabbitMQ's does), empty.
     assert_eq!(depth(&f, "aliveness-test").await, 0);
-    // `mgmt` may not configure it; `other` is not its virtual host; `nowhere` does not exist.
-    assert_eq!(get(&f, "/api/aliveness-test/%2F", MGMT).await.status, 403);
-    assert_eq!(get(&f, "/api/aliveness-test/other", MGMT).await.status, 401);
-    assert_eq!(
-        get(&f, "/api/aliveness-test/nowhere", GUEST).await.status,
-        404
-    );
+    // `mgmt` may not configure it, `no-write` publish to the default exchange, `no-read` get
+    // from it: 403. `mon` sees every virtual host but has no permissions on `/`, and `mgmt`
+    // none on `other`: 401. `nowhere` does not exist: 404.
+    for (auth, path, status) in [
+        (MGMT, "/api/aliveness-test/%2F", 403),
+        (Some(("no-write", "pw")), "/api/aliveness-test/%2F", 403),
+        (Some(("no-read", "pw")), "/api/aliveness-test/%2F", 403),
+        (MON, "/api/aliveness-test/%2F", 401),
+        (MGMT, "/api/aliveness-test/other", 401),
+        (GUEST, "/api/aliveness-test/nowhere", 404),
+    ] {
+        let r = get(&f, path, auth).await;
+        assert_eq!(r.status, status, "{auth:?} {path}");
+    }
 
     f.root.set_disk_alarm(true);
     let r = tokio::time::timeout(
@@ -1112,17 +1155,21 @@ async fn the_aliveness_test_sends_a_message_through_its_queue() {
         get(&f, "/api/aliveness-test/%2F", GUEST),
     )
     .await
-    .expect("a blocked publisher fails the test at once");
-    assert_eq!(r.status, 503);
-    let body = r.json();
-    assert_eq!(body["status"], "failed");
-    let reason = body["reason"].as_str().unwrap();
-    assert!(reason.contains("disk"), "{reason}");
+    .expect("an alarm does not hold the test back");
+    assert_eq!((r.status, r.json()), (200, json!({"status": "ok"})));
+    let r = tokio::time::timeout(
+        Duration::from_secs(5),
+        post(
+            &f,
+            "/api/exchanges/%2F/amq.default/publish",
+            GUEST,
+            json!({"routing_key": "aliveness-test", "payload": "by hand", "properties": {}}),
+        ),
+    )
+    .await
+    .expect("an alarm does not hold the API's publish back");
+    assert_eq!((r.status, r.json()), (200, json!({"routed": true})));
+    assert_eq!(depth(&f, "aliveness-test").await, 1);
     f.root.set_disk_alarm(false);
-    assert_eq!(
-        ok(&f, "/api/aliveness-test/%2F", GUEST).await,
-        json!({"status": "ok"})
-    );
-    assert_eq!(depth(&f, "aliveness-test").await, 0);
     f.server.shutdown().await;
 }

@@ -68,6 +68,17 @@ fn certificate(
     role: Role,
     issuer: Option<(&X509, &PKey<Private>)>,
 ) -> X509 {
+    certificate_from(cn, key, role, issuer, 0)
+}
+
+/// [`certificate`], valid from `from_days` days from now, for two days.
+fn certificate_from(
+    cn: &str,
+    key: &PKey<Private>,
+    role: Role,
+    issuer: Option<(&X509, &PKey<Private>)>,
+    from_days: u32,
+) -> X509 {
     let mut name = X509NameBuilder::new().unwrap();
     name.append_entry_by_nid(Nid::COMMONNAME, cn).unwrap();
     let name = name.build();
@@ -81,9 +92,9 @@ fn certificate(
     b.set_issuer_name(issuer.map_or(&name, |(c, _)| c.subject_name()))
         .unwrap();
     b.set_pubkey(key).unwrap();
-    b.set_not_before(&Asn1Time::days_from_now(0).unwrap())
+    b.set_not_before(&Asn1Time::days_from_now(from_days).unwrap())
         .unwrap();
-    b.set_not_after(&Asn1Time::days_from_now(2).unwrap())
+    b.set_not_after(&Asn1Time::days_from_now(from_days + 2).unwrap())
         .unwrap();
     match role {
         Role::Ca => {
@@ -132,7 +143,8 @@ struct Pki {
 }
 
 impl Pki {
-    /// `ca.pem`; `server.pem` and `server.key` (SEC1, "EC PRIVATE KEY") signed by it;
+    /// `ca.pem`; `server.pem` and `server.key` (SEC1, "EC PRIVATE KEY") signed by it, and
+    /// `future-server.pem` for the same key, valid only from tomorrow;
     /// `client.pem` and `client.key` (PKCS#8) signed by it; `other-ca.pem` and a client
     /// certificate it signed (`foreign-client.pem`, `.key`); `other.key` (a key no
     /// certificate has); `encrypted.key` (`server.key`'s key under a password).
@@ -146,6 +158,14 @@ impl Pki {
         let server_key = new_key();
         let server = certificate("localhost", &server_key, Role::Server, Some((&ca, &ca_key)));
         write("server.pem", &server.to_pem().unwrap());
+        let future = certificate_from(
+            "localhost",
+            &server_key,
+            Role::Server,
+            Some((&ca, &ca_key)),
+            1,
+        );
+        write("future-server.pem", &future.to_pem().unwrap());
         write(
             "server.key",
             &server_key.ec_key().unwrap().private_key_to_pem().unwrap(),
@@ -1110,6 +1130,21 @@ async fn the_certificate_expiration_check_reads_the_served_certificates() {
     let tls_port = tls_addr(&server).port();
     let r = get(format!("/api/health/checks/port-listener/{tls_port}")).await;
     assert_eq!(r.status, 200);
+    let overview = get("/api/overview".into()).await.json();
+    let listeners: Vec<(&str, u64)> = overview["listeners"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| (l["protocol"].as_str().unwrap(), l["port"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(
+        listeners,
+        [
+            ("amqp", u64::from(server.local_addr().port())),
+            ("amqp/ssl", u64::from(tls_port)),
+            ("http", u64::from(api.port())),
+        ]
+    );
     for asked in ["amqps", "amqp/ssl"] {
         let r = get(format!(
             "/api/health/checks/protocol-listener/{}",
@@ -1125,6 +1160,39 @@ async fn the_certificate_expiration_check_reads_the_served_certificates() {
             "{asked}"
         );
     }
+    server.shutdown().await;
+}
+
+/// A served certificate not yet valid fails the check whatever the window, listed as an
+/// error where an expiry date would be.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_certificate_not_yet_valid_fails_the_expiration_check() {
+    let pki = Pki::new();
+    let text = format!(
+        "listen = \"127.0.0.1:0\"\n[tls]\nlisten = \"127.0.0.1:0\"\ncertfile = {:?}\nkeyfile = {:?}\n\
+         [management]\nlisten = \"127.0.0.1:0\"\n",
+        pki.path("future-server.pem"),
+        pki.path("server.key"),
+    );
+    let server = common::server(ServerConfig::from_toml(&text).unwrap()).await;
+    let api = server.management_addr().unwrap();
+    let r = http::request(
+        api,
+        "GET",
+        "/api/health/checks/certificate-expiration/1/days",
+        Some(("guest", "guest")),
+        None,
+    )
+    .await;
+    assert_eq!(r.status, 503);
+    let body = r.json();
+    let listener = &body["expired"][0];
+    assert_eq!(
+        listener["certfile_expires_on"],
+        serde_json::json!([{"error": "Certificate is not yet valid"}])
+    );
+    assert_eq!(listener["cacertfile"], serde_json::Value::Null);
+    assert_eq!(listener["cacertfile_expires_on"], serde_json::json!([]));
     server.shutdown().await;
 }
 

@@ -559,8 +559,10 @@ pub(crate) async fn publish<E: WireEnvelope>(
     };
     let conn = broker.connect();
     let ch = conn.open_channel()?;
+    // Not held back by an alarm: RabbitMQ publishes from its management API on a direct
+    // connection, which alarms do not block.
     let outcome = ch
-        .basic_publish(
+        .basic_publish_past_alarms(
             exchange,
             routing_key,
             PublishOptions::default(),

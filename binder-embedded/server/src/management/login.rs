@@ -86,6 +86,19 @@ impl Login {
         }
     }
 
+    /// Refuses a virtual host the user has no permissions on (401), whatever its tags: what
+    /// runs as the user there, as an AMQP connection would (RabbitMQ's aliveness test).
+    pub(crate) fn connects_to(&self, vhost: &str) -> Result<(), ApiError> {
+        if self.user.permissions(vhost).is_some() {
+            Ok(())
+        } else {
+            Err(ApiError::unauthorised(
+                "User not authorised to access virtual host",
+                false,
+            ))
+        }
+    }
+
     /// Checks a permission as an AMQP operation would (403 when refused).
     pub(crate) fn may(
         &self,

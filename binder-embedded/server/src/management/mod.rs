@@ -5,15 +5,19 @@
 //! loopback-only unless asked otherwise.
 //!
 //! Modules, one concept each: [`login`] (authentication, tags, visibility), [`api`]
-//! (RabbitMQ's paths), [`health`] (RabbitMQ's health checks and aliveness test, the message
-//! stores' check), [`dlq`] (dead letters, in the extension), [`json`] (values to and from
-//! JSON), [`rates`] (sampled message rates), [`error`] (RabbitMQ's error answers).
+//! (RabbitMQ's paths), [`health`] (health checks of the node: alarms, virtual hosts, the
+//! message stores), [`listener_checks`] (health checks of the listeners and their
+//! certificates), [`aliveness`] (RabbitMQ's aliveness test), [`dlq`] (dead letters, in the
+//! extension), [`json`] (values to and from JSON), [`rates`] (sampled message rates),
+//! [`error`] (RabbitMQ's error answers).
 
+mod aliveness;
 mod api;
 mod dlq;
 mod error;
 mod health;
 mod json;
+mod listener_checks;
 mod login;
 mod rates;
 
@@ -90,15 +94,15 @@ fn router<E: WireEnvelope>(api: Arc<Api<E>>) -> Router {
         )
         .route(
             "/api/health/checks/port-listener/{port}",
-            get(health::port_listener::<E>),
+            get(listener_checks::port_listener::<E>),
         )
         .route(
             "/api/health/checks/protocol-listener/{protocol}",
-            get(health::protocol_listener::<E>),
+            get(listener_checks::protocol_listener::<E>),
         )
         .route(
             "/api/health/checks/certificate-expiration/{within}/{unit}",
-            get(health::certificate_expiration::<E>),
+            get(listener_checks::certificate_expiration::<E>),
         )
         .route(
             "/api/health/checks/node-is-quorum-critical",
@@ -110,7 +114,7 @@ fn router<E: WireEnvelope>(api: Arc<Api<E>>) -> Router {
         )
         .route(
             "/api/aliveness-test/{vhost}",
-            get(health::aliveness_test::<E>),
+            get(aliveness::aliveness_test::<E>),
         )
         .route("/api/stream/health/checks/stores", get(health::stores::<E>))
         .route(
