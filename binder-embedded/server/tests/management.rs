@@ -1173,3 +1173,292 @@ async fn the_aliveness_test_sends_a_message_through_its_queue() {
     f.root.set_disk_alarm(false);
     f.server.shutdown().await;
 }
+
+async fn request(f: &Fixture, method: &str, path: &str, body: Option<Value>) -> http::Response {
+    http::request(f.api, method, path, GUEST, body.as_ref()).await
+}
+
+/// Queues, exchanges and bindings declared, listed and deleted over HTTP as RabbitMQ's API
+/// does it (`rabbitmqadmin declare queue ...`): 201 then 204 for a declaration, 400 for an
+/// inequivalent one, 404 for what is missing, 403 without configure (or write and read for a
+/// binding); what HTTP declares routes messages over AMQP.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queues_exchanges_and_bindings_are_declared_and_deleted_over_http() {
+    let f = fixture().await;
+    let me = ok(&f, "/api/whoami", GUEST).await;
+    assert_eq!(me, json!({"name": "guest", "tags": ["administrator"]}));
+
+    // A queue: created, declared again (204), described, inequivalent (400).
+    let body = json!({"durable": true, "arguments": {"x-max-length": 10}});
+    let r = request(&f, "PUT", "/api/queues/%2F/http.q", Some(body.clone())).await;
+    assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(
+        request(&f, "PUT", "/api/queues/%2F/http.q", Some(body))
+            .await
+            .status,
+        204
+    );
+    let q = ok(&f, "/api/queues/%2F/http.q", GUEST).await;
+    assert_eq!(
+        (q["durable"].clone(), q["arguments"]["x-max-length"].clone()),
+        (json!(true), json!(10))
+    );
+    let r = request(
+        &f,
+        "PUT",
+        "/api/queues/%2F/http.q",
+        Some(json!({"durable": false})),
+    )
+    .await;
+    assert_eq!(r.status, 400);
+    let reason = r.json()["reason"].as_str().unwrap().to_owned();
+    assert!(reason.contains("inequivalent arg 'durable'"), "{reason}");
+    // An empty body declares with the method's defaults: not durable.
+    assert_eq!(
+        request(&f, "PUT", "/api/queues/%2F/http.transient", None)
+            .await
+            .status,
+        201
+    );
+    assert_eq!(
+        ok(&f, "/api/queues/%2F/http.transient", GUEST).await["durable"],
+        false
+    );
+    for (body, word) in [
+        (json!({"durable": "yes"}), "durable"),
+        (json!({"exclusive": true}), "exclusive"),
+        (json!({"node": "rabbit@elsewhere"}), "node"),
+        (json!({"name": "other"}), "name"),
+    ] {
+        let r = request(&f, "PUT", "/api/queues/%2F/http.q", Some(body)).await;
+        assert_eq!(r.status, 400, "{word}");
+        let reason = r.json()["reason"].as_str().unwrap().to_owned();
+        assert!(reason.contains(word), "{reason}");
+    }
+    let node = ok(&f, "/api/overview", GUEST).await["node"].clone();
+    let r = request(
+        &f,
+        "PUT",
+        "/api/queues/%2F/http.q",
+        Some(json!({"durable": true, "arguments": {"x-max-length": 10}, "node": node})),
+    )
+    .await;
+    assert_eq!(r.status, 204);
+
+    // An exchange, and bindings to the queue and to another exchange.
+    let r = request(
+        &f,
+        "PUT",
+        "/api/exchanges/%2F/http.x",
+        Some(json!({"type": "topic", "durable": true})),
+    )
+    .await;
+    assert_eq!(r.status, 201);
+    assert_eq!(
+        ok(&f, "/api/exchanges/%2F/http.x", GUEST).await["type"],
+        "topic"
+    );
+    let r = request(
+        &f,
+        "PUT",
+        "/api/exchanges/%2F/http.x",
+        Some(json!({"type": "fanout", "durable": true})),
+    )
+    .await;
+    assert_eq!(r.status, 400);
+    assert_eq!(
+        request(
+            &f,
+            "PUT",
+            "/api/exchanges/%2F/http.fan",
+            Some(json!({"type": "fanout"}))
+        )
+        .await
+        .status,
+        201
+    );
+    assert_eq!(
+        request(
+            &f,
+            "PUT",
+            "/api/exchanges/%2F/amq.mine",
+            Some(json!({"type": "direct"}))
+        )
+        .await
+        .status,
+        403
+    );
+    assert_eq!(
+        request(&f, "PUT", "/api/exchanges/%2F/amq.default", None)
+            .await
+            .status,
+        403
+    );
+
+    let r = request(
+        &f,
+        "POST",
+        "/api/bindings/%2F/e/http.x/q/http.q",
+        Some(json!({"routing_key": "order.#"})),
+    )
+    .await;
+    assert_eq!(r.status, 201);
+    assert_eq!(
+        r.header("location"),
+        Some("/api/bindings/%2F/e/http.x/q/http.q/order.%23")
+    );
+    let r = request(
+        &f,
+        "POST",
+        "/api/bindings/%2F/e/http.x/e/http.fan",
+        Some(json!({"routing_key": "", "arguments": {"k": "v"}})),
+    )
+    .await;
+    assert_eq!(r.status, 201);
+    let to_exchange = ok(&f, "/api/bindings/%2F/e/http.x/e/http.fan", GUEST).await;
+    let props = to_exchange[0]["properties_key"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(props.starts_with("~~"), "{props}");
+    assert_eq!(
+        r.header("location").map(str::to_owned),
+        Some(format!("/api/bindings/%2F/e/http.x/e/http.fan/{props}"))
+    );
+    let listed = ok(&f, "/api/bindings/%2F/e/http.x/q/http.q", GUEST).await;
+    assert_eq!(listed.as_array().unwrap().len(), 1);
+    assert_eq!(listed[0]["routing_key"], "order.#");
+    assert_eq!(listed[0]["destination_type"], "queue");
+    for path in [
+        "/api/bindings/%2F/e/nope/q/http.q",
+        "/api/bindings/%2F/e/http.x/q/nope",
+        "/api/bindings/%2F/e/http.x/z/http.q",
+    ] {
+        assert_eq!(
+            request(&f, "POST", path, Some(json!({}))).await.status,
+            404,
+            "{path}"
+        );
+    }
+    assert_eq!(
+        request(
+            &f,
+            "POST",
+            "/api/bindings/%2F/e/amq.default/q/http.q",
+            Some(json!({}))
+        )
+        .await
+        .status,
+        403
+    );
+
+    // What HTTP declared routes over AMQP.
+    let conn = f.root.connect();
+    let ch = conn.open_channel().unwrap();
+    let outcome = ch
+        .basic_publish(
+            "http.x",
+            "order.new",
+            PublishOptions::default(),
+            Message::new("via http"),
+        )
+        .await
+        .unwrap();
+    assert!(matches!(
+        outcome.status,
+        stream_engine::PublishStatus::Routed(1)
+    ));
+    assert_eq!(depth(&f, "http.q").await, 1);
+
+    // `mgmt` may not configure (declare, delete) nor write to `http.q` (bind): 403.
+    for (method, path) in [
+        ("PUT", "/api/queues/%2F/mine"),
+        ("DELETE", "/api/queues/%2F/http.q"),
+        ("PUT", "/api/exchanges/%2F/mine"),
+        ("DELETE", "/api/exchanges/%2F/http.x"),
+        ("POST", "/api/bindings/%2F/e/http.x/q/http.q"),
+        ("DELETE", "/api/bindings/%2F/e/http.x/q/http.q/order.%23"),
+    ] {
+        let r = http::request(f.api, method, path, MGMT, Some(&json!({}))).await;
+        assert_eq!(r.status, 403, "{method} {path}");
+    }
+    assert_eq!(
+        http::request(f.api, "PUT", "/api/queues/other/x", MGMT, None)
+            .await
+            .status,
+        401
+    );
+
+    // Unbinding, by properties_key; deleting, with conditions.
+    assert_eq!(
+        request(
+            &f,
+            "DELETE",
+            "/api/bindings/%2F/e/http.x/q/http.q/nope",
+            None
+        )
+        .await
+        .status,
+        404
+    );
+    assert_eq!(
+        request(
+            &f,
+            "DELETE",
+            "/api/bindings/%2F/e/http.x/q/http.q/order.%23",
+            None
+        )
+        .await
+        .status,
+        204
+    );
+    assert_eq!(
+        ok(&f, "/api/bindings/%2F/e/http.x/q/http.q", GUEST).await,
+        json!([])
+    );
+    let path = format!("/api/bindings/%2F/e/http.x/e/http.fan/{props}");
+    assert_eq!(request(&f, "DELETE", &path, None).await.status, 204);
+    let r = request(&f, "DELETE", "/api/queues/%2F/http.q?if-empty=true", None).await;
+    assert_eq!(r.status, 400, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(
+        request(&f, "DELETE", "/api/queues/%2F/http.q?if-empty=maybe", None)
+            .await
+            .status,
+        400
+    );
+    assert_eq!(
+        request(&f, "DELETE", "/api/queues/%2F/http.q?if-unused=true", None)
+            .await
+            .status,
+        204
+    );
+    assert_eq!(
+        request(&f, "DELETE", "/api/queues/%2F/http.q", None)
+            .await
+            .status,
+        404
+    );
+    assert_eq!(f.root.queue_counts("http.q"), None);
+    assert_eq!(
+        request(&f, "DELETE", "/api/exchanges/%2F/http.x", None)
+            .await
+            .status,
+        204
+    );
+    assert!(!f.root.exchange_exists("http.x"));
+    assert_eq!(
+        request(&f, "DELETE", "/api/exchanges/%2F/http.x", None)
+            .await
+            .status,
+        404
+    );
+    assert_eq!(
+        request(&f, "DELETE", "/api/exchanges/%2F/amq.topic", None)
+            .await
+            .status,
+        403
+    );
+    drop(ch);
+    drop(conn);
+    f.server.shutdown().await;
+}

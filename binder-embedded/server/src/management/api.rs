@@ -12,8 +12,8 @@ use axum::extract::{ConnectInfo, Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use serde_json::{Map, Value, json};
 use stream_engine::{
-    BindingInfo, Broker, ConsumerInfo, ExchangeInfo, Message, PublishOptions, PublishStatus,
-    QueueInfo,
+    BindingInfo, Broker, ConsumerInfo, ExchangeInfo, FieldTable, Message, PublishOptions,
+    PublishStatus, QueueInfo,
 };
 
 use super::Api;
@@ -129,20 +129,25 @@ fn exchange_json(vhost: &str, x: &ExchangeInfo) -> Value {
     })
 }
 
-fn binding_json(vhost: &str, b: &BindingInfo) -> Value {
-    // RabbitMQ's `properties_key`: the routing key (`~` for an empty one), `~` and a hash
-    // of the arguments when there are any.
-    let mut key = if b.routing_key.is_empty() {
+/// RabbitMQ's `properties_key` of a binding, which names it in a path: the routing key (`~`
+/// for an empty one), then `~` and a hash of the arguments when there are any.
+pub(super) fn properties_key(routing_key: &str, arguments: &FieldTable) -> String {
+    let mut key = if routing_key.is_empty() {
         "~".to_owned()
     } else {
-        b.routing_key.clone()
+        routing_key.to_owned()
     };
-    if !b.arguments.is_empty() {
+    if !arguments.is_empty() {
         use std::hash::{Hash, Hasher};
         let mut h = std::collections::hash_map::DefaultHasher::new();
-        format!("{:?}", b.arguments).hash(&mut h);
+        format!("{arguments:?}").hash(&mut h);
         key = format!("{key}~{:x}", h.finish());
     }
+    key
+}
+
+pub(super) fn binding_json(vhost: &str, b: &BindingInfo) -> Value {
+    let key = properties_key(&b.routing_key, &b.arguments);
     json!({
         "source": b.source,
         "vhost": vhost,
@@ -168,7 +173,7 @@ fn consumer_json(vhost: &str, c: &ConsumerInfo) -> Value {
 }
 
 /// RabbitMQ's name for the default exchange in paths.
-fn exchange_name(name: &str) -> &str {
+pub(super) fn exchange_name(name: &str) -> &str {
     if name == "amq.default" { "" } else { name }
 }
 
@@ -311,7 +316,12 @@ enum AckMode {
 }
 
 /// A body's `vhost` or `name` field (RabbitMQ's page sends them): must be the path's.
-fn same_as_path(field: &str, value: &Value, vhost: &str, name: &str) -> Result<(), ApiError> {
+pub(super) fn same_as_path(
+    field: &str,
+    value: &Value,
+    vhost: &str,
+    name: &str,
+) -> Result<(), ApiError> {
     let path = if field == "vhost" { vhost } else { name };
     if value.as_str() == Some(path) {
         Ok(())
@@ -322,7 +332,7 @@ fn same_as_path(field: &str, value: &Value, vhost: &str, name: &str) -> Result<(
     }
 }
 
-fn body_object(body: &Bytes) -> Result<Map<String, Value>, ApiError> {
+pub(super) fn body_object(body: &Bytes) -> Result<Map<String, Value>, ApiError> {
     match serde_json::from_slice::<Value>(body) {
         Ok(Value::Object(map)) => Ok(map),
         Ok(_) => Err(ApiError::bad_request("the body must be a JSON object")),

@@ -1,12 +1,13 @@
 //! The HTTP management API (`[management]`): a subset of RabbitMQ's management plugin's
 //! paths and JSON shapes over the broker's virtual hosts, with its users (HTTP basic) and
 //! their tags and permissions, plus the broker's own extension under `/api/stream/` (dead
-//! letters, the message stores' health), and a page at `/` (`page.html`, embedded). On a listener of its own,
-//! loopback-only unless asked otherwise.
+//! letters, the message stores' health), and a page at `/` (`page.html`, embedded). On a
+//! listener of its own, loopback-only unless asked otherwise.
 //!
 //! Modules, one concept each: [`login`] (authentication, tags, visibility), [`api`]
-//! (RabbitMQ's paths), [`health`] (health checks of the node: alarms, virtual hosts, the
-//! message stores), [`listener_checks`] (health checks of the listeners and their
+//! (RabbitMQ's paths that read, purge, get and publish), [`topology`] (RabbitMQ's paths that
+//! declare, delete, bind and unbind), [`health`] (health checks of the node: alarms, virtual
+//! hosts, the message stores), [`listener_checks`] (health checks of the listeners and their
 //! certificates), [`aliveness`] (RabbitMQ's aliveness test), [`dlq`] (dead letters, in the
 //! extension), [`json`] (values to and from JSON), [`rates`] (sampled message rates),
 //! [`error`] (RabbitMQ's error answers).
@@ -20,6 +21,7 @@ mod json;
 mod listener_checks;
 mod login;
 mod rates;
+mod topology;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -66,7 +68,12 @@ fn router<E: WireEnvelope>(api: Arc<Api<E>>) -> Router {
         .route("/api/vhosts", get(api::vhosts::<E>))
         .route("/api/queues", get(api::queues::<E>))
         .route("/api/queues/{vhost}", get(api::vhost_queues::<E>))
-        .route("/api/queues/{vhost}/{name}", get(api::queue::<E>))
+        .route(
+            "/api/queues/{vhost}/{name}",
+            get(api::queue::<E>)
+                .put(topology::declare_queue::<E>)
+                .delete(topology::delete_queue::<E>),
+        )
         .route(
             "/api/queues/{vhost}/{name}/contents",
             delete(api::purge::<E>),
@@ -74,13 +81,27 @@ fn router<E: WireEnvelope>(api: Arc<Api<E>>) -> Router {
         .route("/api/queues/{vhost}/{name}/get", post(api::get::<E>))
         .route("/api/exchanges", get(api::exchanges::<E>))
         .route("/api/exchanges/{vhost}", get(api::vhost_exchanges::<E>))
-        .route("/api/exchanges/{vhost}/{name}", get(api::exchange::<E>))
+        .route(
+            "/api/exchanges/{vhost}/{name}",
+            get(api::exchange::<E>)
+                .put(topology::declare_exchange::<E>)
+                .delete(topology::delete_exchange::<E>),
+        )
         .route(
             "/api/exchanges/{vhost}/{name}/publish",
             post(api::publish::<E>),
         )
         .route("/api/bindings", get(api::bindings::<E>))
         .route("/api/bindings/{vhost}", get(api::vhost_bindings::<E>))
+        .route(
+            "/api/bindings/{vhost}/e/{source}/{kind}/{destination}",
+            get(topology::list_between::<E>).post(topology::bind::<E>),
+        )
+        .route(
+            "/api/bindings/{vhost}/e/{source}/{kind}/{destination}/{props}",
+            delete(topology::unbind::<E>),
+        )
+        .route("/api/whoami", get(topology::whoami::<E>))
         .route("/api/consumers", get(api::consumers::<E>))
         .route("/api/connections", get(api::connections::<E>))
         .route("/api/health/checks/alarms", get(health::alarms::<E>))

@@ -1,0 +1,453 @@
+//! Declaring and deleting over HTTP, in RabbitMQ's paths and shapes: `PUT` and `DELETE`
+//! `/api/queues/{vhost}/{name}` and `/api/exchanges/{vhost}/{name}`, and bindings under
+//! `/api/bindings/{vhost}/e/{source}/{q|e}/{destination}` (`POST` to bind, `GET` to list,
+//! `DELETE .../{props}` to unbind). Each runs as its AMQP method would, on a connection of
+//! its own to the virtual host's broker, with the same permission checks; what the engine
+//! refuses answers as RabbitMQ's plugin does (400 for an inequivalent declaration, 403, 404).
+
+use axum::body::Bytes;
+use axum::extract::{ConnectInfo, Path, State};
+use axum::http::{StatusCode, Uri, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Map, Value};
+use stream_engine::{Broker, ExchangeKind, ExchangeOptions, FieldTable, QueueOptions};
+
+use super::Api;
+use super::api::{binding_json, body_object, exchange_name, properties_key, same_as_path};
+use super::error::ApiError;
+use super::health::Ctx;
+use super::json;
+use super::login::Login;
+use crate::auth::{Access, Resource};
+use crate::envelope::WireEnvelope;
+
+/// 201 when the declaration created it, 204 when it existed already (as RabbitMQ answers a
+/// `PUT`).
+fn declared(created: bool) -> StatusCode {
+    if created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::NO_CONTENT
+    }
+}
+
+/// A `PUT` body: an empty one is an empty object.
+fn put_body(body: &Bytes) -> Result<Map<String, Value>, ApiError> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        Ok(Map::new())
+    } else {
+        body_object(body)
+    }
+}
+
+fn flag(key: &str, value: &Value) -> Result<bool, ApiError> {
+    value
+        .as_bool()
+        .ok_or_else(|| ApiError::bad_request(format!("{key} must be true or false")))
+}
+
+fn arguments(value: &Value) -> Result<FieldTable, ApiError> {
+    value
+        .as_object()
+        .map(json::to_table)
+        .ok_or_else(|| ApiError::bad_request("arguments must be an object"))
+}
+
+impl<E: WireEnvelope> Api<E> {
+    /// A body's `node`: this node is the only one a queue or exchange can be placed on.
+    fn on_this_node(&self, value: &Value) -> Result<(), ApiError> {
+        if value.as_str() == Some(self.node().as_str()) {
+            Ok(())
+        } else {
+            Err(ApiError::bad_request(format!(
+                "node {value} is not this node ('{}'): a single node places everything on itself",
+                self.node()
+            )))
+        }
+    }
+}
+
+/// `PUT /api/queues/{vhost}/{name}`: `queue.declare` with the body's `durable`,
+/// `auto_delete` (both default false, as the method's) and `arguments`; needs configure on
+/// the queue.
+pub(crate) async fn declare_queue<E: WireEnvelope>(
+    (State(api), ConnectInfo(peer), headers): Ctx<E>,
+    Path((vhost, name)): Path<(String, String)>,
+    body: Bytes,
+) -> Result<StatusCode, ApiError> {
+    let login = api.login(&headers, peer)?;
+    let broker = api.broker(&login, &vhost)?;
+    let mut options = QueueOptions::default();
+    let mut args = FieldTable::new();
+    for (key, value) in &put_body(&body)? {
+        match key.as_str() {
+            "durable" => options.durable = flag(key, value)?,
+            "auto_delete" => options.auto_delete = flag(key, value)?,
+            "arguments" => args = arguments(value)?,
+            "node" => api.on_this_node(value)?,
+            "vhost" | "name" => same_as_path(key, value, &vhost, &name)?,
+            other => return Err(ApiError::bad_request(format!("unknown field '{other}'"))),
+        }
+    }
+    if name.is_empty() || name.len() > 255 {
+        return Err(ApiError::bad_request("a queue name is 1 to 255 bytes long"));
+    }
+    login.may(&vhost, Access::Configure, Resource::Queue, &name)?;
+    let created = broker.queue_counts(&name).is_none();
+    let conn = broker.connect();
+    conn.open_channel()?.queue_declare(&name, options, args)?;
+    tracing::info!(user = %login.user.name, %vhost, queue = %name, "queue declared over HTTP");
+    Ok(declared(created))
+}
+
+/// `DELETE /api/queues/{vhost}/{name}[?if-unused=true][&if-empty=true]`: `queue.delete`;
+/// needs configure on the queue. 404 for a missing queue.
+pub(crate) async fn delete_queue<E: WireEnvelope>(
+    (State(api), ConnectInfo(peer), headers): Ctx<E>,
+    Path((vhost, name)): Path<(String, String)>,
+    uri: Uri,
+) -> Result<StatusCode, ApiError> {
+    let login = api.login(&headers, peer)?;
+    let broker = api.broker(&login, &vhost)?;
+    let conditions = conditions(&uri, &["if-unused", "if-empty"])?;
+    login.may(&vhost, Access::Configure, Resource::Queue, &name)?;
+    if broker.queue_counts(&name).is_none() {
+        return Err(ApiError::not_found());
+    }
+    let conn = broker.connect();
+    let removed = conn.open_channel()?.queue_delete(
+        &name,
+        conditions.contains(&0),
+        conditions.contains(&1),
+    )?;
+    tracing::info!(user = %login.user.name, %vhost, queue = %name, removed, "queue deleted over HTTP");
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// The query's `true` conditions, by their index in `known` (`if-unused`, `if-empty`); an
+/// unknown parameter or a value other than `true`/`false` is a 400.
+fn conditions(uri: &Uri, known: &[&str]) -> Result<Vec<usize>, ApiError> {
+    let mut set = Vec::new();
+    for pair in uri
+        .query()
+        .unwrap_or("")
+        .split('&')
+        .filter(|p| !p.is_empty())
+    {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        let index = known
+            .iter()
+            .position(|k| *k == key)
+            .ok_or_else(|| ApiError::bad_request(format!("unknown parameter '{key}'")))?;
+        match value {
+            "true" => set.push(index),
+            "false" => {}
+            _ => {
+                return Err(ApiError::bad_request(format!(
+                    "{key} must be true or false"
+                )));
+            }
+        }
+    }
+    Ok(set)
+}
+
+/// `PUT /api/exchanges/{vhost}/{name}`: `exchange.declare` with the body's `type` (default
+/// `direct`, as the method's), `durable`, `auto_delete`, `internal` (default false) and
+/// `arguments`; needs configure on the exchange. The default exchange and `amq.` names are
+/// refused (403), as over AMQP.
+pub(crate) async fn declare_exchange<E: WireEnvelope>(
+    (State(api), ConnectInfo(peer), headers): Ctx<E>,
+    Path((vhost, name)): Path<(String, String)>,
+    body: Bytes,
+) -> Result<StatusCode, ApiError> {
+    let login = api.login(&headers, peer)?;
+    let broker = api.broker(&login, &vhost)?;
+    let mut kind = ExchangeKind::Direct;
+    let mut options = ExchangeOptions::default();
+    let mut args = FieldTable::new();
+    for (key, value) in &put_body(&body)? {
+        match key.as_str() {
+            "type" => {
+                kind = match value.as_str() {
+                    Some("direct") => ExchangeKind::Direct,
+                    Some("fanout") => ExchangeKind::Fanout,
+                    Some("topic") => ExchangeKind::Topic,
+                    Some("headers") => ExchangeKind::Headers,
+                    _ => {
+                        return Err(ApiError::bad_request(format!(
+                            "type {value} is not direct, fanout, topic or headers"
+                        )));
+                    }
+                }
+            }
+            "durable" => options.durable = flag(key, value)?,
+            "auto_delete" => options.auto_delete = flag(key, value)?,
+            "internal" => options.internal = flag(key, value)?,
+            "arguments" => args = arguments(value)?,
+            "vhost" | "name" => same_as_path(key, value, &vhost, &name)?,
+            other => return Err(ApiError::bad_request(format!("unknown field '{other}'"))),
+        }
+    }
+    if name.len() > 255 {
+        return Err(ApiError::bad_request(
+            "an exchange name is at most 255 bytes long",
+        ));
+    }
+    let exchange = exchange_name(&name);
+    if exchange.is_empty() {
+        return Err(ApiError::access_refused(
+            "the default exchange cannot be declared".into(),
+        ));
+    }
+    login.may(&vhost, Access::Configure, Resource::Exchange, exchange)?;
+    let created = !broker.exchange_exists(exchange);
+    let conn = broker.connect();
+    conn.open_channel()?
+        .exchange_declare(exchange, kind, options, args)?;
+    tracing::info!(user = %login.user.name, %vhost, %exchange, "exchange declared over HTTP");
+    Ok(declared(created))
+}
+
+/// `DELETE /api/exchanges/{vhost}/{name}[?if-unused=true]`: `exchange.delete`; needs
+/// configure on the exchange. 404 for a missing exchange; the default exchange and `amq.`
+/// names are refused (403).
+pub(crate) async fn delete_exchange<E: WireEnvelope>(
+    (State(api), ConnectInfo(peer), headers): Ctx<E>,
+    Path((vhost, name)): Path<(String, String)>,
+    uri: Uri,
+) -> Result<StatusCode, ApiError> {
+    let login = api.login(&headers, peer)?;
+    let broker = api.broker(&login, &vhost)?;
+    let conditions = conditions(&uri, &["if-unused"])?;
+    let exchange = exchange_name(&name);
+    if exchange.is_empty() || exchange.starts_with("amq.") {
+        return Err(ApiError::access_refused(format!(
+            "exchange '{name}' in vhost '{vhost}' cannot be deleted"
+        )));
+    }
+    login.may(&vhost, Access::Configure, Resource::Exchange, exchange)?;
+    if !broker.exchange_exists(exchange) {
+        return Err(ApiError::not_found());
+    }
+    let conn = broker.connect();
+    conn.open_channel()?
+        .exchange_delete(exchange, conditions.contains(&0))?;
+    tracing::info!(user = %login.user.name, %vhost, %exchange, "exchange deleted over HTTP");
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// A binding path's destination kind: `q` (a queue) or `e` (an exchange).
+fn to_exchange(kind: &str) -> Result<bool, ApiError> {
+    match kind {
+        "q" => Ok(false),
+        "e" => Ok(true),
+        _ => Err(ApiError::not_found()),
+    }
+}
+
+/// Checks what binding or unbinding needs, as over AMQP: write on the destination, read on
+/// the source; and that both exist (404).
+fn may_bind<E: WireEnvelope>(
+    login: &Login,
+    broker: &Broker<E>,
+    vhost: &str,
+    source: &str,
+    destination: &str,
+    destination_is_exchange: bool,
+) -> Result<(), ApiError> {
+    let (resource, exists) = if destination_is_exchange {
+        (Resource::Exchange, broker.exchange_exists(destination))
+    } else {
+        (Resource::Queue, broker.queue_counts(destination).is_some())
+    };
+    login.may(vhost, Access::Write, resource, destination)?;
+    login.may(vhost, Access::Read, Resource::Exchange, source)?;
+    if !exists || (!source.is_empty() && !broker.exchange_exists(source)) {
+        return Err(ApiError::not_found());
+    }
+    Ok(())
+}
+
+/// `POST /api/bindings/{vhost}/e/{source}/{q|e}/{destination}`: binds with the body's
+/// `routing_key` (default empty) and `arguments`; 201 with the new binding's path in
+/// `Location` (its last segment is the `properties_key`). Binding from or to the default
+/// exchange is refused (403), as over AMQP.
+pub(crate) async fn bind<E: WireEnvelope>(
+    (State(api), ConnectInfo(peer), headers): Ctx<E>,
+    Path((vhost, source, kind, destination)): Path<(String, String, String, String)>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let login = api.login(&headers, peer)?;
+    let broker = api.broker(&login, &vhost)?;
+    let to_exchange = to_exchange(&kind)?;
+    let mut routing_key = String::new();
+    let mut args = FieldTable::new();
+    for (key, value) in &put_body(&body)? {
+        match key.as_str() {
+            "routing_key" => {
+                routing_key = value
+                    .as_str()
+                    .ok_or_else(|| ApiError::bad_request("routing_key must be a string"))?
+                    .to_owned()
+            }
+            "arguments" => args = arguments(value)?,
+            "vhost" => same_as_path(key, value, &vhost, "")?,
+            other => return Err(ApiError::bad_request(format!("unknown field '{other}'"))),
+        }
+    }
+    let (src, dest) = (
+        exchange_name(&source),
+        binding_end(&destination, to_exchange),
+    );
+    if src.is_empty() || (to_exchange && dest.is_empty()) {
+        return Err(ApiError::access_refused(
+            "operation not permitted on the default exchange".into(),
+        ));
+    }
+    may_bind(&login, broker, &vhost, src, dest, to_exchange)?;
+    let props = properties_key(&routing_key, &args);
+    let conn = broker.connect();
+    let ch = conn.open_channel()?;
+    if to_exchange {
+        ch.exchange_bind(dest, src, &routing_key, args)?;
+    } else {
+        ch.queue_bind(dest, src, &routing_key, args)?;
+    }
+    tracing::info!(user = %login.user.name, %vhost, source = %src, destination = %dest, %routing_key, "bound over HTTP");
+    let location = format!(
+        "/api/bindings/{}/e/{}/{kind}/{}/{}",
+        segment(&vhost),
+        segment(&source),
+        segment(&destination),
+        segment(&props)
+    );
+    Ok((StatusCode::CREATED, [(header::LOCATION, location)]).into_response())
+}
+
+/// A binding path's destination, the default exchange under its path name `amq.default`.
+fn binding_end(name: &str, is_exchange: bool) -> &str {
+    if is_exchange {
+        exchange_name(name)
+    } else {
+        name
+    }
+}
+
+/// A path segment, percent-encoded (a `/` in a name, `%2F` for the vhost `/`).
+fn segment(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    for b in name.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// The bindings from `source` to `destination` (a queue, or with `to_exchange` an
+/// exchange).
+fn between<E: WireEnvelope>(
+    broker: &Broker<E>,
+    source: &str,
+    destination: &str,
+    to_exchange: bool,
+) -> Vec<stream_engine::BindingInfo> {
+    broker
+        .bindings()
+        .into_iter()
+        .filter(|b| {
+            b.source == source
+                && b.destination == destination
+                && b.destination_is_exchange == to_exchange
+        })
+        .collect()
+}
+
+/// `GET /api/bindings/{vhost}/e/{source}/{q|e}/{destination}`: the bindings between them.
+pub(crate) async fn list_between<E: WireEnvelope>(
+    (State(api), ConnectInfo(peer), headers): Ctx<E>,
+    Path((vhost, source, kind, destination)): Path<(String, String, String, String)>,
+) -> Result<axum::Json<Value>, ApiError> {
+    let login = api.login(&headers, peer)?;
+    let broker = api.broker(&login, &vhost)?;
+    let to_exchange = to_exchange(&kind)?;
+    let (src, dest) = (
+        exchange_name(&source),
+        binding_end(&destination, to_exchange),
+    );
+    let list = between(broker, src, dest, to_exchange)
+        .iter()
+        .map(|b| binding_json(&vhost, b))
+        .collect();
+    Ok(axum::Json(Value::Array(list)))
+}
+
+/// `DELETE /api/bindings/{vhost}/e/{source}/{q|e}/{destination}/{props}`: removes the
+/// binding whose `properties_key` is `props`; 404 if there is none.
+pub(crate) async fn unbind<E: WireEnvelope>(
+    (State(api), ConnectInfo(peer), headers): Ctx<E>,
+    Path((vhost, source, kind, destination, props)): Path<(String, String, String, String, String)>,
+) -> Result<StatusCode, ApiError> {
+    let login = api.login(&headers, peer)?;
+    let broker = api.broker(&login, &vhost)?;
+    let to_exchange = to_exchange(&kind)?;
+    let (src, dest) = (
+        exchange_name(&source),
+        binding_end(&destination, to_exchange),
+    );
+    if src.is_empty() || (to_exchange && dest.is_empty()) {
+        return Err(ApiError::access_refused(
+            "operation not permitted on the default exchange".into(),
+        ));
+    }
+    may_bind(&login, broker, &vhost, src, dest, to_exchange)?;
+    let binding = between(broker, src, dest, to_exchange)
+        .into_iter()
+        .find(|b| properties_key(&b.routing_key, &b.arguments) == props)
+        .ok_or_else(ApiError::not_found)?;
+    let conn = broker.connect();
+    let ch = conn.open_channel()?;
+    if to_exchange {
+        ch.exchange_unbind(dest, src, &binding.routing_key, &binding.arguments)?;
+    } else {
+        ch.queue_unbind(dest, src, &binding.routing_key, &binding.arguments)?;
+    }
+    tracing::info!(user = %login.user.name, %vhost, source = %src, destination = %dest, routing_key = %binding.routing_key, "unbound over HTTP");
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `GET /api/whoami`: the logged-in user's name and tags.
+pub(crate) async fn whoami<E: WireEnvelope>(
+    (State(api), ConnectInfo(peer), headers): Ctx<E>,
+) -> Result<axum::Json<Value>, ApiError> {
+    let login = api.login(&headers, peer)?;
+    Ok(axum::Json(serde_json::json!({
+        "name": login.user.name,
+        "tags": login.user.tags,
+    })))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn path_segments_are_percent_encoded() {
+        assert_eq!(segment("/"), "%2F");
+        assert_eq!(segment("order.new~x"), "order.new~x");
+        assert_eq!(segment("a b/c"), "a%20b%2Fc");
+    }
+
+    #[test]
+    fn delete_conditions_are_true_false_or_refused() {
+        let uri: Uri = "/x?if-unused=true&if-empty=false".parse().unwrap();
+        assert_eq!(conditions(&uri, &["if-unused", "if-empty"]), Ok(vec![0]));
+        let uri: Uri = "/x?if-unsed=true".parse().unwrap();
+        assert!(conditions(&uri, &["if-unused"]).is_err());
+        let uri: Uri = "/x?if-unused=yes".parse().unwrap();
+        assert!(conditions(&uri, &["if-unused"]).is_err());
+    }
+}
