@@ -355,8 +355,7 @@ pub(crate) async fn get<E: WireEnvelope>(
     for (k, v) in &req {
         match k.as_str() {
             "count" => {
-                count = v
-                    .as_u64()
+                count = json::as_u64(v)
                     .filter(|n| *n > 0)
                     .ok_or_else(|| ApiError::bad_request("count must be a positive integer"))?
             }
@@ -388,13 +387,15 @@ pub(crate) async fn get<E: WireEnvelope>(
             "truncate" => {
                 truncate = match v {
                     Value::Null => None,
-                    _ => Some(v.as_u64().ok_or_else(|| {
+                    _ => Some(json::as_u64(v).ok_or_else(|| {
                         ApiError::bad_request("truncate must be a non-negative integer")
                     })? as usize),
                 }
             }
-            // What RabbitMQ's own page sends along: the path's, or refused.
+            // What RabbitMQ's own page and `rabbitmqadmin` send along: the path's, or
+            // refused.
             "vhost" | "name" => same_as_path(k, v, &vhost, &name)?,
+            "queue" => same_as_path("name", v, &vhost, &name)?,
             other => return Err(ApiError::bad_request(format!("unknown field '{other}'"))),
         }
     }
@@ -538,6 +539,7 @@ pub(crate) async fn publish<E: WireEnvelope>(
                     json::to_properties(map).map_err(|e| ApiError::bad_request(e.to_string()))?;
             }
             "vhost" | "name" => same_as_path(k, v, &vhost, &name)?,
+            "exchange" => same_as_path("name", v, &vhost, &name)?,
             other => return Err(ApiError::bad_request(format!("unknown field '{other}'"))),
         }
     }

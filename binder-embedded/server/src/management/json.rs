@@ -226,3 +226,24 @@ mod tests {
         assert_eq!(payload(&[0xff], false), (json!("/w=="), "base64"));
     }
 }
+
+/// A body's boolean: `true` or `false`, or the strings `"true"` and `"false"` (which
+/// `rabbitmqadmin` sends, and RabbitMQ takes).
+pub(crate) fn as_bool(value: &Value) -> Option<bool> {
+    match value {
+        Value::Bool(b) => Some(*b),
+        Value::String(s) if s == "true" => Some(true),
+        Value::String(s) if s == "false" => Some(false),
+        _ => None,
+    }
+}
+
+/// A body's non-negative integer: a number, or a string of digits (`rabbitmqadmin` sends
+/// `"count": "1"`).
+pub(crate) fn as_u64(value: &Value) -> Option<u64> {
+    match value {
+        Value::Number(n) => n.as_u64(),
+        Value::String(s) => s.parse().ok(),
+        _ => None,
+    }
+}

@@ -41,8 +41,7 @@ fn put_body(body: &Bytes) -> Result<Map<String, Value>, ApiError> {
 }
 
 fn flag(key: &str, value: &Value) -> Result<bool, ApiError> {
-    value
-        .as_bool()
+    json::as_bool(value)
         .ok_or_else(|| ApiError::bad_request(format!("{key} must be true or false")))
 }
 
@@ -79,14 +78,33 @@ pub(crate) async fn declare_queue<E: WireEnvelope>(
     let broker = api.broker(&login, &vhost)?;
     let mut options = QueueOptions::default();
     let mut args = FieldTable::new();
+    let mut queue_type = None;
     for (key, value) in &put_body(&body)? {
         match key.as_str() {
             "durable" => options.durable = flag(key, value)?,
             "auto_delete" => options.auto_delete = flag(key, value)?,
             "arguments" => args = arguments(value)?,
             "node" => api.on_this_node(value)?,
+            // `rabbitmqadmin declare queue queue_type=...` sends it besides `x-queue-type`.
+            "queue_type" => queue_type = Some(value.clone()),
             "vhost" | "name" => same_as_path(key, value, &vhost, &name)?,
             other => return Err(ApiError::bad_request(format!("unknown field '{other}'"))),
+        }
+    }
+    if let Some(queue_type) = queue_type {
+        let Value::String(queue_type) = queue_type else {
+            return Err(ApiError::bad_request("queue_type must be a string"));
+        };
+        match args.get_str("x-queue-type") {
+            None => {
+                args.insert("x-queue-type", queue_type.as_str());
+            }
+            Some(t) if t == queue_type => {}
+            Some(t) => {
+                return Err(ApiError::bad_request(format!(
+                    "queue_type '{queue_type}' is not the arguments' x-queue-type '{t}'"
+                )));
+            }
         }
     }
     if name.is_empty() || name.len() > 255 {
@@ -292,7 +310,18 @@ pub(crate) async fn bind<E: WireEnvelope>(
                     .to_owned()
             }
             "arguments" => args = arguments(value)?,
+            // What `rabbitmqadmin` sends along: the path's, or refused.
             "vhost" => same_as_path(key, value, &vhost, "")?,
+            "source" => same_as_path("name", value, "", &source)?,
+            "destination" => same_as_path("name", value, "", &destination)?,
+            "destination_type" => {
+                let kind_name = if to_exchange { "exchange" } else { "queue" };
+                if value.as_str() != Some(kind_name) {
+                    return Err(ApiError::bad_request(format!(
+                        "destination_type {value} is not the path's '{kind_name}'"
+                    )));
+                }
+            }
             other => return Err(ApiError::bad_request(format!("unknown field '{other}'"))),
         }
     }
