@@ -179,6 +179,27 @@ pub(crate) fn payload(bytes: &[u8], always_base64: bool) -> (Value, &'static str
     }
 }
 
+/// A body's boolean: `true` or `false`, or the strings `"true"` and `"false"` (which
+/// `rabbitmqadmin` sends, and RabbitMQ takes).
+pub(crate) fn as_bool(value: &Value) -> Option<bool> {
+    match value {
+        Value::Bool(b) => Some(*b),
+        Value::String(s) if s == "true" => Some(true),
+        Value::String(s) if s == "false" => Some(false),
+        _ => None,
+    }
+}
+
+/// A body's non-negative integer: a number, or a string of digits (`rabbitmqadmin` sends
+/// `"count": "1"`).
+pub(crate) fn as_u64(value: &Value) -> Option<u64> {
+    match value {
+        Value::Number(n) => n.as_u64(),
+        Value::String(s) => s.parse().ok(),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -225,25 +246,14 @@ mod tests {
         assert_eq!(payload(b"hi", true), (json!("aGk="), "base64"));
         assert_eq!(payload(&[0xff], false), (json!("/w=="), "base64"));
     }
-}
 
-/// A body's boolean: `true` or `false`, or the strings `"true"` and `"false"` (which
-/// `rabbitmqadmin` sends, and RabbitMQ takes).
-pub(crate) fn as_bool(value: &Value) -> Option<bool> {
-    match value {
-        Value::Bool(b) => Some(*b),
-        Value::String(s) if s == "true" => Some(true),
-        Value::String(s) if s == "false" => Some(false),
-        _ => None,
-    }
-}
-
-/// A body's non-negative integer: a number, or a string of digits (`rabbitmqadmin` sends
-/// `"count": "1"`).
-pub(crate) fn as_u64(value: &Value) -> Option<u64> {
-    match value {
-        Value::Number(n) => n.as_u64(),
-        Value::String(s) => s.parse().ok(),
-        _ => None,
+    #[test]
+    fn booleans_and_counts_may_come_as_strings() {
+        assert_eq!(as_bool(&json!("true")), Some(true));
+        assert_eq!(as_bool(&json!(false)), Some(false));
+        assert_eq!(as_bool(&json!("yes")), None);
+        assert_eq!(as_u64(&json!("12")), Some(12));
+        assert_eq!(as_u64(&json!(3)), Some(3));
+        assert_eq!(as_u64(&json!("-1")), None);
     }
 }
