@@ -115,6 +115,19 @@ impl Permissions {
         })
     }
 
+    /// The regular expressions as configured (configure, write, read; empty for none), as
+    /// RabbitMQ's definitions write them.
+    pub fn sources(&self) -> [&str; 3] {
+        fn source(re: &Option<Regex>) -> &str {
+            re.as_ref().map_or("", Regex::as_str)
+        }
+        [
+            source(&self.configure),
+            source(&self.write),
+            source(&self.read),
+        ]
+    }
+
     /// Whether `access` to the resource called `name` is granted.
     pub fn allows(&self, access: Access, name: &str) -> bool {
         let re = match access {
@@ -167,6 +180,30 @@ impl User {
     /// The user's permissions on a virtual host, if any.
     pub fn permissions(&self, vhost: &str) -> Option<&Permissions> {
         self.permissions.get(vhost)
+    }
+
+    /// The user's permissions on every virtual host it has some on, by virtual host.
+    pub fn all_permissions(&self) -> impl Iterator<Item = (&str, &Permissions)> {
+        self.permissions.iter().map(|(v, p)| (v.as_str(), p))
+    }
+
+    /// The configured plain password (`password`), if the user has one rather than a
+    /// `password_hash`.
+    pub fn plain_password(&self) -> Option<&str> {
+        match &self.secret {
+            Secret::Plain(p) => Some(p),
+            Secret::Hash(_) => None,
+        }
+    }
+
+    /// The password as a `rabbit_password_hashing_sha256` hash, for RabbitMQ's definitions:
+    /// the configured `password_hash`, or a configured plain password hashed with a fresh
+    /// salt (each export gives another hash of the same password).
+    pub fn password_hash(&self) -> String {
+        match &self.secret {
+            Secret::Hash(h) => h.encode(),
+            Secret::Plain(p) => PasswordHash::new(fresh_salt(), p.as_bytes()).encode(),
+        }
     }
 
     /// Checks an access, with RabbitMQ's 403 text when refused.
@@ -236,7 +273,31 @@ pub enum AuthError {
     LoopbackOnly(String),
 }
 
+/// Four bytes no other salt is likely to have: from the standard library's per-process
+/// random hash keys, stirred with a counter (a salt needs to differ, not to be secret).
+fn fresh_salt() -> [u8; 4] {
+    use std::hash::{BuildHasher, Hasher};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
+    let bytes = h.finish().to_le_bytes();
+    [bytes[0], bytes[1], bytes[2], bytes[3]]
+}
+
 impl Users {
+    /// Every user, by name.
+    pub fn all(&self) -> Vec<&User> {
+        let mut users: Vec<&User> = self.by_name.values().map(|u| &**u).collect();
+        users.sort_by(|a, b| a.name.cmp(&b.name));
+        users
+    }
+
+    /// The user of this name, if any.
+    pub fn named(&self, name: &str) -> Option<&User> {
+        self.by_name.get(name).map(|u| &**u)
+    }
+
     /// Compiles the users of a configuration that [validated](ServerConfig::validate).
     pub fn from_config(config: &ServerConfig) -> Result<Self, crate::ConfigError> {
         config.validate()?;

@@ -1462,3 +1462,182 @@ async fn queues_exchanges_and_bindings_are_declared_and_deleted_over_http() {
     drop(conn);
     f.server.shutdown().await;
 }
+
+/// RabbitMQ's definitions: exported as RabbitMQ writes them (users with their hashes,
+/// virtual hosts, permissions, and every queue, exchange and binding but the default and
+/// `amq.` ones), for administrators only; imported into another server, where they declare
+/// the same topology; refused by name where they hold what this broker takes from its
+/// configuration file, or does not support.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn definitions_export_and_import_the_topology() {
+    let f = fixture().await;
+    let (_conn, _ch) = topology(&f).await;
+    assert_eq!(get(&f, "/api/definitions", MGMT).await.status, 401);
+    assert_eq!(get(&f, "/api/definitions", MON).await.status, 401);
+    let defs = ok(&f, "/api/definitions", GUEST).await;
+    assert_eq!(defs["rabbit_version"], "3.10.0");
+    let users: Vec<&str> = defs["users"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|u| u["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(users, ["app", "guest", "mgmt", "mon"]);
+    let guest = &defs["users"][1];
+    assert_eq!(guest["hashing_algorithm"], "rabbit_password_hashing_sha256");
+    assert_eq!(guest["tags"], json!(["administrator"]));
+    assert_eq!(guest["password_hash"].as_str().unwrap().len(), 48);
+    assert_eq!(defs["vhosts"], json!([{"name": "/"}, {"name": "other"}]));
+    assert!(
+        defs["permissions"].as_array().unwrap().contains(&json!({
+            "user": "mgmt", "vhost": "/", "configure": "", "write": "^orders$", "read": "^work$"
+        })),
+        "{}",
+        defs["permissions"]
+    );
+    let names = |section: &str| -> Vec<String> {
+        defs[section]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|q| {
+                format!(
+                    "{}:{}",
+                    q["vhost"].as_str().unwrap(),
+                    q["name"].as_str().unwrap()
+                )
+            })
+            .collect()
+    };
+    assert_eq!(names("queues"), ["/:work", "/:work.dlq", "other:elsewhere"]);
+    assert_eq!(names("exchanges"), ["/:orders"]);
+    assert_eq!(
+        defs["bindings"],
+        json!([{
+            "source": "orders", "vhost": "/", "destination": "work", "destination_type": "queue",
+            "routing_key": "order.#", "arguments": {}
+        }])
+    );
+    let work = &defs["queues"][0];
+    assert_eq!(work["durable"], true);
+    assert_eq!(work["arguments"]["x-dead-letter-routing-key"], "work.dlq");
+    for section in [
+        "topic_permissions",
+        "parameters",
+        "global_parameters",
+        "policies",
+    ] {
+        assert_eq!(defs[section], json!([]), "{section}");
+    }
+
+    // One virtual host: its topology, without `vhost` fields; as a download.
+    let r = get(&f, "/api/definitions/%2F?download=root.json", GUEST).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(
+        r.header("content-disposition"),
+        Some("attachment; filename=root.json")
+    );
+    let root = r.json();
+    assert!(root.get("users").is_none());
+    assert_eq!(
+        root["queues"][0],
+        json!({
+            "name": "work", "durable": true, "auto_delete": false,
+            "arguments": {"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "work.dlq"}
+        })
+    );
+    assert_eq!(get(&f, "/api/definitions/nowhere", GUEST).await.status, 400);
+
+    // Imported into another server: the same topology; users, virtual hosts and permissions
+    // as configured are taken (the plain passwords' hashes have fresh salts).
+    let g = fixture().await;
+    let r = http::request(g.api, "POST", "/api/definitions", GUEST, Some(&defs)).await;
+    assert_eq!(r.status, 204, "{}", String::from_utf8_lossy(&r.body));
+    let again = ok(&g, "/api/definitions", GUEST).await;
+    for section in ["vhosts", "permissions", "queues", "exchanges", "bindings"] {
+        assert_eq!(again[section], defs[section], "{section}");
+    }
+    assert_eq!(g.root.queue_counts("work"), Some((0, 0)));
+    // Imported again: nothing changes (declarations are idempotent).
+    let r = http::request(g.api, "POST", "/api/definitions", GUEST, Some(&defs)).await;
+    assert_eq!(r.status, 204);
+
+    // One virtual host's, into another virtual host.
+    let r = http::request(g.api, "POST", "/api/definitions/other", GUEST, Some(&root)).await;
+    assert_eq!(r.status, 204, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(g.other.queue_counts("work.dlq"), Some((0, 0)));
+    assert!(g.other.exchange_exists("orders"));
+
+    // Refused by name, before anything is declared.
+    let mut bob = defs.clone();
+    bob["users"][0]["name"] = json!("bob");
+    bob["queues"] = json!([{"name": "not.declared", "vhost": "/", "durable": true}]);
+    let mut foreign_hash = defs.clone();
+    foreign_hash["users"][1]["password_hash"] =
+        json!("kI3GCqG+cq65rBQ9tiUUCREygKhmilKrZEWKSz+H0FJ1fk4/");
+    let mut policy = root.clone();
+    policy["policies"] =
+        json!([{"name": "ttl", "pattern": ".*", "definition": {"message-ttl": 1}}]);
+    let mut unknown = root.clone();
+    unknown["explicit_vhosts"] = json!([]);
+    let mut inequivalent = root.clone();
+    inequivalent["queues"][0]["durable"] = json!(false);
+    for (path, body, said) in [
+        (
+            "/api/definitions",
+            &bob,
+            "users[0]: no user 'bob' is configured",
+        ),
+        (
+            "/api/definitions",
+            &foreign_hash,
+            "users[1]: 'guest''s password_hash is not the configured password",
+        ),
+        (
+            "/api/definitions/%2F",
+            &policy,
+            "policies are not supported",
+        ),
+        (
+            "/api/definitions/%2F",
+            &unknown,
+            "unknown section 'explicit_vhosts'",
+        ),
+        (
+            "/api/definitions/%2F",
+            &defs,
+            "users belong to the whole server's definitions",
+        ),
+        (
+            "/api/definitions/%2F",
+            &inequivalent,
+            "queue 'work' in virtual host '/': inequivalent arg 'durable'",
+        ),
+    ] {
+        let r = http::request(g.api, "POST", path, GUEST, Some(body)).await;
+        assert_eq!(r.status, 400, "{said}");
+        let reason = r.json()["reason"].as_str().unwrap().to_owned();
+        assert!(reason.contains(said), "{reason} does not say {said}");
+    }
+    assert_eq!(g.root.queue_counts("not.declared"), None);
+    assert_eq!(
+        http::request(g.api, "POST", "/api/definitions", MGMT, Some(&root))
+            .await
+            .status,
+        401
+    );
+    assert_eq!(
+        http::request(
+            g.api,
+            "POST",
+            "/api/definitions/nowhere",
+            GUEST,
+            Some(&root)
+        )
+        .await
+        .status,
+        404
+    );
+    g.server.shutdown().await;
+    f.server.shutdown().await;
+}

@@ -1,7 +1,7 @@
 //! The management API driven by `rabbitmqadmin`, the command-line tool RabbitMQ ships with
 //! its management plugin (nobody here wrote it): declaring an exchange, a queue and a
-//! binding, publishing, getting, listing, purging and deleting, and a refusal, against a
-//! server on port 0, with the broker's state checked after each step.
+//! binding, publishing, getting, listing, purging, exporting and importing definitions,
+//! deleting, and a refusal, against a server on port 0, with the broker's state checked.
 //!
 //! The tool is found on `PATH`, else in the RabbitMQ server's management plugin
 //! (`/usr/lib/rabbitmq/lib/rabbitmq_server-*/plugins/rabbitmq_management-*/priv/www/cli/`)
@@ -209,6 +209,31 @@ async fn rabbitmqadmin_declares_publishes_gets_and_deletes() {
                 "properties_key=adm.#",
             ],
             "binding deleted",
+        );
+        // `export` and `import` carry the definitions through a file.
+        let file = std::env::temp_dir().join(format!("rabbitmqadmin-{port}.json"));
+        let path = file.display().to_string();
+        succeeds(t, port, &["export", &path], "Exported definitions");
+        let exported: Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+        assert!(
+            exported["queues"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|q| q["name"] == "adm.q"),
+            "{exported}"
+        );
+        succeeds(t, port, &["delete", "queue", "name=adm.q"], "queue deleted");
+        succeeds(t, port, &["import", &path], "Uploaded definitions");
+        std::fs::remove_file(&file).unwrap();
+        let queues = listed(t, port, &["list", "queues"]);
+        assert!(
+            queues
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|q| q["name"] == "adm.q"),
+            "{queues}"
         );
         let (ok, out, err) = admin(
             t,

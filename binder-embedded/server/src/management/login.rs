@@ -86,6 +86,15 @@ impl Login {
         }
     }
 
+    /// Refuses a user without the `administrator` tag (RabbitMQ's 401 for the definitions).
+    pub(crate) fn administrator(&self) -> Result<(), ApiError> {
+        if self.user.has_tag("administrator") {
+            Ok(())
+        } else {
+            Err(ApiError::unauthorised("Not administrator user", false))
+        }
+    }
+
     /// Refuses a virtual host the user has no permissions on (401), whatever its tags: what
     /// runs as the user there, as an AMQP connection would (RabbitMQ's aliveness test).
     pub(crate) fn connects_to(&self, vhost: &str) -> Result<(), ApiError> {

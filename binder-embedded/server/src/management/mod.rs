@@ -6,7 +6,8 @@
 //!
 //! Modules, one concept each: [`login`] (authentication, tags, visibility), [`api`]
 //! (RabbitMQ's paths that read, purge, get and publish), [`topology`] (RabbitMQ's paths that
-//! declare, delete, bind and unbind), [`health`] (health checks of the node: alarms, virtual
+//! declare, delete, bind and unbind), [`definitions`] (RabbitMQ's definitions export and
+//! import), [`health`] (health checks of the node: alarms, virtual
 //! hosts, the message stores), [`listener_checks`] (health checks of the listeners and their
 //! certificates), [`aliveness`] (RabbitMQ's aliveness test), [`dlq`] (dead letters, in the
 //! extension), [`json`] (values to and from JSON), [`rates`] (sampled message rates),
@@ -14,6 +15,7 @@
 
 mod aliveness;
 mod api;
+mod definitions;
 mod dlq;
 mod error;
 mod health;
@@ -102,6 +104,14 @@ fn router<E: WireEnvelope>(api: Arc<Api<E>>) -> Router {
             delete(topology::unbind::<E>),
         )
         .route("/api/whoami", get(topology::whoami::<E>))
+        .route(
+            "/api/definitions",
+            get(definitions::export_all::<E>).post(definitions::import_all::<E>),
+        )
+        .route(
+            "/api/definitions/{vhost}",
+            get(definitions::export_vhost::<E>).post(definitions::import_vhost::<E>),
+        )
         .route("/api/consumers", get(api::consumers::<E>))
         .route("/api/connections", get(api::connections::<E>))
         .route("/api/health/checks/alarms", get(health::alarms::<E>))

@@ -1,0 +1,734 @@
+//! RabbitMQ's definitions, `GET` and `POST /api/definitions[/{vhost}]`: the topology (and,
+//! for the whole server, its users, virtual hosts and permissions) in the JSON that RabbitMQ
+//! exports and imports, so that a topology moves between stream-broker and a RabbitMQ cluster
+//! with `rabbitmqadmin export`/`import` or RabbitMQ's page.
+//!
+//! Export writes what RabbitMQ writes: every queue that no connection owns, every exchange
+//! but the default one and the `amq.` ones, and every binding between them; users with their
+//! `rabbit_password_hashing_sha256` hashes. Import declares queues, exchanges and bindings
+//! as their AMQP methods would, in the order RabbitMQ applies them, and stops at the first
+//! refusal, as RabbitMQ does (what was declared before it stays). Users, virtual hosts and
+//! permissions come from the server's configuration file: an import may list them only as
+//! configured, and policies and parameters are not supported; anything else is refused by
+//! name before anything is declared.
+
+use std::collections::BTreeSet;
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::{ConnectInfo, Path, State};
+use axum::http::{StatusCode, Uri, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Map, Value, json};
+use stream_engine::{Broker, ExchangeKind, ExchangeOptions, FieldTable, QueueOptions};
+
+use super::Api;
+use super::api::body_object;
+use super::error::ApiError;
+use super::health::Ctx;
+use super::json;
+use super::login::Login;
+use crate::auth::{PasswordHash, User};
+use crate::envelope::WireEnvelope;
+
+/// The hashing algorithm of every exported password hash.
+const HASHING: &str = "rabbit_password_hashing_sha256";
+
+/// The version written as `rabbit_version`: the RabbitMQ whose format is followed.
+const FORMAT_VERSION: &str = "3.10.0";
+
+// ---- export ---------------------------------------------------------------------------
+
+/// The queues, exchanges and bindings of one virtual host as RabbitMQ exports them, each
+/// entry with its `vhost` when `with_vhost`.
+fn topology<E: WireEnvelope>(
+    vhost: &str,
+    broker: &Broker<E>,
+    with_vhost: bool,
+) -> (Vec<Value>, Vec<Value>, Vec<Value>) {
+    let tag = |mut entry: Value| {
+        if with_vhost {
+            entry["vhost"] = json!(vhost);
+        }
+        entry
+    };
+    let queues: Vec<_> = broker
+        .queues()
+        .into_iter()
+        .filter(|q| !q.exclusive)
+        .collect();
+    let exported: BTreeSet<&str> = queues.iter().map(|q| q.name.as_str()).collect();
+    let exchanges = broker
+        .exchanges()
+        .into_iter()
+        .filter(|x| !x.name.is_empty() && !x.name.starts_with("amq."))
+        .map(|x| {
+            // The only exchange argument the engine keeps.
+            let mut arguments = json!({});
+            if let Some(ae) = &x.alternate_exchange {
+                arguments["alternate-exchange"] = json!(ae);
+            }
+            tag(json!({
+                "name": x.name,
+                "type": x.kind.as_str(),
+                "durable": x.durable,
+                "auto_delete": x.auto_delete,
+                "internal": x.internal,
+                "arguments": arguments,
+            }))
+        })
+        .collect();
+    let bindings = broker
+        .bindings()
+        .into_iter()
+        .filter(|b| {
+            !b.source.is_empty()
+                && if b.destination_is_exchange {
+                    !b.destination.is_empty()
+                } else {
+                    exported.contains(b.destination.as_str())
+                }
+        })
+        .map(|b| {
+            tag(json!({
+                "source": b.source,
+                "destination": b.destination,
+                "destination_type": if b.destination_is_exchange { "exchange" } else { "queue" },
+                "routing_key": b.routing_key,
+                "arguments": json::table(&b.arguments),
+            }))
+        })
+        .collect();
+    let queues = queues
+        .iter()
+        .map(|q| {
+            tag(json!({
+                "name": q.name,
+                "durable": q.durable,
+                "auto_delete": q.auto_delete,
+                "arguments": json::table(&q.arguments),
+            }))
+        })
+        .collect();
+    (queues, exchanges, bindings)
+}
+
+/// The answer to an export: the definitions, as a download named by `?download=` if asked.
+fn exported(definitions: Value, uri: &Uri) -> Result<Response, ApiError> {
+    let mut download = None;
+    for pair in uri
+        .query()
+        .unwrap_or("")
+        .split('&')
+        .filter(|p| !p.is_empty())
+    {
+        match pair.split_once('=') {
+            Some(("download", name)) => download = Some(name.to_owned()),
+            _ => return Err(ApiError::bad_request(format!("unknown parameter '{pair}'"))),
+        }
+    }
+    let mut response = Json(definitions).into_response();
+    if let Some(name) = download {
+        let value = format!("attachment; filename={name}");
+        let value = value
+            .parse()
+            .map_err(|_| ApiError::bad_request("download is not a usable file name"))?;
+        response
+            .headers_mut()
+            .insert(header::CONTENT_DISPOSITION, value);
+    }
+    Ok(response)
+}
+
+/// `GET /api/definitions`: users, virtual hosts, permissions, queues, exchanges and
+/// bindings of the whole server, for an administrator.
+pub(crate) async fn export_all<E: WireEnvelope>(
+    (State(api), ConnectInfo(peer), headers): Ctx<E>,
+    uri: Uri,
+) -> Result<Response, ApiError> {
+    api.login(&headers, peer)?.administrator()?;
+    let users = api.shared.users().all();
+    let mut vhosts: Vec<&String> = api.shared.brokers().keys().collect();
+    vhosts.sort();
+    let (mut queues, mut exchanges, mut bindings) = (Vec::new(), Vec::new(), Vec::new());
+    for vhost in &vhosts {
+        let (q, x, b) = topology(vhost, &api.shared.brokers()[*vhost], true);
+        queues.extend(q);
+        exchanges.extend(x);
+        bindings.extend(b);
+    }
+    let mut permissions = Vec::new();
+    for user in &users {
+        let mut on: Vec<_> = user.all_permissions().collect();
+        on.sort_by_key(|(vhost, _)| *vhost);
+        for (vhost, p) in on {
+            let [configure, write, read] = p.sources();
+            permissions.push(json!({
+                "user": user.name,
+                "vhost": vhost,
+                "configure": configure,
+                "write": write,
+                "read": read,
+            }));
+        }
+    }
+    let definitions = json!({
+        "rabbit_version": FORMAT_VERSION,
+        "rabbitmq_version": FORMAT_VERSION,
+        "product_name": "stream-broker",
+        "product_version": env!("CARGO_PKG_VERSION"),
+        "users": users.iter().map(|u| json!({
+            "name": u.name,
+            "password_hash": u.password_hash(),
+            "hashing_algorithm": HASHING,
+            "tags": u.tags,
+            "limits": {},
+        })).collect::<Vec<_>>(),
+        "vhosts": vhosts.iter().map(|v| json!({"name": v})).collect::<Vec<_>>(),
+        "permissions": permissions,
+        "topic_permissions": [],
+        "parameters": [],
+        "global_parameters": [],
+        "policies": [],
+        "queues": queues,
+        "exchanges": exchanges,
+        "bindings": bindings,
+    });
+    exported(definitions, &uri)
+}
+
+/// `GET /api/definitions/{vhost}`: the queues, exchanges and bindings of one virtual host
+/// (without `vhost` fields, as RabbitMQ writes them), for an administrator; 400
+/// `vhost_not_found` for a virtual host there is not.
+pub(crate) async fn export_vhost<E: WireEnvelope>(
+    (State(api), ConnectInfo(peer), headers): Ctx<E>,
+    Path(vhost): Path<String>,
+    uri: Uri,
+) -> Result<Response, ApiError> {
+    api.login(&headers, peer)?.administrator()?;
+    let broker = api
+        .shared
+        .brokers()
+        .get(&vhost)
+        .ok_or_else(|| ApiError::bad_request("vhost_not_found"))?;
+    let (queues, exchanges, bindings) = topology(&vhost, broker, false);
+    let definitions = json!({
+        "rabbit_version": FORMAT_VERSION,
+        "parameters": [],
+        "policies": [],
+        "queues": queues,
+        "exchanges": exchanges,
+        "bindings": bindings,
+    });
+    exported(definitions, &uri)
+}
+
+// ---- import ---------------------------------------------------------------------------
+
+/// A queue, exchange or binding to declare, read from a definitions file.
+#[derive(Debug)]
+enum Declaration {
+    Queue {
+        vhost: String,
+        name: String,
+        options: QueueOptions,
+        arguments: FieldTable,
+    },
+    Exchange {
+        vhost: String,
+        name: String,
+        kind: ExchangeKind,
+        options: ExchangeOptions,
+        arguments: FieldTable,
+    },
+    Binding {
+        vhost: String,
+        source: String,
+        destination: String,
+        to_exchange: bool,
+        routing_key: String,
+        arguments: FieldTable,
+    },
+}
+
+/// What is wrong with the entry `index` of `section`.
+fn refused(section: &str, index: usize, problem: impl std::fmt::Display) -> ApiError {
+    ApiError::bad_request(format!("{section}[{index}]: {problem}"))
+}
+
+/// A section's entries (absent: none).
+fn entries<'a>(defs: &'a Map<String, Value>, section: &str) -> Result<&'a [Value], ApiError> {
+    match defs.get(section) {
+        None => Ok(&[]),
+        Some(Value::Array(items)) => Ok(items),
+        Some(_) => Err(ApiError::bad_request(format!("{section} must be a list"))),
+    }
+}
+
+/// Reads one entry's fields: each key must be one of `known`.
+fn fields<'a>(
+    section: &str,
+    index: usize,
+    entry: &'a Value,
+    known: &[&str],
+) -> Result<&'a Map<String, Value>, ApiError> {
+    let map = entry
+        .as_object()
+        .ok_or_else(|| refused(section, index, "not an object"))?;
+    if let Some(other) = map.keys().find(|k| !known.contains(&k.as_str())) {
+        return Err(refused(section, index, format!("unknown field '{other}'")));
+    }
+    Ok(map)
+}
+
+fn text<'a>(
+    section: &str,
+    index: usize,
+    map: &'a Map<String, Value>,
+    key: &str,
+) -> Result<&'a str, ApiError> {
+    map.get(key)
+        .and_then(Value::as_str)
+        .ok_or_else(|| refused(section, index, format!("{key} must be a string")))
+}
+
+fn flag(
+    section: &str,
+    index: usize,
+    map: &Map<String, Value>,
+    key: &str,
+) -> Result<bool, ApiError> {
+    match map.get(key) {
+        None => Ok(false),
+        Some(v) => json::as_bool(v)
+            .ok_or_else(|| refused(section, index, format!("{key} must be true or false"))),
+    }
+}
+
+fn arguments(
+    section: &str,
+    index: usize,
+    map: &Map<String, Value>,
+) -> Result<FieldTable, ApiError> {
+    match map.get("arguments") {
+        None | Some(Value::Null) => Ok(FieldTable::new()),
+        Some(Value::Object(args)) => Ok(json::to_table(args)),
+        Some(_) => Err(refused(section, index, "arguments must be an object")),
+    }
+}
+
+/// The virtual host of an entry: its own `vhost` field, which must name `only` when the
+/// import is for one virtual host (where the field may be left out).
+fn entry_vhost(
+    section: &str,
+    index: usize,
+    map: &Map<String, Value>,
+    only: Option<&str>,
+) -> Result<String, ApiError> {
+    match (map.get("vhost"), only) {
+        (None, Some(only)) => Ok(only.to_owned()),
+        (None, None) => Err(refused(section, index, "vhost is missing")),
+        (Some(_), _) => {
+            let vhost = text(section, index, map, "vhost")?;
+            match only {
+                Some(only) if only != vhost => Err(refused(
+                    section,
+                    index,
+                    format!("vhost '{vhost}' is not the imported virtual host '{only}'"),
+                )),
+                _ => Ok(vhost.to_owned()),
+            }
+        }
+    }
+}
+
+/// The queues, exchanges and bindings of a definitions file, read and checked, in the
+/// order they are declared (queues, exchanges, bindings, as RabbitMQ applies them).
+fn declarations(
+    defs: &Map<String, Value>,
+    only: Option<&str>,
+) -> Result<Vec<Declaration>, ApiError> {
+    let mut out = Vec::new();
+    const QUEUE: &[&str] = &["name", "vhost", "durable", "auto_delete", "arguments"];
+    for (i, entry) in entries(defs, "queues")?.iter().enumerate() {
+        let map = fields("queues", i, entry, QUEUE)?;
+        out.push(Declaration::Queue {
+            vhost: entry_vhost("queues", i, map, only)?,
+            name: text("queues", i, map, "name")?.to_owned(),
+            options: QueueOptions {
+                durable: flag("queues", i, map, "durable")?,
+                auto_delete: flag("queues", i, map, "auto_delete")?,
+                ..QueueOptions::default()
+            },
+            arguments: arguments("queues", i, map)?,
+        });
+    }
+    const EXCHANGE: &[&str] = &[
+        "name",
+        "vhost",
+        "type",
+        "durable",
+        "auto_delete",
+        "internal",
+        "arguments",
+    ];
+    for (i, entry) in entries(defs, "exchanges")?.iter().enumerate() {
+        let map = fields("exchanges", i, entry, EXCHANGE)?;
+        let kind = match text("exchanges", i, map, "type")? {
+            "direct" => ExchangeKind::Direct,
+            "fanout" => ExchangeKind::Fanout,
+            "topic" => ExchangeKind::Topic,
+            "headers" => ExchangeKind::Headers,
+            other => {
+                return Err(refused(
+                    "exchanges",
+                    i,
+                    format!("type '{other}' is not direct, fanout, topic or headers"),
+                ));
+            }
+        };
+        out.push(Declaration::Exchange {
+            vhost: entry_vhost("exchanges", i, map, only)?,
+            name: text("exchanges", i, map, "name")?.to_owned(),
+            kind,
+            options: ExchangeOptions {
+                durable: flag("exchanges", i, map, "durable")?,
+                auto_delete: flag("exchanges", i, map, "auto_delete")?,
+                internal: flag("exchanges", i, map, "internal")?,
+                ..ExchangeOptions::default()
+            },
+            arguments: arguments("exchanges", i, map)?,
+        });
+    }
+    const BINDING: &[&str] = &[
+        "source",
+        "vhost",
+        "destination",
+        "destination_type",
+        "routing_key",
+        "arguments",
+    ];
+    for (i, entry) in entries(defs, "bindings")?.iter().enumerate() {
+        let map = fields("bindings", i, entry, BINDING)?;
+        let to_exchange = match text("bindings", i, map, "destination_type")? {
+            "queue" => false,
+            "exchange" => true,
+            other => {
+                return Err(refused(
+                    "bindings",
+                    i,
+                    format!("destination_type '{other}' is not queue or exchange"),
+                ));
+            }
+        };
+        out.push(Declaration::Binding {
+            vhost: entry_vhost("bindings", i, map, only)?,
+            source: text("bindings", i, map, "source")?.to_owned(),
+            destination: text("bindings", i, map, "destination")?.to_owned(),
+            to_exchange,
+            routing_key: match map.get("routing_key") {
+                None => String::new(),
+                Some(_) => text("bindings", i, map, "routing_key")?.to_owned(),
+            },
+            arguments: arguments("bindings", i, map)?,
+        });
+    }
+    Ok(out)
+}
+
+/// The tags of a user entry: a list, or RabbitMQ's older comma-separated string.
+fn tags_of(value: Option<&Value>) -> Option<BTreeSet<String>> {
+    match value {
+        None => Some(BTreeSet::new()),
+        Some(Value::String(s)) => Some(
+            s.split(',')
+                .map(str::trim)
+                .filter(|t| !t.is_empty())
+                .map(str::to_owned)
+                .collect(),
+        ),
+        Some(Value::Array(items)) => items
+            .iter()
+            .map(|t| t.as_str().map(str::to_owned))
+            .collect(),
+        Some(_) => None,
+    }
+}
+
+/// Whether an exported password hash is the configured user's password: the same hash, or
+/// a hash of its configured plain password.
+fn same_password(user: &User, hash: &str) -> bool {
+    user.password_hash() == hash
+        || PasswordHash::parse(hash).is_ok_and(|h| {
+            user.plain_password()
+                .is_some_and(|p| h.verify(p.as_bytes()))
+        })
+}
+
+/// Checks that users, virtual hosts and permissions listed are exactly as configured, and
+/// that no section this broker does not support holds anything.
+fn as_configured<E: WireEnvelope>(
+    api: &Api<E>,
+    defs: &Map<String, Value>,
+    whole_server: bool,
+) -> Result<(), ApiError> {
+    const KNOWN: &[&str] = &[
+        "rabbit_version",
+        "rabbitmq_version",
+        "product_name",
+        "product_version",
+        "users",
+        "vhosts",
+        "permissions",
+        "topic_permissions",
+        "parameters",
+        "global_parameters",
+        "policies",
+        "queues",
+        "exchanges",
+        "bindings",
+    ];
+    if let Some(other) = defs.keys().find(|k| !KNOWN.contains(&k.as_str())) {
+        return Err(ApiError::bad_request(format!("unknown section '{other}'")));
+    }
+    for section in [
+        "topic_permissions",
+        "parameters",
+        "global_parameters",
+        "policies",
+    ] {
+        if let Some(first) = entries(defs, section)?.first() {
+            return Err(ApiError::bad_request(format!(
+                "{section} are not supported by stream-broker (first: {first}); remove them \
+                 from the file"
+            )));
+        }
+    }
+    if !whole_server {
+        if let Some(section) = ["users", "vhosts", "permissions"]
+            .into_iter()
+            .find(|s| defs.contains_key(*s))
+        {
+            return Err(ApiError::bad_request(format!(
+                "{section} belong to the whole server's definitions (POST /api/definitions)"
+            )));
+        }
+        return Ok(());
+    }
+    const FROM_CONFIG: &str = "stream-broker's users, virtual hosts and permissions come \
+                               from its configuration file; list them as configured, or \
+                               leave them out";
+    let users = api.shared.users();
+    for (i, entry) in entries(defs, "users")?.iter().enumerate() {
+        let map = fields(
+            "users",
+            i,
+            entry,
+            &[
+                "name",
+                "password_hash",
+                "hashing_algorithm",
+                "tags",
+                "limits",
+            ],
+        )?;
+        let name = text("users", i, map, "name")?;
+        let user = users.named(name).ok_or_else(|| {
+            refused(
+                "users",
+                i,
+                format!("no user '{name}' is configured: {FROM_CONFIG}"),
+            )
+        })?;
+        if map
+            .get("hashing_algorithm")
+            .is_some_and(|a| a.as_str() != Some(HASHING))
+        {
+            return Err(refused(
+                "users",
+                i,
+                format!("hashing_algorithm must be {HASHING}"),
+            ));
+        }
+        let hash = text("users", i, map, "password_hash")?;
+        if !same_password(user, hash) {
+            return Err(refused(
+                "users",
+                i,
+                format!("'{name}''s password_hash is not the configured password: {FROM_CONFIG}"),
+            ));
+        }
+        let configured: BTreeSet<String> = user.tags.iter().cloned().collect();
+        if tags_of(map.get("tags")).as_ref() != Some(&configured) {
+            return Err(refused(
+                "users",
+                i,
+                format!("'{name}''s tags are not the configured ones: {FROM_CONFIG}"),
+            ));
+        }
+        if map
+            .get("limits")
+            .is_some_and(|l| l.as_object().is_none_or(|l| !l.is_empty()))
+        {
+            return Err(refused("users", i, "user limits are not supported"));
+        }
+    }
+    for (i, entry) in entries(defs, "vhosts")?.iter().enumerate() {
+        let map = fields("vhosts", i, entry, &["name", "limits", "metadata"])?;
+        let name = text("vhosts", i, map, "name")?;
+        if !api.shared.brokers().contains_key(name) {
+            return Err(refused(
+                "vhosts",
+                i,
+                format!("no virtual host '{name}' is configured: {FROM_CONFIG}"),
+            ));
+        }
+        let empty = |v: &Value| match v {
+            Value::Array(a) => a.is_empty(),
+            Value::Object(o) => o.values().all(|v| match v {
+                Value::String(s) => s.is_empty(),
+                Value::Array(a) => a.is_empty(),
+                _ => false,
+            }),
+            _ => false,
+        };
+        if let Some(key) = ["limits", "metadata"]
+            .into_iter()
+            .find(|k| map.get(*k).is_some_and(|v| !empty(v)))
+        {
+            return Err(refused(
+                "vhosts",
+                i,
+                format!("virtual host {key} are not supported"),
+            ));
+        }
+    }
+    for (i, entry) in entries(defs, "permissions")?.iter().enumerate() {
+        let map = fields(
+            "permissions",
+            i,
+            entry,
+            &["user", "vhost", "configure", "write", "read"],
+        )?;
+        let (name, vhost) = (
+            text("permissions", i, map, "user")?,
+            text("permissions", i, map, "vhost")?,
+        );
+        let listed = [
+            text("permissions", i, map, "configure")?,
+            text("permissions", i, map, "write")?,
+            text("permissions", i, map, "read")?,
+        ];
+        let configured = users
+            .named(name)
+            .and_then(|u| u.permissions(vhost))
+            .map(|p| p.sources());
+        if configured != Some(listed) {
+            return Err(refused(
+                "permissions",
+                i,
+                format!("'{name}' on '{vhost}' is not as configured: {FROM_CONFIG}"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Declares one definition as the administrator `login`, on a connection of its own to its
+/// virtual host's broker.
+fn declare<E: WireEnvelope>(api: &Api<E>, login: &Login, d: Declaration) -> Result<(), ApiError> {
+    let vhost = match &d {
+        Declaration::Queue { vhost, .. }
+        | Declaration::Exchange { vhost, .. }
+        | Declaration::Binding { vhost, .. } => vhost.clone(),
+    };
+    let broker = api
+        .shared
+        .brokers()
+        .get(&vhost)
+        .ok_or_else(|| ApiError::bad_request(format!("no virtual host '{vhost}'")))?;
+    let conn = broker.connect();
+    let ch = conn.open_channel()?;
+    let what = match d {
+        Declaration::Queue {
+            name,
+            options,
+            arguments,
+            ..
+        } => ch
+            .queue_declare(&name, options, arguments)
+            .map(drop)
+            .map_err(|e| (format!("queue '{name}'"), e)),
+        Declaration::Exchange {
+            name,
+            kind,
+            options,
+            arguments,
+            ..
+        } => ch
+            .exchange_declare(&name, kind, options, arguments)
+            .map_err(|e| (format!("exchange '{name}'"), e)),
+        Declaration::Binding {
+            source,
+            destination,
+            to_exchange,
+            routing_key,
+            arguments,
+            ..
+        } => if to_exchange {
+            ch.exchange_bind(&destination, &source, &routing_key, arguments)
+        } else {
+            ch.queue_bind(&destination, &source, &routing_key, arguments)
+        }
+        .map_err(|e| (format!("binding of '{destination}' to '{source}'"), e)),
+    };
+    what.map_err(|(what, e)| {
+        ApiError::bad_request(format!("{what} in virtual host '{vhost}': {}", e.text))
+    })?;
+    tracing::debug!(user = %login.user.name, %vhost, "definition imported over HTTP");
+    Ok(())
+}
+
+/// Imports a definitions body (for one virtual host with `only`).
+fn import<E: WireEnvelope>(
+    api: &Api<E>,
+    login: &Login,
+    body: &Bytes,
+    only: Option<&str>,
+) -> Result<StatusCode, ApiError> {
+    let defs = body_object(body)?;
+    as_configured(api, &defs, only.is_none())?;
+    let declarations = declarations(&defs, only)?;
+    let count = declarations.len();
+    for d in declarations {
+        declare(api, login, d)?;
+    }
+    tracing::info!(user = %login.user.name, vhost = only.unwrap_or("(all)"), count, "definitions imported over HTTP");
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `POST /api/definitions`: imports the whole server's definitions (204), for an
+/// administrator.
+pub(crate) async fn import_all<E: WireEnvelope>(
+    (State(api), ConnectInfo(peer), headers): Ctx<E>,
+    body: Bytes,
+) -> Result<StatusCode, ApiError> {
+    let login = api.login(&headers, peer)?;
+    login.administrator()?;
+    import(&api, &login, &body, None)
+}
+
+/// `POST /api/definitions/{vhost}`: imports one virtual host's queues, exchanges and
+/// bindings (204), for an administrator; 404 for a virtual host there is not.
+pub(crate) async fn import_vhost<E: WireEnvelope>(
+    (State(api), ConnectInfo(peer), headers): Ctx<E>,
+    Path(vhost): Path<String>,
+    body: Bytes,
+) -> Result<StatusCode, ApiError> {
+    let login = api.login(&headers, peer)?;
+    login.administrator()?;
+    if !api.shared.brokers().contains_key(&vhost) {
+        return Err(ApiError::not_found());
+    }
+    import(&api, &login, &body, Some(&vhost))
+}
