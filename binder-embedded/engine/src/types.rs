@@ -31,6 +31,24 @@ impl ExchangeKind {
             ExchangeKind::Headers => "headers",
         }
     }
+
+    /// The type of an AMQP name (`direct`, `fanout`, `topic`, `headers`), if it is one.
+    ///
+    /// ```
+    /// use stream_engine::ExchangeKind;
+    /// assert_eq!(ExchangeKind::from_name("topic"), Some(ExchangeKind::Topic));
+    /// assert_eq!(ExchangeKind::from_name("x-delayed-message"), None);
+    /// ```
+    pub fn from_name(name: &str) -> Option<ExchangeKind> {
+        [
+            ExchangeKind::Direct,
+            ExchangeKind::Fanout,
+            ExchangeKind::Topic,
+            ExchangeKind::Headers,
+        ]
+        .into_iter()
+        .find(|k| k.as_str() == name)
+    }
 }
 
 impl fmt::Display for ExchangeKind {

@@ -234,6 +234,29 @@ impl User {
         ))
     }
 
+    /// RabbitMQ's checks of what a declaration's arguments send messages to: a queue with
+    /// `x-dead-letter-exchange` needs read on the queue and write on that exchange, an
+    /// exchange with `alternate-exchange` read on the exchange and write on the alternate
+    /// (else a user could route messages into an exchange it may not publish to). An
+    /// argument that is not a string is left to the declaration's own checks.
+    pub fn check_declared_targets(
+        &self,
+        vhost: &str,
+        resource: Resource,
+        name: &str,
+        arguments: &stream_engine::FieldTable,
+    ) -> Result<(), String> {
+        let key = match resource {
+            Resource::Queue => "x-dead-letter-exchange",
+            Resource::Exchange => "alternate-exchange",
+        };
+        let Some(target) = arguments.get_str(key) else {
+            return Ok(());
+        };
+        self.check(vhost, Access::Read, resource, name)?;
+        self.check(vhost, Access::Write, Resource::Exchange, target)
+    }
+
     /// RabbitMQ's `loopback_users` rule: such a user may connect only from a loopback
     /// address.
     pub fn may_connect_from(&self, peer: IpAddr) -> bool {

@@ -147,6 +147,20 @@ impl<E: WireEnvelope> Conn<E> {
             .map_err(|text| Fault::Channel(id, Close::new(reply::ACCESS_REFUSED, text)))
     }
 
+    /// [`User::check_declared_targets`](crate::auth::User::check_declared_targets) of a
+    /// declaration, refused as [`Self::check`] refuses.
+    fn check_targets(
+        &self,
+        id: u16,
+        resource: Resource,
+        name: &str,
+        arguments: &stream_engine::FieldTable,
+    ) -> Result<(), Fault> {
+        self.user
+            .check_declared_targets(&self.vhost, resource, name, arguments)
+            .map_err(|text| Fault::Channel(id, Close::new(reply::ACCESS_REFUSED, text)))
+    }
+
     /// An empty queue name means the channel's last declared queue, as in RabbitMQ.
     fn queue_name(&mut self, id: u16, name: &str) -> Result<String, Fault> {
         if !name.is_empty() {
@@ -249,14 +263,12 @@ impl<E: WireEnvelope> Conn<E> {
         let (nowait, ok) = match m {
             exchange::AMQPMethod::Declare(d) => {
                 let name = d.exchange.as_str();
-                let kind = match d.kind.as_str() {
-                    "direct" => ExchangeKind::Direct,
-                    "fanout" => ExchangeKind::Fanout,
-                    "topic" => ExchangeKind::Topic,
-                    "headers" => ExchangeKind::Headers,
+                let kind = match ExchangeKind::from_name(d.kind.as_str()) {
+                    Some(kind) => kind,
                     // A passive declare does not look at the type.
-                    _ if d.passive => ExchangeKind::Direct,
-                    other => {
+                    None if d.passive => ExchangeKind::Direct,
+                    None => {
+                        let other = d.kind.as_str();
                         return Err(Fault::Connection(
                             Close::new(
                                 reply::COMMAND_INVALID,
@@ -266,8 +278,10 @@ impl<E: WireEnvelope> Conn<E> {
                         ));
                     }
                 };
+                let arguments = table_from_wire(&d.arguments);
                 if !d.passive {
                     self.check(id, Access::Configure, Resource::Exchange, name)?;
+                    self.check_targets(id, Resource::Exchange, name, &arguments)?;
                 }
                 let options = ExchangeOptions {
                     passive: d.passive,
@@ -277,7 +291,7 @@ impl<E: WireEnvelope> Conn<E> {
                 };
                 self.state(id)?
                     .engine
-                    .exchange_declare(name, kind, options, table_from_wire(&d.arguments))
+                    .exchange_declare(name, kind, options, arguments)
                     .map_err(engine_err)?;
                 (
                     d.nowait,
@@ -348,8 +362,10 @@ impl<E: WireEnvelope> Conn<E> {
             queue::AMQPMethod::Declare(d) => {
                 let name = d.queue.as_str();
                 let server_named = name.is_empty();
+                let arguments = table_from_wire(&d.arguments);
                 if !d.passive && !server_named {
                     self.check(id, Access::Configure, Resource::Queue, name)?;
+                    self.check_targets(id, Resource::Queue, name, &arguments)?;
                 }
                 let options = QueueOptions {
                     passive: d.passive,
@@ -357,15 +373,19 @@ impl<E: WireEnvelope> Conn<E> {
                     exclusive: d.exclusive,
                     auto_delete: d.auto_delete,
                 };
+                let checked_after = server_named.then(|| arguments.clone());
                 let state = self.state(id)?;
                 let declared = state
                     .engine
-                    .queue_declare(name, options, table_from_wire(&d.arguments))
+                    .queue_declare(name, options, arguments)
                     .map_err(engine_err)?;
-                if server_named && !d.passive {
+                if let Some(arguments) = checked_after.filter(|_| !d.passive) {
                     // RabbitMQ checks the name it generated; the engine generates it here.
-                    if let Err(fault) =
-                        self.check(id, Access::Configure, Resource::Queue, &declared.name)
+                    if let Err(fault) = self
+                        .check(id, Access::Configure, Resource::Queue, &declared.name)
+                        .and_then(|()| {
+                            self.check_targets(id, Resource::Queue, &declared.name, &arguments)
+                        })
                     {
                         let _ = self
                             .state(id)?

@@ -488,6 +488,48 @@ async fn permissions_refuse_with_403() {
         .await
         .unwrap_err();
     assert_eq!(protocol_code(&e), Some(403), "{e:?}");
+    // A queue's dead letters and an exchange's unroutable messages go where the declaring
+    // user may write, as in RabbitMQ: `amq.direct` is not the user's.
+    for (what, declared) in [
+        ("dead-letter exchange", {
+            let ch = conn.create_channel().await.unwrap();
+            let mut args = FieldTable::default();
+            args.insert(
+                "x-dead-letter-exchange".into(),
+                AMQPValue::LongString("amq.direct".into()),
+            );
+            ch.queue_declare("app.dl".into(), QueueDeclareOptions::default(), args)
+                .await
+                .map(drop)
+        }),
+        ("alternate exchange", {
+            let ch = conn.create_channel().await.unwrap();
+            let mut args = FieldTable::default();
+            args.insert(
+                "alternate-exchange".into(),
+                AMQPValue::LongString("amq.direct".into()),
+            );
+            ch.exchange_declare(
+                "app.ae".into(),
+                lapin::ExchangeKind::Direct,
+                ExchangeDeclareOptions::default(),
+                args,
+            )
+            .await
+        }),
+    ] {
+        let e = declared.expect_err(what);
+        assert_eq!(protocol_code(&e), Some(403), "{what}: {e:?}");
+    }
+    let ch = conn.create_channel().await.unwrap();
+    let mut args = FieldTable::default();
+    args.insert(
+        "x-dead-letter-exchange".into(),
+        AMQPValue::LongString("app.dlx".into()),
+    );
+    ch.queue_declare("app.dl".into(), QueueDeclareOptions::default(), args)
+        .await
+        .expect("a dead-letter exchange the user may write to");
     let ch = conn.create_channel().await.unwrap();
     // The default exchange is `amq.default`, which `^app\.` does not grant writing to.
     ch.confirm_select(ConfirmSelectOptions::default())

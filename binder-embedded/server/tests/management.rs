@@ -319,7 +319,8 @@ async fn every_path_answers_in_rabbitmqs_shapes() {
     assert_eq!(b["destination"], "work");
     assert_eq!(b["destination_type"], "queue");
     assert_eq!(b["routing_key"], "order.#");
-    assert_eq!(b["properties_key"], "order.#");
+    // RabbitMQ quotes the routing key in it, as a form value.
+    assert_eq!(b["properties_key"], "order.%23");
     assert!(
         bs.as_array()
             .unwrap()
@@ -1184,7 +1185,23 @@ async fn request(f: &Fixture, method: &str, path: &str, body: Option<Value>) -> 
 /// binding); what HTTP declares routes messages over AMQP.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn queues_exchanges_and_bindings_are_declared_and_deleted_over_http() {
-    let f = fixture().await;
+    let mut config = config();
+    let only = |configure: &str, write: &str, read: &str| PermissionConfig {
+        configure: configure.into(),
+        write: write.into(),
+        read: read.into(),
+    };
+    for (name, permissions) in [
+        // May bind to `http.q` but not read from (bind from) `http.x`.
+        ("binder", only("", "^http\\.q$", "")),
+        // May declare and use `dl.*` only.
+        ("dl", only("^dl\\.", "^dl\\.", "^dl\\.")),
+    ] {
+        config
+            .users
+            .push(user(name, &["management"], &[("/", permissions)]));
+    }
+    let f = fixture_with(config).await;
     let me = ok(&f, "/api/whoami", GUEST).await;
     assert_eq!(me, json!({"name": "guest", "tags": ["administrator"]}));
 
@@ -1305,7 +1322,7 @@ async fn queues_exchanges_and_bindings_are_declared_and_deleted_over_http() {
     assert_eq!(r.status, 201);
     assert_eq!(
         r.header("location"),
-        Some("/api/bindings/%2F/e/http.x/q/http.q/order.%23")
+        Some("/api/bindings/%2F/e/http.x/q/http.q/order.%2523")
     );
     let r = request(
         &f,
@@ -1320,7 +1337,7 @@ async fn queues_exchanges_and_bindings_are_declared_and_deleted_over_http() {
         .as_str()
         .unwrap()
         .to_owned();
-    assert!(props.starts_with("~~"), "{props}");
+    assert!(props.starts_with('~') && props.len() > 1, "{props}");
     assert_eq!(
         r.header("location").map(str::to_owned),
         Some(format!("/api/bindings/%2F/e/http.x/e/http.fan/{props}"))
@@ -1369,6 +1386,122 @@ async fn queues_exchanges_and_bindings_are_declared_and_deleted_over_http() {
         stream_engine::PublishStatus::Routed(1)
     ));
     assert_eq!(depth(&f, "http.q").await, 1);
+
+    // Another connection's exclusive queue: 405, as RabbitMQ answers.
+    let exclusive = QueueOptions {
+        exclusive: true,
+        ..QueueOptions::default()
+    };
+    ch.queue_declare("http.owned", exclusive, FieldTable::new())
+        .unwrap();
+    for method in ["PUT", "DELETE"] {
+        let r = request(&f, method, "/api/queues/%2F/http.owned", None).await;
+        assert_eq!(
+            r.status,
+            405,
+            "{method}: {}",
+            String::from_utf8_lossy(&r.body)
+        );
+    }
+    // Bindings with routing keys `` and `~` have keys of their own: each deletes its own.
+    for key in ["", "~"] {
+        let body = json!({"routing_key": key});
+        let r = request(
+            &f,
+            "POST",
+            "/api/bindings/%2F/e/http.x/q/http.q",
+            Some(body),
+        )
+        .await;
+        assert_eq!(r.status, 201);
+    }
+    let listed = ok(&f, "/api/bindings/%2F/e/http.x/q/http.q", GUEST).await;
+    let keys: Vec<(String, String)> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| {
+            let key = b["properties_key"].as_str().unwrap().to_owned();
+            (b["routing_key"].as_str().unwrap().to_owned(), key)
+        })
+        .collect();
+    assert_eq!(keys.len(), 3, "{listed}");
+    for (routing_key, key) in keys.iter().filter(|(k, _)| k.is_empty() || k == "~") {
+        let path = format!(
+            "/api/bindings/%2F/e/http.x/q/http.q/{}",
+            key.replace('%', "%25")
+        );
+        assert_eq!(
+            request(&f, "DELETE", &path, None).await.status,
+            204,
+            "{routing_key:?}"
+        );
+        let left = ok(&f, "/api/bindings/%2F/e/http.x/q/http.q", GUEST).await;
+        assert!(
+            !left
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|b| b["routing_key"] == routing_key.as_str()),
+            "{routing_key:?} still bound: {left}"
+        );
+    }
+    assert_eq!(
+        ok(&f, "/api/bindings/%2F/e/http.x/q/http.q", GUEST)
+            .await
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+    assert_eq!(
+        get(&f, "/api/bindings/%2F/e/nope/q/http.q", GUEST)
+            .await
+            .status,
+        404
+    );
+
+    // Read on the source is needed too; and a dead-letter exchange or an alternate exchange
+    // the user may not write to is refused, as over AMQP.
+    let r = http::request(
+        f.api,
+        "POST",
+        "/api/bindings/%2F/e/http.x/q/http.q",
+        Some(("binder", "pw")),
+        Some(&json!({})),
+    )
+    .await;
+    assert_eq!(r.status, 403);
+    assert!(
+        r.json()["reason"]
+            .as_str()
+            .unwrap()
+            .contains("exchange 'http.x'")
+    );
+    let dl = Some(("dl", "pw"));
+    for (path, body) in [
+        (
+            "/api/queues/%2F/dl.q",
+            json!({"arguments": {"x-dead-letter-exchange": "http.x"}}),
+        ),
+        (
+            "/api/exchanges/%2F/dl.x",
+            json!({"type": "direct", "arguments": {"alternate-exchange": "http.x"}}),
+        ),
+    ] {
+        let r = http::request(f.api, "PUT", path, dl, Some(&body)).await;
+        assert_eq!(r.status, 403, "{path}");
+        assert!(
+            r.json()["reason"]
+                .as_str()
+                .unwrap()
+                .contains("exchange 'http.x'"),
+            "{path}"
+        );
+    }
+    let body = json!({"arguments": {"x-dead-letter-exchange": "dl.x"}});
+    let r = http::request(f.api, "PUT", "/api/queues/%2F/dl.q", dl, Some(&body)).await;
+    assert_eq!(r.status, 201);
 
     // `mgmt` may not configure (declare, delete) nor write to `http.q` (bind): 403.
     for (method, path) in [
@@ -1471,7 +1604,14 @@ async fn queues_exchanges_and_bindings_are_declared_and_deleted_over_http() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn definitions_export_and_import_the_topology() {
     let f = fixture().await;
-    let (_conn, _ch) = topology(&f).await;
+    let (_conn, ch) = topology(&f).await;
+    // A queue a connection owns is not exported, as in RabbitMQ.
+    let exclusive = QueueOptions {
+        exclusive: true,
+        ..QueueOptions::default()
+    };
+    ch.queue_declare("owned", exclusive, FieldTable::new())
+        .unwrap();
     assert_eq!(get(&f, "/api/definitions", MGMT).await.status, 401);
     assert_eq!(get(&f, "/api/definitions", MON).await.status, 401);
     let defs = ok(&f, "/api/definitions", GUEST).await;
@@ -1591,7 +1731,7 @@ async fn definitions_export_and_import_the_topology() {
         (
             "/api/definitions",
             &foreign_hash,
-            "users[1]: 'guest''s password_hash is not the configured password",
+            "users[1]: 'guest''s password_hash is neither the configured hash nor a hash of the configured password",
         ),
         (
             "/api/definitions/%2F",
@@ -1620,6 +1760,49 @@ async fn definitions_export_and_import_the_topology() {
         assert!(reason.contains(said), "{reason} does not say {said}");
     }
     assert_eq!(g.root.queue_counts("not.declared"), None);
+    // Checked before anything is declared: a virtual host that is not configured, a name
+    // AMQP cannot carry or that is reserved.
+    for (entry, said) in [
+        (
+            json!({"queues": [{"name": "early", "vhost": "/", "durable": true}, {"name": "q", "vhost": "typo"}]}),
+            "queues[1]: no virtual host 'typo' is configured",
+        ),
+        (
+            json!({"queues": [{"name": "early", "vhost": "/"}, {"name": "", "vhost": "/"}]}),
+            "queues[1]: a queue name is 1 to 255 bytes long",
+        ),
+        (
+            json!({"queues": [{"name": "early", "vhost": "/"}], "exchanges": [{"name": "amq.mine", "vhost": "/", "type": "direct"}]}),
+            "exchanges[0]: 'amq.mine': names starting with 'amq.' are reserved",
+        ),
+        (
+            json!({"queues": [{"name": "early", "vhost": "/"}], "bindings": [{"source": "orders", "vhost": "/", "destination": "early", "destination_type": "queue", "routing_key": "k".repeat(256)}]}),
+            "bindings[0]: a routing key is at most 255 bytes long",
+        ),
+    ] {
+        let r = http::request(g.api, "POST", "/api/definitions", GUEST, Some(&entry)).await;
+        assert_eq!(r.status, 400, "{said}");
+        let reason = r.json()["reason"].as_str().unwrap().to_owned();
+        assert!(reason.contains(said), "{reason} does not say {said}");
+        assert_eq!(g.root.queue_counts("early"), None, "{said}");
+    }
+    // A refusal only the broker can tell stops the import there, saying what stays.
+    let partial = json!({"queues": [
+        {"name": "made.first", "vhost": "/", "durable": true},
+        {"name": "work", "vhost": "/", "durable": false},
+        {"name": "never.made", "vhost": "/"},
+    ]});
+    let r = http::request(g.api, "POST", "/api/definitions", GUEST, Some(&partial)).await;
+    assert_eq!(r.status, 400);
+    let reason = r.json()["reason"].as_str().unwrap().to_owned();
+    assert!(
+        reason
+            .starts_with("queues[1]: queue 'work' in virtual host '/': inequivalent arg 'durable'")
+            && reason.ends_with("the 1 of 3 declarations before it were made and stay"),
+        "{reason}"
+    );
+    assert_eq!(g.root.queue_counts("made.first"), Some((0, 0)));
+    assert_eq!(g.root.queue_counts("never.made"), None);
     assert_eq!(
         http::request(g.api, "POST", "/api/definitions", MGMT, Some(&root))
             .await

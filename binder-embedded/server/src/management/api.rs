@@ -1,6 +1,6 @@
-//! RabbitMQ's management API paths the broker serves, with its JSON shapes: overview,
-//! vhosts, queues, exchanges, bindings, consumers, connections, purge, `get` and
-//! `publish`.
+//! RabbitMQ's management API paths the broker serves that read and move messages, with its
+//! JSON shapes: overview, vhosts, queues, exchanges, bindings, consumers, connections,
+//! `whoami`, purge, `get` and `publish`.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -12,8 +12,8 @@ use axum::extract::{ConnectInfo, Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use serde_json::{Map, Value, json};
 use stream_engine::{
-    BindingInfo, Broker, ConsumerInfo, ExchangeInfo, FieldTable, Message, PublishOptions,
-    PublishStatus, QueueInfo,
+    BindingInfo, Broker, ConsumerInfo, ExchangeInfo, Message, PublishOptions, PublishStatus,
+    QueueInfo,
 };
 
 use super::Api;
@@ -129,25 +129,8 @@ fn exchange_json(vhost: &str, x: &ExchangeInfo) -> Value {
     })
 }
 
-/// RabbitMQ's `properties_key` of a binding, which names it in a path: the routing key (`~`
-/// for an empty one), then `~` and a hash of the arguments when there are any.
-pub(super) fn properties_key(routing_key: &str, arguments: &FieldTable) -> String {
-    let mut key = if routing_key.is_empty() {
-        "~".to_owned()
-    } else {
-        routing_key.to_owned()
-    };
-    if !arguments.is_empty() {
-        use std::hash::{Hash, Hasher};
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        format!("{arguments:?}").hash(&mut h);
-        key = format!("{key}~{:x}", h.finish());
-    }
-    key
-}
-
 pub(super) fn binding_json(vhost: &str, b: &BindingInfo) -> Value {
-    let key = properties_key(&b.routing_key, &b.arguments);
+    let key = super::binding_key::properties_key(&b.routing_key, &b.arguments);
     json!({
         "source": b.source,
         "vhost": vhost,
@@ -315,14 +298,9 @@ enum AckMode {
     RejectRequeueFalse,
 }
 
-/// A body's `vhost` or `name` field (RabbitMQ's page sends them): must be the path's.
-pub(super) fn same_as_path(
-    field: &str,
-    value: &Value,
-    vhost: &str,
-    name: &str,
-) -> Result<(), ApiError> {
-    let path = if field == "vhost" { vhost } else { name };
+/// A body field naming what the path names (`vhost`, `name`, `queue`, `source`, ...), as
+/// RabbitMQ's page and `rabbitmqadmin` send them along: must be the path's.
+pub(super) fn same_as_path(field: &str, value: &Value, path: &str) -> Result<(), ApiError> {
     if value.as_str() == Some(path) {
         Ok(())
     } else {
@@ -394,8 +372,8 @@ pub(crate) async fn get<E: WireEnvelope>(
             }
             // What RabbitMQ's own page and `rabbitmqadmin` send along: the path's, or
             // refused.
-            "vhost" | "name" => same_as_path(k, v, &vhost, &name)?,
-            "queue" => same_as_path("name", v, &vhost, &name)?,
+            "vhost" => same_as_path(k, v, &vhost)?,
+            "name" | "queue" => same_as_path(k, v, &name)?,
             other => return Err(ApiError::bad_request(format!("unknown field '{other}'"))),
         }
     }
@@ -538,8 +516,8 @@ pub(crate) async fn publish<E: WireEnvelope>(
                 properties =
                     json::to_properties(map).map_err(|e| ApiError::bad_request(e.to_string()))?;
             }
-            "vhost" | "name" => same_as_path(k, v, &vhost, &name)?,
-            "exchange" => same_as_path("name", v, &vhost, &name)?,
+            "vhost" => same_as_path(k, v, &vhost)?,
+            "name" | "exchange" => same_as_path(k, v, &name)?,
             other => return Err(ApiError::bad_request(format!("unknown field '{other}'"))),
         }
     }
@@ -652,4 +630,15 @@ pub(crate) async fn connections<E: WireEnvelope>(
         })
         .collect();
     Ok(Json(Value::Array(list)))
+}
+
+/// `GET /api/whoami`: the logged-in user's name and tags.
+pub(crate) async fn whoami<E: WireEnvelope>(
+    (State(api), ConnectInfo(peer), headers): Ctx<E>,
+) -> Reply {
+    let login = api.login(&headers, peer)?;
+    Ok(Json(json!({
+        "name": login.user.name,
+        "tags": login.user.tags,
+    })))
 }

@@ -31,6 +31,10 @@ use super::login::Login;
 use crate::auth::{PasswordHash, User};
 use crate::envelope::WireEnvelope;
 
+/// The largest definitions body imported: 64 MiB, a few hundred thousand queues (other
+/// requests keep axum's 2 MiB).
+pub(crate) const BODY_LIMIT: usize = 64 << 20;
+
 /// The hashing algorithm of every exported password hash.
 const HASHING: &str = "rabbit_password_hashing_sha256";
 
@@ -251,6 +255,59 @@ enum Declaration {
     },
 }
 
+/// Where a declaration comes from: its section and its index there.
+#[derive(Debug, Clone, Copy)]
+struct Origin(&'static str, usize);
+
+impl std::fmt::Display for Origin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}[{}]", self.0, self.1)
+    }
+}
+
+impl Declaration {
+    fn vhost(&self) -> &str {
+        match self {
+            Declaration::Queue { vhost, .. }
+            | Declaration::Exchange { vhost, .. }
+            | Declaration::Binding { vhost, .. } => vhost,
+        }
+    }
+
+    /// Why it cannot be declared whatever the broker holds: a name AMQP cannot carry, or
+    /// the default exchange (as `topology`'s checks of a `PUT` or `POST` say).
+    fn problem(&self) -> Option<String> {
+        use super::topology::{exchange_name_problem, queue_name_problem, routing_key_problem};
+        let reserved = |name: &str| {
+            name.starts_with("amq.")
+                .then(|| format!("'{name}': names starting with 'amq.' are reserved"))
+        };
+        match self {
+            Declaration::Queue { name, .. } => queue_name_problem(name).or_else(|| reserved(name)),
+            Declaration::Exchange { name, .. } => {
+                exchange_name_problem(name).or_else(|| reserved(name))
+            }
+            Declaration::Binding {
+                source,
+                destination,
+                to_exchange,
+                routing_key,
+                ..
+            } => exchange_name_problem(source)
+                .map(|p| format!("source: {p}"))
+                .or_else(|| {
+                    if *to_exchange {
+                        exchange_name_problem(destination)
+                    } else {
+                        queue_name_problem(destination)
+                    }
+                    .map(|p| format!("destination: {p}"))
+                })
+                .or_else(|| routing_key_problem(routing_key)),
+        }
+    }
+}
+
 /// What is wrong with the entry `index` of `section`.
 fn refused(section: &str, index: usize, problem: impl std::fmt::Display) -> ApiError {
     ApiError::bad_request(format!("{section}[{index}]: {problem}"))
@@ -347,21 +404,24 @@ fn entry_vhost(
 fn declarations(
     defs: &Map<String, Value>,
     only: Option<&str>,
-) -> Result<Vec<Declaration>, ApiError> {
+) -> Result<Vec<(Origin, Declaration)>, ApiError> {
     let mut out = Vec::new();
     const QUEUE: &[&str] = &["name", "vhost", "durable", "auto_delete", "arguments"];
     for (i, entry) in entries(defs, "queues")?.iter().enumerate() {
         let map = fields("queues", i, entry, QUEUE)?;
-        out.push(Declaration::Queue {
-            vhost: entry_vhost("queues", i, map, only)?,
-            name: text("queues", i, map, "name")?.to_owned(),
-            options: QueueOptions {
-                durable: flag("queues", i, map, "durable")?,
-                auto_delete: flag("queues", i, map, "auto_delete")?,
-                ..QueueOptions::default()
+        out.push((
+            Origin("queues", i),
+            Declaration::Queue {
+                vhost: entry_vhost("queues", i, map, only)?,
+                name: text("queues", i, map, "name")?.to_owned(),
+                options: QueueOptions {
+                    durable: flag("queues", i, map, "durable")?,
+                    auto_delete: flag("queues", i, map, "auto_delete")?,
+                    ..QueueOptions::default()
+                },
+                arguments: arguments("queues", i, map)?,
             },
-            arguments: arguments("queues", i, map)?,
-        });
+        ));
     }
     const EXCHANGE: &[&str] = &[
         "name",
@@ -374,31 +434,29 @@ fn declarations(
     ];
     for (i, entry) in entries(defs, "exchanges")?.iter().enumerate() {
         let map = fields("exchanges", i, entry, EXCHANGE)?;
-        let kind = match text("exchanges", i, map, "type")? {
-            "direct" => ExchangeKind::Direct,
-            "fanout" => ExchangeKind::Fanout,
-            "topic" => ExchangeKind::Topic,
-            "headers" => ExchangeKind::Headers,
-            other => {
-                return Err(refused(
-                    "exchanges",
-                    i,
-                    format!("type '{other}' is not direct, fanout, topic or headers"),
-                ));
-            }
-        };
-        out.push(Declaration::Exchange {
-            vhost: entry_vhost("exchanges", i, map, only)?,
-            name: text("exchanges", i, map, "name")?.to_owned(),
-            kind,
-            options: ExchangeOptions {
-                durable: flag("exchanges", i, map, "durable")?,
-                auto_delete: flag("exchanges", i, map, "auto_delete")?,
-                internal: flag("exchanges", i, map, "internal")?,
-                ..ExchangeOptions::default()
+        let kind_name = text("exchanges", i, map, "type")?;
+        let kind = ExchangeKind::from_name(kind_name).ok_or_else(|| {
+            refused(
+                "exchanges",
+                i,
+                format!("type '{kind_name}' is not direct, fanout, topic or headers"),
+            )
+        })?;
+        out.push((
+            Origin("exchanges", i),
+            Declaration::Exchange {
+                vhost: entry_vhost("exchanges", i, map, only)?,
+                name: text("exchanges", i, map, "name")?.to_owned(),
+                kind,
+                options: ExchangeOptions {
+                    durable: flag("exchanges", i, map, "durable")?,
+                    auto_delete: flag("exchanges", i, map, "auto_delete")?,
+                    internal: flag("exchanges", i, map, "internal")?,
+                    ..ExchangeOptions::default()
+                },
+                arguments: arguments("exchanges", i, map)?,
             },
-            arguments: arguments("exchanges", i, map)?,
-        });
+        ));
     }
     const BINDING: &[&str] = &[
         "source",
@@ -421,17 +479,20 @@ fn declarations(
                 ));
             }
         };
-        out.push(Declaration::Binding {
-            vhost: entry_vhost("bindings", i, map, only)?,
-            source: text("bindings", i, map, "source")?.to_owned(),
-            destination: text("bindings", i, map, "destination")?.to_owned(),
-            to_exchange,
-            routing_key: match map.get("routing_key") {
-                None => String::new(),
-                Some(_) => text("bindings", i, map, "routing_key")?.to_owned(),
+        out.push((
+            Origin("bindings", i),
+            Declaration::Binding {
+                vhost: entry_vhost("bindings", i, map, only)?,
+                source: text("bindings", i, map, "source")?.to_owned(),
+                destination: text("bindings", i, map, "destination")?.to_owned(),
+                to_exchange,
+                routing_key: match map.get("routing_key") {
+                    None => String::new(),
+                    Some(_) => text("bindings", i, map, "routing_key")?.to_owned(),
+                },
+                arguments: arguments("bindings", i, map)?,
             },
-            arguments: arguments("bindings", i, map)?,
-        });
+        ));
     }
     Ok(out)
 }
@@ -555,7 +616,10 @@ fn as_configured<E: WireEnvelope>(
             return Err(refused(
                 "users",
                 i,
-                format!("'{name}''s password_hash is not the configured password: {FROM_CONFIG}"),
+                format!(
+                    "'{name}''s password_hash is neither the configured hash nor a hash of \
+                     the configured password: {FROM_CONFIG}"
+                ),
             ));
         }
         let configured: BTreeSet<String> = user.tags.iter().cloned().collect();
@@ -637,11 +701,7 @@ fn as_configured<E: WireEnvelope>(
 /// Declares one definition as the administrator `login`, on a connection of its own to its
 /// virtual host's broker.
 fn declare<E: WireEnvelope>(api: &Api<E>, login: &Login, d: Declaration) -> Result<(), ApiError> {
-    let vhost = match &d {
-        Declaration::Queue { vhost, .. }
-        | Declaration::Exchange { vhost, .. }
-        | Declaration::Binding { vhost, .. } => vhost.clone(),
-    };
+    let vhost = d.vhost().to_owned();
     let broker = api
         .shared
         .brokers()
@@ -699,9 +759,26 @@ fn import<E: WireEnvelope>(
     let defs = body_object(body)?;
     as_configured(api, &defs, only.is_none())?;
     let declarations = declarations(&defs, only)?;
+    for (origin, d) in &declarations {
+        if !api.shared.brokers().contains_key(d.vhost()) {
+            return Err(ApiError::bad_request(format!(
+                "{origin}: no virtual host '{}' is configured",
+                d.vhost()
+            )));
+        }
+        if let Some(problem) = d.problem() {
+            return Err(ApiError::bad_request(format!("{origin}: {problem}")));
+        }
+    }
     let count = declarations.len();
-    for d in declarations {
-        declare(api, login, d)?;
+    for (done, (origin, d)) in declarations.into_iter().enumerate() {
+        declare(api, login, d).map_err(|e| ApiError {
+            reason: format!(
+                "{origin}: {}; the {done} of {count} declarations before it were made and stay",
+                e.reason
+            ),
+            ..e
+        })?;
     }
     tracing::info!(user = %login.user.name, vhost = only.unwrap_or("(all)"), count, "definitions imported over HTTP");
     Ok(StatusCode::NO_CONTENT)

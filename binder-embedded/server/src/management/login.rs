@@ -108,6 +108,20 @@ impl Login {
         }
     }
 
+    /// Checks what a declaration's arguments send messages to, as an AMQP declaration
+    /// would ([`crate::auth::User::check_declared_targets`]; 403 when refused).
+    pub(crate) fn may_target(
+        &self,
+        vhost: &str,
+        resource: Resource,
+        name: &str,
+        arguments: &stream_engine::FieldTable,
+    ) -> Result<(), ApiError> {
+        self.user
+            .check_declared_targets(vhost, resource, name, arguments)
+            .map_err(ApiError::access_refused)
+    }
+
     /// Checks a permission as an AMQP operation would (403 when refused).
     pub(crate) fn may(
         &self,

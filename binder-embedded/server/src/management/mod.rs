@@ -6,7 +6,8 @@
 //!
 //! Modules, one concept each: [`login`] (authentication, tags, visibility), [`api`]
 //! (RabbitMQ's paths that read, purge, get and publish), [`topology`] (RabbitMQ's paths that
-//! declare, delete, bind and unbind), [`definitions`] (RabbitMQ's definitions export and
+//! declare, delete, bind and unbind), [`binding_key`] (the `properties_key` naming a
+//! binding in a path), [`definitions`] (RabbitMQ's definitions export and
 //! import), [`health`] (health checks of the node: alarms, virtual
 //! hosts, the message stores), [`listener_checks`] (health checks of the listeners and their
 //! certificates), [`aliveness`] (RabbitMQ's aliveness test), [`dlq`] (dead letters, in the
@@ -15,6 +16,7 @@
 
 mod aliveness;
 mod api;
+mod binding_key;
 mod definitions;
 mod dlq;
 mod error;
@@ -29,6 +31,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::Router;
+use axum::extract::DefaultBodyLimit;
 use axum::routing::{delete, get, post};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -103,14 +106,18 @@ fn router<E: WireEnvelope>(api: Arc<Api<E>>) -> Router {
             "/api/bindings/{vhost}/e/{source}/{kind}/{destination}/{props}",
             delete(topology::unbind::<E>),
         )
-        .route("/api/whoami", get(topology::whoami::<E>))
+        .route("/api/whoami", get(api::whoami::<E>))
         .route(
             "/api/definitions",
-            get(definitions::export_all::<E>).post(definitions::import_all::<E>),
+            get(definitions::export_all::<E>)
+                .post(definitions::import_all::<E>)
+                .layer(DefaultBodyLimit::max(definitions::BODY_LIMIT)),
         )
         .route(
             "/api/definitions/{vhost}",
-            get(definitions::export_vhost::<E>).post(definitions::import_vhost::<E>),
+            get(definitions::export_vhost::<E>)
+                .post(definitions::import_vhost::<E>)
+                .layer(DefaultBodyLimit::max(definitions::BODY_LIMIT)),
         )
         .route("/api/consumers", get(api::consumers::<E>))
         .route("/api/connections", get(api::connections::<E>))

@@ -13,7 +13,8 @@ use serde_json::{Map, Value};
 use stream_engine::{Broker, ExchangeKind, ExchangeOptions, FieldTable, QueueOptions};
 
 use super::Api;
-use super::api::{binding_json, body_object, exchange_name, properties_key, same_as_path};
+use super::api::{binding_json, body_object, exchange_name, same_as_path};
+use super::binding_key::{names, properties_key};
 use super::error::ApiError;
 use super::health::Ctx;
 use super::json;
@@ -52,6 +53,27 @@ fn arguments(value: &Value) -> Result<FieldTable, ApiError> {
         .ok_or_else(|| ApiError::bad_request("arguments must be an object"))
 }
 
+/// AMQP's limit on a queue or exchange name and a routing key (a short string).
+const NAME_LIMIT: usize = 255;
+
+/// Why a declaration may not use this queue name: 1 to 255 bytes (an empty one asks AMQP for
+/// a server-named queue, which only its own connection could use).
+pub(super) fn queue_name_problem(name: &str) -> Option<String> {
+    (name.is_empty() || name.len() > NAME_LIMIT)
+        .then(|| format!("a queue name is 1 to {NAME_LIMIT} bytes long"))
+}
+
+/// Why a declaration may not use this exchange name: 1 to 255 bytes.
+pub(super) fn exchange_name_problem(name: &str) -> Option<String> {
+    (name.is_empty() || name.len() > NAME_LIMIT)
+        .then(|| format!("an exchange name is 1 to {NAME_LIMIT} bytes long"))
+}
+
+/// Why a binding may not use this routing key: at most 255 bytes.
+pub(super) fn routing_key_problem(key: &str) -> Option<String> {
+    (key.len() > NAME_LIMIT).then(|| format!("a routing key is at most {NAME_LIMIT} bytes long"))
+}
+
 impl<E: WireEnvelope> Api<E> {
     /// A body's `node`: this node is the only one a queue or exchange can be placed on.
     fn on_this_node(&self, value: &Value) -> Result<(), ApiError> {
@@ -87,7 +109,8 @@ pub(crate) async fn declare_queue<E: WireEnvelope>(
             "node" => api.on_this_node(value)?,
             // `rabbitmqadmin declare queue queue_type=...` sends it besides `x-queue-type`.
             "queue_type" => queue_type = Some(value.clone()),
-            "vhost" | "name" => same_as_path(key, value, &vhost, &name)?,
+            "vhost" => same_as_path(key, value, &vhost)?,
+            "name" => same_as_path(key, value, &name)?,
             other => return Err(ApiError::bad_request(format!("unknown field '{other}'"))),
         }
     }
@@ -107,10 +130,11 @@ pub(crate) async fn declare_queue<E: WireEnvelope>(
             }
         }
     }
-    if name.is_empty() || name.len() > 255 {
-        return Err(ApiError::bad_request("a queue name is 1 to 255 bytes long"));
+    if let Some(problem) = queue_name_problem(&name) {
+        return Err(ApiError::bad_request(problem));
     }
     login.may(&vhost, Access::Configure, Resource::Queue, &name)?;
+    login.may_target(&vhost, Resource::Queue, &name, &args)?;
     let created = broker.queue_counts(&name).is_none();
     let conn = broker.connect();
     conn.open_channel()?.queue_declare(&name, options, args)?;
@@ -127,47 +151,54 @@ pub(crate) async fn delete_queue<E: WireEnvelope>(
 ) -> Result<StatusCode, ApiError> {
     let login = api.login(&headers, peer)?;
     let broker = api.broker(&login, &vhost)?;
-    let conditions = conditions(&uri, &["if-unused", "if-empty"])?;
+    let conditions = Conditions::of(&uri, true)?;
     login.may(&vhost, Access::Configure, Resource::Queue, &name)?;
     if broker.queue_counts(&name).is_none() {
         return Err(ApiError::not_found());
     }
     let conn = broker.connect();
-    let removed = conn.open_channel()?.queue_delete(
-        &name,
-        conditions.contains(&0),
-        conditions.contains(&1),
-    )?;
+    let removed =
+        conn.open_channel()?
+            .queue_delete(&name, conditions.if_unused, conditions.if_empty)?;
     tracing::info!(user = %login.user.name, %vhost, queue = %name, removed, "queue deleted over HTTP");
     Ok(StatusCode::NO_CONTENT)
 }
 
-/// The query's `true` conditions, by their index in `known` (`if-unused`, `if-empty`); an
-/// unknown parameter or a value other than `true`/`false` is a 400.
-fn conditions(uri: &Uri, known: &[&str]) -> Result<Vec<usize>, ApiError> {
-    let mut set = Vec::new();
-    for pair in uri
-        .query()
-        .unwrap_or("")
-        .split('&')
-        .filter(|p| !p.is_empty())
-    {
-        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-        let index = known
-            .iter()
-            .position(|k| *k == key)
-            .ok_or_else(|| ApiError::bad_request(format!("unknown parameter '{key}'")))?;
-        match value {
-            "true" => set.push(index),
-            "false" => {}
-            _ => {
-                return Err(ApiError::bad_request(format!(
-                    "{key} must be true or false"
-                )));
-            }
+/// A delete's conditions, from its query: `if-unused` and (for a queue) `if-empty`, each
+/// `true` or `false`; anything else is a 400.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Conditions {
+    if_unused: bool,
+    if_empty: bool,
+}
+
+impl Conditions {
+    fn of(uri: &Uri, queue: bool) -> Result<Self, ApiError> {
+        let mut out = Conditions::default();
+        for pair in uri
+            .query()
+            .unwrap_or("")
+            .split('&')
+            .filter(|p| !p.is_empty())
+        {
+            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+            let condition = match key {
+                "if-unused" => &mut out.if_unused,
+                "if-empty" if queue => &mut out.if_empty,
+                _ => return Err(ApiError::bad_request(format!("unknown parameter '{key}'"))),
+            };
+            *condition = match value {
+                "true" => true,
+                "false" => false,
+                _ => {
+                    return Err(ApiError::bad_request(format!(
+                        "{key} must be true or false"
+                    )));
+                }
+            };
         }
+        Ok(out)
     }
-    Ok(set)
 }
 
 /// `PUT /api/exchanges/{vhost}/{name}`: `exchange.declare` with the body's `type` (default
@@ -187,30 +218,23 @@ pub(crate) async fn declare_exchange<E: WireEnvelope>(
     for (key, value) in &put_body(&body)? {
         match key.as_str() {
             "type" => {
-                kind = match value.as_str() {
-                    Some("direct") => ExchangeKind::Direct,
-                    Some("fanout") => ExchangeKind::Fanout,
-                    Some("topic") => ExchangeKind::Topic,
-                    Some("headers") => ExchangeKind::Headers,
-                    _ => {
-                        return Err(ApiError::bad_request(format!(
+                kind = value
+                    .as_str()
+                    .and_then(ExchangeKind::from_name)
+                    .ok_or_else(|| {
+                        ApiError::bad_request(format!(
                             "type {value} is not direct, fanout, topic or headers"
-                        )));
-                    }
-                }
+                        ))
+                    })?
             }
             "durable" => options.durable = flag(key, value)?,
             "auto_delete" => options.auto_delete = flag(key, value)?,
             "internal" => options.internal = flag(key, value)?,
             "arguments" => args = arguments(value)?,
-            "vhost" | "name" => same_as_path(key, value, &vhost, &name)?,
+            "vhost" => same_as_path(key, value, &vhost)?,
+            "name" => same_as_path(key, value, &name)?,
             other => return Err(ApiError::bad_request(format!("unknown field '{other}'"))),
         }
-    }
-    if name.len() > 255 {
-        return Err(ApiError::bad_request(
-            "an exchange name is at most 255 bytes long",
-        ));
     }
     let exchange = exchange_name(&name);
     if exchange.is_empty() {
@@ -218,7 +242,11 @@ pub(crate) async fn declare_exchange<E: WireEnvelope>(
             "the default exchange cannot be declared".into(),
         ));
     }
+    if let Some(problem) = exchange_name_problem(exchange) {
+        return Err(ApiError::bad_request(problem));
+    }
     login.may(&vhost, Access::Configure, Resource::Exchange, exchange)?;
+    login.may_target(&vhost, Resource::Exchange, exchange, &args)?;
     let created = !broker.exchange_exists(exchange);
     let conn = broker.connect();
     conn.open_channel()?
@@ -237,7 +265,7 @@ pub(crate) async fn delete_exchange<E: WireEnvelope>(
 ) -> Result<StatusCode, ApiError> {
     let login = api.login(&headers, peer)?;
     let broker = api.broker(&login, &vhost)?;
-    let conditions = conditions(&uri, &["if-unused"])?;
+    let conditions = Conditions::of(&uri, false)?;
     let exchange = exchange_name(&name);
     if exchange.is_empty() || exchange.starts_with("amq.") {
         return Err(ApiError::access_refused(format!(
@@ -250,7 +278,7 @@ pub(crate) async fn delete_exchange<E: WireEnvelope>(
     }
     let conn = broker.connect();
     conn.open_channel()?
-        .exchange_delete(exchange, conditions.contains(&0))?;
+        .exchange_delete(exchange, conditions.if_unused)?;
     tracing::info!(user = %login.user.name, %vhost, %exchange, "exchange deleted over HTTP");
     Ok(StatusCode::NO_CONTENT)
 }
@@ -311,9 +339,9 @@ pub(crate) async fn bind<E: WireEnvelope>(
             }
             "arguments" => args = arguments(value)?,
             // What `rabbitmqadmin` sends along: the path's, or refused.
-            "vhost" => same_as_path(key, value, &vhost, "")?,
-            "source" => same_as_path("name", value, "", &source)?,
-            "destination" => same_as_path("name", value, "", &destination)?,
+            "vhost" => same_as_path(key, value, &vhost)?,
+            "source" => same_as_path(key, value, &source)?,
+            "destination" => same_as_path(key, value, &destination)?,
             "destination_type" => {
                 let kind_name = if to_exchange { "exchange" } else { "queue" };
                 if value.as_str() != Some(kind_name) {
@@ -333,6 +361,9 @@ pub(crate) async fn bind<E: WireEnvelope>(
         return Err(ApiError::access_refused(
             "operation not permitted on the default exchange".into(),
         ));
+    }
+    if let Some(problem) = routing_key_problem(&routing_key) {
+        return Err(ApiError::bad_request(problem));
     }
     may_bind(&login, broker, &vhost, src, dest, to_exchange)?;
     let props = properties_key(&routing_key, &args);
@@ -395,7 +426,8 @@ fn between<E: WireEnvelope>(
         .collect()
 }
 
-/// `GET /api/bindings/{vhost}/e/{source}/{q|e}/{destination}`: the bindings between them.
+/// `GET /api/bindings/{vhost}/e/{source}/{q|e}/{destination}`: the bindings between them;
+/// 404 when either is missing.
 pub(crate) async fn list_between<E: WireEnvelope>(
     (State(api), ConnectInfo(peer), headers): Ctx<E>,
     Path((vhost, source, kind, destination)): Path<(String, String, String, String)>,
@@ -407,6 +439,14 @@ pub(crate) async fn list_between<E: WireEnvelope>(
         exchange_name(&source),
         binding_end(&destination, to_exchange),
     );
+    let destination_exists = if to_exchange {
+        dest.is_empty() || broker.exchange_exists(dest)
+    } else {
+        broker.queue_counts(dest).is_some()
+    };
+    if !destination_exists || (!src.is_empty() && !broker.exchange_exists(src)) {
+        return Err(ApiError::not_found());
+    }
     let list = between(broker, src, dest, to_exchange)
         .iter()
         .map(|b| binding_json(&vhost, b))
@@ -435,7 +475,7 @@ pub(crate) async fn unbind<E: WireEnvelope>(
     may_bind(&login, broker, &vhost, src, dest, to_exchange)?;
     let binding = between(broker, src, dest, to_exchange)
         .into_iter()
-        .find(|b| properties_key(&b.routing_key, &b.arguments) == props)
+        .find(|b| names(&props, &b.routing_key, &b.arguments))
         .ok_or_else(ApiError::not_found)?;
     let conn = broker.connect();
     let ch = conn.open_channel()?;
@@ -446,17 +486,6 @@ pub(crate) async fn unbind<E: WireEnvelope>(
     }
     tracing::info!(user = %login.user.name, %vhost, source = %src, destination = %dest, routing_key = %binding.routing_key, "unbound over HTTP");
     Ok(StatusCode::NO_CONTENT)
-}
-
-/// `GET /api/whoami`: the logged-in user's name and tags.
-pub(crate) async fn whoami<E: WireEnvelope>(
-    (State(api), ConnectInfo(peer), headers): Ctx<E>,
-) -> Result<axum::Json<Value>, ApiError> {
-    let login = api.login(&headers, peer)?;
-    Ok(axum::Json(serde_json::json!({
-        "name": login.user.name,
-        "tags": login.user.tags,
-    })))
 }
 
 #[cfg(test)]
@@ -473,10 +502,20 @@ mod tests {
     #[test]
     fn delete_conditions_are_true_false_or_refused() {
         let uri: Uri = "/x?if-unused=true&if-empty=false".parse().unwrap();
-        assert_eq!(conditions(&uri, &["if-unused", "if-empty"]), Ok(vec![0]));
-        let uri: Uri = "/x?if-unsed=true".parse().unwrap();
-        assert!(conditions(&uri, &["if-unused"]).is_err());
-        let uri: Uri = "/x?if-unused=yes".parse().unwrap();
-        assert!(conditions(&uri, &["if-unused"]).is_err());
+        assert_eq!(
+            Conditions::of(&uri, true),
+            Ok(Conditions {
+                if_unused: true,
+                if_empty: false
+            })
+        );
+        for query in ["/x?if-unsed=true", "/x?if-unused=yes"] {
+            assert!(
+                Conditions::of(&query.parse().unwrap(), true).is_err(),
+                "{query}"
+            );
+        }
+        // An exchange has no `if-empty`.
+        assert!(Conditions::of(&"/x?if-empty=true".parse().unwrap(), false).is_err());
     }
 }
