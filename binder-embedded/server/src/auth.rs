@@ -237,8 +237,9 @@ impl User {
     /// RabbitMQ's checks of what a declaration's arguments send messages to: a queue with
     /// `x-dead-letter-exchange` needs read on the queue and write on that exchange, an
     /// exchange with `alternate-exchange` read on the exchange and write on the alternate
-    /// (else a user could route messages into an exchange it may not publish to). An
-    /// argument that is not a string is left to the declaration's own checks.
+    /// (else a user could route messages into an exchange it may not publish to). Run, as
+    /// in RabbitMQ, when the declaration creates the queue or exchange. An argument that is
+    /// not a string is left to the declaration's own checks.
     pub fn check_declared_targets(
         &self,
         vhost: &str,

@@ -281,7 +281,10 @@ impl<E: WireEnvelope> Conn<E> {
                 let arguments = table_from_wire(&d.arguments);
                 if !d.passive {
                     self.check(id, Access::Configure, Resource::Exchange, name)?;
-                    self.check_targets(id, Resource::Exchange, name, &arguments)?;
+                    // As in RabbitMQ, only when the declaration creates it.
+                    if !self.broker.exchange_exists(name) {
+                        self.check_targets(id, Resource::Exchange, name, &arguments)?;
+                    }
                 }
                 let options = ExchangeOptions {
                     passive: d.passive,
@@ -365,7 +368,10 @@ impl<E: WireEnvelope> Conn<E> {
                 let arguments = table_from_wire(&d.arguments);
                 if !d.passive && !server_named {
                     self.check(id, Access::Configure, Resource::Queue, name)?;
-                    self.check_targets(id, Resource::Queue, name, &arguments)?;
+                    // As in RabbitMQ, only when the declaration creates it.
+                    if self.broker.queue_counts(name).is_none() {
+                        self.check_targets(id, Resource::Queue, name, &arguments)?;
+                    }
                 }
                 let options = QueueOptions {
                     passive: d.passive,

@@ -828,3 +828,78 @@ async fn bind_checks_the_brokers_against_the_vhosts() {
         .unwrap_err();
     assert!(e.to_string().contains("memory_high_watermark"), "{e}");
 }
+
+/// RabbitMQ's dead-letter check on a server-named queue (under the name it got: refused, the
+/// queue is not kept) and only on declarations that create: declaring again a queue an
+/// administrator made, dead-lettering where the user may not write, is fine.
+#[tokio::test]
+async fn dead_letter_targets_are_checked_when_a_declaration_creates() {
+    let mut config = config();
+    config.users.push(UserConfig {
+        name: "gen".into(),
+        password_hash: None,
+        password: Some("pw".into()),
+        tags: vec![],
+        permissions: [(
+            "/".to_owned(),
+            PermissionConfig {
+                configure: ".*".into(),
+                write: "^app\\.".into(),
+                read: ".*".into(),
+            },
+        )]
+        .into(),
+    });
+    let broker: stream_engine::Broker = stream_engine::Broker::new();
+    let server = server_with(config, broker.clone()).await;
+    let dead_lettering = || {
+        let mut args = FieldTable::default();
+        args.insert(
+            "x-dead-letter-exchange".into(),
+            AMQPValue::LongString("amq.direct".into()),
+        );
+        args
+    };
+    let admin = lapin::Connection::connect(&uri(&server, "guest", "guest", ""), Default::default())
+        .await
+        .unwrap();
+    admin
+        .create_channel()
+        .await
+        .unwrap()
+        .queue_declare(
+            "made".into(),
+            QueueDeclareOptions::default(),
+            dead_lettering(),
+        )
+        .await
+        .unwrap();
+    let conn = lapin::Connection::connect(&uri(&server, "gen", "pw", ""), Default::default())
+        .await
+        .unwrap();
+    let e = conn
+        .create_channel()
+        .await
+        .unwrap()
+        .queue_declare("".into(), QueueDeclareOptions::default(), dead_lettering())
+        .await
+        .expect_err("a server-named queue dead-lettering to amq.direct");
+    assert_eq!(protocol_code(&e), Some(403), "{e:?}");
+    let names: Vec<String> = broker.queues().into_iter().map(|q| q.name).collect();
+    assert_eq!(
+        names,
+        ["made"],
+        "the refused server-named queue is not kept"
+    );
+    conn.create_channel()
+        .await
+        .unwrap()
+        .queue_declare(
+            "made".into(),
+            QueueDeclareOptions::default(),
+            dead_lettering(),
+        )
+        .await
+        .expect("declaring again what exists is not checked, as in RabbitMQ");
+    server.shutdown().await;
+}

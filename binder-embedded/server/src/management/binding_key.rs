@@ -22,7 +22,9 @@ pub(crate) fn properties_key(routing_key: &str, arguments: &FieldTable) -> Strin
 /// Whether `key` (as it came in a path, percent-decoded once) names the binding with this
 /// routing key and these arguments. The routing key part is unquoted first, so that both
 /// the listed key (`order.%23`) and the plain routing key (`order.#`, as `rabbitmqadmin
-/// delete binding properties_key=order.#` sends it) name the binding, as in RabbitMQ.
+/// delete binding properties_key=order.#` sends it) name the binding, as in RabbitMQ; a
+/// plain key holding `+`, `%` or `~` is read as the listed form, so only its listed key
+/// names such a binding.
 pub(crate) fn names(key: &str, routing_key: &str, arguments: &FieldTable) -> bool {
     let (quoted, hash) = key.split_once('~').unwrap_or((key, ""));
     let args_match = if hash.is_empty() {
@@ -33,12 +35,16 @@ pub(crate) fn names(key: &str, routing_key: &str, arguments: &FieldTable) -> boo
     args_match && unquote(quoted).as_deref() == Some(routing_key)
 }
 
-/// A hash of the arguments, stable across runs (it names the binding in paths).
+/// A hash of the arguments that names the binding in paths, so the same across runs and
+/// releases (a script may keep a key): FNV-1a over their JSON form (keys sorted).
 fn arguments_hash(arguments: &FieldTable) -> String {
-    use std::hash::{Hash, Hasher};
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    format!("{arguments:?}").hash(&mut h);
-    format!("{:x}", h.finish())
+    let canonical = super::json::table(arguments).to_string();
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in canonical.bytes() {
+        hash ^= u64::from(b);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("{hash:016x}")
 }
 
 /// A form value's quoting (`quote_plus`): letters, digits, `-`, `_` and `.` as they are, a
@@ -65,6 +71,9 @@ fn unquote(text: &str) -> Option<String> {
             b'+' => out.push(b' '),
             b'%' => {
                 let hex = text.get(i + 1..i + 3)?;
+                if !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+                    return None;
+                }
                 out.push(u8::from_str_radix(hex, 16).ok()?);
                 i += 2;
             }
@@ -78,6 +87,15 @@ fn unquote(text: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_arguments_hash_is_a_fixed_function_of_their_json() {
+        let mut args = FieldTable::new();
+        args.insert("x-match", "all");
+        args.insert("k", "v");
+        // FNV-1a of `{"k":"v","x-match":"all"}`: a key kept by a script stays valid.
+        assert_eq!(arguments_hash(&args), "2b79c97ba44a5aad");
+    }
 
     #[test]
     fn keys_are_quoted_so_that_no_two_bindings_share_one() {
@@ -118,5 +136,6 @@ mod tests {
         assert!(!names("%7E", "", &none));
         assert!(!names("k", "k", &args));
         assert!(!names("%zz", "%zz", &none));
+        assert!(!names("%+F", "\u{f}", &none));
     }
 }

@@ -15,7 +15,7 @@
 use std::collections::BTreeSet;
 
 use axum::Json;
-use axum::body::Bytes;
+use axum::body::{Body, Bytes};
 use axum::extract::{ConnectInfo, Path, State};
 use axum::http::{StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
@@ -32,8 +32,8 @@ use crate::auth::{PasswordHash, User};
 use crate::envelope::WireEnvelope;
 
 /// The largest definitions body imported: 64 MiB, a few hundred thousand queues (other
-/// requests keep axum's 2 MiB).
-pub(crate) const BODY_LIMIT: usize = 64 << 20;
+/// requests keep axum's 2 MiB). It is read only once an administrator has logged in.
+const BODY_LIMIT: usize = 64 << 20;
 
 /// The hashing algorithm of every exported password hash.
 const HASHING: &str = "rabbit_password_hashing_sha256";
@@ -266,6 +266,23 @@ impl std::fmt::Display for Origin {
 }
 
 impl Declaration {
+    /// Whether RabbitMQ's import skips it: a queue or exchange whose name starts with
+    /// `amq.` (reserved: a server-named queue, or one of the broker's own exchanges), and a
+    /// binding to such a queue.
+    fn skipped(&self) -> bool {
+        match self {
+            Declaration::Queue { name, .. } | Declaration::Exchange { name, .. } => {
+                name.starts_with("amq.")
+            }
+            Declaration::Binding {
+                destination,
+                to_exchange: false,
+                ..
+            } => destination.starts_with("amq."),
+            Declaration::Binding { .. } => false,
+        }
+    }
+
     fn vhost(&self) -> &str {
         match self {
             Declaration::Queue { vhost, .. }
@@ -278,15 +295,9 @@ impl Declaration {
     /// the default exchange (as `topology`'s checks of a `PUT` or `POST` say).
     fn problem(&self) -> Option<String> {
         use super::topology::{exchange_name_problem, queue_name_problem, routing_key_problem};
-        let reserved = |name: &str| {
-            name.starts_with("amq.")
-                .then(|| format!("'{name}': names starting with 'amq.' are reserved"))
-        };
         match self {
-            Declaration::Queue { name, .. } => queue_name_problem(name).or_else(|| reserved(name)),
-            Declaration::Exchange { name, .. } => {
-                exchange_name_problem(name).or_else(|| reserved(name))
-            }
+            Declaration::Queue { name, .. } => queue_name_problem(name),
+            Declaration::Exchange { name, .. } => exchange_name_problem(name),
             Declaration::Binding {
                 source,
                 destination,
@@ -770,17 +781,23 @@ fn import<E: WireEnvelope>(
             return Err(ApiError::bad_request(format!("{origin}: {problem}")));
         }
     }
+    let (skipped, declarations): (Vec<_>, Vec<_>) =
+        declarations.into_iter().partition(|(_, d)| d.skipped());
+    for (origin, _) in &skipped {
+        tracing::warn!(%origin, "definitions import skips a name starting with 'amq.' (reserved), as RabbitMQ does");
+    }
     let count = declarations.len();
     for (done, (origin, d)) in declarations.into_iter().enumerate() {
         declare(api, login, d).map_err(|e| ApiError {
             reason: format!(
-                "{origin}: {}; the {done} of {count} declarations before it were made and stay",
+                "{origin}: {}; of the {count} declarations, the {done} before this one were \
+                 applied and stay",
                 e.reason
             ),
             ..e
         })?;
     }
-    tracing::info!(user = %login.user.name, vhost = only.unwrap_or("(all)"), count, "definitions imported over HTTP");
+    tracing::info!(user = %login.user.name, vhost = only.unwrap_or("(all)"), count, skipped = skipped.len(), "definitions imported over HTTP");
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -788,11 +805,24 @@ fn import<E: WireEnvelope>(
 /// administrator.
 pub(crate) async fn import_all<E: WireEnvelope>(
     (State(api), ConnectInfo(peer), headers): Ctx<E>,
-    body: Bytes,
+    body: Body,
 ) -> Result<StatusCode, ApiError> {
     let login = api.login(&headers, peer)?;
     login.administrator()?;
-    import(&api, &login, &body, None)
+    import(&api, &login, &read_body(body).await?, None)
+}
+
+/// A definitions body, read once the administrator has logged in (up to [`BODY_LIMIT`]; 413
+/// beyond), so that nobody else makes the server buffer it.
+async fn read_body(body: Body) -> Result<Bytes, ApiError> {
+    axum::body::to_bytes(body, BODY_LIMIT)
+        .await
+        .map_err(|e| ApiError {
+            status: StatusCode::PAYLOAD_TOO_LARGE,
+            error: "bad_request",
+            reason: format!("the definitions could not be read (at most {BODY_LIMIT} bytes): {e}"),
+            challenge: false,
+        })
 }
 
 /// `POST /api/definitions/{vhost}`: imports one virtual host's queues, exchanges and
@@ -800,12 +830,12 @@ pub(crate) async fn import_all<E: WireEnvelope>(
 pub(crate) async fn import_vhost<E: WireEnvelope>(
     (State(api), ConnectInfo(peer), headers): Ctx<E>,
     Path(vhost): Path<String>,
-    body: Bytes,
+    body: Body,
 ) -> Result<StatusCode, ApiError> {
     let login = api.login(&headers, peer)?;
     login.administrator()?;
     if !api.shared.brokers().contains_key(&vhost) {
         return Err(ApiError::not_found());
     }
-    import(&api, &login, &body, Some(&vhost))
+    import(&api, &login, &read_body(body).await?, Some(&vhost))
 }

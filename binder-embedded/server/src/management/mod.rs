@@ -31,7 +31,6 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::Router;
-use axum::extract::DefaultBodyLimit;
 use axum::routing::{delete, get, post};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -109,15 +108,11 @@ fn router<E: WireEnvelope>(api: Arc<Api<E>>) -> Router {
         .route("/api/whoami", get(api::whoami::<E>))
         .route(
             "/api/definitions",
-            get(definitions::export_all::<E>)
-                .post(definitions::import_all::<E>)
-                .layer(DefaultBodyLimit::max(definitions::BODY_LIMIT)),
+            get(definitions::export_all::<E>).post(definitions::import_all::<E>),
         )
         .route(
             "/api/definitions/{vhost}",
-            get(definitions::export_vhost::<E>)
-                .post(definitions::import_vhost::<E>)
-                .layer(DefaultBodyLimit::max(definitions::BODY_LIMIT)),
+            get(definitions::export_vhost::<E>).post(definitions::import_vhost::<E>),
         )
         .route("/api/consumers", get(api::consumers::<E>))
         .route("/api/connections", get(api::connections::<E>))

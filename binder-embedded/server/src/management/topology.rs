@@ -134,8 +134,10 @@ pub(crate) async fn declare_queue<E: WireEnvelope>(
         return Err(ApiError::bad_request(problem));
     }
     login.may(&vhost, Access::Configure, Resource::Queue, &name)?;
-    login.may_target(&vhost, Resource::Queue, &name, &args)?;
     let created = broker.queue_counts(&name).is_none();
+    if created {
+        login.may_target(&vhost, Resource::Queue, &name, &args)?;
+    }
     let conn = broker.connect();
     conn.open_channel()?.queue_declare(&name, options, args)?;
     tracing::info!(user = %login.user.name, %vhost, queue = %name, "queue declared over HTTP");
@@ -246,8 +248,10 @@ pub(crate) async fn declare_exchange<E: WireEnvelope>(
         return Err(ApiError::bad_request(problem));
     }
     login.may(&vhost, Access::Configure, Resource::Exchange, exchange)?;
-    login.may_target(&vhost, Resource::Exchange, exchange, &args)?;
     let created = !broker.exchange_exists(exchange);
+    if created {
+        login.may_target(&vhost, Resource::Exchange, exchange, &args)?;
+    }
     let conn = broker.connect();
     conn.open_channel()?
         .exchange_declare(exchange, kind, options, args)?;
