@@ -455,24 +455,32 @@ async fn large_messages_span_many_body_frames() {
     server.shutdown().await;
 }
 
-#[tokio::test]
-async fn permissions_refuse_with_403() {
-    let mut config = config();
-    config.users.push(UserConfig {
-        name: "app".into(),
+/// A user without tags, password `pw`, with these configure, write and read permissions
+/// on `/`.
+fn plain_user(name: &str, [configure, write, read]: [&str; 3]) -> UserConfig {
+    UserConfig {
+        name: name.into(),
         password_hash: None,
         password: Some("pw".into()),
         tags: vec![],
         permissions: [(
             "/".to_owned(),
             PermissionConfig {
-                configure: "^app\\.".into(),
-                write: "^app\\.".into(),
-                read: "^app\\.".into(),
+                configure: configure.into(),
+                write: write.into(),
+                read: read.into(),
             },
         )]
         .into(),
-    });
+    }
+}
+
+#[tokio::test]
+async fn permissions_refuse_with_403() {
+    let mut config = config();
+    config
+        .users
+        .push(plain_user("app", ["^app\\.", "^app\\.", "^app\\."]));
     let server = server(config).await;
     let conn = lapin::Connection::connect(&uri(&server, "app", "pw", ""), Default::default())
         .await
@@ -835,21 +843,9 @@ async fn bind_checks_the_brokers_against_the_vhosts() {
 #[tokio::test]
 async fn dead_letter_targets_are_checked_when_a_declaration_creates() {
     let mut config = config();
-    config.users.push(UserConfig {
-        name: "gen".into(),
-        password_hash: None,
-        password: Some("pw".into()),
-        tags: vec![],
-        permissions: [(
-            "/".to_owned(),
-            PermissionConfig {
-                configure: ".*".into(),
-                write: "^app\\.".into(),
-                read: ".*".into(),
-            },
-        )]
-        .into(),
-    });
+    config
+        .users
+        .push(plain_user("gen", [".*", "^app\\.", ".*"]));
     let broker: stream_engine::Broker = stream_engine::Broker::new();
     let server = server_with(config, broker.clone()).await;
     let dead_lettering = || {

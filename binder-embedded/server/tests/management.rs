@@ -61,6 +61,23 @@ fn config() -> ServerConfig {
     config
 }
 
+/// [`config`] with more `management` users, each with its configure, write and read
+/// permissions on `/`.
+fn config_with(users: &[(&str, [&str; 3])]) -> ServerConfig {
+    let mut config = config();
+    for (name, [configure, write, read]) in users {
+        let permissions = PermissionConfig {
+            configure: (*configure).into(),
+            write: (*write).into(),
+            read: (*read).into(),
+        };
+        config
+            .users
+            .push(user(name, &["management"], &[("/", permissions)]));
+    }
+    config
+}
+
 struct Fixture {
     server: Server,
     root: Broker,
@@ -1111,21 +1128,11 @@ async fn the_listener_and_node_checks_answer_as_rabbitmqs_do() {
 /// and neither is the API's publish.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_aliveness_test_sends_a_message_through_its_queue() {
-    let mut config = config();
-    let only = |configure: &str, write: &str, read: &str| PermissionConfig {
-        configure: configure.into(),
-        write: write.into(),
-        read: read.into(),
-    };
-    for (name, permissions) in [
-        ("no-write", only(".*", "", ".*")),
-        ("no-read", only(".*", ".*", "")),
-    ] {
-        config
-            .users
-            .push(user(name, &["management"], &[("/", permissions)]));
-    }
-    let f = fixture_with(config).await;
+    let f = fixture_with(config_with(&[
+        ("no-write", [".*", "", ".*"]),
+        ("no-read", [".*", ".*", ""]),
+    ]))
+    .await;
     assert_eq!(get(&f, "/api/aliveness-test/%2F", None).await.status, 401);
     for _ in 0..2 {
         assert_eq!(
@@ -1185,25 +1192,15 @@ async fn request(f: &Fixture, method: &str, path: &str, body: Option<Value>) -> 
 /// binding); what HTTP declares routes messages over AMQP.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn queues_exchanges_and_bindings_are_declared_and_deleted_over_http() {
-    let mut config = config();
-    let only = |configure: &str, write: &str, read: &str| PermissionConfig {
-        configure: configure.into(),
-        write: write.into(),
-        read: read.into(),
-    };
-    for (name, permissions) in [
+    let f = fixture_with(config_with(&[
         // May bind to `http.q` but not read from (bind from) `http.x`.
-        ("binder", only("", "^http\\.q$", "")),
+        ("binder", ["", "^http\\.q$", ""]),
         // May declare and use `dl.*` only.
-        ("dl", only("^dl\\.", "^dl\\.", "^dl\\.")),
+        ("dl", ["^dl\\.", "^dl\\.", "^dl\\."]),
         // The same without read.
-        ("dl-no-read", only("^dl\\.", "^dl\\.", "")),
-    ] {
-        config
-            .users
-            .push(user(name, &["management"], &[("/", permissions)]));
-    }
-    let f = fixture_with(config).await;
+        ("dl-no-read", ["^dl\\.", "^dl\\.", ""]),
+    ]))
+    .await;
     let me = ok(&f, "/api/whoami", GUEST).await;
     assert_eq!(me, json!({"name": "guest", "tags": ["administrator"]}));
 
