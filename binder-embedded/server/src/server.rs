@@ -34,6 +34,9 @@ pub(crate) struct Shared<E: WireEnvelope> {
     open: Arc<AtomicUsize>,
     /// Who is connected, for the management API.
     pub(crate) listed: OpenConnections,
+    /// The data directory whose free space blocks publishers, and the limit (a standalone
+    /// server's `data_dir`), for the management API's node.
+    disk_watch: std::sync::OnceLock<(std::path::PathBuf, u64)>,
 }
 
 impl<E: WireEnvelope> Shared<E> {
@@ -83,6 +86,7 @@ impl<E: WireEnvelope> Shared<E> {
             brokers,
             open: Arc::new(AtomicUsize::new(0)),
             listed: OpenConnections::default(),
+            disk_watch: std::sync::OnceLock::new(),
         })
     }
 
@@ -104,6 +108,11 @@ impl<E: WireEnvelope> Shared<E> {
     /// The time from accept to `connection.open-ok` (the TLS handshake included).
     pub(crate) fn handshake_timeout(&self) -> std::time::Duration {
         self.limits.handshake_timeout()
+    }
+
+    /// The data directory whose free space is watched, and its limit, if any.
+    pub(crate) fn disk_watch(&self) -> Option<&(std::path::PathBuf, u64)> {
+        self.disk_watch.get()
     }
 
     /// Connections open now (past their handshake).
@@ -174,10 +183,12 @@ impl Server<Native> {
             };
             brokers.insert(vhost.clone(), broker);
         }
+        let mut disk_watch = None;
         let disk_monitor = match &config.data_dir {
             None => None,
             Some(data_dir) => {
                 let limit = config.disk_free_limit.unwrap_or(DEFAULT_DISK_FREE_LIMIT);
+                disk_watch = Some((data_dir.clone(), limit));
                 let watched = brokers.values().cloned().collect();
                 let monitor =
                     DiskMonitor::for_brokers(data_dir, limit, watched).map_err(|source| {
@@ -200,6 +211,10 @@ impl Server<Native> {
         let mut server = Self::bind(config, brokers).await?;
         server.stores = stores;
         server.disk_monitor = disk_monitor;
+        if let Some(watch) = disk_watch {
+            // Set once, on a server just made: it cannot be set already.
+            let _ = server.shared.disk_watch.set(watch);
+        }
         Ok(server)
     }
 }

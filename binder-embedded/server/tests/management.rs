@@ -1887,3 +1887,67 @@ async fn definitions_export_and_import_the_topology() {
     g.server.shutdown().await;
     f.server.shutdown().await;
 }
+
+/// RabbitMQ's `/api/nodes`: this one node, with the figures monitoring integrations read
+/// (memory against the watermarks, the alarms, sockets, file descriptors; disk free against
+/// its limit when the server watches a data directory), for monitoring users.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_node_gives_its_resource_figures() {
+    let f = fixture().await;
+    assert_eq!(get(&f, "/api/nodes", MGMT).await.status, 401);
+    let nodes = ok(&f, "/api/nodes", MON).await;
+    let list = nodes.as_array().unwrap();
+    assert_eq!(list.len(), 1, "{nodes}");
+    let node = &list[0];
+    let name = ok(&f, "/api/overview", MON).await["node"].clone();
+    assert_eq!(node["name"], name);
+    assert_eq!(
+        (node["running"].clone(), node["type"].clone()),
+        (json!(true), json!("disc"))
+    );
+    let limits = f.root.memory_high_watermark().unwrap() + f.other.memory_high_watermark().unwrap();
+    assert_eq!(node["mem_limit"], limits);
+    assert_eq!(
+        node["mem_used"],
+        f.root.memory_used() + f.other.memory_used()
+    );
+    assert_eq!(
+        (node["mem_alarm"].clone(), node["disk_free_alarm"].clone()),
+        (json!(false), json!(false))
+    );
+    assert_eq!(node["sockets_used"], 0);
+    assert!(
+        node["fd_used"].as_u64().unwrap() > 0 && node["fd_total"].as_u64().unwrap() > 0,
+        "{node}"
+    );
+    assert!(
+        node["uptime"].is_u64() && node["os_pid"].is_string(),
+        "{node}"
+    );
+    assert!(
+        node.get("disk_free").is_none(),
+        "no data directory is watched: {node}"
+    );
+    f.other.set_disk_alarm(true);
+    let path = format!("/api/nodes/{}", name.as_str().unwrap());
+    assert_eq!(ok(&f, &path, MON).await["disk_free_alarm"], true);
+    f.other.set_disk_alarm(false);
+    assert_eq!(
+        get(&f, "/api/nodes/rabbit@elsewhere", MON).await.status,
+        404
+    );
+    f.server.shutdown().await;
+
+    // A standalone server with a data directory: its free space and limit.
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = config();
+    config.vhosts = vec!["/".into()];
+    config.data_dir = Some(dir.path().to_owned());
+    let server = Server::standalone(config).await.unwrap();
+    let api = server.management_addr().unwrap();
+    let r = http::request(api, "GET", "/api/nodes", MON, None).await;
+    let node = &r.json()[0];
+    assert_eq!(node["disk_free_limit"], 50_000_000);
+    assert!(node["disk_free"].as_u64().unwrap() > 0, "{node}");
+    server.shutdown().await;
+}

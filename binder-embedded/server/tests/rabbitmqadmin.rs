@@ -210,6 +210,9 @@ async fn rabbitmqadmin_declares_publishes_gets_and_deletes() {
             ],
             "binding deleted",
         );
+        let nodes = listed(t, port, &["list", "nodes"]);
+        assert_eq!(nodes.as_array().map(Vec::len), Some(1), "{nodes}");
+        assert_eq!(nodes[0]["running"], true);
         // `export` and `import` carry the definitions through a file.
         let file = std::env::temp_dir().join(format!("rabbitmqadmin-{port}.json"));
         let path = file.display().to_string();

@@ -10,7 +10,8 @@
 //! binding in a path), [`definitions`] (RabbitMQ's definitions export and
 //! import), [`health`] (health checks of the node: alarms, virtual
 //! hosts, the message stores), [`listener_checks`] (health checks of the listeners and their
-//! certificates), [`aliveness`] (RabbitMQ's aliveness test), [`dlq`] (dead letters, in the
+//! certificates), [`aliveness`] (RabbitMQ's aliveness test), [`nodes`] (the node's resource
+//! figures), [`dlq`] (dead letters, in the
 //! extension), [`json`] (values to and from JSON), [`rates`] (sampled message rates),
 //! [`error`] (RabbitMQ's error answers).
 
@@ -24,6 +25,7 @@ mod health;
 mod json;
 mod listener_checks;
 mod login;
+mod nodes;
 mod rates;
 mod topology;
 
@@ -47,6 +49,8 @@ use crate::tls::ServedCertificates;
 pub(crate) struct Api<E: WireEnvelope> {
     shared: Arc<Shared<E>>,
     rates: Rates,
+    /// When the management listener started (the node's uptime).
+    started: std::time::Instant,
     /// The management listener's address.
     addr: SocketAddr,
     /// Every listener of the server: AMQP, AMQP over TLS, this one.
@@ -106,6 +110,8 @@ fn router<E: WireEnvelope>(api: Arc<Api<E>>) -> Router {
             delete(topology::unbind::<E>),
         )
         .route("/api/whoami", get(api::whoami::<E>))
+        .route("/api/nodes", get(nodes::nodes::<E>))
+        .route("/api/nodes/{name}", get(nodes::node::<E>))
         .route(
             "/api/definitions",
             get(definitions::export_all::<E>).post(definitions::import_all::<E>),
@@ -197,6 +203,7 @@ impl Management {
         let api = Arc::new(Api {
             shared,
             rates: Rates::default(),
+            started: std::time::Instant::now(),
             addr,
             listeners,
         });
