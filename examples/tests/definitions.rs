@@ -2,8 +2,8 @@
 //! an operator moves a topology to a RabbitMQ cluster (and back): stream-broker's export is
 //! imported by a private RabbitMQ node with the management plugin, whose own export then
 //! lists the same queues, exchanges and bindings, and whose users can log in with the
-//! exported password hashes; RabbitMQ's export of a virtual host is imported by
-//! stream-broker. Skipped, said loudly, when no private RabbitMQ node starts, unless
+//! exported password hashes; RabbitMQ's exports of a virtual host and of the whole node are
+//! imported by stream-broker. Skipped, said loudly, when no private RabbitMQ node starts, unless
 //! `REQUIRE_RABBIT=1`.
 
 #[path = "../../binder-rabbit/tests/common/mod.rs"]
@@ -207,6 +207,18 @@ async fn definitions_move_between_stream_broker_and_rabbitmq() {
         for section in ["queues", "exchanges", "bindings"] {
             assert_eq!(sorted(&back, section), sorted(&vhost, section), "{section}");
         }
+        // And RabbitMQ's export of the whole node (its `internal_cluster_id` left aside):
+        // its users and permissions are stream-broker's own, as imported above.
+        let (_, node) = call("GET", &format!("{rabbit}/api/definitions"), None);
+        assert_eq!(
+            node["global_parameters"][0]["name"], "internal_cluster_id",
+            "{node}"
+        );
+        let (status, body) = call("POST", &format!("{ours}/api/definitions"), Some(&node));
+        assert_eq!(
+            status, 204,
+            "stream-broker refused RabbitMQ's node definitions: {body}"
+        );
     });
     let outcome = steps.await;
     server.shutdown().await;

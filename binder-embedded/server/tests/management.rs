@@ -1744,6 +1744,8 @@ async fn definitions_export_and_import_the_topology() {
     let mut policy = root.clone();
     policy["policies"] =
         json!([{"name": "ttl", "pattern": ".*", "definition": {"message-ttl": 1}}]);
+    let mut named = defs.clone();
+    named["global_parameters"] = json!([{"name": "cluster_name", "value": "rabbit@elsewhere"}]);
     let mut unknown = root.clone();
     unknown["explicit_vhosts"] = json!([]);
     let mut inequivalent = root.clone();
@@ -1763,6 +1765,11 @@ async fn definitions_export_and_import_the_topology() {
             "/api/definitions/%2F",
             &policy,
             "policies are not supported",
+        ),
+        (
+            "/api/definitions",
+            &named,
+            "global_parameters are not supported",
         ),
         (
             "/api/definitions/%2F",
@@ -1786,6 +1793,13 @@ async fn definitions_export_and_import_the_topology() {
         assert!(reason.contains(said), "{reason} does not say {said}");
     }
     assert_eq!(g.root.queue_counts("not.declared"), None);
+    // The exporting cluster's identity, which every RabbitMQ node export carries, is left
+    // aside.
+    let mut identified = defs.clone();
+    identified["global_parameters"] =
+        json!([{"name": "internal_cluster_id", "value": "rabbitmq-cluster-id-x"}]);
+    let r = http::request(g.api, "POST", "/api/definitions", GUEST, Some(&identified)).await;
+    assert_eq!(r.status, 204, "{}", String::from_utf8_lossy(&r.body));
     // Checked before anything is declared: a virtual host that is not configured, a name
     // AMQP cannot carry.
     for (entry, said) in [

@@ -569,7 +569,12 @@ fn as_configured<E: WireEnvelope>(
         "global_parameters",
         "policies",
     ] {
-        if let Some(first) = entries(defs, section)?.first() {
+        // RabbitMQ's export of a node carries the identity of the cluster it came from,
+        // which names that cluster, not a setting for this one.
+        let settings = entries(defs, section)?
+            .iter()
+            .filter(|e| !(section == "global_parameters" && e["name"] == "internal_cluster_id"));
+        if let Some(first) = settings.into_iter().next() {
             return Err(ApiError::bad_request(format!(
                 "{section} are not supported by stream-broker (first: {first}); remove them \
                  from the file"
