@@ -62,6 +62,13 @@ impl Listener {
         let brokers = HashMap::from([("/".to_owned(), broker.clone())]);
         let server = Server::bind_now(config, brokers)
             .map_err(|e| BinderError::config(format!("`{PREFIX}.listen`: {e}")).with_source(e))?;
+        if let Some(dir) = &settings.data_dir {
+            // The binder watches its data directory's free space itself.
+            let limit = settings
+                .disk_free_limit
+                .unwrap_or(stream_store::DEFAULT_DISK_FREE_LIMIT);
+            server.watches_disk(dir.clone(), limit);
+        }
         match server.tls_addr() {
             Some(tls_address) => tracing::info!(
                 address = %server.local_addr(),

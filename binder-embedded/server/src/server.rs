@@ -211,9 +211,8 @@ impl Server<Native> {
         let mut server = Self::bind(config, brokers).await?;
         server.stores = stores;
         server.disk_monitor = disk_monitor;
-        if let Some(watch) = disk_watch {
-            // Set once, on a server just made: it cannot be set already.
-            let _ = server.shared.disk_watch.set(watch);
+        if let Some((dir, limit)) = disk_watch {
+            server.watches_disk(dir, limit);
         }
         Ok(server)
     }
@@ -354,6 +353,14 @@ impl<E: WireEnvelope> Server<E> {
             disk_monitor: None,
             management,
         })
+    }
+
+    /// Tells the management API (`/api/nodes`' `disk_free` and `disk_free_limit`) which
+    /// data directory's free space blocks the brokers' publishers below `limit` bytes, for a
+    /// caller that watches it itself (an embedded binder's `data-dir`; a standalone server
+    /// with `data_dir` does it). The first call counts; later ones are ignored.
+    pub fn watches_disk(&self, dir: impl Into<std::path::PathBuf>, limit: u64) {
+        let _ = self.shared.disk_watch.set((dir.into(), limit));
     }
 
     /// The address the server listens on (with the port chosen when bound to port 0).

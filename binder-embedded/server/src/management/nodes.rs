@@ -17,10 +17,22 @@ impl<E: WireEnvelope> Api<E> {
     /// The node as RabbitMQ's `/api/nodes` shows one.
     fn node_json(&self) -> Value {
         let brokers = self.shared.brokers();
-        let mem_used: usize = brokers.values().map(|b| b.memory_used()).sum();
-        // Each virtual host's broker has its own watermark: the node's limit is their sum,
-        // when every one has one.
-        let mem_limit: Option<usize> = brokers.values().map(|b| b.memory_high_watermark()).sum();
+        // Each virtual host's broker has its own watermark, and blocks its publishers when
+        // what it holds reaches it: the figures are those of the one nearest its watermark,
+        // so that `mem_used` reaching `mem_limit` is what raises the alarm, as in RabbitMQ
+        // (with one virtual host, the broker's own figures).
+        let nearest = brokers
+            .values()
+            .filter_map(|b| Some((b.memory_used(), b.memory_high_watermark()?)))
+            .max_by(|(u1, l1), (u2, l2)| {
+                // u1/l1 against u2/l2, without division.
+                (*u1 as u128 * *l2 as u128).cmp(&(*u2 as u128 * *l1 as u128))
+            });
+        let mem_used = match nearest {
+            Some((used, _)) => used,
+            None => brokers.values().map(|b| b.memory_used()).sum(),
+        };
+        let mem_limit = nearest.map(|(_, limit)| limit);
         let alarms = brokers.values().map(|b| b.alarms());
         let (mut mem_alarm, mut disk_alarm) = (false, false);
         for a in alarms {
@@ -64,7 +76,11 @@ impl<E: WireEnvelope> Api<E> {
 
 /// The process's open file descriptors and its limit on them (Linux's `/proc/self`).
 fn file_descriptors() -> Option<(usize, u64)> {
-    let used = std::fs::read_dir("/proc/self/fd").ok()?.count();
+    // Less the one the listing itself holds open.
+    let used = std::fs::read_dir("/proc/self/fd")
+        .ok()?
+        .count()
+        .saturating_sub(1);
     let limits = std::fs::read_to_string("/proc/self/limits").ok()?;
     let line = limits.lines().find(|l| l.starts_with("Max open files"))?;
     let soft = line
