@@ -510,3 +510,93 @@ async fn with_stream_broker_s_management_api_lists_everything() {
     }
     server.shutdown().await;
 }
+
+/// `export_definitions` and `import_definitions`, as rabbitmqctl names them: one
+/// stream-broker's topology, written to a file through its management API, declared on
+/// another; both verbs refuse without a management API.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn definitions_move_from_one_stream_broker_to_another() {
+    let server = || async {
+        stream_broker::Server::standalone(stream_broker::ServerConfig {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            management: Some(stream_broker::ManagementConfig {
+                listen: "127.0.0.1:0".parse().unwrap(),
+                allow_remote: false,
+                sample_interval_ms: 5000,
+            }),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+    };
+    let (from, to) = (server().await, server().await);
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(&dir, "orders", from.local_addr().port());
+    assert_ok(&streamctl(&["provision", "--config", &config]));
+    let file = dir.path().join("definitions.json");
+    let file = file.to_str().unwrap();
+    let url = |s: &stream_broker::Server| format!("amqp://guest:guest@{}/%2f", s.local_addr());
+    let management = |s: &stream_broker::Server| format!("http://{}", s.management_addr().unwrap());
+
+    let out = streamctl(&[
+        "export_definitions",
+        "--url",
+        &url(&from),
+        "--management",
+        &management(&from),
+        file,
+    ]);
+    assert_ok(&out);
+    assert!(
+        text(&out).starts_with("Exported definitions of http://"),
+        "{}",
+        text(&out)
+    );
+    let exported: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(file).unwrap()).unwrap();
+    let queues: Vec<&str> = exported["queues"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|q| q["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(queues, ["orders.g", "orders.g.dlq"], "{exported}");
+
+    let out = streamctl(&[
+        "import_definitions",
+        "-q",
+        "--url",
+        &url(&to),
+        "--management",
+        &management(&to),
+        file,
+    ]);
+    assert_ok(&out);
+    assert_eq!(text(&out), "");
+    let out = streamctl(&[
+        "list_bindings",
+        "-q",
+        "--url",
+        &url(&to),
+        "--management",
+        &management(&to),
+    ]);
+    assert_ok(&out);
+    assert!(
+        text(&out).contains("orders\texchange\torders.g\tqueue\t#\t[]\n"),
+        "{}",
+        text(&out)
+    );
+
+    for verb in ["export_definitions", "import_definitions"] {
+        let out = streamctl(&[verb, "--url", &url(&to), "--no-management", file]);
+        assert_eq!(out.status.code(), Some(1), "{verb}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("needs a management API"),
+            "{verb}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    from.shutdown().await;
+    to.shutdown().await;
+}

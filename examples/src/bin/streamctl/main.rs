@@ -70,6 +70,7 @@ fn write_out(text: std::fmt::Arguments<'_>) {
 
 mod asyncapi;
 mod broker;
+mod definitions;
 mod dlq;
 mod listing;
 mod management;
@@ -165,6 +166,24 @@ enum Command {
         target: Target,
         /// The queue.
         queue: String,
+    },
+    /// Write the broker's definitions (users, virtual hosts, permissions, queues,
+    /// exchanges, bindings) to a JSON file, `-` for standard output (needs a management API).
+    #[command(name = "export_definitions")]
+    ExportDefinitions {
+        #[command(flatten)]
+        target: Target,
+        /// The file.
+        path: PathBuf,
+    },
+    /// Declare the definitions of a JSON file (`-`: standard input) on the broker, as
+    /// RabbitMQ's and stream-broker's management APIs import them (needs a management API).
+    #[command(name = "import_definitions")]
+    ImportDefinitions {
+        #[command(flatten)]
+        target: Target,
+        /// The file.
+        path: PathBuf,
     },
     /// A binding's dead-letter queue: list, replay or purge its messages.
     Dlq {
@@ -290,6 +309,12 @@ fn main() -> ExitCode {
             columns,
         } => operate(listing::list(Entity::Bindings, &target, &columns, format)),
         Command::PurgeQueue { target, queue } => operate(listing::purge(&target, &queue)),
+        Command::ExportDefinitions { target, path } => {
+            operate(async move { definitions::export(&target, &path) })
+        }
+        Command::ImportDefinitions { target, path } => {
+            operate(async move { definitions::import(&target, &path) })
+        }
         Command::Dlq { command } => operate(dlq::run(command)),
         Command::Asyncapi(args) => asyncapi::run(args),
         Command::Provision { config, profiles } => {

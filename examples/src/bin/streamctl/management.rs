@@ -146,6 +146,31 @@ impl Management {
         })
     }
 
+    /// `POST /api/<path>` with a JSON body; any 2xx status is success.
+    pub fn post(&self, path: &str, body: &[u8]) -> Result<(), ManagementError> {
+        let url = format!("{}/api/{path}", self.base);
+        let mut response = self
+            .agent
+            .post(&url)
+            .header("Authorization", &self.authorization)
+            .header("Content-Type", "application/json")
+            .send(body)
+            .map_err(|e| ManagementError::Unreachable {
+                url: url.clone(),
+                source: Box::new(e),
+            })?;
+        let status = response.status().as_u16();
+        if (200..300).contains(&status) {
+            return Ok(());
+        }
+        let body = response.body_mut().read_to_string().unwrap_or_default();
+        Err(ManagementError::Status {
+            url,
+            status,
+            body: reason(&body),
+        })
+    }
+
     /// The objects of a list endpoint (`queues`, `exchanges`, `bindings`) in `vhost`.
     pub fn list(&self, what: &str, vhost: &str) -> Result<Vec<Value>, ManagementError> {
         let path = format!("{what}/{}", uri_component(vhost));
