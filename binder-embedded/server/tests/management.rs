@@ -1982,3 +1982,54 @@ async fn the_node_gives_its_resource_figures() {
     assert!(node["disk_free"].as_u64().unwrap() > 0, "{node}");
     server.shutdown().await;
 }
+
+/// Users and permissions read as RabbitMQ shows them, for administrators; what would change
+/// them, a virtual host or a policy answers 405 saying they come from the configuration file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn users_and_permissions_are_read_only() {
+    let f = fixture().await;
+    assert_eq!(get(&f, "/api/users", MGMT).await.status, 401);
+    let users = ok(&f, "/api/users", GUEST).await;
+    let names: Vec<&str> = users
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|u| u["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["app", "guest", "mgmt", "mon"]);
+    let mon = ok(&f, "/api/users/mon", GUEST).await;
+    assert_eq!(mon["tags"], json!(["monitoring"]));
+    assert_eq!(mon["hashing_algorithm"], "rabbit_password_hashing_sha256");
+    assert_eq!(get(&f, "/api/users/nobody", GUEST).await.status, 404);
+    let all = ok(&f, "/api/permissions", GUEST).await;
+    let mgmt_root = json!({"user": "mgmt", "vhost": "/", "configure": "", "write": "^orders$", "read": "^work$"});
+    assert!(all.as_array().unwrap().contains(&mgmt_root), "{all}");
+    assert_eq!(ok(&f, "/api/permissions/%2F/mgmt", GUEST).await, mgmt_root);
+    assert_eq!(
+        get(&f, "/api/permissions/other/mgmt", GUEST).await.status,
+        404
+    );
+    assert_eq!(ok(&f, "/api/vhosts/other", GUEST).await["name"], "other");
+    assert_eq!(get(&f, "/api/vhosts/nowhere", GUEST).await.status, 404);
+    for (method, path) in [
+        ("PUT", "/api/users/new"),
+        ("DELETE", "/api/users/mgmt"),
+        ("PUT", "/api/permissions/%2F/mgmt"),
+        ("PUT", "/api/vhosts/new"),
+        ("DELETE", "/api/vhosts/other"),
+        ("PUT", "/api/policies/%2F/ttl"),
+    ] {
+        let r = http::request(f.api, method, path, GUEST, Some(&json!({}))).await;
+        assert_eq!(r.status, 405, "{method} {path}");
+        let reason = r.json()["reason"].as_str().unwrap().to_owned();
+        assert!(reason.contains("configuration file"), "{reason}");
+        let r = http::request(f.api, method, path, None, Some(&json!({}))).await;
+        assert_eq!(r.status, 401, "{method} {path} without a login");
+    }
+    assert_eq!(
+        f.other.queue_counts("elsewhere"),
+        Some((0, 0)),
+        "other is still there"
+    );
+    f.server.shutdown().await;
+}

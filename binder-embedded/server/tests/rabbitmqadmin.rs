@@ -210,6 +210,19 @@ async fn rabbitmqadmin_declares_publishes_gets_and_deletes() {
             ],
             "binding deleted",
         );
+        let users = listed(t, port, &["list", "users"]);
+        assert_eq!(users[0]["name"], "guest", "{users}");
+        let permissions = listed(t, port, &["list", "permissions"]);
+        assert_eq!(permissions[0]["user"], "guest", "{permissions}");
+        let (ok, out, err) = admin(
+            t,
+            port,
+            &["declare", "user", "name=bob", "password=pw", "tags="],
+        );
+        assert!(
+            !ok && format!("{out}{err}").contains("configuration file"),
+            "{out}{err}"
+        );
         let nodes = listed(t, port, &["list", "nodes"]);
         assert_eq!(nodes.as_array().map(Vec::len), Some(1), "{nodes}");
         assert_eq!(nodes[0]["running"], true);

@@ -216,6 +216,20 @@ pub(crate) async fn overview<E: WireEnvelope>(
     })))
 }
 
+fn vhost_json<E: WireEnvelope>(api: &Api<E>, vhost: &str, broker: &Broker<E>) -> Value {
+    let qs = broker.queues();
+    let ready: u64 = qs.iter().map(|q| q.messages_ready).sum();
+    let unacked: u64 = qs.iter().map(|q| q.messages_unacknowledged).sum();
+    json!({
+        "name": vhost,
+        "messages": ready + unacked,
+        "messages_ready": ready,
+        "messages_unacknowledged": unacked,
+        "tracing": false,
+        "message_stats": rated(api.rates.vhost(vhost)),
+    })
+}
+
 pub(crate) async fn vhosts<E: WireEnvelope>(
     (State(api), ConnectInfo(peer), headers): Ctx<E>,
 ) -> Reply {
@@ -223,21 +237,20 @@ pub(crate) async fn vhosts<E: WireEnvelope>(
     let list: Vec<Value> = api
         .visible(&login)
         .into_iter()
-        .map(|(vhost, broker)| {
-            let qs = broker.queues();
-            let ready: u64 = qs.iter().map(|q| q.messages_ready).sum();
-            let unacked: u64 = qs.iter().map(|q| q.messages_unacknowledged).sum();
-            json!({
-                "name": vhost,
-                "messages": ready + unacked,
-                "messages_ready": ready,
-                "messages_unacknowledged": unacked,
-                "tracing": false,
-                "message_stats": rated(api.rates.vhost(vhost)),
-            })
-        })
+        .map(|(vhost, broker)| vhost_json(&api, vhost, broker))
         .collect();
     Ok(Json(Value::Array(list)))
+}
+
+/// `GET /api/vhosts/{name}`: one virtual host (404 if there is none, 401 if the user may
+/// not see it).
+pub(crate) async fn vhost<E: WireEnvelope>(
+    (State(api), ConnectInfo(peer), headers): Ctx<E>,
+    Path(vhost): Path<String>,
+) -> Reply {
+    let login = api.login(&headers, peer)?;
+    let broker = api.broker(&login, &vhost)?;
+    Ok(Json(vhost_json(&api, &vhost, broker)))
 }
 
 pub(crate) async fn queues<E: WireEnvelope>(

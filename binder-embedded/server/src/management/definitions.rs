@@ -28,15 +28,13 @@ use super::error::ApiError;
 use super::health::Ctx;
 use super::json;
 use super::login::Login;
+use super::users::{HASHING, permissions_json, user_json};
 use crate::auth::{PasswordHash, User};
 use crate::envelope::WireEnvelope;
 
 /// The largest definitions body imported: 64 MiB, a few hundred thousand queues (other
 /// requests keep axum's 2 MiB). It is read only once an administrator has logged in.
 const BODY_LIMIT: usize = 64 << 20;
-
-/// The hashing algorithm of every exported password hash.
-const HASHING: &str = "rabbit_password_hashing_sha256";
 
 /// The version written as `rabbit_version`: the RabbitMQ whose format is followed.
 const FORMAT_VERSION: &str = "3.10.0";
@@ -161,35 +159,14 @@ pub(crate) async fn export_all<E: WireEnvelope>(
         exchanges.extend(x);
         bindings.extend(b);
     }
-    let mut permissions = Vec::new();
-    for user in &users {
-        let mut on: Vec<_> = user.all_permissions().collect();
-        on.sort_by_key(|(vhost, _)| *vhost);
-        for (vhost, p) in on {
-            let [configure, write, read] = p.sources();
-            permissions.push(json!({
-                "user": user.name,
-                "vhost": vhost,
-                "configure": configure,
-                "write": write,
-                "read": read,
-            }));
-        }
-    }
     let definitions = json!({
         "rabbit_version": FORMAT_VERSION,
         "rabbitmq_version": FORMAT_VERSION,
         "product_name": "stream-broker",
         "product_version": env!("CARGO_PKG_VERSION"),
-        "users": users.iter().map(|u| json!({
-            "name": u.name,
-            "password_hash": u.password_hash(),
-            "hashing_algorithm": HASHING,
-            "tags": u.tags,
-            "limits": {},
-        })).collect::<Vec<_>>(),
+        "users": users.iter().map(|u| user_json(u)).collect::<Vec<_>>(),
         "vhosts": vhosts.iter().map(|v| json!({"name": v})).collect::<Vec<_>>(),
-        "permissions": permissions,
+        "permissions": permissions_json(&api),
         "topic_permissions": [],
         "parameters": [],
         "global_parameters": [],

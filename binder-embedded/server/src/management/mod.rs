@@ -13,7 +13,7 @@
 //! certificates), [`aliveness`] (RabbitMQ's aliveness test), [`nodes`] (the node's resource
 //! figures), [`dlq`] (dead letters, in the
 //! extension), [`json`] (values to and from JSON), [`rates`] (sampled message rates),
-//! [`error`] (RabbitMQ's error answers).
+//! [`users`] (users and permissions, read-only), [`error`] (RabbitMQ's error answers).
 
 mod aliveness;
 mod api;
@@ -28,6 +28,7 @@ mod login;
 mod nodes;
 mod rates;
 mod topology;
+mod users;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -111,6 +112,31 @@ fn router<E: WireEnvelope>(api: Arc<Api<E>>) -> Router {
         )
         .route("/api/whoami", get(api::whoami::<E>))
         .route("/api/nodes", get(nodes::nodes::<E>))
+        .route("/api/users", get(users::users::<E>))
+        .route(
+            "/api/users/{name}",
+            get(users::user::<E>)
+                .put(users::configured_in_the_file::<E>)
+                .delete(users::configured_in_the_file::<E>),
+        )
+        .route("/api/permissions", get(users::permissions::<E>))
+        .route(
+            "/api/permissions/{vhost}/{user}",
+            get(users::permission::<E>)
+                .put(users::configured_in_the_file::<E>)
+                .delete(users::configured_in_the_file::<E>),
+        )
+        .route(
+            "/api/vhosts/{name}",
+            get(api::vhost::<E>)
+                .put(users::configured_in_the_file::<E>)
+                .delete(users::configured_in_the_file::<E>),
+        )
+        .route(
+            "/api/policies/{vhost}/{name}",
+            axum::routing::put(users::configured_in_the_file::<E>)
+                .delete(users::configured_in_the_file::<E>),
+        )
         .route("/api/nodes/{name}", get(nodes::node::<E>))
         .route(
             "/api/definitions",
