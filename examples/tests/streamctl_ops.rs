@@ -588,6 +588,52 @@ async fn definitions_move_from_one_stream_broker_to_another() {
         text(&out)
     );
 
+    // Through `-`: standard output holds the definitions alone, standard input takes them.
+    let out = streamctl(&[
+        "export_definitions",
+        "--url",
+        &url(&from),
+        "--management",
+        &management(&from),
+        "-",
+    ]);
+    assert_ok(&out);
+    let piped: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(piped["queues"], exported["queues"]);
+    let third = server().await;
+    let mut import = std::process::Command::new(env!("CARGO_BIN_EXE_streamctl"))
+        .args([
+            "import_definitions",
+            "--url",
+            &url(&third),
+            "--management",
+            &management(&third),
+            "-",
+        ])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::Write;
+        let mut stdin = import.stdin.take().unwrap();
+        stdin.write_all(&out.stdout).unwrap();
+    }
+    let imported = import.wait_with_output().unwrap();
+    assert_ok(&imported);
+    let out = streamctl(&[
+        "list_queues",
+        "-q",
+        "--url",
+        &url(&third),
+        "--management",
+        &management(&third),
+    ]);
+    assert_ok(&out);
+    assert!(text(&out).contains("orders.g.dlq\t"), "{}", text(&out));
+    third.shutdown().await;
+
     for verb in ["export_definitions", "import_definitions"] {
         let out = streamctl(&[verb, "--url", &url(&to), "--no-management", file]);
         assert_eq!(out.status.code(), Some(1), "{verb}");

@@ -1988,7 +1988,15 @@ async fn the_node_gives_its_resource_figures() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn users_and_permissions_are_read_only() {
     let f = fixture().await;
-    assert_eq!(get(&f, "/api/users", MGMT).await.status, 401);
+    for path in [
+        "/api/users",
+        "/api/users/mgmt",
+        "/api/permissions",
+        "/api/permissions/%2F/mgmt",
+    ] {
+        assert_eq!(get(&f, path, MGMT).await.status, 401, "{path}");
+        assert_eq!(get(&f, path, MON).await.status, 401, "{path}");
+    }
     let users = ok(&f, "/api/users", GUEST).await;
     let names: Vec<&str> = users
         .as_array()
@@ -2021,11 +2029,17 @@ async fn users_and_permissions_are_read_only() {
     ] {
         let r = http::request(f.api, method, path, GUEST, Some(&json!({}))).await;
         assert_eq!(r.status, 405, "{method} {path}");
+        assert_eq!(r.header("allow"), Some("GET"), "{method} {path}");
         let reason = r.json()["reason"].as_str().unwrap().to_owned();
         assert!(reason.contains("configuration file"), "{reason}");
-        let r = http::request(f.api, method, path, None, Some(&json!({}))).await;
-        assert_eq!(r.status, 401, "{method} {path} without a login");
+        for (auth, who) in [(None, "without a login"), (MGMT, "not an administrator")] {
+            let r = http::request(f.api, method, path, auth, Some(&json!({}))).await;
+            assert_eq!(r.status, 401, "{method} {path} {who}");
+        }
     }
+    assert_eq!(ok(&f, "/api/policies", GUEST).await, json!([]));
+    assert_eq!(ok(&f, "/api/policies/%2F", GUEST).await, json!([]));
+    assert_eq!(get(&f, "/api/policies/%2F/ttl", GUEST).await.status, 404);
     assert_eq!(
         f.other.queue_counts("elsewhere"),
         Some((0, 0)),

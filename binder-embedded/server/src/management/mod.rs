@@ -132,9 +132,12 @@ fn router<E: WireEnvelope>(api: Arc<Api<E>>) -> Router {
                 .put(users::configured_in_the_file::<E>)
                 .delete(users::configured_in_the_file::<E>),
         )
+        .route("/api/policies", get(users::no_policies::<E>))
+        .route("/api/policies/{vhost}", get(users::no_policies::<E>))
         .route(
             "/api/policies/{vhost}/{name}",
-            axum::routing::put(users::configured_in_the_file::<E>)
+            get(users::no_policy::<E>)
+                .put(users::configured_in_the_file::<E>)
                 .delete(users::configured_in_the_file::<E>),
         )
         .route("/api/nodes/{name}", get(nodes::node::<E>))

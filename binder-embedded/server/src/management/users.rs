@@ -6,7 +6,8 @@
 
 use axum::Json;
 use axum::extract::{ConnectInfo, Path, State};
-use axum::http::StatusCode;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
 use super::Api;
@@ -100,15 +101,16 @@ pub(crate) async fn permission<E: WireEnvelope>(
         .ok_or_else(ApiError::not_found)
 }
 
-/// `PUT` or `DELETE` on a user, a permission, a virtual host or a policy: 405 (after the
-/// login, 401 without one), naming where they are configured instead.
+/// `PUT` or `DELETE` on a user, a permission, a virtual host or a policy: for an
+/// administrator (401 otherwise, as RabbitMQ answers), 405 naming where they are configured
+/// instead, with `Allow: GET`.
 pub(crate) async fn configured_in_the_file<E: WireEnvelope>(
     (State(api), ConnectInfo(peer), headers): Ctx<E>,
-) -> ApiError {
-    if let Err(refused) = api.login(&headers, peer) {
-        return refused;
+) -> Response {
+    if let Err(refused) = api.login(&headers, peer).and_then(|l| l.administrator()) {
+        return refused.into_response();
     }
-    ApiError {
+    let refusal = ApiError {
         status: StatusCode::METHOD_NOT_ALLOWED,
         error: "method_not_allowed",
         reason: "stream-broker's users, permissions and virtual hosts come from its \
@@ -116,5 +118,23 @@ pub(crate) async fn configured_in_the_file<E: WireEnvelope>(
                  the file and restart the server"
             .into(),
         challenge: false,
-    }
+    };
+    ([(header::ALLOW, "GET")], refusal).into_response()
+}
+
+/// `GET /api/policies` and `GET /api/policies/{vhost}`: none (this broker has no policies;
+/// queue arguments do what they would).
+pub(crate) async fn no_policies<E: WireEnvelope>(
+    (State(api), ConnectInfo(peer), headers): Ctx<E>,
+) -> Result<Json<Value>, ApiError> {
+    api.login(&headers, peer)?;
+    Ok(Json(json!([])))
+}
+
+/// `GET /api/policies/{vhost}/{name}`: 404, there being no policies.
+pub(crate) async fn no_policy<E: WireEnvelope>(
+    (State(api), ConnectInfo(peer), headers): Ctx<E>,
+) -> Result<Json<Value>, ApiError> {
+    api.login(&headers, peer)?;
+    Err(ApiError::not_found())
 }

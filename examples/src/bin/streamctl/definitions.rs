@@ -3,7 +3,7 @@
 //! a JSON file, through the management API (RabbitMQ's plugin or `stream-broker`'s), so a
 //! topology moves between the two.
 
-use std::io::{Read, Write};
+use std::io::Read;
 use std::path::Path;
 
 use crate::broker::{Target, TargetError};
@@ -30,10 +30,8 @@ pub fn export(target: &Target, path: &Path) -> Result<(), TargetError> {
         .map_err(|e| TargetError::Failed(e.to_string()))?;
     text.push('\n');
     if path == Path::new("-") {
-        std::io::stdout()
-            .lock()
-            .write_all(text.as_bytes())
-            .map_err(|e| TargetError::Failed(format!("cannot write the definitions: {e}")))?;
+        // As every output: a closed pipe (`| head`) ends the program quietly.
+        out!("{text}");
         return Ok(());
     }
     std::fs::write(path, text)
@@ -50,6 +48,8 @@ pub fn export(target: &Target, path: &Path) -> Result<(), TargetError> {
 
 /// Imports the definitions in `path` (`-`: standard input) into the broker.
 pub fn import(target: &Target, path: &Path) -> Result<(), TargetError> {
+    // Refused without an API before anything is read.
+    let api = management(target, "import_definitions")?;
     let mut text = Vec::new();
     let read = if path == Path::new("-") {
         std::io::stdin().lock().read_to_end(&mut text).map(drop)
@@ -63,7 +63,6 @@ pub fn import(target: &Target, path: &Path) -> Result<(), TargetError> {
             path.display()
         )));
     }
-    let api = management(target, "import_definitions")?;
     api.post("definitions", &text)
         .map_err(|e| TargetError::Failed(e.to_string()))?;
     if !target.quiet {

@@ -17,6 +17,9 @@
 //!   paths) when one answers; without one, `list_queues` and `list_exchanges` show the
 //!   entities the `--config` file declares (a passive declare each: `messages` then counts
 //!   ready messages only), `list_bindings` needs the API, and `purge_queue` is AMQP anyway.
+//! * `streamctl export_definitions FILE` and `import_definitions FILE` (`-`: standard output
+//!   or input) move a broker's definitions (users, virtual hosts, permissions, queues,
+//!   exchanges, bindings) in RabbitMQ's format through the management API; they need one.
 //! * `streamctl dlq list|replay|purge --binding B --config FILE` (or `--queue Q`) work on a
 //!   binding's dead-letter queue over AMQP, on RabbitMQ and `stream-broker` alike: `list`
 //!   shows each message's `x-exception-*` and `x-death` headers and origin and leaves it in
