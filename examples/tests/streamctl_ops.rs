@@ -441,10 +441,9 @@ async fn with_rabbitmq_s_management_api_lists_everything() {
     drop(node);
 }
 
-// The server runs on the worker threads while the test waits for streamctl.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn with_stream_broker_s_management_api_lists_everything() {
-    let server = stream_broker::Server::standalone(stream_broker::ServerConfig {
+/// A stream-broker on port 0 with its management API on port 0.
+async fn stream_broker_with_management() -> stream_broker::Server {
+    stream_broker::Server::standalone(stream_broker::ServerConfig {
         listen: "127.0.0.1:0".parse().unwrap(),
         management: Some(stream_broker::ManagementConfig {
             listen: "127.0.0.1:0".parse().unwrap(),
@@ -454,7 +453,13 @@ async fn with_stream_broker_s_management_api_lists_everything() {
         ..Default::default()
     })
     .await
-    .unwrap();
+    .unwrap()
+}
+
+// The server runs on the worker threads while the test waits for streamctl.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_stream_broker_s_management_api_lists_everything() {
+    let server = stream_broker_with_management().await;
     let url = format!("amqp://guest:guest@{}/%2f", server.local_addr());
     let management = format!("http://{}", server.management_addr().unwrap());
     let dir = tempfile::tempdir().unwrap();
@@ -516,19 +521,7 @@ async fn with_stream_broker_s_management_api_lists_everything() {
 /// another; both verbs refuse without a management API.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn definitions_move_from_one_stream_broker_to_another() {
-    let server = || async {
-        stream_broker::Server::standalone(stream_broker::ServerConfig {
-            listen: "127.0.0.1:0".parse().unwrap(),
-            management: Some(stream_broker::ManagementConfig {
-                listen: "127.0.0.1:0".parse().unwrap(),
-                allow_remote: false,
-                sample_interval_ms: 5000,
-            }),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-    };
+    let server = stream_broker_with_management;
     let (from, to) = (server().await, server().await);
     let dir = tempfile::tempdir().unwrap();
     let config = config(&dir, "orders", from.local_addr().port());

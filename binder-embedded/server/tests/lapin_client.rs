@@ -455,6 +455,14 @@ async fn large_messages_span_many_body_frames() {
     server.shutdown().await;
 }
 
+/// Declaration arguments holding one exchange name under `key` (`x-dead-letter-exchange`,
+/// `alternate-exchange`).
+fn pointing(key: &str, exchange: &str) -> FieldTable {
+    let mut args = FieldTable::default();
+    args.insert(key.into(), AMQPValue::LongString(exchange.into()));
+    args
+}
+
 /// A user without tags, password `pw`, with these configure, write and read permissions
 /// on `/`.
 fn plain_user(name: &str, [configure, write, read]: [&str; 3]) -> UserConfig {
@@ -501,22 +509,14 @@ async fn permissions_refuse_with_403() {
     for (what, declared) in [
         ("dead-letter exchange", {
             let ch = conn.create_channel().await.unwrap();
-            let mut args = FieldTable::default();
-            args.insert(
-                "x-dead-letter-exchange".into(),
-                AMQPValue::LongString("amq.direct".into()),
-            );
+            let args = pointing("x-dead-letter-exchange", "amq.direct");
             ch.queue_declare("app.dl".into(), QueueDeclareOptions::default(), args)
                 .await
                 .map(drop)
         }),
         ("alternate exchange", {
             let ch = conn.create_channel().await.unwrap();
-            let mut args = FieldTable::default();
-            args.insert(
-                "alternate-exchange".into(),
-                AMQPValue::LongString("amq.direct".into()),
-            );
+            let args = pointing("alternate-exchange", "amq.direct");
             ch.exchange_declare(
                 "app.ae".into(),
                 lapin::ExchangeKind::Direct,
@@ -530,11 +530,7 @@ async fn permissions_refuse_with_403() {
         assert_eq!(protocol_code(&e), Some(403), "{what}: {e:?}");
     }
     let ch = conn.create_channel().await.unwrap();
-    let mut args = FieldTable::default();
-    args.insert(
-        "x-dead-letter-exchange".into(),
-        AMQPValue::LongString("app.dlx".into()),
-    );
+    let args = pointing("x-dead-letter-exchange", "app.dlx");
     ch.queue_declare("app.dl".into(), QueueDeclareOptions::default(), args)
         .await
         .expect("a dead-letter exchange the user may write to");
@@ -848,14 +844,7 @@ async fn dead_letter_targets_are_checked_when_a_declaration_creates() {
         .push(plain_user("gen", [".*", "^app\\.", ".*"]));
     let broker: stream_engine::Broker = stream_engine::Broker::new();
     let server = server_with(config, broker.clone()).await;
-    let dead_lettering = || {
-        let mut args = FieldTable::default();
-        args.insert(
-            "x-dead-letter-exchange".into(),
-            AMQPValue::LongString("amq.direct".into()),
-        );
-        args
-    };
+    let dead_lettering = || pointing("x-dead-letter-exchange", "amq.direct");
     let admin = lapin::Connection::connect(&uri(&server, "guest", "guest", ""), Default::default())
         .await
         .unwrap();
