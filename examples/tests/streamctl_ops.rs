@@ -530,15 +530,15 @@ async fn definitions_move_from_one_stream_broker_to_another() {
     let file = file.to_str().unwrap();
     let url = |s: &stream_broker::Server| format!("amqp://guest:guest@{}/%2f", s.local_addr());
     let management = |s: &stream_broker::Server| format!("http://{}", s.management_addr().unwrap());
+    // `streamctl ARGS --url … --management …` against one of the servers.
+    let on = |s: &stream_broker::Server, args: &[&str]| {
+        let (url, management) = (url(s), management(s));
+        let mut all = args.to_vec();
+        all.extend(["--url", &url, "--management", &management]);
+        streamctl(&all)
+    };
 
-    let out = streamctl(&[
-        "export_definitions",
-        "--url",
-        &url(&from),
-        "--management",
-        &management(&from),
-        file,
-    ]);
+    let out = on(&from, &["export_definitions", file]);
     assert_ok(&out);
     assert!(
         text(&out).starts_with("Exported definitions of http://"),
@@ -555,25 +555,10 @@ async fn definitions_move_from_one_stream_broker_to_another() {
         .collect();
     assert_eq!(queues, ["orders.g", "orders.g.dlq"], "{exported}");
 
-    let out = streamctl(&[
-        "import_definitions",
-        "-q",
-        "--url",
-        &url(&to),
-        "--management",
-        &management(&to),
-        file,
-    ]);
+    let out = on(&to, &["import_definitions", "-q", file]);
     assert_ok(&out);
     assert_eq!(text(&out), "");
-    let out = streamctl(&[
-        "list_bindings",
-        "-q",
-        "--url",
-        &url(&to),
-        "--management",
-        &management(&to),
-    ]);
+    let out = on(&to, &["list_bindings", "-q"]);
     assert_ok(&out);
     assert!(
         text(&out).contains("orders\texchange\torders.g\tqueue\t#\t[]\n"),
@@ -582,14 +567,7 @@ async fn definitions_move_from_one_stream_broker_to_another() {
     );
 
     // Through `-`: standard output holds the definitions alone, standard input takes them.
-    let out = streamctl(&[
-        "export_definitions",
-        "--url",
-        &url(&from),
-        "--management",
-        &management(&from),
-        "-",
-    ]);
+    let out = on(&from, &["export_definitions", "-"]);
     assert_ok(&out);
     let piped: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(piped["queues"], exported["queues"]);
@@ -615,14 +593,7 @@ async fn definitions_move_from_one_stream_broker_to_another() {
     }
     let imported = import.wait_with_output().unwrap();
     assert_ok(&imported);
-    let out = streamctl(&[
-        "list_queues",
-        "-q",
-        "--url",
-        &url(&third),
-        "--management",
-        &management(&third),
-    ]);
+    let out = on(&third, &["list_queues", "-q"]);
     assert_ok(&out);
     assert!(text(&out).contains("orders.g.dlq\t"), "{}", text(&out));
     third.shutdown().await;

@@ -463,6 +463,14 @@ fn pointing(key: &str, exchange: &str) -> FieldTable {
     args
 }
 
+/// Declares `queue` dead-lettering to `amq.direct`, on a channel of its own.
+async fn dead_lettering(conn: &lapin::Connection, queue: &str) -> lapin::Result<lapin::Queue> {
+    let args = pointing("x-dead-letter-exchange", "amq.direct");
+    let ch = conn.create_channel().await?;
+    ch.queue_declare(queue.into(), QueueDeclareOptions::default(), args)
+        .await
+}
+
 /// A user without tags, password `pw`, with these configure, write and read permissions
 /// on `/`.
 fn plain_user(name: &str, [configure, write, read]: [&str; 3]) -> UserConfig {
@@ -844,29 +852,14 @@ async fn dead_letter_targets_are_checked_when_a_declaration_creates() {
         .push(plain_user("gen", [".*", "^app\\.", ".*"]));
     let broker: stream_engine::Broker = stream_engine::Broker::new();
     let server = server_with(config, broker.clone()).await;
-    let dead_lettering = || pointing("x-dead-letter-exchange", "amq.direct");
     let admin = lapin::Connection::connect(&uri(&server, "guest", "guest", ""), Default::default())
         .await
         .unwrap();
-    admin
-        .create_channel()
-        .await
-        .unwrap()
-        .queue_declare(
-            "made".into(),
-            QueueDeclareOptions::default(),
-            dead_lettering(),
-        )
-        .await
-        .unwrap();
+    dead_lettering(&admin, "made").await.unwrap();
     let conn = lapin::Connection::connect(&uri(&server, "gen", "pw", ""), Default::default())
         .await
         .unwrap();
-    let e = conn
-        .create_channel()
-        .await
-        .unwrap()
-        .queue_declare("".into(), QueueDeclareOptions::default(), dead_lettering())
+    let e = dead_lettering(&conn, "")
         .await
         .expect_err("a server-named queue dead-lettering to amq.direct");
     assert_eq!(protocol_code(&e), Some(403), "{e:?}");
@@ -876,14 +869,7 @@ async fn dead_letter_targets_are_checked_when_a_declaration_creates() {
         ["made"],
         "the refused server-named queue is not kept"
     );
-    conn.create_channel()
-        .await
-        .unwrap()
-        .queue_declare(
-            "made".into(),
-            QueueDeclareOptions::default(),
-            dead_lettering(),
-        )
+    dead_lettering(&conn, "made")
         .await
         .expect("declaring again what exists is not checked, as in RabbitMQ");
     server.shutdown().await;

@@ -2040,6 +2040,7 @@ async fn users_and_permissions_are_read_only() {
     assert_eq!(ok(&f, "/api/policies", GUEST).await, json!([]));
     assert_eq!(ok(&f, "/api/policies/%2F", GUEST).await, json!([]));
     assert_eq!(get(&f, "/api/policies/%2F/ttl", GUEST).await.status, 404);
+    assert_eq!(get(&f, "/api/policies/nowhere", GUEST).await.status, 404);
     assert_eq!(
         f.other.queue_counts("elsewhere"),
         Some((0, 0)),

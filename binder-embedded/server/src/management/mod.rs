@@ -133,7 +133,7 @@ fn router<E: WireEnvelope>(api: Arc<Api<E>>) -> Router {
                 .delete(users::configured_in_the_file::<E>),
         )
         .route("/api/policies", get(users::no_policies::<E>))
-        .route("/api/policies/{vhost}", get(users::no_policies::<E>))
+        .route("/api/policies/{vhost}", get(users::no_vhost_policies::<E>))
         .route(
             "/api/policies/{vhost}/{name}",
             get(users::no_policy::<E>)

@@ -122,12 +122,23 @@ pub(crate) async fn configured_in_the_file<E: WireEnvelope>(
     ([(header::ALLOW, "GET")], refusal).into_response()
 }
 
-/// `GET /api/policies` and `GET /api/policies/{vhost}`: none (this broker has no policies;
-/// queue arguments do what they would).
+/// `GET /api/policies`: none (this broker has no policies; queue arguments do what they
+/// would).
 pub(crate) async fn no_policies<E: WireEnvelope>(
     (State(api), ConnectInfo(peer), headers): Ctx<E>,
 ) -> Result<Json<Value>, ApiError> {
     api.login(&headers, peer)?;
+    Ok(Json(json!([])))
+}
+
+/// `GET /api/policies/{vhost}`: none, for a virtual host there is (404 otherwise, 401 for one
+/// the user may not see).
+pub(crate) async fn no_vhost_policies<E: WireEnvelope>(
+    (State(api), ConnectInfo(peer), headers): Ctx<E>,
+    Path(vhost): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let login = api.login(&headers, peer)?;
+    api.broker(&login, &vhost)?;
     Ok(Json(json!([])))
 }
 
