@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use crate::envelope::{Envelope, Native};
 use crate::field::FieldTable;
 use crate::inspect::{
-    BindingInfo, ConsumerInfo, ExchangeInfo, PeekedMessage, QueueInfo, Redrive, Totals,
+    BindingInfo, ChannelInfo, ConsumerInfo, ExchangeInfo, PeekedMessage, QueueInfo, Redrive, Totals,
 };
 use crate::store::{Durability, MemoryStore, MessageStore, Removal, StoreError};
 use tokio::sync::Notify;
@@ -332,6 +332,26 @@ impl<E: Envelope> Broker<E> {
         self.shared.lock().consumer_infos()
     }
 
+    /// Every open channel, in the order they were opened: prefetch, unacknowledged
+    /// deliveries, consumers, confirm and transaction state.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// use stream_engine::*;
+    ///
+    /// let broker: Broker = Broker::new();
+    /// let conn = broker.connect();
+    /// let ch = conn.open_channel().unwrap();
+    /// ch.basic_qos(10, false).unwrap();
+    /// ch.confirm_select().unwrap();
+    /// let info = broker.channels()[0];
+    /// assert_eq!((info.id, info.prefetch_count, info.confirm), (ch.id(), 10, true));
+    /// # }
+    /// ```
+    pub fn channels(&self) -> Vec<ChannelInfo> {
+        self.shared.lock().channel_infos()
+    }
+
     /// Broker-wide counts: publishes since start, connections, channels, consumers.
     pub fn totals(&self) -> Totals {
         self.shared.lock().totals()
@@ -550,6 +570,12 @@ pub struct Channel<E: Envelope = Native> {
 }
 
 impl<E: Envelope> Channel<E> {
+    /// The channel's id, unique in its broker: what [`Broker::channels`] and
+    /// [`ConsumerInfo::channel`] name it by.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
     /// Takes the channel's event stream (once). Events wait until it is taken: a channel
     /// whose stream is never taken keeps them (a `basic.return` keeps its body); once the
     /// stream is dropped, new ones are thrown away. An owner that does not read them drops

@@ -82,6 +82,33 @@ pub struct ConsumerInfo {
     pub prefetch_count: u32,
     /// Deliveries it holds unacknowledged.
     pub unacknowledged: u32,
+    /// The channel it was started on ([`Channel::id`](crate::Channel::id)).
+    pub channel: u64,
+}
+
+/// A channel ([`Broker::channels`](crate::Broker::channels)): its prefetch, acknowledgement,
+/// confirm and transaction state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChannelInfo {
+    /// Its id ([`Channel::id`](crate::Channel::id)).
+    pub id: u64,
+    /// The prefetch window of consumers started from now on (`basic.qos`, `global = false`;
+    /// 0: unlimited).
+    pub prefetch_count: u32,
+    /// The window shared by the channel's consumers (`global = true`; 0: unlimited).
+    pub global_prefetch_count: u32,
+    /// Deliveries waiting for their acknowledgement.
+    pub unacknowledged: u32,
+    /// Its consumers.
+    pub consumers: u32,
+    /// In confirm mode (`confirm.select`).
+    pub confirm: bool,
+    /// In a transaction (`tx.select`).
+    pub transactional: bool,
+    /// Publishes held by the transaction until `tx.commit`.
+    pub uncommitted_publishes: u32,
+    /// Acknowledgements (acks, nacks, rejects) held by the transaction until `tx.commit`.
+    pub uncommitted_acks: u32,
 }
 
 /// Broker-wide counts ([`Broker::totals`](crate::Broker::totals)).

@@ -44,7 +44,7 @@ pub use error::{AmqpError, AmqpResult, ReplyCode};
 pub use events::{ChannelEvents, TryRecvError};
 pub use field::{Decimal, FieldTable, FieldValue};
 pub use inspect::{
-    BindingInfo, ConsumerInfo, ExchangeInfo, PeekedMessage, QueueInfo, Redrive, Totals,
+    BindingInfo, ChannelInfo, ConsumerInfo, ExchangeInfo, PeekedMessage, QueueInfo, Redrive, Totals,
 };
 pub use message::{Message, Properties, PropertiesBox, Published, Route};
 pub use storage::{

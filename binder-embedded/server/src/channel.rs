@@ -14,6 +14,7 @@ use crate::connection::{Assembly, ChannelState, Conn, Slot};
 use crate::consumer::pump;
 use crate::convert::{short, table_from_wire};
 use crate::envelope::WireEnvelope;
+use crate::registry::ListedChannel;
 use crate::reply::{self, Close, Fault};
 use crate::wire::Encoder;
 
@@ -107,6 +108,14 @@ impl<E: WireEnvelope> Conn<E> {
             ));
         };
         let (flow, _) = watch::channel(true);
+        let pending_confirms = Arc::default();
+        self.list_channel(
+            id,
+            ListedChannel {
+                engine_id: engine.id(),
+                unconfirmed: Arc::clone(&pending_confirms),
+            },
+        );
         self.channels.insert(
             id,
             Slot::Open(Box::new(ChannelState {
@@ -116,7 +125,7 @@ impl<E: WireEnvelope> Conn<E> {
                 flow,
                 consumers: HashMap::new(),
                 acks: None,
-                pending_confirms: Arc::default(),
+                pending_confirms,
                 last_queue: None,
             })),
         );

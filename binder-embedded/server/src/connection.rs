@@ -23,6 +23,7 @@ use crate::auth::User;
 use crate::convert::{message_from_wire, properties_to_wire, short};
 use crate::envelope::WireEnvelope;
 use crate::handshake::{Agreed, ClientCaps, ReadError, Reader};
+use crate::registry::Listing;
 use crate::reply::{self, Close, Fault};
 use crate::wire::{self, Encoder, RawFrame};
 
@@ -99,6 +100,8 @@ pub struct Conn<E: WireEnvelope> {
     pub channels: HashMap<u16, Slot<E>>,
     blocked_sent: bool,
     stalled: Option<Stalled<E>>,
+    /// The connection's entry in the management API's list: its channels, close requests.
+    listing: Arc<Listing>,
 }
 
 /// How a connection ended, for the log.
@@ -206,7 +209,7 @@ impl<E: WireEnvelope> Conn<E> {
         agreed: Agreed,
         mut reader: Reader,
         socket: impl AsyncWrite + Send + Unpin + 'static,
-        peer: SocketAddr,
+        (peer, listing): (SocketAddr, Arc<Listing>),
         broker: Broker<E>,
         max_message_size: u64,
         mut shutdown: watch::Receiver<bool>,
@@ -238,6 +241,7 @@ impl<E: WireEnvelope> Conn<E> {
             channels: HashMap::new(),
             blocked_sent: false,
             stalled: None,
+            listing,
         };
         let ended = conn.run(&mut reader, heartbeat, &mut shutdown).await;
         if let Ended::Closed(close) = &ended {
@@ -274,6 +278,7 @@ impl<E: WireEnvelope> Conn<E> {
             .map_or(Duration::from_secs(1), |h| h / 2)
             .clamp(Duration::from_millis(10), Duration::from_secs(1));
         let mut ticker = tokio::time::interval(tick);
+        let mut close_requests = self.listing.close_requests();
         loop {
             let reading = self.stalled.is_none();
             tokio::select! {
@@ -282,6 +287,9 @@ impl<E: WireEnvelope> Conn<E> {
                         reply::CONNECTION_FORCED,
                         "broker forced connection closure with reason 'shutdown'",
                     ));
+                }
+                reason = close_requests.requested() => {
+                    return Ended::Closed(Close::new(reply::CONNECTION_FORCED, reason));
                 }
                 (channel, event) = next_event(&mut self.channels) => {
                     if let Err(fault) = self.on_event(channel, event).await {
@@ -422,10 +430,16 @@ impl<E: WireEnvelope> Conn<E> {
         }
     }
 
+    /// Lists an opened channel for the management API.
+    pub fn list_channel(&self, number: u16, channel: crate::registry::ListedChannel) {
+        self.listing.open_channel(number, channel);
+    }
+
     /// Stops a channel's pumps and closes its engine channel (requeueing its unacked
     /// deliveries); the slot is removed.
     pub async fn drop_channel(&mut self, channel: u16) {
         if let Some(Slot::Open(state)) = self.channels.remove(&channel) {
+            self.listing.close_channel(channel);
             for (_, pump) in state.consumers {
                 pump.abort();
                 let _ = pump.await;

@@ -55,6 +55,10 @@ pub struct Agreed {
     pub heartbeat: u16,
     /// The client's capabilities.
     pub caps: ClientCaps,
+    /// The SASL mechanism the client logged in with.
+    pub mechanism: String,
+    /// What the client said of itself (`connection.start-ok`'s `client-properties`).
+    pub client_properties: stream_engine::FieldTable,
     /// The connection's place under the connection limit, given back when dropped.
     pub slot: ConnectionSlot,
 }
@@ -487,6 +491,8 @@ pub async fn run<W: AsyncWrite + Unpin>(
         channel_max: channel_max as u16,
         heartbeat: tune_ok.heartbeat,
         caps,
+        mechanism: start_ok.mechanism.as_str().to_owned(),
+        client_properties: crate::convert::table_from_wire(&start_ok.client_properties),
         slot,
     })
 }

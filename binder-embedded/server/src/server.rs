@@ -580,7 +580,7 @@ pub(crate) async fn serve<E: WireEnvelope>(
         deadline,
         handshake::run(&mut reader, &mut write, peer, &terms),
     );
-    let agreed = tokio::select! {
+    let mut agreed = tokio::select! {
         _ = stopped(&mut stop) => return,
         result = handshake => match result {
             Err(_) => {
@@ -604,13 +604,18 @@ pub(crate) async fn serve<E: WireEnvelope>(
     let Some(broker) = shared.brokers.get(&vhost).cloned() else {
         return;
     };
-    let _listed = shared.listed.list(ConnectionInfo {
+    let listed = shared.listed.list(ConnectionInfo {
         peer,
         local,
         user: user.clone(),
         vhost: vhost.clone(),
         tls: tls.as_ref().map(|t| t.version.clone()),
         connected_at: std::time::SystemTime::now(),
+        mechanism: agreed.mechanism.clone(),
+        client_properties: std::mem::take(&mut agreed.client_properties),
+        frame_max: agreed.frame_max,
+        channel_max: agreed.channel_max,
+        heartbeat: agreed.heartbeat,
     });
     // Listed before the client hears it is open: the management API shows it from then on.
     match tokio::time::timeout_at(deadline, handshake::open_ok(&mut write)).await {
@@ -636,7 +641,7 @@ pub(crate) async fn serve<E: WireEnvelope>(
         agreed,
         reader,
         write,
-        peer,
+        (peer, listed.listing.clone()),
         broker,
         shared.limits.max_message_size,
         stop,

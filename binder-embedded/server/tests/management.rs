@@ -2048,3 +2048,317 @@ async fn users_and_permissions_are_read_only() {
     );
     f.server.shutdown().await;
 }
+
+/// A connection or channel name as a path segment (`127.0.0.1:1 -> 127.0.0.1:2 (1)`).
+fn path_segment(name: &str) -> String {
+    name.replace(' ', "%20")
+        .replace('>', "%3E")
+        .replace('(', "%28")
+        .replace(')', "%29")
+}
+
+/// The listed connection whose client said nothing of itself (the raw client's).
+fn raw_connection(list: &Value) -> Value {
+    list.as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["client_properties"] == json!({}))
+        .unwrap_or_else(|| panic!("no raw connection in {list}"))
+        .clone()
+}
+
+/// Connections and their channels listed as RabbitMQ lists them (prefetch, unacknowledged
+/// deliveries, confirm and transaction state, consumers with their channel), each user seeing
+/// its own and monitors everyone's; a connection closed over HTTP by its user or an
+/// administrator with 320 CONNECTION_FORCED and the request's reason, and nobody else.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_and_channels_are_listed_and_closed() {
+    use futures::StreamExt;
+    use lapin::options::*;
+
+    const ALICE: Option<(&str, &str)> = Some(("alice", "pw"));
+    let f = fixture_with(config_with(&[("alice", [".*", ".*", ".*"])])).await;
+    let amqp = common::lapin(&f.server).await;
+    let confirmed = amqp.create_channel().await.unwrap();
+    confirmed
+        .basic_qos(7, BasicQosOptions::default())
+        .await
+        .unwrap();
+    confirmed
+        .confirm_select(ConfirmSelectOptions::default())
+        .await
+        .unwrap();
+    for queue in ["chan-q", "tx-q"] {
+        confirmed
+            .queue_declare(queue.into(), Default::default(), Default::default())
+            .await
+            .unwrap();
+        confirmed
+            .basic_publish(
+                "".into(),
+                queue.into(),
+                Default::default(),
+                b"m",
+                Default::default(),
+            )
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+    }
+    let mut consumer = confirmed
+        .basic_consume(
+            "chan-q".into(),
+            "chan-consumer".into(),
+            Default::default(),
+            Default::default(),
+        )
+        .await
+        .unwrap();
+    let _unacked = consumer.next().await.unwrap().unwrap();
+    let transactional = amqp.create_channel().await.unwrap();
+    transactional.tx_select().await.unwrap();
+    let got = transactional
+        .basic_get("tx-q".into(), BasicGetOptions::default())
+        .await
+        .unwrap()
+        .expect("a message");
+    got.ack(BasicAckOptions::default()).await.unwrap();
+    transactional
+        .basic_publish(
+            "".into(),
+            "tx-q".into(),
+            Default::default(),
+            b"held",
+            Default::default(),
+        )
+        .await
+        .unwrap();
+    // A round trip on the channel: the server has handled what came before it.
+    transactional
+        .queue_declare(
+            "tx-q".into(),
+            QueueDeclareOptions {
+                passive: true,
+                ..Default::default()
+            },
+            Default::default(),
+        )
+        .await
+        .unwrap();
+    let alice = lapin::Connection::connect(
+        &common::uri(&f.server, "alice", "pw", ""),
+        Default::default(),
+    )
+    .await
+    .unwrap();
+    let alice_channel = alice.create_channel().await.unwrap();
+    let mut alice_events = alice.events_listener();
+    let mut raw = common::Raw::connect(&f.server).await;
+    raw.handshake(131072, 2047, 0).await;
+
+    // Connections: what the handshake agreed and what the client said.
+    let conns = ok(&f, "/api/connections", GUEST).await;
+    assert_eq!(conns.as_array().unwrap().len(), 3, "{conns}");
+    let ours = conns
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["user"] == "guest" && c["client_properties"]["product"] == "lapin")
+        .unwrap_or_else(|| panic!("guest's lapin connection in {conns}"))
+        .clone();
+    let limits = common::config().limits;
+    assert_eq!(ours["channels"], 2);
+    assert_eq!(ours["auth_mechanism"], "PLAIN");
+    assert_eq!(ours["frame_max"], limits.frame_max);
+    assert_eq!(ours["channel_max"], limits.channel_max);
+    assert_eq!(ours["timeout"], limits.heartbeat);
+    assert_eq!(ours["user_who_performed_action"], "guest");
+    let ours_name = ours["name"].as_str().unwrap().to_owned();
+    let raw_conn = raw_connection(&conns);
+    assert_eq!(raw_conn["channels"], 0);
+    let raw_name = raw_conn["name"].as_str().unwrap().to_owned();
+    let alices = ok(&f, "/api/connections", ALICE).await;
+    assert_eq!(
+        alices.as_array().unwrap().len(),
+        1,
+        "only its own: {alices}"
+    );
+    assert_eq!(alices[0]["user"], "alice");
+    let alice_name = alices[0]["name"].as_str().unwrap().to_owned();
+    assert_eq!(
+        ok(&f, "/api/vhosts/%2F/connections", MON)
+            .await
+            .as_array()
+            .unwrap()
+            .len(),
+        3
+    );
+    assert_eq!(
+        ok(&f, "/api/vhosts/other/connections", GUEST).await,
+        json!([])
+    );
+    assert_eq!(
+        get(&f, "/api/vhosts/nope/connections", GUEST).await.status,
+        404
+    );
+    let one = ok(
+        &f,
+        &format!("/api/connections/{}", path_segment(&ours_name)),
+        MON,
+    )
+    .await;
+    assert_eq!(one["name"], ours_name.as_str());
+
+    // Channels: prefetch, confirms, unacknowledged deliveries, the transaction's held work.
+    let channels = ok(&f, "/api/channels", GUEST).await;
+    assert_eq!(channels.as_array().unwrap().len(), 3, "{channels}");
+    let first = ok(
+        &f,
+        &format!(
+            "/api/channels/{}",
+            path_segment(&format!("{ours_name} (1)"))
+        ),
+        GUEST,
+    )
+    .await;
+    assert_eq!(first["number"], 1);
+    assert_eq!(first["connection_details"]["name"], ours_name.as_str());
+    assert_eq!(first["user"], "guest");
+    assert_eq!(first["vhost"], "/");
+    assert_eq!(first["prefetch_count"], 7);
+    assert_eq!(first["global_prefetch_count"], 0);
+    assert_eq!(first["confirm"], true);
+    assert_eq!(first["transactional"], false);
+    assert_eq!(first["consumer_count"], 1);
+    assert_eq!(first["messages_unacknowledged"], 1);
+    assert_eq!(first["messages_unconfirmed"], 0);
+    let consumer_details = &first["consumer_details"][0];
+    assert_eq!(consumer_details["consumer_tag"], "chan-consumer");
+    assert_eq!(
+        consumer_details["channel_details"]["name"],
+        format!("{ours_name} (1)")
+    );
+    let listed = ok(
+        &f,
+        &format!("/api/connections/{}/channels", path_segment(&ours_name)),
+        GUEST,
+    )
+    .await;
+    let second = &listed[1];
+    assert_eq!(second["number"], 2);
+    assert_eq!(second["transactional"], true);
+    assert_eq!(second["confirm"], false);
+    assert_eq!(second["messages_uncommitted"], 1);
+    assert_eq!(second["acks_uncommitted"], 1);
+    assert_eq!(
+        second["messages_unacknowledged"], 1,
+        "acked in the transaction only"
+    );
+    let alices_channels = ok(&f, "/api/vhosts/%2F/channels", ALICE).await;
+    assert_eq!(alices_channels.as_array().unwrap().len(), 1);
+    assert_eq!(
+        alices_channels[0]["connection_details"]["name"],
+        alice_name.as_str()
+    );
+    let consumers = ok(&f, "/api/consumers/%2F", GUEST).await;
+    assert_eq!(
+        consumers[0]["channel_details"]["connection_name"],
+        ours_name.as_str()
+    );
+    assert_eq!(consumers[0]["channel_details"]["number"], 1);
+    assert_eq!(ok(&f, "/api/consumers/other", GUEST).await, json!([]));
+    for missing in [
+        format!("{ours_name} (9)"),
+        "no such channel".to_owned(),
+        "x (1)".to_owned(),
+    ] {
+        let path = format!("/api/channels/{}", path_segment(&missing));
+        assert_eq!(get(&f, &path, GUEST).await.status, 404, "{missing}");
+    }
+
+    // Who may see and close what.
+    let theirs = format!("/api/connections/{}", path_segment(&ours_name));
+    for (who, method) in [(ALICE, "GET"), (ALICE, "DELETE"), (MON, "DELETE")] {
+        let r = http::request(f.api, method, &theirs, who, None).await;
+        assert_eq!(r.status, 401, "{who:?} {method}");
+        assert_eq!(r.json()["reason"], "User not authorised to access object");
+    }
+    let r = get(&f, &format!("{theirs}/channels"), ALICE).await;
+    assert_eq!(r.status, 401);
+    assert_eq!(get(&f, "/api/connections/nope", GUEST).await.status, 404);
+    assert_eq!(get(&f, "/api/connections/nope", ALICE).await.status, 401);
+
+    // An administrator closes another's connection with a reason; a user its own.
+    let r = http::request_with(
+        f.api,
+        "DELETE",
+        &format!("/api/connections/{}", path_segment(&raw_name)),
+        GUEST,
+        None,
+        &[("X-Reason", "maintenance")],
+    )
+    .await;
+    assert_eq!(r.status, 204);
+    assert_eq!(
+        raw.expect_connection_close(320).await,
+        "CONNECTION_FORCED - maintenance"
+    );
+    let r = http::request(
+        f.api,
+        "DELETE",
+        &format!("/api/connections/{}", path_segment(&alice_name)),
+        ALICE,
+        None,
+    )
+    .await;
+    assert_eq!(r.status, 204);
+    common::eventually("alice's connection closed", || !alice.status().connected()).await;
+    let heard = loop {
+        match tokio::time::timeout(Duration::from_secs(5), alice_events.next()).await {
+            Ok(Some(lapin::Event::Error(e))) => break e.to_string(),
+            Ok(Some(_)) => continue,
+            other => panic!("no error event for alice's connection: {other:?}"),
+        }
+    };
+    assert!(
+        heard.contains("CONNECTION_FORCED") && heard.contains("Closed via management plugin"),
+        "{heard}"
+    );
+    assert!(
+        alice_channel
+            .queue_declare("after".into(), Default::default(), Default::default())
+            .await
+            .is_err()
+    );
+    let mut remaining = Vec::new();
+    for _ in 0..500 {
+        remaining = ok(&f, "/api/connections", GUEST)
+            .await
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["name"].as_str().unwrap().to_owned())
+            .collect();
+        if remaining.len() == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(remaining, [ours_name]);
+    // The other connection goes on.
+    confirmed
+        .basic_publish(
+            "".into(),
+            "chan-q".into(),
+            Default::default(),
+            b"after",
+            Default::default(),
+        )
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    amqp.close(200, "bye".into()).await.unwrap();
+    f.server.shutdown().await;
+}

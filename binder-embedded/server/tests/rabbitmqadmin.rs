@@ -1,7 +1,8 @@
 //! The management API driven by `rabbitmqadmin`, the command-line tool RabbitMQ ships with
 //! its management plugin (nobody here wrote it): declaring an exchange, a queue and a
-//! binding, publishing, getting, listing, purging, exporting and importing definitions,
-//! deleting, and a refusal, against a server on port 0, with the broker's state checked.
+//! binding, publishing, getting, listing (connections, channels and consumers too), purging,
+//! exporting and importing definitions, closing a connection, deleting, and a refusal,
+//! against a server on port 0, with the broker's state checked.
 //!
 //! The tool is found on `PATH`, else in the RabbitMQ server's management plugin
 //! (`/usr/lib/rabbitmq/lib/rabbitmq_server-*/plugins/rabbitmq_management-*/priv/www/cli/`)
@@ -108,6 +109,22 @@ async fn rabbitmqadmin_declares_publishes_gets_and_deletes() {
     let brokers: HashMap<String, Broker> = [("/".to_owned(), broker.clone())].into();
     let server = Server::bind(config, brokers).await.unwrap();
     let port = server.management_addr().unwrap().port();
+    // A client for `list connections`, `list channels`, `list consumers` and `close`.
+    let amqp = common::lapin(&server).await;
+    let watching = amqp.create_channel().await.unwrap();
+    watching
+        .queue_declare("adm.watch".into(), Default::default(), Default::default())
+        .await
+        .unwrap();
+    let _consumer = watching
+        .basic_consume(
+            "adm.watch".into(),
+            "adm.watcher".into(),
+            Default::default(),
+            Default::default(),
+        )
+        .await
+        .unwrap();
     let tool2 = tool.clone();
     let run = move || {
         let tool = tool2;
@@ -226,6 +243,21 @@ async fn rabbitmqadmin_declares_publishes_gets_and_deletes() {
         let nodes = listed(t, port, &["list", "nodes"]);
         assert_eq!(nodes.as_array().map(Vec::len), Some(1), "{nodes}");
         assert_eq!(nodes[0]["running"], true);
+        let connections = listed(t, port, &["list", "connections"]);
+        assert_eq!(connections[0]["channels"], 1, "{connections}");
+        let name = connections[0]["name"].as_str().unwrap().to_owned();
+        let channels = listed(t, port, &["list", "channels"]);
+        assert_eq!(channels[0]["name"], format!("{name} (1)"), "{channels}");
+        assert_eq!(channels[0]["consumer_count"], 1);
+        let consumers = listed(t, port, &["-V", "/", "list", "consumers"]);
+        assert_eq!(consumers[0]["consumer_tag"], "adm.watcher", "{consumers}");
+        assert_eq!(consumers[0]["channel_details"]["connection_name"], name);
+        succeeds(
+            t,
+            port,
+            &["close", "connection", &format!("name={name}")],
+            "connection closed",
+        );
         // `export` and `import` carry the definitions through a file.
         let file = std::env::temp_dir().join(format!("rabbitmqadmin-{port}.json"));
         let path = file.display().to_string();
@@ -274,5 +306,9 @@ async fn rabbitmqadmin_declares_publishes_gets_and_deletes() {
     assert_eq!(broker.queue_counts("adm.q"), None);
     assert_eq!(broker.queue_counts("adm.bad"), None);
     assert!(!broker.exchange_exists("adm.x"));
+    common::eventually("the connection closed by rabbitmqadmin is closed", || {
+        !amqp.status().connected()
+    })
+    .await;
     server.shutdown().await;
 }

@@ -3,10 +3,11 @@
 use crate::envelope::Envelope;
 use crate::exchange::Target;
 use crate::field::FieldTable;
-use crate::inspect::{BindingInfo, ConsumerInfo, ExchangeInfo, QueueInfo, Totals};
+use crate::inspect::{BindingInfo, ChannelInfo, ConsumerInfo, ExchangeInfo, QueueInfo, Totals};
 use crate::types::ExchangeKind;
 
 use super::State;
+use super::sessions::TxOp;
 
 impl<E: Envelope> State<E> {
     /// Every queue, sorted by name.
@@ -124,9 +125,41 @@ impl<E: Envelope> State<E> {
                     .is_some_and(|q| q.exclusive_consumer),
                 prefetch_count: c.prefetch,
                 unacknowledged: c.unacked,
+                channel: c.channel,
             })
             .collect();
         out.sort_by(|a, b| (&a.queue, &a.consumer_tag).cmp(&(&b.queue, &b.consumer_tag)));
+        out
+    }
+
+    /// Every open channel, by id (the order they were opened in).
+    pub(crate) fn channel_infos(&self) -> Vec<ChannelInfo> {
+        let mut out: Vec<ChannelInfo> = self
+            .sessions
+            .channels
+            .iter()
+            .map(|(&id, c)| {
+                let (mut publishes, mut acks) = (0, 0);
+                for op in c.tx.iter().flatten() {
+                    match op {
+                        TxOp::Publish { .. } => publishes += 1,
+                        TxOp::Settle { .. } => acks += 1,
+                    }
+                }
+                ChannelInfo {
+                    id,
+                    prefetch_count: c.consumer_prefetch,
+                    global_prefetch_count: c.channel_prefetch,
+                    unacknowledged: c.unacked.len() as u32,
+                    consumers: c.consumers.len() as u32,
+                    confirm: c.confirm,
+                    transactional: c.tx.is_some(),
+                    uncommitted_publishes: publishes,
+                    uncommitted_acks: acks,
+                }
+            })
+            .collect();
+        out.sort_by_key(|c| c.id);
         out
     }
 

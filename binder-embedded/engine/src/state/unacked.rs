@@ -50,6 +50,11 @@ impl<E: Envelope> UnackedLog<E> {
         self.entries.iter().flatten()
     }
 
+    /// How many deliveries are unacknowledged.
+    pub(super) fn len(&self) -> usize {
+        self.live
+    }
+
     pub(super) fn contains(&self, tag: u64) -> bool {
         self.index(tag).is_some_and(|i| self.entries[i].is_some())
     }

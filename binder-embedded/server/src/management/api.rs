@@ -4,7 +4,6 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::UNIX_EPOCH;
 
 use axum::Json;
 use axum::body::Bytes;
@@ -12,8 +11,7 @@ use axum::extract::{ConnectInfo, Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use serde_json::{Map, Value, json};
 use stream_engine::{
-    BindingInfo, Broker, ConsumerInfo, ExchangeInfo, Message, PublishOptions, PublishStatus,
-    QueueInfo,
+    BindingInfo, Broker, ExchangeInfo, Message, PublishOptions, PublishStatus, QueueInfo,
 };
 
 use super::Api;
@@ -25,7 +23,7 @@ use crate::auth::{Access, Resource};
 use crate::envelope::WireEnvelope;
 
 type Reply = Result<Json<Value>, ApiError>;
-type Ctx<E> = (State<Arc<Api<E>>>, ConnectInfo<SocketAddr>, HeaderMap);
+pub(super) type Ctx<E> = (State<Arc<Api<E>>>, ConnectInfo<SocketAddr>, HeaderMap);
 
 /// The RabbitMQ version whose management API shapes are followed.
 const RABBITMQ_VERSION: &str = "3.10.0";
@@ -61,7 +59,7 @@ impl<E: WireEnvelope> Api<E> {
 
     /// One JSON value per item of every vhost the user sees (`vhost` `None`), or of one vhost
     /// (404 if there is none, 401 if the user may not see it).
-    fn list(
+    pub(super) fn list(
         &self,
         login: &Login,
         vhost: Option<&str>,
@@ -142,19 +140,6 @@ pub(super) fn binding_json(vhost: &str, b: &BindingInfo) -> Value {
     })
 }
 
-fn consumer_json(vhost: &str, c: &ConsumerInfo) -> Value {
-    json!({
-        "consumer_tag": c.consumer_tag,
-        "queue": {"name": c.queue, "vhost": vhost},
-        "ack_required": c.ack_required,
-        "exclusive": c.exclusive,
-        "prefetch_count": c.prefetch_count,
-        "active": true,
-        "activity_status": "up",
-        "arguments": {},
-    })
-}
-
 /// RabbitMQ's name for the default exchange in paths.
 pub(super) fn exchange_name(name: &str) -> &str {
     if name == "amq.default" { "" } else { name }
@@ -183,7 +168,7 @@ pub(crate) async fn overview<E: WireEnvelope>(
         .listed
         .snapshot()
         .into_iter()
-        .filter(|c| login.is_monitor() || c.user == login.user.name)
+        .filter(|c| login.is_monitor() || c.info.user == login.user.name)
         .count();
     Ok(Json(json!({
         "management_version": RABBITMQ_VERSION,
@@ -595,54 +580,6 @@ fn bindings_of<E: WireEnvelope>(_: &Api<E>, vhost: &str, broker: &Broker<E>) -> 
         .iter()
         .map(|b| binding_json(vhost, b))
         .collect()
-}
-
-pub(crate) async fn consumers<E: WireEnvelope>(
-    (State(api), ConnectInfo(peer), headers): Ctx<E>,
-) -> Reply {
-    api.list(&api.login(&headers, peer)?, None, |_, vhost, broker| {
-        broker
-            .consumers()
-            .iter()
-            .map(|c| consumer_json(vhost, c))
-            .collect()
-    })
-}
-
-pub(crate) async fn connections<E: WireEnvelope>(
-    (State(api), ConnectInfo(peer), headers): Ctx<E>,
-) -> Reply {
-    let login = api.login(&headers, peer)?;
-    let list = api
-        .shared
-        .listed
-        .snapshot()
-        .into_iter()
-        .filter(|c| login.is_monitor() || c.user == login.user.name)
-        .map(|c| {
-            let connected_at = c
-                .connected_at
-                .duration_since(UNIX_EPOCH)
-                .map_or(0, |d| d.as_millis() as u64);
-            json!({
-                "name": format!("{} -> {}", c.peer, c.local),
-                "node": api.node(),
-                "type": "network",
-                "protocol": "AMQP 0-9-1",
-                "state": "running",
-                "user": c.user,
-                "vhost": c.vhost,
-                "peer_host": c.peer.ip().to_string(),
-                "peer_port": c.peer.port(),
-                "host": c.local.ip().to_string(),
-                "port": c.local.port(),
-                "ssl": c.tls.is_some(),
-                "ssl_protocol": c.tls,
-                "connected_at": connected_at,
-            })
-        })
-        .collect();
-    Ok(Json(Value::Array(list)))
 }
 
 /// `GET /api/whoami`: the logged-in user's name and tags.

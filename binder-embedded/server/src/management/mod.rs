@@ -27,6 +27,7 @@ mod listener_checks;
 mod login;
 mod nodes;
 mod rates;
+mod sessions;
 mod topology;
 mod users;
 
@@ -149,8 +150,30 @@ fn router<E: WireEnvelope>(api: Arc<Api<E>>) -> Router {
             "/api/definitions/{vhost}",
             get(definitions::export_vhost::<E>).post(definitions::import_vhost::<E>),
         )
-        .route("/api/consumers", get(api::consumers::<E>))
-        .route("/api/connections", get(api::connections::<E>))
+        .route("/api/consumers", get(sessions::consumers::<E>))
+        .route(
+            "/api/consumers/{vhost}",
+            get(sessions::vhost_consumers::<E>),
+        )
+        .route("/api/connections", get(sessions::connections::<E>))
+        .route(
+            "/api/connections/{name}",
+            get(sessions::connection::<E>).delete(sessions::close_connection::<E>),
+        )
+        .route(
+            "/api/connections/{name}/channels",
+            get(sessions::connection_channels::<E>),
+        )
+        .route(
+            "/api/vhosts/{vhost}/connections",
+            get(sessions::vhost_connections::<E>),
+        )
+        .route("/api/channels", get(sessions::channels::<E>))
+        .route("/api/channels/{name}", get(sessions::channel::<E>))
+        .route(
+            "/api/vhosts/{vhost}/channels",
+            get(sessions::vhost_channels::<E>),
+        )
         .route("/api/health/checks/alarms", get(health::alarms::<E>))
         .route(
             "/api/health/checks/local-alarms",
