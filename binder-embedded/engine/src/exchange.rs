@@ -45,6 +45,8 @@ pub(crate) struct Exchange {
     pub auto_delete: bool,
     pub internal: bool,
     pub alternate: Option<String>,
+    /// The arguments as declared (listed and exported; only `alternate-exchange` acts).
+    pub arguments: FieldTable,
     pub bindings: Vec<Binding>,
     /// Direct exchanges: routing key to binding indexes.
     direct_index: HashMap<String, Vec<usize>>,
@@ -71,6 +73,7 @@ impl Exchange {
             auto_delete,
             internal,
             alternate,
+            arguments: args,
             bindings: Vec::new(),
             direct_index: HashMap::default(),
             topic_index: TopicTrie::default(),

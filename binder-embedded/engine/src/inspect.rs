@@ -50,6 +50,9 @@ pub struct ExchangeInfo {
     pub internal: bool,
     /// Its alternate exchange (`alternate-exchange`), if any.
     pub alternate_exchange: Option<String>,
+    /// Its arguments as declared (`alternate-exchange` among them; the others are kept and
+    /// shown, as RabbitMQ keeps them, and do nothing here).
+    pub arguments: FieldTable,
 }
 
 /// A binding ([`Broker::bindings`](crate::Broker::bindings)).

@@ -1266,13 +1266,24 @@ async fn queues_exchanges_and_bindings_are_declared_and_deleted_over_http() {
         &f,
         "PUT",
         "/api/exchanges/%2F/http.x",
-        Some(json!({"type": "topic", "durable": true})),
+        Some(json!({"type": "topic", "durable": true, "arguments": {"x-note": "kept"}})),
     )
     .await;
     assert_eq!(r.status, 201);
+    let declared = ok(&f, "/api/exchanges/%2F/http.x", GUEST).await;
+    assert_eq!(declared["type"], "topic");
+    // Arguments the broker does not act on are kept and shown, as RabbitMQ keeps them.
+    assert_eq!(declared["arguments"], json!({"x-note": "kept"}));
+    let exported = ok(&f, "/api/definitions/%2F", GUEST).await;
+    let exported = exported["exchanges"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["name"] == "http.x")
+        .cloned();
     assert_eq!(
-        ok(&f, "/api/exchanges/%2F/http.x", GUEST).await["type"],
-        "topic"
+        exported.map(|x| x["arguments"].clone()),
+        Some(json!({"x-note": "kept"}))
     );
     let r = request(
         &f,

@@ -214,8 +214,8 @@ fn snapshot(broker: &Broker) -> Snapshot {
         .into_iter()
         .map(|x| {
             format!(
-                "{:?} {:?} durable={} auto_delete={} internal={} ae={:?}",
-                x.name, x.kind, x.durable, x.auto_delete, x.internal, x.alternate_exchange
+                "{:?} {:?} durable={} auto_delete={} internal={} arguments={:?}",
+                x.name, x.kind, x.durable, x.auto_delete, x.internal, x.arguments
             )
         })
         .collect();

@@ -20,13 +20,10 @@ async fn fill(broker: &Broker) {
         FieldTable::new(),
     )
     .unwrap();
-    ch.exchange_declare(
-        "fan",
-        ExchangeKind::Fanout,
-        durable_exchange(),
-        FieldTable::new(),
-    )
-    .unwrap();
+    let mut noted = FieldTable::new();
+    noted.insert("x-note", FieldValue::from("kept"));
+    ch.exchange_declare("fan", ExchangeKind::Fanout, durable_exchange(), noted)
+        .unwrap();
     let mut args = FieldTable::new();
     args.insert("x-max-priority", FieldValue::U8(5));
     ch.queue_declare("work", durable_queue(), args).unwrap();
@@ -77,6 +74,12 @@ async fn fill(broker: &Broker) {
 async fn check(broker: &Broker) {
     assert!(broker.exchange_exists("orders"));
     assert!(broker.exchange_exists("fan"));
+    let fan = broker.exchanges().into_iter().find(|x| x.name == "fan");
+    assert_eq!(
+        fan.map(|x| x.arguments.get_str("x-note").map(str::to_owned)),
+        Some(Some("kept".to_owned())),
+        "an exchange's arguments come back with it"
+    );
     assert_eq!(
         broker.queue_counts("scratch"),
         None,

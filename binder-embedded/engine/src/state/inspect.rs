@@ -54,6 +54,7 @@ impl<E: Envelope> State<E> {
             auto_delete: false,
             internal: false,
             alternate_exchange: None,
+            arguments: FieldTable::new(),
         }];
         let mut named: Vec<ExchangeInfo> = self
             .registry
@@ -66,6 +67,7 @@ impl<E: Envelope> State<E> {
                 auto_delete: x.auto_delete,
                 internal: x.internal,
                 alternate_exchange: x.alternate.clone(),
+                arguments: x.arguments.clone(),
             })
             .collect();
         named.sort_by(|a, b| a.name.cmp(&b.name));

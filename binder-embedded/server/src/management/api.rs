@@ -112,10 +112,6 @@ fn queue_json<E: WireEnvelope>(api: &Api<E>, vhost: &str, q: &QueueInfo) -> Valu
 }
 
 fn exchange_json(vhost: &str, x: &ExchangeInfo) -> Value {
-    let mut arguments = Map::new();
-    if let Some(alt) = &x.alternate_exchange {
-        arguments.insert("alternate-exchange".into(), json!(alt));
-    }
     json!({
         "name": x.name,
         "vhost": vhost,
@@ -123,7 +119,7 @@ fn exchange_json(vhost: &str, x: &ExchangeInfo) -> Value {
         "durable": x.durable,
         "auto_delete": x.auto_delete,
         "internal": x.internal,
-        "arguments": arguments,
+        "arguments": json::table(&x.arguments),
     })
 }
 

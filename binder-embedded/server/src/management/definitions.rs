@@ -65,18 +65,13 @@ fn topology<E: WireEnvelope>(
         .into_iter()
         .filter(|x| !x.name.is_empty() && !x.name.starts_with("amq."))
         .map(|x| {
-            // The only exchange argument the engine keeps.
-            let mut arguments = json!({});
-            if let Some(ae) = &x.alternate_exchange {
-                arguments["alternate-exchange"] = json!(ae);
-            }
             tag(json!({
                 "name": x.name,
                 "type": x.kind.as_str(),
                 "durable": x.durable,
                 "auto_delete": x.auto_delete,
                 "internal": x.internal,
-                "arguments": arguments,
+                "arguments": json::table(&x.arguments),
             }))
         })
         .collect();
