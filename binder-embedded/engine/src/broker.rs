@@ -352,6 +352,11 @@ impl<E: Envelope> Broker<E> {
         self.shared.lock().channel_infos()
     }
 
+    /// One open channel, by [`Channel::id`]; `None` once it is closed.
+    pub fn channel(&self, id: u64) -> Option<ChannelInfo> {
+        self.shared.lock().channel_info(id)
+    }
+
     /// Broker-wide counts: publishes since start, connections, channels, consumers.
     pub fn totals(&self) -> Totals {
         self.shared.lock().totals()

@@ -34,6 +34,10 @@ const OUTPUT_DEPTH: usize = 32;
 /// How long a connection the client closed keeps its socket, for the client's own end.
 const LINGER: Duration = Duration::from_secs(3);
 
+/// How long a connection the server closes waits for the client's `close-ok`, sending the
+/// close included.
+const CLOSE_WAIT: Duration = Duration::from_secs(3);
+
 /// A publish being assembled from its method, content header and body frames.
 #[derive(Debug)]
 pub struct Assembly {
@@ -244,12 +248,22 @@ impl<E: WireEnvelope> Conn<E> {
             listing,
         };
         let ended = conn.run(&mut reader, heartbeat, &mut shutdown).await;
-        if let Ended::Closed(close) = &ended {
-            conn.close_connection(&mut reader, close).await;
-        }
+        conn.listing.set_closing();
+        // Everything the connection owned goes first, as on RabbitMQ: its consumers stop,
+        // its unacknowledged deliveries are requeued and its exclusive queues deleted before
+        // the client hears of the close.
         conn.teardown().await;
-        if matches!(ended, Ended::ClientClosed) {
-            conn.linger(&mut reader).await;
+        // Both bounded: a client that stopped reading (its socket full) must not keep the
+        // connection, nor what it holds, open.
+        match &ended {
+            Ended::Closed(close) => {
+                let closing = conn.close_connection(&mut reader, close);
+                let _ = tokio::time::timeout(CLOSE_WAIT, closing).await;
+            }
+            Ended::ClientClosed => {
+                let _ = tokio::time::timeout(LINGER, conn.linger(&mut reader)).await;
+            }
+            Ended::Dropped(_) | Ended::HeartbeatTimeout => {}
         }
         drop(conn);
         // Flushed once every sender is gone; a confirm still waiting for a slow store must not
@@ -279,6 +293,9 @@ impl<E: WireEnvelope> Conn<E> {
             .clamp(Duration::from_millis(10), Duration::from_secs(1));
         let mut ticker = tokio::time::interval(tick);
         let mut close_requests = self.listing.close_requests();
+        // One future for the whole loop: a close request costs nothing per frame.
+        let close_requested = close_requests.requested();
+        tokio::pin!(close_requested);
         loop {
             let reading = self.stalled.is_none();
             tokio::select! {
@@ -288,7 +305,7 @@ impl<E: WireEnvelope> Conn<E> {
                         "broker forced connection closure with reason 'shutdown'",
                     ));
                 }
-                reason = close_requests.requested() => {
+                reason = &mut close_requested => {
                     return Ended::Closed(Close::new(reply::CONNECTION_FORCED, reason));
                 }
                 (channel, event) = next_event(&mut self.channels) => {
@@ -369,7 +386,8 @@ impl<E: WireEnvelope> Conn<E> {
         }
     }
 
-    /// Sends `connection.close` and waits briefly for `close-ok`, dropping other frames.
+    /// Sends `connection.close` and waits for `close-ok`, dropping other frames (the caller
+    /// bounds the wait).
     async fn close_connection(&mut self, reader: &mut Reader, close: &Close) {
         let method = AMQPClass::Connection(connection::AMQPMethod::Close(connection::Close {
             reply_code: close.code,
@@ -395,7 +413,7 @@ impl<E: WireEnvelope> Conn<E> {
                 }
             }
         };
-        let _ = tokio::time::timeout(Duration::from_secs(3), wait).await;
+        wait.await;
     }
 
     /// Stops every consumer pump, closes every channel, then the engine connection (deleting

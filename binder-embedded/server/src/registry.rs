@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::SystemTime;
 
@@ -51,12 +51,36 @@ pub(crate) struct ListedChannel {
 #[derive(Debug)]
 pub(crate) struct Listing {
     pub info: ConnectionInfo,
+    /// [`ConnectionInfo::name`], made once.
+    name: String,
     channels: Mutex<BTreeMap<u16, ListedChannel>>,
     /// Set to the reason when somebody asks the connection to close.
     close: watch::Sender<Option<String>>,
+    /// The connection is closing: it serves nothing more and leaves the list shortly.
+    closing: AtomicBool,
 }
 
 impl Listing {
+    /// The connection's name (`peer -> local`).
+    pub(crate) fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Marks the connection as closing.
+    pub(crate) fn set_closing(&self) {
+        self.closing.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether the connection is closing.
+    pub(crate) fn is_closing(&self) -> bool {
+        self.closing.load(Ordering::Relaxed)
+    }
+
+    /// How many channels are open.
+    pub(crate) fn channel_count(&self) -> usize {
+        self.channels_lock().len()
+    }
+
     fn channels_lock(&self) -> MutexGuard<'_, BTreeMap<u16, ListedChannel>> {
         self.channels.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -149,9 +173,11 @@ impl OpenConnections {
     pub(crate) fn list(&self, info: ConnectionInfo) -> Listed<'_> {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         let listing = Arc::new(Listing {
+            name: info.name(),
             info,
             channels: Mutex::default(),
             close: watch::Sender::new(None),
+            closing: AtomicBool::new(false),
         });
         self.lock().insert(id, listing.clone());
         Listed {
@@ -168,10 +194,7 @@ impl OpenConnections {
 
     /// The open connection of this name (`peer -> local`).
     pub(crate) fn named(&self, name: &str) -> Option<Arc<Listing>> {
-        self.lock()
-            .values()
-            .find(|l| l.info.name() == name)
-            .cloned()
+        self.lock().values().find(|l| l.name == name).cloned()
     }
 }
 

@@ -2078,6 +2078,16 @@ fn raw_connection(list: &Value) -> Value {
         .clone()
 }
 
+/// The listed connection of this name.
+fn connection_named(list: &Value, name: &str) -> Value {
+    list.as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == name)
+        .unwrap_or_else(|| panic!("no connection {name} in {list}"))
+        .clone()
+}
+
 /// Connections and their channels listed as RabbitMQ lists them (prefetch, unacknowledged
 /// deliveries, confirm and transaction state, consumers with their channel), each user seeing
 /// its own and monitors everyone's; a connection closed over HTTP by its user or an
@@ -2165,6 +2175,40 @@ async fn connections_and_channels_are_listed_and_closed() {
     .unwrap();
     let alice_channel = alice.create_channel().await.unwrap();
     let mut alice_events = alice.events_listener();
+    // What a forced close must give back: an unacknowledged delivery, an exclusive queue.
+    alice_channel
+        .queue_declare("alice-q".into(), Default::default(), Default::default())
+        .await
+        .unwrap();
+    let exclusive = QueueDeclareOptions {
+        exclusive: true,
+        ..Default::default()
+    };
+    alice_channel
+        .queue_declare("alice-excl".into(), exclusive, Default::default())
+        .await
+        .unwrap();
+    alice_channel
+        .basic_publish(
+            "".into(),
+            "alice-q".into(),
+            Default::default(),
+            b"a",
+            Default::default(),
+        )
+        .await
+        .unwrap();
+    let mut alice_consumer = alice_channel
+        .basic_consume(
+            "alice-q".into(),
+            "alice-consumer".into(),
+            Default::default(),
+            Default::default(),
+        )
+        .await
+        .unwrap();
+    let _alice_unacked = alice_consumer.next().await.unwrap().unwrap();
+    assert_eq!(f.root.queue_unacked("alice-q"), Some(1));
     let mut raw = common::Raw::connect(&f.server).await;
     raw.handshake(131072, 2047, 0).await;
 
@@ -2273,11 +2317,17 @@ async fn connections_and_channels_are_listed_and_closed() {
         alice_name.as_str()
     );
     let consumers = ok(&f, "/api/consumers/%2F", GUEST).await;
+    let chan_consumer = consumers
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["consumer_tag"] == "chan-consumer")
+        .unwrap_or_else(|| panic!("chan-consumer in {consumers}"));
     assert_eq!(
-        consumers[0]["channel_details"]["connection_name"],
+        chan_consumer["channel_details"]["connection_name"],
         ours_name.as_str()
     );
-    assert_eq!(consumers[0]["channel_details"]["number"], 1);
+    assert_eq!(chan_consumer["channel_details"]["number"], 1);
     assert_eq!(ok(&f, "/api/consumers/other", GUEST).await, json!([]));
     for missing in [
         format!("{ours_name} (9)"),
@@ -2288,7 +2338,79 @@ async fn connections_and_channels_are_listed_and_closed() {
         assert_eq!(get(&f, &path, GUEST).await.status, 404, "{missing}");
     }
 
+    // A channel the client closes, and one the server closes for an error, leave the list.
+    let extra = amqp.create_channel().await.unwrap();
+    assert_eq!(
+        ok(
+            &f,
+            &format!("/api/connections/{}/channels", path_segment(&ours_name)),
+            GUEST
+        )
+        .await
+        .as_array()
+        .unwrap()
+        .len(),
+        3
+    );
+    extra.close(200, "done".into()).await.unwrap();
+    let failing = amqp.create_channel().await.unwrap();
+    let passive = QueueDeclareOptions {
+        passive: true,
+        ..Default::default()
+    };
+    assert!(
+        failing
+            .queue_declare("missing".into(), passive, Default::default())
+            .await
+            .is_err()
+    );
+    let mut numbers = Vec::new();
+    for _ in 0..500 {
+        let listed = ok(
+            &f,
+            &format!("/api/connections/{}/channels", path_segment(&ours_name)),
+            GUEST,
+        )
+        .await;
+        numbers = listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["number"].as_u64().unwrap())
+            .collect();
+        if numbers.len() == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(numbers, [1, 2]);
+    let count = connection_named(&ok(&f, "/api/connections", GUEST).await, &ours_name);
+    assert_eq!(count["channels"], 2);
+
     // Who may see and close what.
+    let theirs_channel = format!(
+        "/api/channels/{}",
+        path_segment(&format!("{ours_name} (1)"))
+    );
+    let r = get(&f, &theirs_channel, ALICE).await;
+    assert_eq!(r.status, 401);
+    assert_eq!(ok(&f, &theirs_channel, MON).await["number"], 1);
+    let alices_consumers = ok(&f, "/api/consumers", ALICE).await;
+    let tags: Vec<&str> = alices_consumers
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["consumer_tag"].as_str().unwrap())
+        .collect();
+    assert_eq!(tags, ["alice-consumer"], "only its own, as in RabbitMQ");
+    assert_eq!(
+        ok(&f, "/api/consumers", MON)
+            .await
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
     let theirs = format!("/api/connections/{}", path_segment(&ours_name));
     for (who, method) in [(ALICE, "GET"), (ALICE, "DELETE"), (MON, "DELETE")] {
         let r = http::request(f.api, method, &theirs, who, None).await;
@@ -2325,6 +2447,11 @@ async fn connections_and_channels_are_listed_and_closed() {
     .await;
     assert_eq!(r.status, 204);
     common::eventually("alice's connection closed", || !alice.status().connected()).await;
+    // What it held is given back: its delivery requeued (one ready, no consumer), its
+    // exclusive queue deleted.
+    assert_eq!(f.root.queue_counts("alice-q"), Some((1, 0)));
+    assert_eq!(f.root.queue_unacked("alice-q"), Some(0));
+    assert_eq!(f.root.queue_counts("alice-excl"), None);
     let heard = loop {
         match tokio::time::timeout(Duration::from_secs(5), alice_events.next()).await {
             Ok(Some(lapin::Event::Error(e))) => break e.to_string(),
@@ -2343,7 +2470,8 @@ async fn connections_and_channels_are_listed_and_closed() {
             .is_err()
     );
     let mut remaining = Vec::new();
-    for _ in 0..500 {
+    // Listed until its close-ok and its socket's last bytes: a few seconds at most.
+    for _ in 0..1000 {
         remaining = ok(&f, "/api/connections", GUEST)
             .await
             .as_array()
@@ -2371,5 +2499,83 @@ async fn connections_and_channels_are_listed_and_closed() {
         .await
         .unwrap();
     amqp.close(200, "bye".into()).await.unwrap();
+    f.server.shutdown().await;
+}
+
+/// A client that stopped reading (its socket full of deliveries) is still closed by a
+/// management request: the server stops its consumer and drops it within a few seconds
+/// rather than waiting for it to read the close.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_that_stopped_reading_is_closed_all_the_same() {
+    use amq_protocol::protocol::{AMQPClass, basic};
+
+    let f = fixture().await;
+    let conn = f.root.connect();
+    let ch = conn.open_channel().unwrap();
+    ch.queue_declare("flood", QueueOptions::default(), FieldTable::new())
+        .unwrap();
+    let payload = vec![7u8; 16 * 1024];
+    for _ in 0..2048 {
+        ch.basic_publish(
+            "",
+            "flood",
+            PublishOptions::default(),
+            Message::new(payload.clone()),
+        )
+        .await
+        .unwrap();
+    }
+    let mut raw = common::Raw::connect(&f.server).await;
+    raw.handshake(131072, 2047, 0).await;
+    raw.open_channel(1).await;
+    raw.method(
+        1,
+        AMQPClass::Basic(basic::AMQPMethod::Consume(basic::Consume {
+            queue: "flood".into(),
+            consumer_tag: "never-reads".into(),
+            no_ack: false,
+            ..Default::default()
+        })),
+    )
+    .await;
+    // The server fills the socket, then waits for a reader that never comes.
+    // (No prefetch: the engine hands all 32 MiB over; the server's output and the socket's
+    // buffers hold a few of them.)
+    common::eventually("every message delivered, none acknowledged", || {
+        f.root.queue_unacked("flood") == Some(2048)
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let name = ok(&f, "/api/connections", GUEST).await[0]["name"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let r = http::request(
+        f.api,
+        "DELETE",
+        &format!("/api/connections/{}", path_segment(&name)),
+        GUEST,
+        None,
+    )
+    .await;
+    assert_eq!(r.status, 204);
+    // Torn down at once: every delivery is back in the queue, the consumer gone.
+    common::eventually("the deliveries requeued", || {
+        f.root.queue_counts("flood") == Some((2048, 0)) && f.root.queue_unacked("flood") == Some(0)
+    })
+    .await;
+    let started = std::time::Instant::now();
+    loop {
+        let listed = ok(&f, "/api/connections", GUEST).await;
+        if listed.as_array().unwrap().is_empty() {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(15),
+            "still listed: {listed}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    drop(raw);
     f.server.shutdown().await;
 }

@@ -1,6 +1,6 @@
 //! The management page end to end in headless Chromium, driven over WebDriver
 //! (`chromedriver`): log in, see the queues, open a dead-letter queue, re-drive one message,
-//! purge one, re-drive all, purge all, by clicking. A screenshot goes to
+//! purge one, re-drive all, purge all, close a client's connection, by clicking. A screenshot goes to
 //! `$SCREENSHOT` (default `stream-broker-management-page.png` in the temporary directory).
 //!
 //! Skipped, with the reason printed, when `chromium` or `chromedriver` is missing, unless
@@ -215,7 +215,8 @@ fn rows(queue: &str) -> String {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_page_shows_queues_and_redrives_and_purges_dead_letters_by_clicking() {
+async fn the_page_shows_queues_and_redrives_and_purges_dead_letters_and_closes_connections_by_clicking()
+ {
     if let Some(reason) = missing() {
         assert!(!required(), "REQUIRE_CLIENTS=1 but {reason}");
         eprintln!(
@@ -313,6 +314,9 @@ async fn the_page_shows_queues_and_redrives_and_purges_dead_letters_by_clicking(
     let text = text.as_str().unwrap();
     assert!(text.contains("x-death: rejected from orders"), "{text}");
     assert!(text.contains("x-exception-message: boom 0"), "{text}");
+    // An AMQP client, listed with the connections.
+    let client = common::lapin(&server).await;
+    let _client_channel = client.create_channel().await.unwrap();
     // Some traffic on a queue of its own for the rates and charts, then keep the picture.
     let traffic = tokio::spawn({
         let broker = broker.clone();
@@ -409,6 +413,25 @@ async fn the_page_shows_queues_and_redrives_and_purges_dead_letters_by_clicking(
         .await;
     assert_eq!(broker.queue_counts("orders.dlq"), Some((0, 0)));
     assert_eq!(broker.queue_counts("orders"), Some((4, 0)));
+
+    // Close the AMQP client's connection from the page: it hears 320 and leaves the list.
+    let connections = "document.querySelectorAll('#connections tbody tr').length";
+    driver
+        .until("the client's connection", &format!("{connections} === 1"))
+        .await;
+    let row = driver
+        .script("return document.querySelector('#connections tbody tr').innerText")
+        .await;
+    let row = row.as_str().unwrap();
+    assert!(row.contains("guest") && row.contains("lapin"), "{row}");
+    driver.click("#connections tbody tr button.close").await;
+    driver
+        .until("the connection closed", &format!("{connections} === 0"))
+        .await;
+    common::eventually("the client hears the close", || {
+        !client.status().connected()
+    })
+    .await;
 
     drop(driver);
     server.shutdown().await;

@@ -7,7 +7,7 @@ use crate::inspect::{BindingInfo, ChannelInfo, ConsumerInfo, ExchangeInfo, Queue
 use crate::types::ExchangeKind;
 
 use super::State;
-use super::sessions::TxOp;
+use super::sessions::ChannelState;
 
 impl<E: Envelope> State<E> {
     /// Every queue, sorted by name.
@@ -140,29 +140,31 @@ impl<E: Envelope> State<E> {
             .sessions
             .channels
             .iter()
-            .map(|(&id, c)| {
-                let (mut publishes, mut acks) = (0, 0);
-                for op in c.tx.iter().flatten() {
-                    match op {
-                        TxOp::Publish { .. } => publishes += 1,
-                        TxOp::Settle { .. } => acks += 1,
-                    }
-                }
-                ChannelInfo {
-                    id,
-                    prefetch_count: c.consumer_prefetch,
-                    global_prefetch_count: c.channel_prefetch,
-                    unacknowledged: c.unacked.len() as u32,
-                    consumers: c.consumers.len() as u32,
-                    confirm: c.confirm,
-                    transactional: c.tx.is_some(),
-                    uncommitted_publishes: publishes,
-                    uncommitted_acks: acks,
-                }
-            })
+            .map(|(&id, c)| Self::channel_info_of(id, c))
             .collect();
         out.sort_by_key(|c| c.id);
         out
+    }
+
+    /// One open channel.
+    pub(crate) fn channel_info(&self, id: u64) -> Option<ChannelInfo> {
+        let c = self.sessions.channels.get(&id)?;
+        Some(Self::channel_info_of(id, c))
+    }
+
+    fn channel_info_of(id: u64, c: &ChannelState<E>) -> ChannelInfo {
+        let held = c.tx.as_ref().map_or(0, Vec::len) as u32;
+        ChannelInfo {
+            id,
+            prefetch_count: c.consumer_prefetch,
+            global_prefetch_count: c.channel_prefetch,
+            unacknowledged: c.unacked.len() as u32,
+            consumers: c.consumers.len() as u32,
+            confirm: c.confirm,
+            transactional: c.tx.is_some(),
+            uncommitted_publishes: c.tx_publishes,
+            uncommitted_acks: held - c.tx_publishes,
+        }
     }
 
     /// Broker-wide counts.

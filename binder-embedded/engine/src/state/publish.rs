@@ -84,6 +84,7 @@ impl<E: Envelope> State<E> {
             }
         }
         if let Some(tx) = &mut ch.tx {
+            ch.tx_publishes += 1;
             tx.push(TxOp::Publish {
                 exchange: exchange.to_owned(),
                 mandatory,

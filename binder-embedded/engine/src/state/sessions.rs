@@ -86,6 +86,8 @@ pub(crate) struct ChannelState<E: Envelope> {
     pub confirm: bool,
     pub next_seq: u64,
     pub tx: Option<Vec<TxOp<E>>>,
+    /// How many of `tx`'s operations are publishes (the rest are settlements).
+    pub tx_publishes: u32,
     /// The route (exchange and routing key) of the last publish, shared with the next one
     /// that has the same.
     pub last_route: Option<E::Route>,
@@ -159,6 +161,7 @@ impl<E: Envelope> Sessions<E> {
                 confirm: false,
                 next_seq: 0,
                 tx: None,
+                tx_publishes: 0,
                 last_route: None,
                 route_repeated: false,
                 route_cache: None,

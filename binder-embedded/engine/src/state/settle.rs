@@ -185,6 +185,7 @@ impl<E: Envelope> State<E> {
 
     pub(super) fn take_tx(&mut self, channel: u64) -> AmqpResult<Vec<TxOp<E>>> {
         let ch = self.sessions.channel(channel)?;
+        ch.tx_publishes = 0;
         match &mut ch.tx {
             Some(ops) => Ok(std::mem::take(ops)),
             None => Err(AmqpError::precondition("channel is not transactional")),

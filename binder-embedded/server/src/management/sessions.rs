@@ -80,17 +80,17 @@ fn millis(time: std::time::SystemTime) -> u64 {
 fn connection_json<E: WireEnvelope>(api: &Api<E>, listing: &Listing) -> Value {
     let c: &ConnectionInfo = &listing.info;
     json!({
-        "name": c.name(),
+        "name": listing.name(),
         "node": api.node(),
         "type": "network",
         "protocol": "AMQP 0-9-1",
-        "state": "running",
+        "state": if listing.is_closing() { "closing" } else { "running" },
         "user": c.user,
         "user_who_performed_action": c.user,
         "vhost": c.vhost,
         "auth_mechanism": c.mechanism,
         "client_properties": json::table(&c.client_properties),
-        "channels": listing.channels().len(),
+        "channels": listing.channel_count(),
         "channel_max": c.channel_max,
         "frame_max": c.frame_max,
         "timeout": c.heartbeat,
@@ -105,7 +105,7 @@ fn connection_json<E: WireEnvelope>(api: &Api<E>, listing: &Listing) -> Value {
 }
 
 /// A channel's name, as RabbitMQ's: `connection name (number)`.
-fn channel_name(connection: &ConnectionInfo, number: u16) -> String {
+fn channel_name(connection: &Listing, number: u16) -> String {
     format!("{} ({number})", connection.name())
 }
 
@@ -113,9 +113,9 @@ fn channel_name(connection: &ConnectionInfo, number: u16) -> String {
 fn channel_details<E: WireEnvelope>(api: &Api<E>, listing: &Listing, number: u16) -> Value {
     let c = &listing.info;
     json!({
-        "name": channel_name(c, number),
+        "name": channel_name(listing, number),
         "number": number,
-        "connection_name": c.name(),
+        "connection_name": listing.name(),
         "node": api.node(),
         "peer_host": c.peer.ip().to_string(),
         "peer_port": c.peer.port(),
@@ -133,7 +133,7 @@ fn channel_json<E: WireEnvelope>(
 ) -> Value {
     let c = &listing.info;
     json!({
-        "name": channel_name(c, number),
+        "name": channel_name(listing, number),
         "number": number,
         "node": api.node(),
         "state": "running",
@@ -141,7 +141,7 @@ fn channel_json<E: WireEnvelope>(
         "user_who_performed_action": c.user,
         "vhost": c.vhost,
         "connection_details": {
-            "name": c.name(),
+            "name": listing.name(),
             "peer_host": c.peer.ip().to_string(),
             "peer_port": c.peer.port(),
         },
@@ -235,7 +235,8 @@ pub(crate) async fn connection<E: WireEnvelope>(
 
 /// `DELETE /api/connections/{name}`: closes the connection with 320 CONNECTION_FORCED and
 /// the request's `X-Reason` (else RabbitMQ's "Closed via management plugin"). Answers once
-/// the close is asked for, as RabbitMQ; the client hears it at once.
+/// the close is asked for, as RabbitMQ: the connection then tears down what it holds and
+/// sends the close (waiting at most a few seconds for a client that stopped reading).
 pub(crate) async fn close_connection<E: WireEnvelope>(
     (State(api), ConnectInfo(peer), headers): Ctx<E>,
     Path(name): Path<String>,
@@ -243,13 +244,10 @@ pub(crate) async fn close_connection<E: WireEnvelope>(
     let login = api.login(&headers, peer)?;
     let administrator = login.administrator().is_ok();
     let listing = visible_connection(&api, &login, &name, administrator)?;
-    let reason = match headers.get("x-reason") {
-        Some(value) => value
-            .to_str()
-            .map_err(|_| ApiError::bad_request("X-Reason is not text"))?
-            .to_owned(),
-        None => DEFAULT_CLOSE_REASON.to_owned(),
-    };
+    let reason = headers.get("x-reason").map_or_else(
+        || DEFAULT_CLOSE_REASON.to_owned(),
+        |v| String::from_utf8_lossy(v.as_bytes()).into_owned(),
+    );
     tracing::info!(
         connection = %name, by = %login.user.name, %reason,
         "closing connection on a management request"
@@ -316,11 +314,7 @@ pub(crate) async fn channel<E: WireEnvelope>(
         .brokers()
         .get(&listing.info.vhost)
         .ok_or_else(ApiError::not_found)?;
-    let Some(info) = broker
-        .channels()
-        .into_iter()
-        .find(|c| c.id == listed.engine_id)
-    else {
+    let Some(info) = broker.channel(listed.engine_id) else {
         return Err(ApiError::not_found());
     };
     let unconfirmed = listed
@@ -359,7 +353,8 @@ fn consumer_json(vhost: &str, c: &ConsumerInfo) -> Value {
 
 /// The consumers of the virtual hosts the user sees, or of one; each with `channel_details`
 /// when it runs on a network connection's channel (a service's in-process consumers have
-/// none).
+/// none). A user who is not a monitor sees only those on its own connections, as in
+/// RabbitMQ.
 fn consumers_of<E: WireEnvelope>(api: &Api<E>, login: &Login, vhost: Option<&str>) -> Reply {
     let mut on_channels: HashMap<(&str, u64), (Arc<Listing>, u16)> = HashMap::new();
     let listed = api.shared.listed.snapshot();
@@ -375,12 +370,16 @@ fn consumers_of<E: WireEnvelope>(api: &Api<E>, login: &Login, vhost: Option<&str
         broker
             .consumers()
             .iter()
-            .map(|c| {
+            .filter_map(|c| {
+                let on = on_channels.get(&(vhost, c.channel));
+                if !login.is_monitor() && !on.is_some_and(|(l, _)| sees(login, l)) {
+                    return None;
+                }
                 let mut consumer = consumer_json(vhost, c);
-                if let Some((listing, number)) = on_channels.get(&(vhost, c.channel)) {
+                if let Some((listing, number)) = on {
                     consumer["channel_details"] = channel_details(api, listing, *number);
                 }
-                consumer
+                Some(consumer)
             })
             .collect()
     })
