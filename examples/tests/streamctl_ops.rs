@@ -424,6 +424,72 @@ async fn with_rabbitmq_s_management_api_lists_everything() {
         assert!(listed.contains(row), "{row:?} in {listed}");
     }
 
+    // A client's connection, channel and consumer, listed and then closed through the plugin.
+    let client = Connection::connect(&url, ConnectionProperties::default())
+        .await
+        .unwrap();
+    let mut events = client.events_listener();
+    let channel = client.create_channel().await.unwrap();
+    let _consumer = channel
+        .basic_consume(
+            "orders.g".into(),
+            "watcher".into(),
+            Default::default(),
+            Default::default(),
+        )
+        .await
+        .unwrap();
+    let listed = |args: &[&str]| {
+        let mut all = args.to_vec();
+        all.extend(["-q", "--config", &config, "--management", &management]);
+        streamctl(&all)
+    };
+    // The plugin lists a channel's consumers at its next statistics round.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let consumers = loop {
+        let out = listed(&[
+            "list_consumers",
+            "queue_name",
+            "channel_name",
+            "consumer_tag",
+        ]);
+        assert_ok(&out);
+        if text(&out).contains("\twatcher\n") || std::time::Instant::now() > deadline {
+            break text(&out);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    };
+    let out = listed(&["list_connections", "name", "user", "protocol"]);
+    assert_ok(&out);
+    let connections = text(&out);
+    let name = connections
+        .lines()
+        .nth(1)
+        .and_then(|row| row.strip_suffix("\tguest\tAMQP 0-9-1"))
+        .unwrap_or_else(|| panic!("one connection of guest in {connections}"))
+        .to_owned();
+    assert!(
+        consumers.contains(&format!("orders.g\t{name} (1)\twatcher\n")),
+        "{consumers}"
+    );
+    let out = listed(&["list_channels", "name", "connection", "number"]);
+    assert_ok(&out);
+    assert!(
+        text(&out).contains(&format!("{name} (1)\t{name}\t1\n")),
+        "{}",
+        text(&out)
+    );
+    assert_ok(&listed(&["close_connection", &name, "moving you"]));
+    let heard = loop {
+        use futures::StreamExt;
+        match tokio::time::timeout(std::time::Duration::from_secs(10), events.next()).await {
+            Ok(Some(lapin::Event::Error(e))) => break e.to_string(),
+            Ok(Some(_)) => continue,
+            other => panic!("the client heard no close: {other:?}"),
+        }
+    };
+    assert!(heard.contains("CONNECTION_FORCED - moving you"), "{heard}");
+
     // Without --management, port 15672 on the AMQP host is tried; the node's is elsewhere.
     let out = streamctl(&["list_queues", "--config", &config]);
     assert_ok(&out);
@@ -609,4 +675,119 @@ async fn definitions_move_from_one_stream_broker_to_another() {
     }
     from.shutdown().await;
     to.shutdown().await;
+}
+
+/// `list_connections`, `list_channels`, `list_consumers` and `close_connection`, as
+/// rabbitmqctl names them, through stream-broker's management API (RabbitMQ's plugin: in
+/// `with_rabbitmq_s_management_api_lists_everything`): a client's connection,
+/// its channel and consumer listed with rabbitmqctl's columns, then closed with the
+/// explanation the client is told; the verbs refuse without a management API.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_are_listed_and_closed() {
+    use futures::StreamExt;
+
+    let server = stream_broker_with_management().await;
+    let url = format!("amqp://guest:guest@{}/%2f", server.local_addr());
+    let management = format!("http://{}", server.management_addr().unwrap());
+    let on = |args: &[&str]| {
+        let mut all = args.to_vec();
+        all.extend(["-q", "--url", &url, "--management", &management]);
+        streamctl(&all)
+    };
+    let client = lapin::Connection::connect(&url, Default::default())
+        .await
+        .unwrap();
+    let mut events = client.events_listener();
+    let channel = client.create_channel().await.unwrap();
+    channel
+        .queue_declare("watched".into(), Default::default(), Default::default())
+        .await
+        .unwrap();
+    let _consumer = channel
+        .basic_consume(
+            "watched".into(),
+            "watcher".into(),
+            Default::default(),
+            Default::default(),
+        )
+        .await
+        .unwrap();
+
+    let out = on(&["list_connections", "name", "user", "channels", "protocol"]);
+    assert_ok(&out);
+    let listed = text(&out);
+    let mut lines = listed.lines();
+    assert_eq!(lines.next(), Some("name\tuser\tchannels\tprotocol"));
+    let row: Vec<&str> = lines.next().expect("one connection").split('\t').collect();
+    assert_eq!(row[1..], ["guest", "1", "AMQP 0-9-1"], "{listed}");
+    let name = row[0].to_owned();
+    assert!(
+        name.ends_with(&format!(" -> {}", server.local_addr())),
+        "{name}"
+    );
+    let out = on(&["list_connections"]);
+    assert_ok(&out);
+    assert!(text(&out).starts_with("user\tpeer_host\tpeer_port\tstate\nguest\t127.0.0.1\t"));
+
+    let out = on(&[
+        "list_channels",
+        "name",
+        "connection",
+        "number",
+        "consumer_count",
+    ]);
+    assert_ok(&out);
+    assert_eq!(
+        text(&out),
+        format!("name\tconnection\tnumber\tconsumer_count\n{name} (1)\t{name}\t1\t1\n")
+    );
+    let out = on(&[
+        "list_consumers",
+        "queue_name",
+        "channel_name",
+        "consumer_tag",
+    ]);
+    assert_ok(&out);
+    assert_eq!(
+        text(&out),
+        format!("queue_name\tchannel_name\tconsumer_tag\nwatched\t{name} (1)\twatcher\n")
+    );
+    let out = on(&["list_channels", "pid"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+
+    let out = on(&["close_connection", &name, "moving you"]);
+    assert_ok(&out);
+    let heard = loop {
+        match tokio::time::timeout(std::time::Duration::from_secs(5), events.next()).await {
+            Ok(Some(lapin::Event::Error(e))) => break e.to_string(),
+            Ok(Some(_)) => continue,
+            other => panic!("the client heard no close: {other:?}"),
+        }
+    };
+    assert!(heard.contains("CONNECTION_FORCED - moving you"), "{heard}");
+    let out = on(&["close_connection", &name, "again"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("404"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    for args in [
+        vec!["list_connections"],
+        vec!["list_channels"],
+        vec!["list_consumers"],
+        vec!["close_connection", &name, "why"],
+    ] {
+        let mut all = args.clone();
+        all.extend(["--url", &url, "--no-management"]);
+        let out = streamctl(&all);
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("needs a management API"),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    server.shutdown().await;
 }

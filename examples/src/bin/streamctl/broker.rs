@@ -158,6 +158,20 @@ impl Target {
     }
 }
 
+impl Target {
+    /// The management API a verb cannot do without, or why there is none: `lacks` says
+    /// what AMQP 0-9-1 has no way to do.
+    pub fn required_management(&self, verb: &str, lacks: &str) -> Result<Management, TargetError> {
+        let broker = self.resolve(None)?;
+        self.management(&broker)?.ok_or_else(|| {
+            TargetError::Failed(format!(
+                "{verb} needs a management API (--management http://host:15672): AMQP 0-9-1 \
+                 has no way to {lacks}"
+            ))
+        })
+    }
+}
+
 impl Broker {
     /// A `rabbit` binder on the target (it connects on first use).
     pub fn binder(&self) -> RabbitBinder {

@@ -7,22 +7,10 @@ use std::io::Read;
 use std::path::Path;
 
 use crate::broker::{Target, TargetError};
-use crate::management::Management;
-
-/// The management API the verb needs (it has no AMQP counterpart).
-fn management(target: &Target, verb: &str) -> Result<Management, TargetError> {
-    let broker = target.resolve(None)?;
-    target.management(&broker)?.ok_or_else(|| {
-        TargetError::Failed(format!(
-            "{verb} needs a management API (--management http://host:15672): AMQP 0-9-1 has \
-             no way to list definitions"
-        ))
-    })
-}
 
 /// Writes the broker's definitions to `path` (`-`: standard output).
 pub fn export(target: &Target, path: &Path) -> Result<(), TargetError> {
-    let api = management(target, "export_definitions")?;
+    let api = target.required_management("export_definitions", "list definitions")?;
     let definitions = api
         .get("definitions")
         .map_err(|e| TargetError::Failed(e.to_string()))?;
@@ -49,7 +37,7 @@ pub fn export(target: &Target, path: &Path) -> Result<(), TargetError> {
 /// Imports the definitions in `path` (`-`: standard input) into the broker.
 pub fn import(target: &Target, path: &Path) -> Result<(), TargetError> {
     // Refused without an API before anything is read.
-    let api = management(target, "import_definitions")?;
+    let api = target.required_management("import_definitions", "list definitions")?;
     let mut text = Vec::new();
     let read = if path == Path::new("-") {
         std::io::stdin().lock().read_to_end(&mut text).map(drop)

@@ -1,7 +1,7 @@
-//! `list_queues`, `list_exchanges`, `list_bindings` and `purge_queue`, with `rabbitmqctl`'s
-//! names, columns and output: through the management API where there is one, else over AMQP
-//! for the queues and exchanges the configuration declares (AMQP 0-9-1 cannot list a
-//! broker's entities).
+//! `list_queues`, `list_exchanges`, `list_bindings`, `list_connections`, `list_channels`,
+//! `list_consumers` and `purge_queue`, with `rabbitmqctl`'s names, columns and output:
+//! through the management API where there is one, else over AMQP for the queues and
+//! exchanges the configuration declares (AMQP 0-9-1 cannot list a broker's entities).
 
 use binder_amqp::AmqpBroker;
 use binder_amqp::topology::{self, TopologyPlan};
@@ -20,6 +20,12 @@ pub enum Entity {
     Exchanges,
     /// `list_bindings`
     Bindings,
+    /// `list_connections`
+    Connections,
+    /// `list_channels`
+    Channels,
+    /// `list_consumers`
+    Consumers,
 }
 
 impl Entity {
@@ -28,6 +34,9 @@ impl Entity {
             Entity::Queues => "queues",
             Entity::Exchanges => "exchanges",
             Entity::Bindings => "bindings",
+            Entity::Connections => "connections",
+            Entity::Channels => "channels",
+            Entity::Consumers => "consumers",
         }
     }
 
@@ -84,6 +93,58 @@ impl Entity {
                 "routing_key",
                 "arguments",
             ],
+            // rabbitmqctl's, less the Erlang process ids (`pid`) and the byte counters this
+            // broker does not keep; `name` is the connection's `peer -> local`.
+            Entity::Connections => &[
+                "name",
+                "port",
+                "host",
+                "peer_port",
+                "peer_host",
+                "ssl",
+                "ssl_protocol",
+                "state",
+                "channels",
+                "protocol",
+                "auth_mechanism",
+                "user",
+                "vhost",
+                "timeout",
+                "frame_max",
+                "channel_max",
+                "client_properties",
+                "connected_at",
+            ],
+            // rabbitmqctl's, with the channel's `name` (`<connection> (<number>)`) for its
+            // `pid`.
+            Entity::Channels => &[
+                "name",
+                "connection",
+                "number",
+                "user",
+                "vhost",
+                "transactional",
+                "confirm",
+                "consumer_count",
+                "messages_unacknowledged",
+                "messages_uncommitted",
+                "acks_uncommitted",
+                "messages_unconfirmed",
+                "prefetch_count",
+                "global_prefetch_count",
+            ],
+            // rabbitmqctl's, with the channel's name (`channel_name`) for its `channel_pid`.
+            Entity::Consumers => &[
+                "queue_name",
+                "channel_name",
+                "consumer_tag",
+                "ack_required",
+                "exclusive",
+                "prefetch_count",
+                "active",
+                "activity_status",
+                "arguments",
+            ],
         }
     }
 
@@ -93,15 +154,34 @@ impl Entity {
             Entity::Queues => &["name", "messages"],
             Entity::Exchanges => &["name", "type"],
             Entity::Bindings => self.columns(),
+            Entity::Connections => &["user", "peer_host", "peer_port", "state"],
+            Entity::Channels => &["name", "user", "consumer_count", "messages_unacknowledged"],
+            Entity::Consumers => &[
+                "queue_name",
+                "channel_name",
+                "consumer_tag",
+                "ack_required",
+                "prefetch_count",
+                "active",
+                "arguments",
+            ],
         }
     }
 
-    /// The management API's field for a column.
+    /// Whether only a management API can list it.
+    fn needs_management(self) -> bool {
+        !matches!(self, Entity::Queues | Entity::Exchanges)
+    }
+
+    /// Where the management API has a column: a field, or a JSON pointer into one.
     fn field(self, column: &str) -> &str {
         match (self, column) {
             (Entity::Bindings, "source_name") => "source",
             (Entity::Bindings, "destination_name") => "destination",
             (Entity::Bindings, "destination_kind") => "destination_type",
+            (Entity::Channels, "connection") => "/connection_details/name",
+            (Entity::Consumers, "queue_name") => "/queue/name",
+            (Entity::Consumers, "channel_name") => "/channel_details/name",
             _ => column,
         }
     }
@@ -184,7 +264,15 @@ fn from_management(
                 .iter()
                 .map(|c| match (entity, c.as_str()) {
                     (Entity::Bindings, "source_kind") => Value::String("exchange".into()),
-                    _ => item.get(entity.field(c)).cloned().unwrap_or(Value::Null),
+                    _ => {
+                        let field = entity.field(c);
+                        let found = if field.starts_with('/') {
+                            item.pointer(field)
+                        } else {
+                            item.get(field)
+                        };
+                        found.cloned().unwrap_or(Value::Null)
+                    }
                 })
                 .collect()
         })
@@ -196,7 +284,7 @@ fn amqp_columns(entity: Entity) -> &'static [&'static str] {
     match entity {
         Entity::Queues => &["name", "messages", "messages_ready", "consumers"],
         Entity::Exchanges => &["name", "type", "durable", "auto_delete", "internal"],
-        Entity::Bindings => &[],
+        Entity::Bindings | Entity::Connections | Entity::Channels | Entity::Consumers => &[],
     }
 }
 
@@ -212,6 +300,13 @@ async fn from_amqp(
              --management URL, or use `streamctl plan` for the bindings a configuration declares"
                 .into(),
         ));
+    }
+    if entity.needs_management() {
+        return Err(TargetError::Failed(format!(
+            "listing {} needs a management API (AMQP 0-9-1 cannot list them); give \
+             --management URL",
+            entity.plural()
+        )));
     }
     let Some(config) = &broker.config else {
         return Err(TargetError::Failed(format!(
@@ -237,7 +332,7 @@ async fn from_amqp(
         let note = match entity {
             Entity::Queues => "; `messages` counts ready messages only (a passive declare)",
             Entity::Exchanges => "; types and flags as the configuration declares them",
-            Entity::Bindings => "",
+            _ => "",
         };
         eprintln!(
             "streamctl: no management API: listing the {} the configuration declares that exist{note}",
@@ -285,7 +380,7 @@ async fn from_amqp(
                 }
             }
         }
-        Entity::Bindings => {}
+        Entity::Bindings | Entity::Connections | Entity::Channels | Entity::Consumers => {}
     }
     binder_core::binder::Binder::close(&binder).await;
     Ok(rows)
@@ -384,5 +479,14 @@ mod tests {
             "destination_type"
         );
         assert_eq!(Entity::Queues.field("messages_ready"), "messages_ready");
+        assert_eq!(
+            Entity::Channels.field("connection"),
+            "/connection_details/name"
+        );
+        for entity in [Entity::Connections, Entity::Channels, Entity::Consumers] {
+            for column in entity.default_columns() {
+                assert!(entity.columns().contains(column), "{entity:?} {column}");
+            }
+        }
     }
 }

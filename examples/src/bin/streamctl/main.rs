@@ -73,6 +73,7 @@ fn write_out(text: std::fmt::Arguments<'_>) {
 
 mod asyncapi;
 mod broker;
+mod connections;
 mod definitions;
 mod dlq;
 mod listing;
@@ -161,6 +162,53 @@ enum Command {
         format: Format,
         /// Columns (rabbitmqctl's binding info items).
         columns: Vec<String>,
+    },
+    /// List the broker's AMQP connections with rabbitmqctl's columns (default: user peer_host
+    /// peer_port state; needs a management API).
+    #[command(name = "list_connections")]
+    ListConnections {
+        #[command(flatten)]
+        target: Target,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
+        /// Columns (rabbitmqctl's connection info items; `name` is `peer -> local`).
+        columns: Vec<String>,
+    },
+    /// List the connections' channels with rabbitmqctl's columns (default: name user
+    /// consumer_count messages_unacknowledged; needs a management API).
+    #[command(name = "list_channels")]
+    ListChannels {
+        #[command(flatten)]
+        target: Target,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
+        /// Columns (rabbitmqctl's channel info items; `name` stands for `pid`).
+        columns: Vec<String>,
+    },
+    /// List consumers with rabbitmqctl's columns (needs a management API).
+    #[command(name = "list_consumers")]
+    ListConsumers {
+        #[command(flatten)]
+        target: Target,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
+        /// Columns (rabbitmqctl's consumer info items; `channel_name` stands for
+        /// `channel_pid`).
+        columns: Vec<String>,
+    },
+    /// Close a client's connection: it gets 320 CONNECTION_FORCED with the explanation
+    /// (needs a management API).
+    #[command(name = "close_connection")]
+    CloseConnection {
+        #[command(flatten)]
+        target: Target,
+        /// The connection's name, as `list_connections name` prints it (`peer -> local`).
+        name: String,
+        /// What the client is told.
+        explanation: String,
     },
     /// Remove every ready message of a queue.
     #[command(name = "purge_queue")]
@@ -311,6 +359,31 @@ fn main() -> ExitCode {
             format,
             columns,
         } => operate(listing::list(Entity::Bindings, &target, &columns, format)),
+        Command::ListConnections {
+            target,
+            format,
+            columns,
+        } => operate(listing::list(
+            Entity::Connections,
+            &target,
+            &columns,
+            format,
+        )),
+        Command::ListChannels {
+            target,
+            format,
+            columns,
+        } => operate(listing::list(Entity::Channels, &target, &columns, format)),
+        Command::ListConsumers {
+            target,
+            format,
+            columns,
+        } => operate(listing::list(Entity::Consumers, &target, &columns, format)),
+        Command::CloseConnection {
+            target,
+            name,
+            explanation,
+        } => operate(async move { connections::close(&target, &name, &explanation) }),
         Command::PurgeQueue { target, queue } => operate(listing::purge(&target, &queue)),
         Command::ExportDefinitions { target, path } => {
             operate(async move { definitions::export(&target, &path) })

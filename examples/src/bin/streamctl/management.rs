@@ -171,9 +171,40 @@ impl Management {
         })
     }
 
-    /// The objects of a list endpoint (`queues`, `exchanges`, `bindings`) in `vhost`.
+    /// `DELETE /api/<path>` with more headers; any 2xx status is success.
+    pub fn delete(&self, path: &str, headers: &[(&str, &str)]) -> Result<(), ManagementError> {
+        let url = format!("{}/api/{path}", self.base);
+        let mut request = self
+            .agent
+            .delete(&url)
+            .header("Authorization", &self.authorization);
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        let mut response = request.call().map_err(|e| ManagementError::Unreachable {
+            url: url.clone(),
+            source: Box::new(e),
+        })?;
+        let status = response.status().as_u16();
+        if (200..300).contains(&status) {
+            return Ok(());
+        }
+        let body = response.body_mut().read_to_string().unwrap_or_default();
+        Err(ManagementError::Status {
+            url,
+            status,
+            body: reason(&body),
+        })
+    }
+
+    /// The objects of a list endpoint in `vhost`: `queues`, `exchanges`, `bindings` and
+    /// `consumers` are `<what>/<vhost>`, `connections` and `channels`
+    /// `vhosts/<vhost>/<what>`.
     pub fn list(&self, what: &str, vhost: &str) -> Result<Vec<Value>, ManagementError> {
-        let path = format!("{what}/{}", uri_component(vhost));
+        let path = match what {
+            "connections" | "channels" => format!("vhosts/{}/{what}", uri_component(vhost)),
+            _ => format!("{what}/{}", uri_component(vhost)),
+        };
         match self.get(&path)? {
             Value::Array(items) => Ok(items),
             other => Err(ManagementError::Status {
