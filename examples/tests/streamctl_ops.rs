@@ -462,6 +462,11 @@ async fn with_rabbitmq_s_management_api_lists_everything() {
     let out = listed(&["list_connections", "name", "user", "protocol"]);
     assert_ok(&out);
     let connections = text(&out);
+    assert_eq!(
+        connections.lines().count(),
+        2,
+        "the client's alone: {connections}"
+    );
     let name = connections
         .lines()
         .nth(1)
@@ -754,6 +759,17 @@ async fn connections_are_listed_and_closed() {
     );
     let out = on(&["list_channels", "pid"]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    // `-p` narrows connections and channels to one virtual host (all without it).
+    let out = on(&["list_connections", "-p", "/", "user"]);
+    assert_ok(&out);
+    assert_eq!(text(&out), "user\nguest\n");
+    let out = on(&["list_channels", "-p", "elsewhere"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("404"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 
     let out = on(&["close_connection", &name, "moving you"]);
     assert_ok(&out);

@@ -34,9 +34,12 @@ const OUTPUT_DEPTH: usize = 32;
 /// How long a connection the client closed keeps its socket, for the client's own end.
 const LINGER: Duration = Duration::from_secs(3);
 
-/// How long a connection the server closes waits for the client's `close-ok`, sending the
-/// close included.
+/// How long a connection the server closes waits to queue its `connection.close` behind the
+/// output the writer still holds, and then for the client's `close-ok`.
 const CLOSE_WAIT: Duration = Duration::from_secs(3);
+
+/// The close text at the server's shutdown, as RabbitMQ's.
+const SHUTDOWN: &str = "broker forced connection closure with reason 'shutdown'";
 
 /// A publish being assembled from its method, content header and body frames.
 #[derive(Debug)]
@@ -106,6 +109,8 @@ pub struct Conn<E: WireEnvelope> {
     stalled: Option<Stalled<E>>,
     /// The connection's entry in the management API's list: its channels, close requests.
     listing: Arc<Listing>,
+    /// The server's stop signal.
+    stop: watch::Receiver<bool>,
 }
 
 /// How a connection ended, for the log.
@@ -246,6 +251,7 @@ impl<E: WireEnvelope> Conn<E> {
             blocked_sent: false,
             stalled: None,
             listing,
+            stop: shutdown.clone(),
         };
         let ended = conn.run(&mut reader, heartbeat, &mut shutdown).await;
         conn.listing.set_closing();
@@ -256,10 +262,7 @@ impl<E: WireEnvelope> Conn<E> {
         // Both bounded: a client that stopped reading (its socket full) must not keep the
         // connection, nor what it holds, open.
         match &ended {
-            Ended::Closed(close) => {
-                let closing = conn.close_connection(&mut reader, close);
-                let _ = tokio::time::timeout(CLOSE_WAIT, closing).await;
-            }
+            Ended::Closed(close) => conn.close_connection(&mut reader, close).await,
             Ended::ClientClosed => {
                 let _ = tokio::time::timeout(LINGER, conn.linger(&mut reader)).await;
             }
@@ -300,10 +303,7 @@ impl<E: WireEnvelope> Conn<E> {
             let reading = self.stalled.is_none();
             tokio::select! {
                 _ = crate::server::stopped(shutdown) => {
-                    return Ended::Closed(Close::new(
-                        reply::CONNECTION_FORCED,
-                        "broker forced connection closure with reason 'shutdown'",
-                    ));
+                    return Ended::Closed(Close::new(reply::CONNECTION_FORCED, SHUTDOWN));
                 }
                 reason = &mut close_requested => {
                     return Ended::Closed(Close::new(reply::CONNECTION_FORCED, reason));
@@ -378,6 +378,8 @@ impl<E: WireEnvelope> Conn<E> {
                     ));
                 match self.send_method(channel, method).await {
                     Ok(()) => None,
+                    // Closed (or shut down) while waiting for the client to read.
+                    Err(Fault::Connection(close)) => Some(Ended::Closed(close)),
                     Err(_) => Some(Ended::Dropped("output closed".into())),
                 }
             }
@@ -386,8 +388,9 @@ impl<E: WireEnvelope> Conn<E> {
         }
     }
 
-    /// Sends `connection.close` and waits for `close-ok`, dropping other frames (the caller
-    /// bounds the wait).
+    /// Sends `connection.close` and waits for `close-ok`, dropping other frames: each step
+    /// [`CLOSE_WAIT`] at most, so a client that does not read is not waited for long, and
+    /// one that reads slowly still gets the close behind what it was sent before.
     async fn close_connection(&mut self, reader: &mut Reader, close: &Close) {
         let method = AMQPClass::Connection(connection::AMQPMethod::Close(connection::Close {
             reply_code: close.code,
@@ -395,8 +398,13 @@ impl<E: WireEnvelope> Conn<E> {
             class_id: close.class_id,
             method_id: close.method_id,
         }));
-        if self.send_method(0, method).await.is_err() {
-            return;
+        let mut e = Encoder::new();
+        e.method(0, method);
+        // Straight to the writer, not through `send`: the close request that may have ended
+        // the connection must not cut this one short.
+        match tokio::time::timeout(CLOSE_WAIT, self.out.send(e.take())).await {
+            Ok(Ok(())) => {}
+            _ => return,
         }
         let wait = async {
             loop {
@@ -413,7 +421,7 @@ impl<E: WireEnvelope> Conn<E> {
                 }
             }
         };
-        wait.await;
+        let _ = tokio::time::timeout(CLOSE_WAIT, wait).await;
     }
 
     /// Stops every consumer pump, closes every channel, then the engine connection (deleting
@@ -471,7 +479,24 @@ impl<E: WireEnvelope> Conn<E> {
 
     /// Queues encoded frames for the writer.
     pub async fn send(&mut self, bytes: Bytes) -> Result<(), Fault> {
-        self.out.send(bytes).await.map_err(|_| Fault::Gone)
+        let bytes = match self.out.try_send(bytes) {
+            Ok(()) => return Ok(()),
+            Err(mpsc::error::TrySendError::Closed(_)) => return Err(Fault::Gone),
+            Err(mpsc::error::TrySendError::Full(bytes)) => bytes,
+        };
+        // The client is not reading: wait for room, but not past a close request or the
+        // server's shutdown, which must reach a connection stuck here too.
+        let mut requests = self.listing.close_requests();
+        let mut stop = self.stop.clone();
+        tokio::select! {
+            sent = self.out.send(bytes) => sent.map_err(|_| Fault::Gone),
+            reason = requests.requested() => {
+                Err(Fault::Connection(Close::new(reply::CONNECTION_FORCED, reason)))
+            }
+            _ = crate::server::stopped(&mut stop) => {
+                Err(Fault::Connection(Close::new(reply::CONNECTION_FORCED, SHUTDOWN)))
+            }
+        }
     }
 
     /// Queues one method.

@@ -2310,6 +2310,16 @@ async fn connections_and_channels_are_listed_and_closed() {
         second["messages_unacknowledged"], 1,
         "acked in the transaction only"
     );
+    // Committed: nothing held any more, the ack applied.
+    transactional.tx_commit().await.unwrap();
+    let path = format!(
+        "/api/channels/{}",
+        path_segment(&format!("{ours_name} (2)"))
+    );
+    let committed = ok(&f, &path, GUEST).await;
+    assert_eq!(committed["messages_uncommitted"], 0);
+    assert_eq!(committed["acks_uncommitted"], 0);
+    assert_eq!(committed["messages_unacknowledged"], 0);
     let alices_channels = ok(&f, "/api/vhosts/%2F/channels", ALICE).await;
     assert_eq!(alices_channels.as_array().unwrap().len(), 1);
     assert_eq!(
@@ -2578,4 +2588,80 @@ async fn a_connection_that_stopped_reading_is_closed_all_the_same() {
     }
     drop(raw);
     f.server.shutdown().await;
+}
+
+/// A client that asks for messages (`basic.get`) and never reads the answers fills its
+/// socket from the connection's own loop: a management close and the server's shutdown
+/// still reach that connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_stuck_on_its_own_answers_is_closed_and_shut_down() {
+    use amq_protocol::protocol::{AMQPClass, basic};
+
+    let f = fixture().await;
+    let conn = f.root.connect();
+    let ch = conn.open_channel().unwrap();
+    ch.queue_declare("flood", QueueOptions::default(), FieldTable::new())
+        .unwrap();
+    let payload = vec![7u8; 16 * 1024];
+    for _ in 0..4096 {
+        ch.basic_publish(
+            "",
+            "flood",
+            PublishOptions::default(),
+            Message::new(payload.clone()),
+        )
+        .await
+        .unwrap();
+    }
+    // Each get's answer carries 16 KiB: 2,048 of them are far more than the server's
+    // output and the socket hold, so the connection's loop waits to send.
+    let stuck = || async {
+        let mut raw = common::Raw::connect(&f.server).await;
+        raw.handshake(131072, 2047, 0).await;
+        raw.open_channel(1).await;
+        for _ in 0..2048 {
+            raw.method(
+                1,
+                AMQPClass::Basic(basic::AMQPMethod::Get(basic::Get {
+                    queue: "flood".into(),
+                    no_ack: true,
+                    ..Default::default()
+                })),
+            )
+            .await;
+        }
+        raw
+    };
+    let first = stuck().await;
+    let name = ok(&f, "/api/connections", GUEST).await[0]["name"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let r = http::request(
+        f.api,
+        "DELETE",
+        &format!("/api/connections/{}", path_segment(&name)),
+        GUEST,
+        None,
+    )
+    .await;
+    assert_eq!(r.status, 204);
+    let started = std::time::Instant::now();
+    loop {
+        let listed = ok(&f, "/api/connections", GUEST).await;
+        if listed.as_array().unwrap().is_empty() {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(15),
+            "still listed: {listed}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    drop(first);
+
+    let _second = stuck().await;
+    tokio::time::timeout(Duration::from_secs(20), f.server.shutdown())
+        .await
+        .expect("the shutdown is not held by a client that does not read");
 }

@@ -226,6 +226,14 @@ async fn the_page_shows_queues_and_redrives_and_purges_dead_letters_and_closes_c
     }
     let broker: Broker = Broker::new();
     let mut config = common::config();
+    // A monitoring user sees every connection but may close only its own.
+    config.users.push(stream_broker::UserConfig {
+        name: "watcher".into(),
+        password_hash: None,
+        password: Some("pw".into()),
+        tags: vec!["monitoring".into()],
+        permissions: Default::default(),
+    });
     config.management = Some(ManagementConfig {
         listen: "127.0.0.1:0".parse().unwrap(),
         allow_remote: false,
@@ -432,6 +440,37 @@ async fn the_page_shows_queues_and_redrives_and_purges_dead_letters_and_closes_c
         !client.status().connected()
     })
     .await;
+
+    // A monitoring user's Close on another's connection is refused with the reason shown,
+    // and the user stays logged in.
+    let other = common::lapin(&server).await;
+    driver
+        .script("sessionStorage.clear(); location.reload(); return 0")
+        .await;
+    driver.type_into("#login-user", "watcher").await;
+    driver.type_into("#login-password", "pw").await;
+    driver.click("#login-button").await;
+    driver
+        .until(
+            "guest's connection, seen by a monitor",
+            &format!("{connections} === 1"),
+        )
+        .await;
+    driver.click("#connections tbody tr button.close").await;
+    driver
+        .until(
+            "the refusal shown",
+            "document.getElementById('status').textContent === 'User not authorised to access object'",
+        )
+        .await;
+    assert_eq!(
+        driver
+            .script("return document.getElementById('app').hidden")
+            .await,
+        json!(false),
+        "still logged in"
+    );
+    assert!(other.status().connected());
 
     drop(driver);
     server.shutdown().await;

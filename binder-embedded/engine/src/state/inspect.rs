@@ -163,7 +163,7 @@ impl<E: Envelope> State<E> {
             confirm: c.confirm,
             transactional: c.tx.is_some(),
             uncommitted_publishes: c.tx_publishes,
-            uncommitted_acks: held - c.tx_publishes,
+            uncommitted_acks: held.saturating_sub(c.tx_publishes),
         }
     }
 

@@ -223,9 +223,14 @@ pub async fn list(
         )));
     }
     let broker = target.resolve(None)?;
+    // As rabbitmqctl: connections and channels of every virtual host, unless `-p` names one.
+    let vhost = match entity {
+        Entity::Connections | Entity::Channels => target.vhost.as_deref(),
+        _ => Some(broker.vhost.as_str()),
+    };
     let (rows, how) = match target.management(&broker)? {
         Some(api) => (
-            from_management(entity, &api, &broker.vhost, &columns)?,
+            from_management(entity, &api, vhost, &columns)?,
             format!("through {}", api.base()),
         ),
         None => (
@@ -233,25 +238,24 @@ pub async fn list(
             "over AMQP".to_owned(),
         ),
     };
-    info(target, entity, &broker, &how);
+    info(target, entity, vhost, &how);
     print(&columns, rows, format);
     Ok(())
 }
 
-fn info(target: &Target, entity: Entity, broker: &Broker, how: &str) {
+fn info(target: &Target, entity: Entity, vhost: Option<&str>, how: &str) {
     if !target.quiet {
-        outln!(
-            "Listing {} for vhost {} ({how}) ...",
-            entity.plural(),
-            broker.vhost
-        );
+        match vhost {
+            Some(vhost) => outln!("Listing {} for vhost {vhost} ({how}) ...", entity.plural()),
+            None => outln!("Listing {} ({how}) ...", entity.plural()),
+        }
     }
 }
 
 fn from_management(
     entity: Entity,
     api: &Management,
-    vhost: &str,
+    vhost: Option<&str>,
     columns: &[String],
 ) -> Result<Vec<Vec<Value>>, TargetError> {
     let items = api

@@ -197,13 +197,13 @@ impl Management {
         })
     }
 
-    /// The objects of a list endpoint in `vhost`: `queues`, `exchanges`, `bindings` and
-    /// `consumers` are `<what>/<vhost>`, `connections` and `channels`
-    /// `vhosts/<vhost>/<what>`.
-    pub fn list(&self, what: &str, vhost: &str) -> Result<Vec<Value>, ManagementError> {
-        let path = match what {
-            "connections" | "channels" => format!("vhosts/{}/{what}", uri_component(vhost)),
-            _ => format!("{what}/{}", uri_component(vhost)),
+    /// The objects of a list endpoint (`queues`, `exchanges`, `bindings`, `consumers`) in
+    /// `vhost`; for `connections` and `channels`, of `vhost` if given, else of all.
+    pub fn list(&self, what: &str, vhost: Option<&str>) -> Result<Vec<Value>, ManagementError> {
+        let path = match (what, vhost) {
+            ("connections" | "channels", Some(v)) => format!("vhosts/{}/{what}", uri_component(v)),
+            (_, Some(v)) => format!("{what}/{}", uri_component(v)),
+            (_, None) => what.to_owned(),
         };
         match self.get(&path)? {
             Value::Array(items) => Ok(items),
