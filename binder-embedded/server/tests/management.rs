@@ -2625,7 +2625,6 @@ async fn a_connection_stuck_on_its_own_answers_is_closed_and_shut_down() {
                 AMQPClass::Basic(basic::AMQPMethod::Get(basic::Get {
                     queue: "flood".into(),
                     no_ack: true,
-                    ..Default::default()
                 })),
             )
             .await;
