@@ -1186,6 +1186,54 @@ async fn request(f: &Fixture, method: &str, path: &str, body: Option<Value>) -> 
     http::request(f.api, method, path, GUEST, body.as_ref()).await
 }
 
+/// Each end's bindings, as RabbitMQ's page lists them on a queue's and an exchange's page:
+/// `http.x` binds `http.q` (`order.#`) and `http.fan`.
+async fn binding_ends_are_listed(api: SocketAddr) {
+    let get = |path: &'static str| http::request(api, "GET", path, GUEST, None);
+    let ends = |response: http::Response| -> Vec<String> {
+        assert_eq!(response.status, 200);
+        response
+            .json()
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| {
+                format!(
+                    "{}>{}:{}",
+                    b["source"].as_str().unwrap(),
+                    b["destination"].as_str().unwrap(),
+                    b["routing_key"].as_str().unwrap()
+                )
+            })
+            .collect()
+    };
+    assert_eq!(
+        ends(get("/api/queues/%2F/http.q/bindings").await),
+        [">http.q:http.q", "http.x>http.q:order.#"]
+    );
+    assert_eq!(
+        ends(get("/api/exchanges/%2F/http.x/bindings/source").await),
+        ["http.x>http.q:order.#", "http.x>http.fan:"]
+    );
+    assert_eq!(
+        ends(get("/api/exchanges/%2F/http.fan/bindings/destination").await),
+        ["http.x>http.fan:"]
+    );
+    assert!(ends(get("/api/exchanges/%2F/http.x/bindings/destination").await).is_empty());
+    assert!(
+        ends(get("/api/exchanges/%2F/amq.default/bindings/source").await)
+            .contains(&">http.q:http.q".to_owned())
+    );
+    for path in [
+        "/api/queues/%2F/nope/bindings",
+        "/api/exchanges/%2F/nope/bindings/source",
+        "/api/exchanges/%2F/nope/bindings/destination",
+        "/api/queues/nope/http.q/bindings",
+    ] {
+        assert_eq!(get(path).await.status, 404, "{path}");
+    }
+}
+
 /// Queues, exchanges and bindings declared, listed and deleted over HTTP as RabbitMQ's API
 /// does it (`rabbitmqadmin declare queue ...`): 201 then 204 for a declaration, 400 for an
 /// inequivalent one, 404 for what is missing, 403 without configure (or write and read for a
@@ -1356,6 +1404,8 @@ async fn queues_exchanges_and_bindings_are_declared_and_deleted_over_http() {
     assert_eq!(listed.as_array().unwrap().len(), 1);
     assert_eq!(listed[0]["routing_key"], "order.#");
     assert_eq!(listed[0]["destination_type"], "queue");
+    // On a task of its own: this test's steps take much of a debug build's stack already.
+    tokio::spawn(binding_ends_are_listed(f.api)).await.unwrap();
     for path in [
         "/api/bindings/%2F/e/nope/q/http.q",
         "/api/bindings/%2F/e/http.x/q/nope",

@@ -578,6 +578,78 @@ fn bindings_of<E: WireEnvelope>(_: &Api<E>, vhost: &str, broker: &Broker<E>) -> 
         .collect()
 }
 
+/// The bindings of one end of a virtual host's bindings that pass `keep`, once `exists`
+/// holds (404 otherwise).
+fn bindings_where<E: WireEnvelope>(
+    api: &Api<E>,
+    login: &Login,
+    vhost: &str,
+    exists: impl Fn(&Broker<E>) -> bool,
+    keep: impl Fn(&BindingInfo) -> bool,
+) -> Reply {
+    let broker = api.broker(login, vhost)?;
+    if !exists(broker) {
+        return Err(ApiError::not_found());
+    }
+    let list = broker
+        .bindings()
+        .iter()
+        .filter(|b| keep(b))
+        .map(|b| binding_json(vhost, b))
+        .collect();
+    Ok(Json(Value::Array(list)))
+}
+
+/// `GET /api/queues/{vhost}/{name}/bindings`: the queue's bindings, the default exchange's
+/// first; 404 for a queue there is not.
+pub(crate) async fn queue_bindings<E: WireEnvelope>(
+    (State(api), ConnectInfo(peer), headers): Ctx<E>,
+    Path((vhost, name)): Path<(String, String)>,
+) -> Reply {
+    let login = api.login(&headers, peer)?;
+    bindings_where(
+        &api,
+        &login,
+        &vhost,
+        |broker| broker.queue_counts(&name).is_some(),
+        |b| !b.destination_is_exchange && b.destination == name,
+    )
+}
+
+/// `GET /api/exchanges/{vhost}/{name}/bindings/source`: the bindings from the exchange (for
+/// `amq.default`, one per queue); 404 for an exchange there is not.
+pub(crate) async fn exchange_source_bindings<E: WireEnvelope>(
+    (State(api), ConnectInfo(peer), headers): Ctx<E>,
+    Path((vhost, name)): Path<(String, String)>,
+) -> Reply {
+    let login = api.login(&headers, peer)?;
+    let name = exchange_name(&name);
+    bindings_where(
+        &api,
+        &login,
+        &vhost,
+        |broker| name.is_empty() || broker.exchange_exists(name),
+        |b| b.source == name,
+    )
+}
+
+/// `GET /api/exchanges/{vhost}/{name}/bindings/destination`: the bindings to the exchange
+/// from other exchanges; 404 for an exchange there is not.
+pub(crate) async fn exchange_destination_bindings<E: WireEnvelope>(
+    (State(api), ConnectInfo(peer), headers): Ctx<E>,
+    Path((vhost, name)): Path<(String, String)>,
+) -> Reply {
+    let login = api.login(&headers, peer)?;
+    let name = exchange_name(&name);
+    bindings_where(
+        &api,
+        &login,
+        &vhost,
+        |broker| name.is_empty() || broker.exchange_exists(name),
+        |b| b.destination_is_exchange && b.destination == name,
+    )
+}
+
 /// `GET /api/whoami`: the logged-in user's name and tags.
 pub(crate) async fn whoami<E: WireEnvelope>(
     (State(api), ConnectInfo(peer), headers): Ctx<E>,

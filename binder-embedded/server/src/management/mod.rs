@@ -89,6 +89,18 @@ fn router<E: WireEnvelope>(api: Arc<Api<E>>) -> Router {
             delete(api::purge::<E>),
         )
         .route("/api/queues/{vhost}/{name}/get", post(api::get::<E>))
+        .route(
+            "/api/queues/{vhost}/{name}/bindings",
+            get(api::queue_bindings::<E>),
+        )
+        .route(
+            "/api/exchanges/{vhost}/{name}/bindings/source",
+            get(api::exchange_source_bindings::<E>),
+        )
+        .route(
+            "/api/exchanges/{vhost}/{name}/bindings/destination",
+            get(api::exchange_destination_bindings::<E>),
+        )
         .route("/api/exchanges", get(api::exchanges::<E>))
         .route("/api/exchanges/{vhost}", get(api::vhost_exchanges::<E>))
         .route(
