@@ -2562,20 +2562,15 @@ async fn connections_and_channels_are_listed_and_closed() {
     f.server.shutdown().await;
 }
 
-/// A client that stopped reading (its socket full of deliveries) is still closed by a
-/// management request: the server stops its consumer and drops it within a few seconds
-/// rather than waiting for it to read the close.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_connection_that_stopped_reading_is_closed_all_the_same() {
-    use amq_protocol::protocol::{AMQPClass, basic};
-
+/// A fixture whose queue `flood` holds `count` messages of 16 KiB.
+async fn flooded(count: usize) -> Fixture {
     let f = fixture().await;
     let conn = f.root.connect();
     let ch = conn.open_channel().unwrap();
     ch.queue_declare("flood", QueueOptions::default(), FieldTable::new())
         .unwrap();
     let payload = vec![7u8; 16 * 1024];
-    for _ in 0..2048 {
+    for _ in 0..count {
         ch.basic_publish(
             "",
             "flood",
@@ -2585,6 +2580,41 @@ async fn a_connection_that_stopped_reading_is_closed_all_the_same() {
         .await
         .unwrap();
     }
+    f
+}
+
+/// Closes the only listed connection over HTTP and waits until it is no longer listed,
+/// 15 s at most.
+async fn close_the_connection_and_see_it_gone(f: &Fixture) {
+    let name = ok(f, "/api/connections", GUEST).await[0]["name"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let path = format!("/api/connections/{}", path_segment(&name));
+    let r = http::request(f.api, "DELETE", &path, GUEST, None).await;
+    assert_eq!(r.status, 204);
+    let started = std::time::Instant::now();
+    loop {
+        let listed = ok(f, "/api/connections", GUEST).await;
+        if listed.as_array().unwrap().is_empty() {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(15),
+            "still listed: {listed}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A client that stopped reading (its socket full of deliveries) is still closed by a
+/// management request: the server stops its consumer at once and drops it within a few
+/// seconds rather than waiting for it to read the close.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_that_stopped_reading_is_closed_all_the_same() {
+    use amq_protocol::protocol::{AMQPClass, basic};
+
+    let f = flooded(2048).await;
     let mut raw = common::Raw::connect(&f.server).await;
     raw.handshake(131072, 2047, 0).await;
     raw.open_channel(1).await;
@@ -2606,36 +2636,10 @@ async fn a_connection_that_stopped_reading_is_closed_all_the_same() {
     })
     .await;
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let name = ok(&f, "/api/connections", GUEST).await[0]["name"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let r = http::request(
-        f.api,
-        "DELETE",
-        &format!("/api/connections/{}", path_segment(&name)),
-        GUEST,
-        None,
-    )
-    .await;
-    assert_eq!(r.status, 204);
-    // Torn down at once: every delivery is back in the queue, the consumer gone.
-    common::eventually("the deliveries requeued", || {
-        f.root.queue_counts("flood") == Some((2048, 0)) && f.root.queue_unacked("flood") == Some(0)
-    })
-    .await;
-    let started = std::time::Instant::now();
-    loop {
-        let listed = ok(&f, "/api/connections", GUEST).await;
-        if listed.as_array().unwrap().is_empty() {
-            break;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(15),
-            "still listed: {listed}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    close_the_connection_and_see_it_gone(&f).await;
+    // Torn down before the close was sent: every delivery is back, the consumer gone.
+    assert_eq!(f.root.queue_counts("flood"), Some((2048, 0)));
+    assert_eq!(f.root.queue_unacked("flood"), Some(0));
     drop(raw);
     f.server.shutdown().await;
 }
@@ -2647,22 +2651,7 @@ async fn a_connection_that_stopped_reading_is_closed_all_the_same() {
 async fn a_connection_stuck_on_its_own_answers_is_closed_and_shut_down() {
     use amq_protocol::protocol::{AMQPClass, basic};
 
-    let f = fixture().await;
-    let conn = f.root.connect();
-    let ch = conn.open_channel().unwrap();
-    ch.queue_declare("flood", QueueOptions::default(), FieldTable::new())
-        .unwrap();
-    let payload = vec![7u8; 16 * 1024];
-    for _ in 0..4096 {
-        ch.basic_publish(
-            "",
-            "flood",
-            PublishOptions::default(),
-            Message::new(payload.clone()),
-        )
-        .await
-        .unwrap();
-    }
+    let f = flooded(4096).await;
     // Each get's answer carries 16 KiB: 2,048 of them are far more than the server's
     // output and the socket hold, so the connection's loop waits to send.
     let stuck = || async {
@@ -2682,31 +2671,7 @@ async fn a_connection_stuck_on_its_own_answers_is_closed_and_shut_down() {
         raw
     };
     let first = stuck().await;
-    let name = ok(&f, "/api/connections", GUEST).await[0]["name"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let r = http::request(
-        f.api,
-        "DELETE",
-        &format!("/api/connections/{}", path_segment(&name)),
-        GUEST,
-        None,
-    )
-    .await;
-    assert_eq!(r.status, 204);
-    let started = std::time::Instant::now();
-    loop {
-        let listed = ok(&f, "/api/connections", GUEST).await;
-        if listed.as_array().unwrap().is_empty() {
-            break;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(15),
-            "still listed: {listed}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    close_the_connection_and_see_it_gone(&f).await;
     drop(first);
 
     let _second = stuck().await;

@@ -623,14 +623,9 @@ pub(crate) async fn exchange_source_bindings<E: WireEnvelope>(
     Path((vhost, name)): Path<(String, String)>,
 ) -> Reply {
     let login = api.login(&headers, peer)?;
-    let name = exchange_name(&name);
-    bindings_where(
-        &api,
-        &login,
-        &vhost,
-        |broker| name.is_empty() || broker.exchange_exists(name),
-        |b| b.source == name,
-    )
+    exchange_bindings(&api, &login, &vhost, exchange_name(&name), |b, name| {
+        b.source == name
+    })
 }
 
 /// `GET /api/exchanges/{vhost}/{name}/bindings/destination`: the bindings to the exchange
@@ -640,13 +635,25 @@ pub(crate) async fn exchange_destination_bindings<E: WireEnvelope>(
     Path((vhost, name)): Path<(String, String)>,
 ) -> Reply {
     let login = api.login(&headers, peer)?;
-    let name = exchange_name(&name);
+    exchange_bindings(&api, &login, &vhost, exchange_name(&name), |b, name| {
+        b.destination_is_exchange && b.destination == name
+    })
+}
+
+/// An exchange's bindings that `end` picks (`""` is the default exchange).
+fn exchange_bindings<E: WireEnvelope>(
+    api: &Api<E>,
+    login: &Login,
+    vhost: &str,
+    name: &str,
+    end: impl Fn(&BindingInfo, &str) -> bool,
+) -> Reply {
     bindings_where(
-        &api,
-        &login,
-        &vhost,
+        api,
+        login,
+        vhost,
         |broker| name.is_empty() || broker.exchange_exists(name),
-        |b| b.destination_is_exchange && b.destination == name,
+        |b| end(b, name),
     )
 }
 

@@ -149,26 +149,13 @@ impl Management {
     /// `POST /api/<path>` with a JSON body; any 2xx status is success.
     pub fn post(&self, path: &str, body: &[u8]) -> Result<(), ManagementError> {
         let url = format!("{}/api/{path}", self.base);
-        let mut response = self
+        let response = self
             .agent
             .post(&url)
             .header("Authorization", &self.authorization)
             .header("Content-Type", "application/json")
-            .send(body)
-            .map_err(|e| ManagementError::Unreachable {
-                url: url.clone(),
-                source: Box::new(e),
-            })?;
-        let status = response.status().as_u16();
-        if (200..300).contains(&status) {
-            return Ok(());
-        }
-        let body = response.body_mut().read_to_string().unwrap_or_default();
-        Err(ManagementError::Status {
-            url,
-            status,
-            body: reason(&body),
-        })
+            .send(body);
+        done(url, response)
     }
 
     /// `DELETE /api/<path>` with more headers; any 2xx status is success.
@@ -181,20 +168,7 @@ impl Management {
         for (name, value) in headers {
             request = request.header(*name, *value);
         }
-        let mut response = request.call().map_err(|e| ManagementError::Unreachable {
-            url: url.clone(),
-            source: Box::new(e),
-        })?;
-        let status = response.status().as_u16();
-        if (200..300).contains(&status) {
-            return Ok(());
-        }
-        let body = response.body_mut().read_to_string().unwrap_or_default();
-        Err(ManagementError::Status {
-            url,
-            status,
-            body: reason(&body),
-        })
+        done(url, request.call())
     }
 
     /// The objects of a list endpoint (`queues`, `exchanges`, `bindings`, `consumers`) in
@@ -214,6 +188,28 @@ impl Management {
             }),
         }
     }
+}
+
+/// A call whose answer has no body to read: any 2xx status is success, else the API's
+/// reason.
+fn done(
+    url: String,
+    response: Result<ureq::http::Response<ureq::Body>, ureq::Error>,
+) -> Result<(), ManagementError> {
+    let mut response = response.map_err(|e| ManagementError::Unreachable {
+        url: url.clone(),
+        source: Box::new(e),
+    })?;
+    let status = response.status().as_u16();
+    if (200..300).contains(&status) {
+        return Ok(());
+    }
+    let body = response.body_mut().read_to_string().unwrap_or_default();
+    Err(ManagementError::Status {
+        url,
+        status,
+        body: reason(&body),
+    })
 }
 
 /// The `reason` (or `error`) of an error body, else the body itself, shortened.
