@@ -618,6 +618,24 @@ async fn publish_reports_whether_it_was_routed() {
         .status,
         200
     );
+    // A body is read only after the login: without one a 3 MB body is refused as a login
+    // would be (401), with one it is refused for its size (413, past 2 MiB).
+    let big = json!({"routing_key": "k", "payload": "n".repeat(3 << 20), "properties": {}});
+    for path in [
+        "/api/exchanges/%2F/orders/publish",
+        "/api/queues/%2F/work/get",
+        "/api/queues/%2F/big",
+    ] {
+        let method = if path.ends_with("/big") {
+            "PUT"
+        } else {
+            "POST"
+        };
+        let r = http::request(f.api, method, path, None, Some(&big)).await;
+        assert_eq!(r.status, 401, "{path} without a login");
+        let r = http::request(f.api, method, path, GUEST, Some(&big)).await;
+        assert_eq!(r.status, 413, "{path}");
+    }
     f.server.shutdown().await;
 }
 

@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::Json;
-use axum::body::Bytes;
+use axum::body::{Body, Bytes};
 use axum::extract::{ConnectInfo, Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use serde_json::{Map, Value, json};
@@ -24,6 +24,22 @@ use crate::envelope::WireEnvelope;
 
 type Reply = Result<Json<Value>, ApiError>;
 pub(super) type Ctx<E> = (State<Arc<Api<E>>>, ConnectInfo<SocketAddr>, HeaderMap);
+
+/// The most a request body may hold (axum's default limit), definitions apart.
+pub(super) const BODY_LIMIT: usize = 2 * 1024 * 1024;
+
+/// Reads a request body once its user has logged in, so that nobody else makes the server
+/// buffer one; up to `limit` bytes (413 beyond).
+pub(super) async fn read_body(body: Body, limit: usize) -> Result<Bytes, ApiError> {
+    axum::body::to_bytes(body, limit)
+        .await
+        .map_err(|e| ApiError {
+            status: StatusCode::PAYLOAD_TOO_LARGE,
+            error: "bad_request",
+            reason: format!("the body could not be read (at most {limit} bytes): {e}"),
+            challenge: false,
+        })
+}
 
 /// The RabbitMQ version whose management API shapes are followed.
 const RABBITMQ_VERSION: &str = "3.10.0";
@@ -315,9 +331,10 @@ pub(super) fn body_object(body: &Bytes) -> Result<Map<String, Value>, ApiError> 
 pub(crate) async fn get<E: WireEnvelope>(
     (State(api), ConnectInfo(peer), headers): Ctx<E>,
     Path((vhost, name)): Path<(String, String)>,
-    body: Bytes,
+    body: Body,
 ) -> Reply {
     let login = api.login(&headers, peer)?;
+    let body = read_body(body, BODY_LIMIT).await?;
     let broker = api.broker(&login, &vhost)?;
     let req = body_object(&body)?;
     let mut count = 1u64;
@@ -465,9 +482,10 @@ pub(crate) async fn exchange<E: WireEnvelope>(
 pub(crate) async fn publish<E: WireEnvelope>(
     (State(api), ConnectInfo(peer), headers): Ctx<E>,
     Path((vhost, name)): Path<(String, String)>,
-    body: Bytes,
+    body: Body,
 ) -> Reply {
     let login = api.login(&headers, peer)?;
+    let body = read_body(body, BODY_LIMIT).await?;
     let broker = api.broker(&login, &vhost)?;
     let exchange = exchange_name(&name);
     if !exchange.is_empty() && !broker.exchange_exists(exchange) {

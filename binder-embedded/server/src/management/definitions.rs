@@ -23,7 +23,7 @@ use serde_json::{Map, Value, json};
 use stream_engine::{Broker, ExchangeKind, ExchangeOptions, FieldTable, QueueOptions};
 
 use super::Api;
-use super::api::body_object;
+use super::api::{body_object, read_body};
 use super::error::ApiError;
 use super::health::Ctx;
 use super::json;
@@ -34,7 +34,7 @@ use crate::envelope::WireEnvelope;
 
 /// The largest definitions body imported: 64 MiB, a few hundred thousand queues (other
 /// requests keep axum's 2 MiB). It is read only once an administrator has logged in.
-const BODY_LIMIT: usize = 64 << 20;
+const DEFINITIONS_LIMIT: usize = 64 << 20;
 
 /// The version written as `rabbit_version`: the RabbitMQ whose format is followed.
 const FORMAT_VERSION: &str = "3.10.0";
@@ -786,20 +786,12 @@ pub(crate) async fn import_all<E: WireEnvelope>(
 ) -> Result<StatusCode, ApiError> {
     let login = api.login(&headers, peer)?;
     login.administrator()?;
-    import(&api, &login, &read_body(body).await?, None)
-}
-
-/// A definitions body, read once the administrator has logged in (up to [`BODY_LIMIT`]; 413
-/// beyond), so that nobody else makes the server buffer it.
-async fn read_body(body: Body) -> Result<Bytes, ApiError> {
-    axum::body::to_bytes(body, BODY_LIMIT)
-        .await
-        .map_err(|e| ApiError {
-            status: StatusCode::PAYLOAD_TOO_LARGE,
-            error: "bad_request",
-            reason: format!("the definitions could not be read (at most {BODY_LIMIT} bytes): {e}"),
-            challenge: false,
-        })
+    import(
+        &api,
+        &login,
+        &read_body(body, DEFINITIONS_LIMIT).await?,
+        None,
+    )
 }
 
 /// `POST /api/definitions/{vhost}`: imports one virtual host's queues, exchanges and
@@ -814,5 +806,10 @@ pub(crate) async fn import_vhost<E: WireEnvelope>(
     if !api.shared.brokers().contains_key(&vhost) {
         return Err(ApiError::not_found());
     }
-    import(&api, &login, &read_body(body).await?, Some(&vhost))
+    import(
+        &api,
+        &login,
+        &read_body(body, DEFINITIONS_LIMIT).await?,
+        Some(&vhost),
+    )
 }

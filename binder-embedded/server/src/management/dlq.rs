@@ -8,14 +8,14 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::Json;
-use axum::body::Bytes;
+use axum::body::{Body, Bytes};
 use axum::extract::{ConnectInfo, Path, State};
 use axum::http::{HeaderMap, StatusCode, Uri};
 use serde_json::{Value, json};
 use stream_engine::{FieldValue, Redrive};
 
 use super::Api;
-use super::api::message_json;
+use super::api::{BODY_LIMIT, message_json, read_body};
 use super::error::ApiError;
 use crate::auth::{Access, Resource};
 use crate::envelope::WireEnvelope;
@@ -176,9 +176,10 @@ async fn redrive_one<E: WireEnvelope>(
 pub(crate) async fn redrive<E: WireEnvelope>(
     (State(api), ConnectInfo(peer), headers): Ctx<E>,
     Path((vhost, name, seq)): Path<(String, String, u64)>,
-    body: Bytes,
+    body: Body,
 ) -> Result<Json<Value>, ApiError> {
     let login = api.login(&headers, peer)?;
+    let body = read_body(body, BODY_LIMIT).await?;
     let broker = api.broker(&login, &vhost)?;
     login.may(&vhost, Access::Read, Resource::Queue, &name)?;
     let peeked = broker.peek(&name, usize::MAX)?;

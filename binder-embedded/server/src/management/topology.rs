@@ -5,7 +5,7 @@
 //! its own to the virtual host's broker, with the same permission checks; what the engine
 //! refuses answers as RabbitMQ's plugin does (400 for an inequivalent declaration, 403, 404).
 
-use axum::body::Bytes;
+use axum::body::{Body, Bytes};
 use axum::extract::{ConnectInfo, Path, State};
 use axum::http::{StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
@@ -13,7 +13,7 @@ use serde_json::{Map, Value};
 use stream_engine::{Broker, ExchangeKind, ExchangeOptions, FieldTable, QueueOptions};
 
 use super::Api;
-use super::api::{binding_json, body_object, exchange_name, same_as_path};
+use super::api::{BODY_LIMIT, binding_json, body_object, exchange_name, read_body, same_as_path};
 use super::binding_key::{names, properties_key};
 use super::error::ApiError;
 use super::health::Ctx;
@@ -94,9 +94,10 @@ impl<E: WireEnvelope> Api<E> {
 pub(crate) async fn declare_queue<E: WireEnvelope>(
     (State(api), ConnectInfo(peer), headers): Ctx<E>,
     Path((vhost, name)): Path<(String, String)>,
-    body: Bytes,
+    body: Body,
 ) -> Result<StatusCode, ApiError> {
     let login = api.login(&headers, peer)?;
+    let body = read_body(body, BODY_LIMIT).await?;
     let broker = api.broker(&login, &vhost)?;
     let mut options = QueueOptions::default();
     let mut args = FieldTable::new();
@@ -210,9 +211,10 @@ impl Conditions {
 pub(crate) async fn declare_exchange<E: WireEnvelope>(
     (State(api), ConnectInfo(peer), headers): Ctx<E>,
     Path((vhost, name)): Path<(String, String)>,
-    body: Bytes,
+    body: Body,
 ) -> Result<StatusCode, ApiError> {
     let login = api.login(&headers, peer)?;
+    let body = read_body(body, BODY_LIMIT).await?;
     let broker = api.broker(&login, &vhost)?;
     let mut kind = ExchangeKind::Direct;
     let mut options = ExchangeOptions::default();
@@ -326,9 +328,10 @@ fn may_bind<E: WireEnvelope>(
 pub(crate) async fn bind<E: WireEnvelope>(
     (State(api), ConnectInfo(peer), headers): Ctx<E>,
     Path((vhost, source, kind, destination)): Path<(String, String, String, String)>,
-    body: Bytes,
+    body: Body,
 ) -> Result<Response, ApiError> {
     let login = api.login(&headers, peer)?;
+    let body = read_body(body, BODY_LIMIT).await?;
     let broker = api.broker(&login, &vhost)?;
     let to_exchange = to_exchange(&kind)?;
     let mut routing_key = String::new();
