@@ -474,6 +474,7 @@ impl<E: WireEnvelope> Conn<E> {
         }
         if self.stalled.as_ref().is_some_and(|s| s.channel == channel) {
             self.stalled = None;
+            self.listing.set_blocked(false);
         }
     }
 
@@ -773,6 +774,7 @@ impl<E: WireEnvelope> Conn<E> {
                 Ok(())
             }
             TryPublish::Blocked(message) => {
+                self.listing.set_blocked(true);
                 self.stalled = Some(Stalled {
                     channel,
                     exchange,
@@ -792,6 +794,8 @@ impl<E: WireEnvelope> Conn<E> {
 
     async fn retry_stalled(&mut self) -> Result<(), Fault> {
         if let Some(s) = self.stalled.take() {
+            // Blocked again if the alarm is still on.
+            self.listing.set_blocked(false);
             self.try_publish(
                 s.channel,
                 s.exchange,
@@ -800,6 +804,10 @@ impl<E: WireEnvelope> Conn<E> {
                 *s.message,
             )
             .await?;
+            // Its confirm goes out now: held for coalescing, it would wait for the client's
+            // next frame, and a client waiting for it may send none (lapin: until its next
+            // heartbeat, 30 s at the defaults).
+            self.flush_acks().await?;
         }
         Ok(())
     }

@@ -58,6 +58,8 @@ pub(crate) struct Listing {
     close: watch::Sender<Option<String>>,
     /// The connection is closing: it serves nothing more and leaves the list shortly.
     closing: AtomicBool,
+    /// A publish of the connection is held back by an alarm: it reads nothing meanwhile.
+    blocked: AtomicBool,
 }
 
 impl Listing {
@@ -71,9 +73,21 @@ impl Listing {
         self.closing.store(true, Ordering::Relaxed);
     }
 
-    /// Whether the connection is closing.
-    pub(crate) fn is_closing(&self) -> bool {
-        self.closing.load(Ordering::Relaxed)
+    /// Records whether an alarm holds a publish of the connection back.
+    pub(crate) fn set_blocked(&self, blocked: bool) {
+        self.blocked.store(blocked, Ordering::Relaxed);
+    }
+
+    /// RabbitMQ's connection state: `closing`, `blocked` (a publish held back by an alarm),
+    /// else `running`.
+    pub(crate) fn state(&self) -> &'static str {
+        if self.closing.load(Ordering::Relaxed) {
+            "closing"
+        } else if self.blocked.load(Ordering::Relaxed) {
+            "blocked"
+        } else {
+            "running"
+        }
     }
 
     /// How many channels are open.
@@ -178,6 +192,7 @@ impl OpenConnections {
             channels: Mutex::default(),
             close: watch::Sender::new(None),
             closing: AtomicBool::new(false),
+            blocked: AtomicBool::new(false),
         });
         self.lock().insert(id, listing.clone());
         Listed {

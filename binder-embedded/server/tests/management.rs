@@ -930,7 +930,39 @@ async fn the_alarm_health_checks_answer_503_while_an_alarm_is_in_effect() {
                 .starts_with("stream-broker@")
         );
     }
+    // A connection that publishes meanwhile is held back: listed as `blocked`, as RabbitMQ
+    // lists it, until the alarm clears.
+    let amqp = common::lapin(&f.server).await;
+    let ch = amqp.create_channel().await.unwrap();
+    ch.confirm_select(Default::default()).await.unwrap();
+    let held = ch
+        .basic_publish(
+            "".into(),
+            "nowhere".into(),
+            Default::default(),
+            b"held",
+            Default::default(),
+        )
+        .await
+        .unwrap();
+    let state = || async { ok(&f, "/api/connections", GUEST).await[0]["state"].clone() };
+    let mut seen = state().await;
+    for _ in 0..500 {
+        if seen == "blocked" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        seen = state().await;
+    }
+    assert_eq!(seen, "blocked");
     f.root.set_disk_alarm(false);
+    // Confirmed as the alarm clears, not at the client's next frame (its heartbeat, 30 s).
+    tokio::time::timeout(Duration::from_secs(5), held)
+        .await
+        .expect("the held publish is confirmed once the alarm clears")
+        .unwrap();
+    assert_eq!(state().await, "running");
+    amqp.close(200, "bye".into()).await.unwrap();
     assert_eq!(
         ok(&f, "/api/health/checks/alarms", MGMT).await,
         json!({"status": "ok"})

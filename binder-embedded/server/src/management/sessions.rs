@@ -84,7 +84,7 @@ fn connection_json<E: WireEnvelope>(api: &Api<E>, listing: &Listing) -> Value {
         "node": api.node(),
         "type": "network",
         "protocol": "AMQP 0-9-1",
-        "state": if listing.is_closing() { "closing" } else { "running" },
+        "state": listing.state(),
         "user": c.user,
         "user_who_performed_action": c.user,
         "vhost": c.vhost,
