@@ -431,7 +431,10 @@ async fn the_page_shows_queues_and_redrives_and_purges_dead_letters_and_closes_c
         .script("return document.querySelector('#connections tbody tr').innerText")
         .await;
     let row = row.as_str().unwrap();
-    assert!(row.contains("guest") && row.contains("lapin"), "{row}");
+    assert!(
+        row.contains("guest") && row.contains("lapin") && row.contains("running"),
+        "{row}"
+    );
     driver.click("#connections tbody tr button.close").await;
     driver
         .until("the connection closed", &format!("{connections} === 0"))
