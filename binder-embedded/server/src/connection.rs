@@ -766,10 +766,13 @@ impl<E: WireEnvelope> Conn<E> {
                             false
                         }
                     };
-                    counter.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
                     if let Some(seq) = seq {
                         let _ = out.send(confirm_frame(channel, seq, false, ack)).await;
                     }
+                    // Only once its confirm is queued: until then later confirms go out one by
+                    // one, so no `multiple` ack can cover this message before its own ack or
+                    // nack.
+                    counter.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
                 });
                 Ok(())
             }

@@ -28,17 +28,23 @@ pub(super) type Ctx<E> = (State<Arc<Api<E>>>, ConnectInfo<SocketAddr>, HeaderMap
 /// The most a request body may hold (axum's default limit), definitions apart.
 pub(super) const BODY_LIMIT: usize = 2 * 1024 * 1024;
 
-/// Reads a request body once its user has logged in, so that nobody else makes the server
-/// buffer one; up to `limit` bytes (413 beyond).
+/// Reads a request body once its user has logged in and may use the virtual host, so that
+/// nobody else makes the server buffer one; up to `limit` bytes (413 beyond, 400 for a body
+/// that could not be read).
 pub(super) async fn read_body(body: Body, limit: usize) -> Result<Bytes, ApiError> {
-    axum::body::to_bytes(body, limit)
-        .await
-        .map_err(|e| ApiError {
-            status: StatusCode::PAYLOAD_TOO_LARGE,
-            error: "bad_request",
-            reason: format!("the body could not be read (at most {limit} bytes): {e}"),
-            challenge: false,
-        })
+    axum::body::to_bytes(body, limit).await.map_err(|e| {
+        let reason = format!("the body could not be read: {e}");
+        if e.into_inner().is::<http_body_util::LengthLimitError>() {
+            ApiError {
+                status: StatusCode::PAYLOAD_TOO_LARGE,
+                error: "bad_request",
+                reason: format!("the body is over its limit of {limit} bytes"),
+                challenge: false,
+            }
+        } else {
+            ApiError::bad_request(reason)
+        }
+    })
 }
 
 /// The RabbitMQ version whose management API shapes are followed.
@@ -334,8 +340,8 @@ pub(crate) async fn get<E: WireEnvelope>(
     body: Body,
 ) -> Reply {
     let login = api.login(&headers, peer)?;
-    let body = read_body(body, BODY_LIMIT).await?;
     let broker = api.broker(&login, &vhost)?;
+    let body = read_body(body, BODY_LIMIT).await?;
     let req = body_object(&body)?;
     let mut count = 1u64;
     let mut mode = None;
@@ -485,8 +491,8 @@ pub(crate) async fn publish<E: WireEnvelope>(
     body: Body,
 ) -> Reply {
     let login = api.login(&headers, peer)?;
-    let body = read_body(body, BODY_LIMIT).await?;
     let broker = api.broker(&login, &vhost)?;
+    let body = read_body(body, BODY_LIMIT).await?;
     let exchange = exchange_name(&name);
     if !exchange.is_empty() && !broker.exchange_exists(exchange) {
         return Err(ApiError::not_found());

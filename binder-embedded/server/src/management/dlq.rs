@@ -179,9 +179,9 @@ pub(crate) async fn redrive<E: WireEnvelope>(
     body: Body,
 ) -> Result<Json<Value>, ApiError> {
     let login = api.login(&headers, peer)?;
-    let body = read_body(body, BODY_LIMIT).await?;
     let broker = api.broker(&login, &vhost)?;
     login.may(&vhost, Access::Read, Resource::Queue, &name)?;
+    let body = read_body(body, BODY_LIMIT).await?;
     let peeked = broker.peek(&name, usize::MAX)?;
     let message = peeked
         .iter()

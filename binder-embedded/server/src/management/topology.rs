@@ -97,8 +97,8 @@ pub(crate) async fn declare_queue<E: WireEnvelope>(
     body: Body,
 ) -> Result<StatusCode, ApiError> {
     let login = api.login(&headers, peer)?;
-    let body = read_body(body, BODY_LIMIT).await?;
     let broker = api.broker(&login, &vhost)?;
+    let body = read_body(body, BODY_LIMIT).await?;
     let mut options = QueueOptions::default();
     let mut args = FieldTable::new();
     let mut queue_type = None;
@@ -214,8 +214,8 @@ pub(crate) async fn declare_exchange<E: WireEnvelope>(
     body: Body,
 ) -> Result<StatusCode, ApiError> {
     let login = api.login(&headers, peer)?;
-    let body = read_body(body, BODY_LIMIT).await?;
     let broker = api.broker(&login, &vhost)?;
+    let body = read_body(body, BODY_LIMIT).await?;
     let mut kind = ExchangeKind::Direct;
     let mut options = ExchangeOptions::default();
     let mut args = FieldTable::new();
@@ -331,8 +331,8 @@ pub(crate) async fn bind<E: WireEnvelope>(
     body: Body,
 ) -> Result<Response, ApiError> {
     let login = api.login(&headers, peer)?;
-    let body = read_body(body, BODY_LIMIT).await?;
     let broker = api.broker(&login, &vhost)?;
+    let body = read_body(body, BODY_LIMIT).await?;
     let to_exchange = to_exchange(&kind)?;
     let mut routing_key = String::new();
     let mut args = FieldTable::new();
