@@ -112,6 +112,12 @@ pub struct ChannelInfo {
     pub uncommitted_publishes: u32,
     /// Acknowledgements (acks, nacks, rejects) held by the transaction until `tx.commit`.
     pub uncommitted_acks: u32,
+    /// Publishes on the channel since it opened (RabbitMQ's `publish` statistic).
+    pub published: u64,
+    /// Deliveries and `basic.get` answers since it opened (`deliver_get`).
+    pub delivered: u64,
+    /// Deliveries acknowledged since it opened (`ack`; a `multiple` ack counts each).
+    pub acknowledged: u64,
 }
 
 /// Broker-wide counts ([`Broker::totals`](crate::Broker::totals)).

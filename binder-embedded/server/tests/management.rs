@@ -2445,6 +2445,16 @@ async fn connections_and_channels_are_listed_and_closed() {
     assert_eq!(first["consumer_count"], 1);
     assert_eq!(first["messages_unacknowledged"], 1);
     assert_eq!(first["messages_unconfirmed"], 0);
+    // Counts since the channel opened; rates over the last sample interval.
+    let stats = &first["message_stats"];
+    assert_eq!(
+        (&stats["publish"], &stats["deliver_get"], &stats["ack"]),
+        (&json!(2), &json!(1), &json!(0)),
+        "{stats}"
+    );
+    for rate in ["publish_details", "deliver_get_details", "ack_details"] {
+        assert!(stats[rate]["rate"].is_number(), "{stats}");
+    }
     let consumer_details = &first["consumer_details"][0];
     assert_eq!(consumer_details["consumer_tag"], "chan-consumer");
     assert_eq!(
@@ -2477,6 +2487,12 @@ async fn connections_and_channels_are_listed_and_closed() {
     assert_eq!(committed["messages_uncommitted"], 0);
     assert_eq!(committed["acks_uncommitted"], 0);
     assert_eq!(committed["messages_unacknowledged"], 0);
+    let stats = &committed["message_stats"];
+    assert_eq!(
+        (&stats["publish"], &stats["deliver_get"], &stats["ack"]),
+        (&json!(1), &json!(1), &json!(1)),
+        "the get, and its ack once committed: {stats}"
+    );
     let alices_channels = ok(&f, "/api/vhosts/%2F/channels", ALICE).await;
     assert_eq!(alices_channels.as_array().unwrap().len(), 1);
     assert_eq!(
@@ -2651,7 +2667,7 @@ async fn connections_and_channels_are_listed_and_closed() {
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    assert_eq!(remaining, [ours_name]);
+    assert_eq!(remaining, [ours_name.as_str()]);
     // The other connection goes on.
     confirmed
         .basic_publish(
@@ -2665,6 +2681,34 @@ async fn connections_and_channels_are_listed_and_closed() {
         .unwrap()
         .await
         .unwrap();
+    // The sampler rates the channel while it publishes (every 100 ms here).
+    let path = format!(
+        "/api/channels/{}",
+        path_segment(&format!("{ours_name} (1)"))
+    );
+    let mut rate = 0.0;
+    for _ in 0..200 {
+        confirmed
+            .basic_publish(
+                "".into(),
+                "chan-q".into(),
+                Default::default(),
+                b"rated",
+                Default::default(),
+            )
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+        rate = ok(&f, &path, GUEST).await["message_stats"]["publish_details"]["rate"]
+            .as_f64()
+            .unwrap();
+        if rate > 0.0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(rate > 0.0, "no publish rate after 200 publishes over 2 s");
     amqp.close(200, "bye".into()).await.unwrap();
     f.server.shutdown().await;
 }

@@ -164,6 +164,10 @@ impl<E: Envelope> State<E> {
             transactional: c.tx.is_some(),
             uncommitted_publishes: c.tx_publishes,
             uncommitted_acks: held.saturating_sub(c.tx_publishes),
+            published: c.published,
+            // Delivery tags count from 1, one per delivery or get.
+            delivered: c.next_tag,
+            acknowledged: c.acknowledged,
         }
     }
 

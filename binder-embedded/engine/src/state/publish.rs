@@ -62,6 +62,7 @@ impl<E: Envelope> State<E> {
             )));
         }
         let ch = self.sessions.channel(channel)?;
+        ch.published += 1;
         let route = match &ch.last_route {
             Some(last) if E::is_route(last, exchange, routing_key) => {
                 ch.route_repeated = true;

@@ -88,6 +88,10 @@ pub(crate) struct ChannelState<E: Envelope> {
     pub tx: Option<Vec<TxOp<E>>>,
     /// How many of `tx`'s operations are publishes (the rest are settlements).
     pub tx_publishes: u32,
+    /// Publishes on the channel since it opened (each counted as it reaches the broker).
+    pub published: u64,
+    /// Deliveries acknowledged on the channel since it opened.
+    pub acknowledged: u64,
     /// The route (exchange and routing key) of the last publish, shared with the next one
     /// that has the same.
     pub last_route: Option<E::Route>,
@@ -162,6 +166,8 @@ impl<E: Envelope> Sessions<E> {
                 next_seq: 0,
                 tx: None,
                 tx_publishes: 0,
+                published: 0,
+                acknowledged: 0,
                 last_route: None,
                 route_repeated: false,
                 route_cache: None,

@@ -67,6 +67,7 @@ impl<E: Envelope> State<E> {
         if outcome == Settle::Ack {
             // One allocation for the batch rather than one per doubling.
             self.work.garbage.reserve(settled.len());
+            ch.acknowledged += settled.len() as u64;
         }
         for mut u in settled.drain(..) {
             self.memory.undelivered(&mut u.message);

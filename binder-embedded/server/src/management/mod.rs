@@ -313,13 +313,20 @@ async fn sample<E: WireEnvelope>(
         }
         let mut queues = Vec::new();
         let mut vhosts = Vec::new();
+        let mut channels = Vec::new();
         for (vhost, broker) in api.shared.brokers() {
             for q in broker.queues() {
                 queues.push(((vhost.clone(), q.name), (q.published, q.delivered)));
             }
             vhosts.push((vhost.clone(), broker.totals().published));
+            for c in broker.channels() {
+                let counts = (c.published, c.delivered, c.acknowledged);
+                channels.push(((vhost.clone(), c.id), counts));
+            }
         }
-        api.rates
+        let elapsed = api
+            .rates
             .record(tokio::time::Instant::now(), queues, vhosts);
+        api.rates.record_channels(channels, elapsed);
     }
 }

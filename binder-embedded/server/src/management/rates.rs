@@ -1,7 +1,8 @@
 //! Message rates: the engine keeps cumulative counters (per queue: enqueued and delivered;
-//! per broker: published); a sampler reads them every interval and keeps the rate over the
-//! last one, as RabbitMQ's management plugin does with its `collect_statistics_interval`.
-//! Nothing of this runs on the publish path.
+//! per broker: published; per channel: published, delivered and acknowledged); a sampler
+//! reads them every interval and keeps the rate over the last one, as RabbitMQ's management
+//! plugin does with its `collect_statistics_interval`. Nothing of this runs on the publish
+//! path beyond the engine's counting.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -59,6 +60,17 @@ impl std::ops::AddAssign for Stats {
     }
 }
 
+/// A channel's publish, deliver and ack counters, rated.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(crate) struct ChannelStats {
+    pub publish: Rated,
+    pub deliver_get: Rated,
+    pub ack: Rated,
+}
+
+/// One channel's cumulative counts in a sample: published, delivered, acknowledged.
+pub(crate) type ChannelCounts = (u64, u64, u64);
+
 /// The last sample of every queue and broker.
 #[derive(Debug, Default)]
 pub(crate) struct Rates {
@@ -72,6 +84,8 @@ struct Samples {
     queues: HashMap<(String, String), Stats>,
     /// By vhost.
     vhosts: HashMap<String, Stats>,
+    /// By (vhost, engine channel id).
+    channels: HashMap<(String, u64), ChannelStats>,
 }
 
 impl Rates {
@@ -81,12 +95,13 @@ impl Rates {
 
     /// Records one sample: each queue's cumulative `(published, delivered)` and each
     /// vhost's published total, taken at `now`. Queues not in the sample are forgotten.
+    /// Returns the interval since the last sample (zero for the first).
     pub(crate) fn record(
         &self,
         now: Instant,
         queues: impl IntoIterator<Item = ((String, String), (u64, u64))>,
         vhosts: impl IntoIterator<Item = (String, u64)>,
-    ) {
+    ) -> Duration {
         let mut s = self.lock();
         let elapsed = s.at.map_or(Duration::ZERO, |at| now - at);
         let mut next = HashMap::new();
@@ -111,6 +126,43 @@ impl Rates {
         s.queues = next;
         s.vhosts = vhost_next;
         s.at = Some(now);
+        elapsed
+    }
+
+    /// Records each open channel's cumulative counts, taken with the queues' sample (call
+    /// after [`Rates::record`], which sets the interval). Channels not in it are forgotten.
+    pub(crate) fn record_channels(
+        &self,
+        channels: impl IntoIterator<Item = ((String, u64), ChannelCounts)>,
+        elapsed: Duration,
+    ) {
+        let mut s = self.lock();
+        let mut next = HashMap::new();
+        for (key, (published, delivered, acknowledged)) in channels {
+            let stats = match s.channels.get(&key) {
+                Some(last) => ChannelStats {
+                    publish: last.publish.next(published, elapsed),
+                    deliver_get: last.deliver_get.next(delivered, elapsed),
+                    ack: last.ack.next(acknowledged, elapsed),
+                },
+                None => ChannelStats {
+                    publish: Rated::default().next(published, Duration::ZERO),
+                    deliver_get: Rated::default().next(delivered, Duration::ZERO),
+                    ack: Rated::default().next(acknowledged, Duration::ZERO),
+                },
+            };
+            next.insert(key, stats);
+        }
+        s.channels = next;
+    }
+
+    /// A channel's last sample (zero before its first).
+    pub(crate) fn channel(&self, vhost: &str, id: u64) -> ChannelStats {
+        self.lock()
+            .channels
+            .get(&(vhost.to_owned(), id))
+            .copied()
+            .unwrap_or_default()
     }
 
     /// A queue's last sample (zero before its first).
@@ -151,5 +203,32 @@ mod tests {
         rates.record(t0 + Duration::from_secs(3), [], [("/".to_owned(), 40)]);
         assert_eq!(rates.queue("/", "q"), Stats::default(), "deleted queues go");
         assert_eq!(rates.vhost("/").deliver_get.rate, 0.0, "never negative");
+    }
+
+    #[test]
+    fn channel_rates_are_over_the_last_interval() {
+        let rates = Rates::default();
+        let key = || ("/".to_owned(), 7);
+        rates.record_channels([(key(), (10, 4, 2))], Duration::ZERO);
+        assert_eq!(
+            rates.channel("/", 7).publish,
+            Rated {
+                count: 10,
+                rate: 0.0
+            }
+        );
+        rates.record_channels([(key(), (30, 8, 8))], Duration::from_secs(2));
+        let c = rates.channel("/", 7);
+        assert_eq!(
+            (c.publish.rate, c.deliver_get.rate, c.ack.rate),
+            (10.0, 2.0, 3.0)
+        );
+        assert_eq!(c.ack.count, 8);
+        rates.record_channels([], Duration::from_secs(1));
+        assert_eq!(
+            rates.channel("/", 7),
+            ChannelStats::default(),
+            "closed channels go"
+        );
     }
 }

@@ -18,6 +18,7 @@ use super::api::Ctx;
 use super::error::ApiError;
 use super::json;
 use super::login::Login;
+use super::rates::ChannelStats;
 use crate::envelope::WireEnvelope;
 use crate::registry::{ConnectionInfo, Listing};
 
@@ -154,6 +155,20 @@ fn channel_json<E: WireEnvelope>(
         "acks_uncommitted": info.uncommitted_acks,
         "confirm": info.confirm,
         "transactional": info.transactional,
+        "message_stats": channel_stats(info, api.rates.channel(&c.vhost, info.id)),
+    })
+}
+
+/// A channel's `message_stats`: counts since it opened (now), rates over the last sample
+/// interval.
+fn channel_stats(info: &ChannelInfo, rates: ChannelStats) -> Value {
+    json!({
+        "publish": info.published,
+        "publish_details": {"rate": rates.publish.rate},
+        "deliver_get": info.delivered,
+        "deliver_get_details": {"rate": rates.deliver_get.rate},
+        "ack": info.acknowledged,
+        "ack_details": {"rate": rates.ack.rate},
     })
 }
 
