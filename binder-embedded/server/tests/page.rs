@@ -163,9 +163,9 @@ impl Driver {
         .await
     }
 
-    /// Waits (up to 10 s) until `js` returns `true`.
+    /// Waits (up to 30 s: a loaded machine slows the browser) until `js` returns `true`.
     async fn until(&self, what: &str, js: &str) {
-        for _ in 0..100 {
+        for _ in 0..300 {
             if self.script(&format!("return ({js});")).await == json!(true) {
                 return;
             }
