@@ -2245,6 +2245,34 @@ fn connection_named(list: &Value, name: &str) -> Value {
         .clone()
 }
 
+/// Publishes `body` to `queue` through the default exchange; the confirm (in confirm mode)
+/// is the caller's to await.
+async fn publish(channel: &lapin::Channel, queue: &str, body: &[u8]) -> lapin::PublisherConfirm {
+    channel
+        .basic_publish(
+            "".into(),
+            queue.into(),
+            Default::default(),
+            body,
+            Default::default(),
+        )
+        .await
+        .unwrap()
+}
+
+/// Starts a consumer with manual acknowledgements.
+async fn consume(channel: &lapin::Channel, queue: &str, tag: &str) -> lapin::Consumer {
+    channel
+        .basic_consume(
+            queue.into(),
+            tag.into(),
+            Default::default(),
+            Default::default(),
+        )
+        .await
+        .unwrap()
+}
+
 /// Connections and their channels listed as RabbitMQ lists them (prefetch, unacknowledged
 /// deliveries, confirm and transaction state, consumers with their channel), each user seeing
 /// its own and monitors everyone's; a connection closed over HTTP by its user or an
@@ -2271,28 +2299,9 @@ async fn connections_and_channels_are_listed_and_closed() {
             .queue_declare(queue.into(), Default::default(), Default::default())
             .await
             .unwrap();
-        confirmed
-            .basic_publish(
-                "".into(),
-                queue.into(),
-                Default::default(),
-                b"m",
-                Default::default(),
-            )
-            .await
-            .unwrap()
-            .await
-            .unwrap();
+        publish(&confirmed, queue, b"m").await.await.unwrap();
     }
-    let mut consumer = confirmed
-        .basic_consume(
-            "chan-q".into(),
-            "chan-consumer".into(),
-            Default::default(),
-            Default::default(),
-        )
-        .await
-        .unwrap();
+    let mut consumer = consume(&confirmed, "chan-q", "chan-consumer").await;
     let _unacked = consumer.next().await.unwrap().unwrap();
     let transactional = amqp.create_channel().await.unwrap();
     transactional.tx_select().await.unwrap();
@@ -2302,16 +2311,7 @@ async fn connections_and_channels_are_listed_and_closed() {
         .unwrap()
         .expect("a message");
     got.ack(BasicAckOptions::default()).await.unwrap();
-    transactional
-        .basic_publish(
-            "".into(),
-            "tx-q".into(),
-            Default::default(),
-            b"held",
-            Default::default(),
-        )
-        .await
-        .unwrap();
+    publish(&transactional, "tx-q", b"held").await;
     // A round trip on the channel: the server has handled what came before it.
     transactional
         .queue_declare(
@@ -2345,25 +2345,8 @@ async fn connections_and_channels_are_listed_and_closed() {
         .queue_declare("alice-excl".into(), exclusive, Default::default())
         .await
         .unwrap();
-    alice_channel
-        .basic_publish(
-            "".into(),
-            "alice-q".into(),
-            Default::default(),
-            b"a",
-            Default::default(),
-        )
-        .await
-        .unwrap();
-    let mut alice_consumer = alice_channel
-        .basic_consume(
-            "alice-q".into(),
-            "alice-consumer".into(),
-            Default::default(),
-            Default::default(),
-        )
-        .await
-        .unwrap();
+    publish(&alice_channel, "alice-q", b"a").await;
+    let mut alice_consumer = consume(&alice_channel, "alice-q", "alice-consumer").await;
     let _alice_unacked = alice_consumer.next().await.unwrap().unwrap();
     assert_eq!(f.root.queue_unacked("alice-q"), Some(1));
     let mut raw = common::Raw::connect(&f.server).await;
@@ -2669,18 +2652,7 @@ async fn connections_and_channels_are_listed_and_closed() {
     }
     assert_eq!(remaining, [ours_name.as_str()]);
     // The other connection goes on.
-    confirmed
-        .basic_publish(
-            "".into(),
-            "chan-q".into(),
-            Default::default(),
-            b"after",
-            Default::default(),
-        )
-        .await
-        .unwrap()
-        .await
-        .unwrap();
+    publish(&confirmed, "chan-q", b"after").await.await.unwrap();
     // The sampler rates the channel while it publishes (every 100 ms here).
     let path = format!(
         "/api/channels/{}",
@@ -2688,18 +2660,7 @@ async fn connections_and_channels_are_listed_and_closed() {
     );
     let mut rate = 0.0;
     for _ in 0..200 {
-        confirmed
-            .basic_publish(
-                "".into(),
-                "chan-q".into(),
-                Default::default(),
-                b"rated",
-                Default::default(),
-            )
-            .await
-            .unwrap()
-            .await
-            .unwrap();
+        publish(&confirmed, "chan-q", b"rated").await.await.unwrap();
         rate = ok(&f, &path, GUEST).await["message_stats"]["publish_details"]["rate"]
             .as_f64()
             .unwrap();
