@@ -730,6 +730,16 @@ async fn connections_are_listed_and_closed() {
         name.ends_with(&format!(" -> {}", server.local_addr())),
         "{name}"
     );
+    let out = on(&["list_connections", "recv_oct", "send_oct"]);
+    assert_ok(&out);
+    let octets: Vec<u64> = text(&out)
+        .lines()
+        .nth(1)
+        .unwrap()
+        .split('\t')
+        .map(|n| n.parse().unwrap())
+        .collect();
+    assert!(octets.iter().all(|n| *n > 0), "{octets:?}");
     let out = on(&["list_connections"]);
     assert_ok(&out);
     assert!(text(&out).starts_with("user\tpeer_host\tpeer_port\tstate\nguest\t127.0.0.1\t"));

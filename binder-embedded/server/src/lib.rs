@@ -18,6 +18,7 @@
 //! * `handshake`, `connection`, `channel`, `consumer`: one connection's life;
 //! * [`server`]: the listeners (plain, TLS and management) and graceful shutdown;
 //! * `registry`: the connections open now (for the management API);
+//! * `traffic`: the octets each connection's socket carried;
 //! * `management`: the HTTP management API (RabbitMQ's paths and shapes) and page;
 //! * [`tls`]: the TLS listener's certificate, key, client verification and versions
 //!   (rustls);
@@ -39,6 +40,7 @@ mod registry;
 mod reply;
 pub mod server;
 pub mod tls;
+mod traffic;
 mod wire;
 
 pub use config::{

@@ -29,6 +29,8 @@ pub(crate) struct ConnectionInfo {
     pub channel_max: u16,
     /// The heartbeat interval in seconds (0: none).
     pub heartbeat: u16,
+    /// The octets its socket carried.
+    pub traffic: crate::traffic::Traffic,
 }
 
 impl ConnectionInfo {
@@ -230,6 +232,7 @@ mod tests {
             frame_max: 131072,
             channel_max: 2047,
             heartbeat: 60,
+            traffic: Default::default(),
         }
     }
 

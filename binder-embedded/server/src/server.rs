@@ -559,14 +559,17 @@ async fn tls_connection<E: WireEnvelope>(
 /// One connection's handshake and life over any transport.
 pub(crate) async fn serve<E: WireEnvelope>(
     read: impl AsyncRead + Send + Unpin + 'static,
-    mut write: impl AsyncWrite + Send + Unpin + 'static,
+    write: impl AsyncWrite + Send + Unpin + 'static,
     (peer, local): (SocketAddr, SocketAddr),
     shared: Arc<Shared<E>>,
     mut stop: watch::Receiver<bool>,
     deadline: Instant,
     tls: Option<TlsSession>,
 ) {
-    let mut reader = Reader::new(read, shared.limits.frame_max as usize);
+    // Every octet counted, the handshake's too (the management API's `recv_oct`, `send_oct`).
+    let traffic = crate::traffic::Traffic::default();
+    let mut write = traffic.writing(write);
+    let mut reader = Reader::new(traffic.reading(read), shared.limits.frame_max as usize);
     let vhost_exists = |v: &str| shared.brokers.contains_key(v);
     let max = shared.limits.max_connections;
     let take_slot = || ConnectionSlot::take(&shared.open, max);
@@ -616,6 +619,7 @@ pub(crate) async fn serve<E: WireEnvelope>(
         frame_max: agreed.frame_max,
         channel_max: agreed.channel_max,
         heartbeat: agreed.heartbeat,
+        traffic,
     });
     // Listed before the client hears it is open: the management API shows it from then on.
     match tokio::time::timeout_at(deadline, handshake::open_ok(&mut write)).await {

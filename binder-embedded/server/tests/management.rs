@@ -2372,6 +2372,9 @@ async fn connections_and_channels_are_listed_and_closed() {
     let ours_name = ours["name"].as_str().unwrap().to_owned();
     let raw_conn = raw_connection(&conns);
     assert_eq!(raw_conn["channels"], 0);
+    // Every octet each way, the handshake's included.
+    assert_eq!(raw_conn["recv_oct"], raw.written, "{raw_conn}");
+    assert_eq!(raw_conn["send_oct"], raw.read, "{raw_conn}");
     let raw_name = raw_conn["name"].as_str().unwrap().to_owned();
     let alices = ok(&f, "/api/connections", ALICE).await;
     assert_eq!(

@@ -102,6 +102,8 @@ fn connection_json<E: WireEnvelope>(api: &Api<E>, listing: &Listing) -> Value {
         "ssl": c.tls.is_some(),
         "ssl_protocol": c.tls,
         "connected_at": millis(c.connected_at),
+        "recv_oct": c.traffic.received(),
+        "send_oct": c.traffic.sent(),
     })
 }
 

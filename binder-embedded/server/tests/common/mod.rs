@@ -50,6 +50,10 @@ pub async fn lapin(server: &Server) -> lapin::Connection {
 pub struct Raw<S = TcpStream> {
     pub socket: S,
     buf: Vec<u8>,
+    /// Octets written to the server so far.
+    pub written: usize,
+    /// Octets read from the server so far.
+    pub read: usize,
 }
 
 impl Raw {
@@ -64,11 +68,14 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Raw<S> {
         Raw {
             socket,
             buf: Vec::new(),
+            written: 0,
+            read: 0,
         }
     }
 
     pub async fn send_bytes(&mut self, bytes: &[u8]) {
         self.socket.write_all(bytes).await.unwrap();
+        self.written += bytes.len();
     }
 
     pub async fn send(&mut self, frame: AMQPFrame) {
@@ -98,7 +105,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Raw<S> {
                 let mut chunk = [0u8; 4096];
                 match self.socket.read(&mut chunk).await {
                     Ok(0) | Err(_) => return None,
-                    Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+                    Ok(n) => {
+                        self.read += n;
+                        self.buf.extend_from_slice(&chunk[..n]);
+                    }
                 }
             }
         })

@@ -93,8 +93,9 @@ impl Entity {
                 "routing_key",
                 "arguments",
             ],
-            // rabbitmqctl's, less the Erlang process ids (`pid`) and the byte counters this
-            // broker does not keep; `name` is the connection's `peer -> local`.
+            // rabbitmqctl's, less the Erlang process ids (`pid`) and the packet counters and
+            // TLS details this broker does not keep; `name` is the connection's
+            // `peer -> local`.
             Entity::Connections => &[
                 "name",
                 "port",
@@ -114,6 +115,8 @@ impl Entity {
                 "channel_max",
                 "client_properties",
                 "connected_at",
+                "recv_oct",
+                "send_oct",
             ],
             // rabbitmqctl's, with the channel's `name` (`<connection> (<number>)`) for its
             // `pid`.
