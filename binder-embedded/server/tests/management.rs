@@ -2046,8 +2046,10 @@ async fn definitions_export_and_import_the_topology() {
         String::from_utf8_lossy(&r.body[..r.body.len().min(300)])
     );
     assert_eq!(g.root.queue_counts("big"), Some((0, 0)));
-    let r = http::request(g.api, "POST", "/api/definitions/%2F", MGMT, Some(&big)).await;
-    assert_eq!(r.status, 401);
+    // Refused before the body is read: the server may close before taking all of it.
+    let size = big.to_string().len();
+    let status = status_of_a_big_request(g.api, "POST", "/api/definitions/%2F", MGMT, size).await;
+    assert_eq!(status, 401);
     assert_eq!(
         http::request(g.api, "POST", "/api/definitions", MGMT, Some(&root))
             .await
