@@ -631,69 +631,14 @@ async fn publish_reports_whether_it_was_routed() {
         } else {
             "POST"
         };
-        let status = |auth| status_of_a_big_request(f.api, method, path, auth, 3 << 20);
+        let status = |auth| http::status_of_a_big_request(f.api, method, path, auth, 3 << 20);
         assert_eq!(status(None).await, 401, "{path} without a login");
         assert_eq!(status(GUEST).await, 413, "{path}");
         let elsewhere = path.replace("%2F", "other");
-        let r = status_of_a_big_request(f.api, method, &elsewhere, MGMT, 3 << 20).await;
+        let r = http::status_of_a_big_request(f.api, method, &elsewhere, MGMT, 3 << 20).await;
         assert_eq!(r, 401, "{elsewhere} on a virtual host mgmt does not see");
     }
     f.server.shutdown().await;
-}
-
-/// The status of a request that announces a body of `len` bytes and sends what the server
-/// takes of it: a server that answers before reading it all may close without the rest.
-async fn status_of_a_big_request(
-    api: SocketAddr,
-    method: &str,
-    path: &str,
-    auth: Option<(&str, &str)>,
-    len: usize,
-) -> u16 {
-    use base64::Engine as _;
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-    let (mut read, mut write) = tokio::net::TcpStream::connect(api)
-        .await
-        .unwrap()
-        .into_split();
-    let mut head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {api}\r\nConnection: close\r\n\
-         Content-Type: application/json\r\nContent-Length: {len}\r\n"
-    );
-    if let Some((user, password)) = auth {
-        let token = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
-        head.push_str(&format!("Authorization: Basic {token}\r\n"));
-    }
-    head.push_str("\r\n");
-    let writer = tokio::spawn(async move {
-        if write.write_all(head.as_bytes()).await.is_err() {
-            return;
-        }
-        let chunk = vec![b' '; 64 * 1024];
-        let mut sent = 0;
-        while sent < len {
-            let n = chunk.len().min(len - sent);
-            if write.write_all(&chunk[..n]).await.is_err() {
-                return;
-            }
-            sent += n;
-        }
-    });
-    let mut answer = Vec::new();
-    let mut buf = [0u8; 4096];
-    while !answer.windows(2).any(|w| w == b"\r\n") {
-        match read.read(&mut buf).await {
-            Ok(0) | Err(_) => break,
-            Ok(n) => answer.extend_from_slice(&buf[..n]),
-        }
-    }
-    writer.abort();
-    let line = String::from_utf8_lossy(&answer);
-    line.split(' ')
-        .nth(1)
-        .and_then(|code| code.parse().ok())
-        .unwrap_or_else(|| panic!("no status line in {line:?}"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -2048,7 +1993,8 @@ async fn definitions_export_and_import_the_topology() {
     assert_eq!(g.root.queue_counts("big"), Some((0, 0)));
     // Refused before the body is read: the server may close before taking all of it.
     let size = big.to_string().len();
-    let status = status_of_a_big_request(g.api, "POST", "/api/definitions/%2F", MGMT, size).await;
+    let status =
+        http::status_of_a_big_request(g.api, "POST", "/api/definitions/%2F", MGMT, size).await;
     assert_eq!(status, 401);
     assert_eq!(
         http::request(g.api, "POST", "/api/definitions", MGMT, Some(&root))

@@ -52,21 +52,7 @@ pub async fn request_with(
 ) -> Response {
     let mut stream = TcpStream::connect(addr).await.unwrap();
     let body = body.map(|b| b.to_string()).unwrap_or_default();
-    let mut req = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n",
-        body.len()
-    );
-    if !body.is_empty() {
-        req.push_str("Content-Type: application/json\r\n");
-    }
-    if let Some((user, password)) = auth {
-        let token = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
-        req.push_str(&format!("Authorization: Basic {token}\r\n"));
-    }
-    for (name, value) in extra {
-        req.push_str(&format!("{name}: {value}\r\n"));
-    }
-    req.push_str("\r\n");
+    let mut req = head(addr, method, path, auth, body.len(), extra);
     req.push_str(&body);
     stream.write_all(req.as_bytes()).await.unwrap();
     // Read until the body is complete (by Content-Length) or the server closes: not every
@@ -91,6 +77,74 @@ pub async fn request_with(
         }
     }
     parse(&raw)
+}
+
+/// A request's head, announcing a JSON body of `length` bytes (none when 0).
+fn head(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    auth: Option<(&str, &str)>,
+    length: usize,
+    extra: &[(&str, &str)],
+) -> String {
+    let mut head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {length}\r\n"
+    );
+    if length > 0 {
+        head.push_str("Content-Type: application/json\r\n");
+    }
+    if let Some((user, password)) = auth {
+        let token = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+        head.push_str(&format!("Authorization: Basic {token}\r\n"));
+    }
+    for (name, value) in extra {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    head.push_str("\r\n");
+    head
+}
+
+/// The status of a request announcing a body of `length` bytes that sends only what the
+/// server takes of it: a server that answers before reading it all may close first, which
+/// would break the pipe of a client writing it whole.
+pub async fn status_of_a_big_request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    auth: Option<(&str, &str)>,
+    length: usize,
+) -> u16 {
+    let (mut read, mut write) = TcpStream::connect(addr).await.unwrap().into_split();
+    let head = head(addr, method, path, auth, length, &[]);
+    let writer = tokio::spawn(async move {
+        if write.write_all(head.as_bytes()).await.is_err() {
+            return;
+        }
+        let chunk = vec![b' '; 64 * 1024];
+        let mut sent = 0;
+        while sent < length {
+            let n = chunk.len().min(length - sent);
+            if write.write_all(&chunk[..n]).await.is_err() {
+                return;
+            }
+            sent += n;
+        }
+    });
+    let mut answer = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !answer.windows(2).any(|w| w == b"\r\n") {
+        match read.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => answer.extend_from_slice(&buf[..n]),
+        }
+    }
+    writer.abort();
+    let line = String::from_utf8_lossy(&answer);
+    line.split(' ')
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or_else(|| panic!("no status line in {line:?}"))
 }
 
 fn parse(raw: &[u8]) -> Response {
