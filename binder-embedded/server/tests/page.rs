@@ -473,6 +473,29 @@ async fn the_page_shows_queues_and_redrives_and_purges_dead_letters_and_closes_c
         json!(false),
         "still logged in"
     );
+    // The dead-letter queue it may not read says so in its own panel, and leaves the
+    // page-wide status line to the refused Close (it overwrote it on every refresh before).
+    driver
+        .until(
+            "the unreadable panel",
+            "(document.querySelector('section.dlq[data-dlq=\"orders.dlq\"] .unreadable') || {}).textContent === \"access to queue 'orders.dlq' in vhost '/' refused for user 'watcher'\"",
+        )
+        .await;
+    let refreshed = driver
+        .script("return document.body.dataset.refreshed")
+        .await;
+    driver
+        .until(
+            "another refresh",
+            &format!("document.body.dataset.refreshed !== {refreshed}"),
+        )
+        .await;
+    assert_eq!(
+        driver
+            .script("return document.getElementById('status').textContent")
+            .await,
+        json!("User not authorised to access object")
+    );
     assert!(other.status().connected());
 
     drop(driver);
