@@ -11,6 +11,7 @@ use crate::field::FieldTable;
 use crate::inspect::{
     BindingInfo, ChannelInfo, ConsumerInfo, ExchangeInfo, PeekedMessage, QueueInfo, Redrive, Totals,
 };
+use crate::policy::PolicyDef;
 use crate::store::{Durability, MemoryStore, MessageStore, Removal, StoreError};
 use tokio::sync::Notify;
 
@@ -315,6 +316,52 @@ impl<E: Envelope> Broker<E> {
     /// ```
     pub fn queues(&self) -> Vec<QueueInfo> {
         self.shared.lock().queue_infos()
+    }
+
+    /// Adds a policy, or replaces the one of the same name, and applies it at once to the
+    /// queues and exchanges it matches (see [`PolicyDef`] for what it may set and how it
+    /// combines with their own arguments). A queue whose new limits are below its depth
+    /// drops or dead-letters its oldest messages now (unless it rejects publishes on
+    /// overflow); messages already queued keep their TTL. A durable broker keeps it across
+    /// a restart. An invalid pattern, an unsupported key or a bad value is refused with
+    /// `PRECONDITION_FAILED`, naming it.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// use stream_engine::*;
+    /// let broker: Broker = Broker::new();
+    /// let conn = broker.connect();
+    /// let ch = conn.open_channel().unwrap();
+    /// ch.queue_declare("orders", QueueOptions::default(), Default::default()).unwrap();
+    /// for n in 0..5 {
+    ///     ch.basic_publish("", "orders", PublishOptions::default(), Message::new(vec![n])).await.unwrap();
+    /// }
+    /// let mut definition = FieldTable::new();
+    /// definition.insert("max-length", FieldValue::I64(2));
+    /// broker.set_policy(PolicyDef {
+    ///     name: "short".into(),
+    ///     pattern: "^orders$".into(),
+    ///     apply_to: PolicyTarget::Queues,
+    ///     priority: 0,
+    ///     definition,
+    /// }).unwrap();
+    /// assert_eq!(broker.queue_counts("orders"), Some((2, 0)));
+    /// assert_eq!(broker.queues()[0].policy.as_deref(), Some("short"));
+    /// # }
+    /// ```
+    pub fn set_policy(&self, policy: PolicyDef) -> AmqpResult<()> {
+        self.shared.with(|s| s.set_policy(policy))
+    }
+
+    /// Removes a policy and applies what now applies instead; a `NOT_FOUND` error if there
+    /// is none of that name.
+    pub fn clear_policy(&self, name: &str) -> AmqpResult<()> {
+        self.shared.with(|s| s.clear_policy(name))
+    }
+
+    /// Every policy, by name.
+    pub fn policies(&self) -> Vec<PolicyDef> {
+        self.shared.lock().policy_defs()
     }
 
     /// Every exchange, the default one (`""`) first, then by name.

@@ -44,7 +44,10 @@ pub(crate) struct Exchange {
     pub durable: bool,
     pub auto_delete: bool,
     pub internal: bool,
+    /// The alternate exchange in effect: its argument's, else its policy's.
     pub alternate: Option<String>,
+    /// The policy it follows, if any.
+    pub policy: Option<Arc<str>>,
     /// The arguments as declared (listed and exported; only `alternate-exchange` acts).
     pub arguments: FieldTable,
     pub bindings: Vec<Binding>,
@@ -73,6 +76,7 @@ impl Exchange {
             auto_delete,
             internal,
             alternate,
+            policy: None,
             arguments: args,
             bindings: Vec::new(),
             direct_index: HashMap::default(),

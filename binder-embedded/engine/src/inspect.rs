@@ -19,6 +19,8 @@ pub struct QueueInfo {
     pub exclusive: bool,
     /// The declaration's arguments.
     pub arguments: FieldTable,
+    /// The policy it follows ([`Broker::set_policy`](crate::Broker::set_policy)), if any.
+    pub policy: Option<String>,
     /// Messages ready for delivery.
     pub messages_ready: u64,
     /// Deliveries not yet acknowledged.
@@ -48,11 +50,15 @@ pub struct ExchangeInfo {
     pub auto_delete: bool,
     /// Cannot be published to directly.
     pub internal: bool,
-    /// Its alternate exchange (`alternate-exchange`), if any.
+    /// Its alternate exchange in effect (its `alternate-exchange` argument, else its
+    /// policy's), if any.
     pub alternate_exchange: Option<String>,
     /// Its arguments as declared (`alternate-exchange` among them; the others are kept and
     /// shown, as RabbitMQ keeps them, and do nothing here).
     pub arguments: FieldTable,
+    /// The policy it follows, if any (its `alternate-exchange` applies when the exchange
+    /// declares none).
+    pub policy: Option<String>,
 }
 
 /// A binding ([`Broker::bindings`](crate::Broker::bindings)).

@@ -29,6 +29,7 @@ pub mod inspect;
 pub mod memory;
 mod message;
 mod naming;
+mod policy;
 mod queue;
 mod state;
 mod storage;
@@ -47,6 +48,7 @@ pub use inspect::{
     BindingInfo, ChannelInfo, ConsumerInfo, ExchangeInfo, PeekedMessage, QueueInfo, Redrive, Totals,
 };
 pub use message::{Message, Properties, PropertiesBox, Published, Route};
+pub use policy::{POLICY_KEYS, PolicyDef, PolicyTarget};
 pub use storage::{
     FifoStorage, HOLD_AFTER, MAX_DELIVERIES, MAX_SEQ, PriorityStorage, QueueStorage, QueuedMessage,
     RUN_AFTER, RUN_REFILL, Ready,

@@ -23,6 +23,18 @@ pub(crate) enum Overflow {
     RejectPublishDlx,
 }
 
+impl Overflow {
+    /// Parses RabbitMQ's name (`drop-head`, `reject-publish`, `reject-publish-dlx`).
+    pub(crate) fn from_name(name: &str) -> Option<Overflow> {
+        Some(match name {
+            "drop-head" => Overflow::DropHead,
+            "reject-publish" => Overflow::RejectPublish,
+            "reject-publish-dlx" => Overflow::RejectPublishDlx,
+            _ => return None,
+        })
+    }
+}
+
 /// The queue arguments the engine acts on, validated at declaration.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct QueueArgs {
@@ -100,20 +112,16 @@ impl QueueArgs {
                     out.max_length_bytes = Some(non_negative(queue, arg, v)? as usize)
                 }
                 "x-overflow" => {
-                    out.overflow = match text(queue, arg, v)?.as_str() {
-                        "drop-head" => Overflow::DropHead,
-                        "reject-publish" => Overflow::RejectPublish,
-                        "reject-publish-dlx" => Overflow::RejectPublishDlx,
-                        other => {
-                            return Err(invalid(
-                                queue,
-                                arg,
-                                &format!(
-                                    "'{other}' is not one of drop-head, reject-publish, reject-publish-dlx"
-                                ),
-                            ));
-                        }
-                    }
+                    let t = text(queue, arg, v)?;
+                    out.overflow = Overflow::from_name(&t).ok_or_else(|| {
+                        invalid(
+                            queue,
+                            arg,
+                            &format!(
+                                "'{t}' is not one of drop-head, reject-publish, reject-publish-dlx"
+                            ),
+                        )
+                    })?;
                 }
                 "x-dead-letter-exchange" => out.dead_letter_exchange = Some(text(queue, arg, v)?),
                 "x-dead-letter-routing-key" => {
@@ -180,7 +188,12 @@ pub(crate) struct Queue<E: Envelope> {
     /// The owning connection of an exclusive queue.
     pub owner: Option<u64>,
     pub raw_args: FieldTable,
+    /// Its own arguments, parsed from `raw_args`.
+    pub declared: QueueArgs,
+    /// What the engine acts on: `declared` combined with its policy's keys.
     pub args: QueueArgs,
+    /// The policy it follows, if any.
+    pub policy: Option<Arc<str>>,
     pub storage: Box<dyn QueueStorage<E>>,
     /// Consumers in registration order; dispatch rotates through them.
     pub consumers: Vec<QueueConsumer>,
@@ -216,7 +229,9 @@ impl<E: Envelope> Queue<E> {
             auto_delete: options.auto_delete,
             owner,
             raw_args,
+            declared: args.clone(),
             args,
+            policy: None,
             storage,
             consumers: Vec::new(),
             cursor: 0,

@@ -38,6 +38,7 @@ use std::task::{Context, Poll};
 
 use crate::field::FieldTable;
 use crate::message::Published;
+use crate::policy::PolicyDef;
 use crate::types::{ExchangeKind, ExchangeOptions, QueueOptions};
 
 /// A message store failed.
@@ -251,6 +252,8 @@ pub struct Recovered {
     /// Bindings between durable exchanges and queues (exchanges and queues first: a binding
     /// whose ends are missing is skipped).
     pub bindings: Vec<BindingDef>,
+    /// Policies (applied before the queues and exchanges are declared again).
+    pub policies: Vec<PolicyDef>,
     /// Messages of durable queues.
     pub messages: Vec<RecoveredMessage>,
     /// Per durable queue, the highest position the store still holds anything under (a
@@ -287,6 +290,10 @@ pub trait MessageStore: fmt::Debug + Send + Sync + 'static {
     /// A binding between durable ends was removed (not called for the bindings of a deleted
     /// exchange or queue: those go with it).
     fn binding_removed(&self, binding: &BindingDef);
+    /// A policy was set, or replaced by name ([`Broker::set_policy`](crate::Broker::set_policy)).
+    fn policy_set(&self, policy: &PolicyDef);
+    /// A policy was cleared.
+    fn policy_cleared(&self, name: &str);
 
     /// A persistent message was enqueued in a durable queue; the publisher's confirm waits
     /// for the returned durability point.
@@ -358,6 +365,8 @@ impl MessageStore for MemoryStore {
     fn queue_deleted(&self, _: &str) {}
     fn binding_added(&self, _: &BindingDef) {}
     fn binding_removed(&self, _: &BindingDef) {}
+    fn policy_set(&self, _: &PolicyDef) {}
+    fn policy_cleared(&self, _: &str) {}
 
     fn enqueued(&self, _: &StoredMessage<'_>) -> Durability {
         Durability::Durable

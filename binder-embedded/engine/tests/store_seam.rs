@@ -23,6 +23,8 @@ enum Call {
     Enqueued(String, u64),
     Delivered(String, u64),
     Removed(String, u64, Removal),
+    PolicySet(String),
+    PolicyCleared(String),
 }
 
 /// What the store keeps, as a durable store would (shared by the stores of two brokers to
@@ -33,6 +35,7 @@ struct Kept {
     exchanges: BTreeMap<String, ExchangeDef>,
     queues: BTreeMap<String, QueueDef>,
     bindings: Vec<BindingDef>,
+    policies: BTreeMap<String, PolicyDef>,
     messages: BTreeMap<(String, u64), (Published, bool)>,
     /// Durability points not yet reached, in order.
     pending: Vec<oneshot::Sender<Result<(), StoreError>>>,
@@ -97,6 +100,7 @@ impl MessageStore for RecordingStore {
             exchanges: k.exchanges.values().cloned().collect(),
             queues: k.queues.values().cloned().collect(),
             bindings: k.bindings.clone(),
+            policies: k.policies.values().cloned().collect(),
             messages: k
                 .messages
                 .iter()
@@ -157,6 +161,18 @@ impl MessageStore for RecordingStore {
             b.routing_key.clone(),
         ));
         k.bindings.retain(|kept| kept != b);
+    }
+
+    fn policy_set(&self, p: &PolicyDef) {
+        let mut k = self.kept();
+        k.calls.push(Call::PolicySet(p.name.clone()));
+        k.policies.insert(p.name.clone(), p.clone());
+    }
+
+    fn policy_cleared(&self, name: &str) {
+        let mut k = self.kept();
+        k.calls.push(Call::PolicyCleared(name.into()));
+        k.policies.remove(name);
     }
 
     fn enqueued(&self, m: &StoredMessage<'_>) -> Durability {
@@ -844,4 +860,72 @@ async fn a_dead_letter_whose_copy_the_store_refuses_stays_in_the_store() {
     drop((ch, conn, broker));
     let broker = self::broker(&store);
     assert_eq!(broker.queue_counts("work"), Some((1, 0)));
+}
+
+fn max_length(name: &str, pattern: &str, n: i64) -> PolicyDef {
+    let mut definition = FieldTable::new();
+    definition.insert("max-length", FieldValue::I64(n));
+    PolicyDef {
+        name: name.into(),
+        pattern: pattern.into(),
+        apply_to: PolicyTarget::Queues,
+        priority: 0,
+        definition,
+    }
+}
+
+#[tokio::test]
+async fn policies_reach_the_store_and_apply_again_after_a_restart() {
+    let store = RecordingStore::default();
+    store.kept().immediate = true;
+    {
+        let broker = broker(&store);
+        let conn = broker.connect();
+        let ch = conn.open_channel().unwrap();
+        ch.queue_declare("work", durable(), FieldTable::new())
+            .unwrap();
+        for body in ["one", "two", "three"] {
+            ch.basic_publish("", "work", Default::default(), persistent(body))
+                .await
+                .unwrap();
+        }
+        broker.set_policy(max_length("short", "^work$", 2)).unwrap();
+        assert_eq!(broker.queue_counts("work"), Some((2, 0)));
+        let calls = store.calls();
+        assert_eq!(
+            calls[calls.len() - 2..],
+            [
+                Call::PolicySet("short".into()),
+                Call::Removed("work".into(), 1, Removal::Dropped)
+            ],
+            "the oldest message is dropped from the store as from the queue"
+        );
+        broker.set_policy(max_length("other", "^x", 1)).unwrap();
+        broker.clear_policy("other").unwrap();
+        assert_eq!(
+            store.calls().last(),
+            Some(&Call::PolicyCleared("other".into()))
+        );
+        let missing = broker.clear_policy("other").unwrap_err();
+        assert_eq!(missing.code, ReplyCode::NotFound);
+        assert_eq!(missing.text, "no policy 'other' in vhost '/'");
+        std::mem::forget(ch);
+        std::mem::forget(conn);
+    }
+
+    let restarted = broker(&store);
+    assert_eq!(restarted.policies(), [max_length("short", "^work$", 2)]);
+    assert_eq!(restarted.queues()[0].policy.as_deref(), Some("short"));
+    let conn = restarted.connect();
+    let ch = conn.open_channel().unwrap();
+    ch.basic_publish("", "work", Default::default(), persistent("four"))
+        .await
+        .unwrap();
+    assert_eq!(
+        restarted.queue_counts("work"),
+        Some((2, 0)),
+        "still limited"
+    );
+    let head = ch.basic_get("work", true).unwrap().unwrap().delivery;
+    assert_eq!(text(&head), "three");
 }

@@ -1856,7 +1856,7 @@ async fn definitions_export_and_import_the_topology() {
         json!("kI3GCqG+cq65rBQ9tiUUCREygKhmilKrZEWKSz+H0FJ1fk4/");
     let mut policy = root.clone();
     policy["policies"] =
-        json!([{"name": "ttl", "pattern": ".*", "definition": {"message-ttl": 1}}]);
+        json!([{"name": "mirror", "pattern": ".*", "definition": {"ha-mode": "all"}}]);
     let mut named = defs.clone();
     named["global_parameters"] = json!([{"name": "cluster_name", "value": "rabbit@elsewhere"}]);
     let mut unknown = root.clone();
@@ -1877,7 +1877,7 @@ async fn definitions_export_and_import_the_topology() {
         (
             "/api/definitions/%2F",
             &policy,
-            "policies are not supported",
+            "policies[0]: unsupported key 'ha-mode' in policy 'mirror'",
         ),
         (
             "/api/definitions",
@@ -2141,7 +2141,6 @@ async fn users_and_permissions_are_read_only() {
         ("PUT", "/api/permissions/%2F/mgmt"),
         ("PUT", "/api/vhosts/new"),
         ("DELETE", "/api/vhosts/other"),
-        ("PUT", "/api/policies/%2F/ttl"),
     ] {
         let r = http::request(f.api, method, path, GUEST, Some(&json!({}))).await;
         assert_eq!(r.status, 405, "{method} {path}");
@@ -2153,10 +2152,6 @@ async fn users_and_permissions_are_read_only() {
             assert_eq!(r.status, 401, "{method} {path} {who}");
         }
     }
-    assert_eq!(ok(&f, "/api/policies", GUEST).await, json!([]));
-    assert_eq!(ok(&f, "/api/policies/%2F", GUEST).await, json!([]));
-    assert_eq!(get(&f, "/api/policies/%2F/ttl", GUEST).await.status, 404);
-    assert_eq!(get(&f, "/api/policies/nowhere", GUEST).await.status, 404);
     assert_eq!(
         f.other.queue_counts("elsewhere"),
         Some((0, 0)),
@@ -2749,4 +2744,189 @@ async fn a_connection_stuck_on_its_own_answers_is_closed_and_shut_down() {
     tokio::time::timeout(Duration::from_secs(20), f.server.shutdown())
         .await
         .expect("the shutdown is not held by a client that does not read");
+}
+
+const PM: Option<(&str, &str)> = Some(("pm", "pw"));
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn policies_are_set_listed_applied_and_cleared_over_http() {
+    let mut config = config();
+    config.users.push(user(
+        "pm",
+        &["policymaker"],
+        &[("/", PermissionConfig::all())],
+    ));
+    let f = fixture_with(config).await;
+    let put = |path: &'static str, auth, body: Value| async move {
+        http::request(f.api, "PUT", path, auth, Some(&body)).await
+    };
+    assert_eq!(ok(&f, "/api/policies", GUEST).await, json!([]));
+    assert_eq!(ok(&f, "/api/policies", PM).await, json!([]));
+    for auth in [MGMT, MON] {
+        let r = get(&f, "/api/policies", auth).await;
+        assert_eq!(r.status, 401, "only policymakers and administrators");
+        assert_eq!(r.json()["reason"], "User not authorised to access object");
+    }
+    let (_conn, ch) = topology(&f).await;
+    for body in ["1", "2", "3"] {
+        ch.basic_publish(
+            "",
+            "work",
+            Default::default(),
+            stream_engine::Message::new(body),
+        )
+        .await
+        .unwrap();
+    }
+
+    // Set: 201, then 204 for the same name. The queue's own dead-letter arguments win,
+    // the policy's max-length applies at once.
+    let short = json!({"pattern": "^work$", "definition": {"max-length": 1, "dead-letter-exchange": "nowhere"}, "priority": 2, "apply-to": "queues"});
+    assert_eq!(
+        put("/api/policies/%2F/short", PM, short.clone())
+            .await
+            .status,
+        201
+    );
+    assert_eq!(put("/api/policies/%2F/short", PM, short).await.status, 204);
+    assert_eq!(depth(&f, "work").await, 1);
+    assert_eq!(
+        depth(&f, "work.dlq").await,
+        2,
+        "the queue's own dead-letter target"
+    );
+    let expected = json!({"vhost": "/", "name": "short", "pattern": "^work$", "apply-to": "queues", "definition": {"dead-letter-exchange": "nowhere", "max-length": 1}, "priority": 2});
+    assert_eq!(ok(&f, "/api/policies/%2F/short", GUEST).await, expected);
+    let work = ok(&f, "/api/queues/%2F/work", GUEST).await;
+    assert_eq!(work["policy"], "short");
+    assert_eq!(work["operator_policy"], Value::Null);
+    assert_eq!(work["effective_policy_definition"], expected["definition"]);
+    assert_eq!(
+        work["arguments"],
+        json!({"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "work.dlq"})
+    );
+    let dlq = ok(&f, "/api/queues/%2F/work.dlq", GUEST).await;
+    assert_eq!(
+        (&dlq["policy"], &dlq["effective_policy_definition"]),
+        (&Value::Null, &json!({}))
+    );
+
+    // A policymaker only where it has permissions; the list is by priority.
+    let ttl = json!({"pattern": ".", "definition": {"message-ttl": 60000}, "priority": 1});
+    assert_eq!(
+        put("/api/policies/other/ttl", PM, ttl.clone()).await.status,
+        401
+    );
+    assert_eq!(put("/api/policies/other/ttl", GUEST, ttl).await.status, 201);
+    let all = ok(&f, "/api/policies", GUEST).await;
+    assert_eq!(names(&all), ["ttl", "short"]);
+    assert_eq!(all[0]["apply-to"], "all", "the default");
+    assert_eq!(names(&ok(&f, "/api/policies", PM).await), ["short"]);
+    assert_eq!(get(&f, "/api/policies/other", PM).await.status, 401);
+    assert_eq!(names(&ok(&f, "/api/policies/other", GUEST).await), ["ttl"]);
+    let elsewhere = ok(&f, "/api/queues/other/elsewhere", GUEST).await;
+    assert_eq!(elsewhere["policy"], "ttl");
+
+    // An exchange shows its policy only when one applies.
+    let ae = json!({"pattern": "^orders$", "definition": {"alternate-exchange": "amq.fanout"}, "apply-to": "exchanges"});
+    assert_eq!(put("/api/policies/%2F/ae", GUEST, ae).await.status, 201);
+    assert_eq!(
+        ok(&f, "/api/exchanges/%2F/orders", GUEST).await["policy"],
+        "ae"
+    );
+    let direct = ok(&f, "/api/exchanges/%2F/amq.direct", GUEST).await;
+    assert!(direct.get("policy").is_none(), "{direct}");
+
+    // Refusals name what is wrong and change nothing.
+    for (body, reason) in [
+        (
+            json!({"definition": {"max-length": 1}}),
+            "the policy needs a 'pattern'",
+        ),
+        (json!({"pattern": "."}), "the policy needs a 'definition'"),
+        (
+            json!({"pattern": ".", "definition": {"ha-mode": "all"}}),
+            "unsupported key 'ha-mode' in policy 'bad'",
+        ),
+        (
+            json!({"pattern": ".", "definition": {"max-length": "x"}}),
+            "invalid value for 'max-length' in policy 'bad': 'x' is not a non-negative integer",
+        ),
+        (
+            json!({"pattern": "(", "definition": {"max-length": 1}}),
+            "invalid pattern '(' in policy 'bad'",
+        ),
+        (
+            json!({"pattern": ".", "definition": {}}),
+            "policy 'bad' has an empty definition",
+        ),
+        (
+            json!({"pattern": ".", "definition": {"max-length": 1}, "apply-to": "streams"}),
+            "apply-to \"streams\" unrecognised",
+        ),
+        (
+            json!({"pattern": ".", "definition": {"max-length": 1}, "priority": "7"}),
+            "priority must be an integer",
+        ),
+        (
+            json!({"pattern": ".", "definition": {"max-length": 1}, "colour": "red"}),
+            "unknown field 'colour'",
+        ),
+    ] {
+        let r = put("/api/policies/%2F/bad", GUEST, body.clone()).await;
+        assert_eq!(r.status, 400, "{body}");
+        let got = r.json()["reason"].as_str().unwrap().to_owned();
+        assert!(got.starts_with(reason), "{body}: {got}");
+    }
+    let body = json!({"pattern": ".", "definition": {"max-length": 1}});
+    assert_eq!(
+        put("/api/policies/nowhere/p", GUEST, body).await.status,
+        404
+    );
+    assert_eq!(get(&f, "/api/policies/%2F/bad", GUEST).await.status, 404);
+
+    // Definitions carry them both ways; a policy the broker would refuse is refused before
+    // anything of the import is applied.
+    let defs = ok(&f, "/api/definitions", GUEST).await;
+    assert_eq!(names(&defs["policies"]), ["ae", "short", "ttl"]);
+    assert_eq!(defs["policies"][1], expected);
+    let one = ok(&f, "/api/definitions/other", GUEST).await;
+    assert_eq!(one["policies"][0]["vhost"], "other");
+    let bad = json!({
+        "queues": [{"name": "imported.q", "durable": false, "auto_delete": false, "arguments": {}}],
+        "policies": [{"name": "mirrored", "pattern": ".", "definition": {"ha-mode": "all"}}],
+    });
+    let r = post(&f, "/api/definitions/%2F", GUEST, bad).await;
+    assert_eq!(r.status, 400);
+    let reason = r.json()["reason"].as_str().unwrap().to_owned();
+    assert!(
+        reason.starts_with("policies[0]: unsupported key 'ha-mode'"),
+        "{reason}"
+    );
+    assert_eq!(f.root.queue_counts("imported.q"), None, "nothing applied");
+    let good = json!({
+        "queues": [{"name": "imported.q", "durable": false, "auto_delete": false, "arguments": {}}],
+        "policies": [{"name": "imported", "pattern": "^imported\\.", "definition": {"max-length": 7}}],
+    });
+    assert_eq!(
+        post(&f, "/api/definitions/%2F", GUEST, good).await.status,
+        204
+    );
+    let imported = ok(&f, "/api/queues/%2F/imported.q", GUEST).await;
+    assert_eq!(
+        imported["policy"], "imported",
+        "set before the queues are declared"
+    );
+
+    // Cleared: 204, then 404; the queue follows no policy again.
+    let delete = |path: &'static str| async move {
+        http::request(f.api, "DELETE", path, PM, None).await.status
+    };
+    assert_eq!(delete("/api/policies/%2F/short").await, 204);
+    assert_eq!(delete("/api/policies/%2F/short").await, 404);
+    assert_eq!(
+        ok(&f, "/api/queues/%2F/work", GUEST).await["policy"],
+        Value::Null
+    );
+    f.server.shutdown().await;
 }

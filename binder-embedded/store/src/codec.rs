@@ -6,7 +6,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 use stream_engine::{
     BindingDef, Decimal, DestinationKind, ExchangeDef, ExchangeKind, ExchangeOptions, FieldTable,
-    FieldValue, Message, Properties, Published, QueueDef, QueueOptions, Route,
+    FieldValue, Message, PolicyDef, PolicyTarget, Properties, Published, QueueDef, QueueOptions,
+    Route,
 };
 
 /// A payload could not be decoded.
@@ -455,6 +456,36 @@ pub(crate) fn get_binding(inp: &mut In<'_>) -> Decoded<BindingDef> {
         destination_kind,
         routing_key: inp.string()?,
         arguments: get_table(inp, 0)?,
+    })
+}
+
+pub(crate) fn put_policy(out: &mut Out, p: &PolicyDef) {
+    out.str(&p.name);
+    out.str(&p.pattern);
+    out.u8(match p.apply_to {
+        PolicyTarget::All => 0,
+        PolicyTarget::Queues => 1,
+        PolicyTarget::Exchanges => 2,
+    });
+    out.u64(p.priority as u64);
+    put_table(out, &p.definition);
+}
+
+pub(crate) fn get_policy(inp: &mut In<'_>) -> Decoded<PolicyDef> {
+    let name = inp.string()?;
+    let pattern = inp.string()?;
+    let apply_to = match inp.u8()? {
+        0 => PolicyTarget::All,
+        1 => PolicyTarget::Queues,
+        2 => PolicyTarget::Exchanges,
+        _ => return Err(Malformed("unknown policy target")),
+    };
+    Ok(PolicyDef {
+        name,
+        pattern,
+        apply_to,
+        priority: inp.u64()? as i64,
+        definition: get_table(inp, 0)?,
     })
 }
 

@@ -1,9 +1,9 @@
-//! The metadata log: durable exchanges, queues and bindings, one record per change, replayed
+//! The metadata log: durable exchanges, queues and bindings, and policies, one record per change, replayed
 //! at start and rewritten (compacted) as a snapshot once it holds much more than the state.
 
 use std::collections::BTreeMap;
 
-use stream_engine::{BindingDef, DestinationKind, ExchangeDef, QueueDef};
+use stream_engine::{BindingDef, DestinationKind, ExchangeDef, PolicyDef, QueueDef};
 
 use crate::codec::{self, Decoded, In, Malformed, Out};
 
@@ -22,6 +22,9 @@ pub(crate) enum MetaOp {
     /// before the rewrite are not in it, and a queue declared again must not get one of
     /// their incarnations (their records may still be in the segments).
     NextIncarnation(u64),
+    /// A policy set, or replaced by name.
+    PolicySet(PolicyDef),
+    PolicyCleared(String),
 }
 
 impl MetaOp {
@@ -57,6 +60,14 @@ impl MetaOp {
                 out.u8(7);
                 out.u64(*n);
             }
+            MetaOp::PolicySet(p) => {
+                out.u8(8);
+                codec::put_policy(&mut out, p);
+            }
+            MetaOp::PolicyCleared(name) => {
+                out.u8(9);
+                out.str(name);
+            }
         }
         out.0
     }
@@ -82,6 +93,8 @@ impl MetaOp {
                 }
                 n => MetaOp::NextIncarnation(n),
             },
+            8 => MetaOp::PolicySet(codec::get_policy(&mut inp)?),
+            9 => MetaOp::PolicyCleared(inp.string()?),
             _ => return Err(Malformed("unknown metadata record")),
         })
     }
@@ -100,6 +113,7 @@ pub(crate) struct Meta {
     /// Queues with their incarnation.
     pub queues: BTreeMap<String, (u64, QueueDef)>,
     pub bindings: Vec<BindingDef>,
+    pub policies: BTreeMap<String, PolicyDef>,
     /// The next queue incarnation to hand out.
     pub next_incarnation: u64,
 }
@@ -136,6 +150,12 @@ impl Meta {
             }
             MetaOp::BindingRemoved(b) => self.bindings.retain(|kept| kept != b),
             MetaOp::NextIncarnation(n) => self.next_incarnation = self.next_incarnation.max(*n),
+            MetaOp::PolicySet(p) => {
+                self.policies.insert(p.name.clone(), p.clone());
+            }
+            MetaOp::PolicyCleared(name) => {
+                self.policies.remove(name);
+            }
         }
     }
 
@@ -154,12 +174,13 @@ impl Meta {
                 .map(|(i, q)| MetaOp::QueueDeclared(*i, q.clone())),
         );
         ops.extend(self.bindings.iter().cloned().map(MetaOp::BindingAdded));
+        ops.extend(self.policies.values().cloned().map(MetaOp::PolicySet));
         ops
     }
 
     /// How many records a compacted log holds.
     pub fn live_records(&self) -> usize {
-        1 + self.exchanges.len() + self.queues.len() + self.bindings.len()
+        1 + self.exchanges.len() + self.queues.len() + self.bindings.len() + self.policies.len()
     }
 
     /// A queue's current incarnation.
@@ -200,6 +221,40 @@ mod tests {
         let mut meta = Meta::default();
         meta.apply(&MetaOp::QueueDeclared(MAX_INCARNATION - 1, q));
         assert!(decodes(meta.snapshot().remove(0)));
+    }
+
+    #[test]
+    fn a_rewritten_log_keeps_the_policies_set_and_not_those_cleared() {
+        let mut definition = FieldTable::new();
+        definition.insert("message-ttl", stream_engine::FieldValue::I64(60_000));
+        let policy = |name: &str| PolicyDef {
+            name: name.to_owned(),
+            pattern: "^q".to_owned(),
+            apply_to: stream_engine::PolicyTarget::Exchanges,
+            priority: i64::MIN,
+            definition: definition.clone(),
+        };
+        let mut meta = Meta::default();
+        meta.apply(&MetaOp::PolicySet(policy("a")));
+        meta.apply(&MetaOp::PolicySet(policy("b")));
+        meta.apply(&MetaOp::PolicyCleared("a".to_owned()));
+        let mut rewritten = Meta::default();
+        for op in meta.snapshot() {
+            rewritten.apply(&MetaOp::decode(&op.encode()).unwrap());
+        }
+        assert_eq!(
+            rewritten.policies.into_values().collect::<Vec<_>>(),
+            [policy("b")]
+        );
+        assert_eq!(meta.live_records(), 2);
+        let mut bad = MetaOp::PolicySet(policy("c")).encode();
+        // The tag, then the name and the pattern, each after its 4-byte length.
+        let target = 1 + (4 + 1) + (4 + 2);
+        bad[target] = 7;
+        assert!(
+            MetaOp::decode(&bad).is_err(),
+            "an unknown target is malformed"
+        );
     }
 
     #[test]

@@ -389,6 +389,7 @@ fn recovered(meta: &Meta, messages: Vec<RecoveredMessage>, index: &Index) -> Rec
         exchanges: meta.exchanges.values().cloned().collect(),
         queues: meta.queues.values().map(|(_, q)| q.clone()).collect(),
         bindings: meta.bindings.clone(),
+        policies: meta.policies.values().cloned().collect(),
         messages,
     }
 }

@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
 use stream_engine::{
-    BindingDef, Durability, ExchangeDef, MessageStore, Published, QueueDef, Recovered, Removal,
-    StoreError, StoredMessage,
+    BindingDef, Durability, ExchangeDef, MessageStore, PolicyDef, Published, QueueDef, Recovered,
+    Removal, StoreError, StoredMessage,
 };
 use tokio::sync::oneshot;
 
@@ -251,6 +251,14 @@ impl MessageStore for DiskStore {
 
     fn binding_removed(&self, binding: &BindingDef) {
         let _ = self.send(Cmd::Meta(MetaOp::BindingRemoved(binding.clone())));
+    }
+
+    fn policy_set(&self, policy: &PolicyDef) {
+        let _ = self.send(Cmd::Meta(MetaOp::PolicySet(policy.clone())));
+    }
+
+    fn policy_cleared(&self, name: &str) {
+        let _ = self.send(Cmd::Meta(MetaOp::PolicyCleared(name.to_owned())));
     }
 
     fn enqueued(&self, message: &StoredMessage<'_>) -> Durability {

@@ -67,8 +67,30 @@ async fn fill(broker: &Broker) {
     // Delivered, never acknowledged.
     let held = ch.basic_get("work", false).unwrap().unwrap();
     assert_eq!(text(&held.delivery), "w20");
+    broker.set_policy(limits()).unwrap();
+    broker
+        .set_policy(PolicyDef {
+            name: "gone".into(),
+            ..limits()
+        })
+        .unwrap();
+    broker.clear_policy("gone").unwrap();
     std::mem::forget(ch);
     std::mem::forget(conn);
+}
+
+/// A policy `fill` leaves set (and another it sets and clears).
+fn limits() -> PolicyDef {
+    let mut definition = FieldTable::new();
+    definition.insert("max-length", FieldValue::I64(5));
+    definition.insert("dead-letter-exchange", FieldValue::from("dlx"));
+    PolicyDef {
+        name: "limits".into(),
+        pattern: "^audit$".into(),
+        apply_to: PolicyTarget::Queues,
+        priority: -3,
+        definition,
+    }
 }
 
 async fn check(broker: &Broker) {
@@ -87,6 +109,13 @@ async fn check(broker: &Broker) {
     );
     assert_eq!(broker.queue_counts("work"), Some((31, 0)));
     assert_eq!(broker.queue_counts("audit"), Some((1, 0)));
+    assert_eq!(
+        broker.policies(),
+        [limits()],
+        "the policy set, not the one cleared"
+    );
+    let audit = broker.queues().into_iter().find(|q| q.name == "audit");
+    assert_eq!(audit.unwrap().policy.as_deref(), Some("limits"));
     let conn = broker.connect();
     let ch = conn.open_channel().unwrap();
     let first = ch.basic_get("work", false).unwrap().unwrap().delivery;

@@ -9,6 +9,7 @@ use crate::envelope::Envelope;
 use crate::error::{AmqpError, AmqpResult, ReplyCode};
 use crate::exchange::{Exchange, Target};
 use crate::field::FieldTable;
+use crate::policy;
 use crate::queue::{Queue, QueueArgs};
 use crate::storage::QueuedMessage;
 use crate::store::{BindingDef, DestinationKind, ExchangeDef, QueueDef, Removal};
@@ -88,12 +89,15 @@ impl<E: Envelope> State<E> {
                     existing.internal.to_string(),
                 ));
             }
-            let alternate = args.get_str("alternate-exchange").map(str::to_owned);
-            if existing.alternate != alternate {
+            // Compared with its own argument: a policy's alternate exchange is not part of
+            // the declaration.
+            let alternate = args.get_str("alternate-exchange");
+            let current = existing.arguments.get_str("alternate-exchange");
+            if current != alternate {
                 return Err(mismatch(
                     "alternate-exchange",
-                    alternate.unwrap_or_else(|| "none".into()),
-                    existing.alternate.clone().unwrap_or_else(|| "none".into()),
+                    alternate.unwrap_or("none").to_owned(),
+                    current.unwrap_or("none").to_owned(),
                 ));
             }
             return Ok(());
@@ -112,17 +116,19 @@ impl<E: Envelope> State<E> {
         }
         let name: Arc<str> = Arc::from(name);
         self.registry.routing_changed();
-        self.registry.exchanges.insert(
+        let mut exchange = Exchange::new(
             name.clone(),
-            Exchange::new(
-                name,
-                kind,
-                options.durable,
-                options.auto_delete,
-                options.internal,
-                args,
-            ),
+            kind,
+            options.durable,
+            options.auto_delete,
+            options.internal,
+            args,
         );
+        if let Some(policy) = self.policies.for_exchange(&name) {
+            exchange.policy = Some(Arc::from(policy.def.name.as_str()));
+            exchange.alternate = policy::alternate_exchange(&exchange.arguments, Some(policy));
+        }
+        self.registry.exchanges.insert(name, exchange);
         Ok(())
     }
 
@@ -351,9 +357,6 @@ impl<E: Envelope> State<E> {
             )));
         }
         let parsed = QueueArgs::parse(&name, &args)?;
-        if parsed.expires.is_some() {
-            self.work.timer_dirty = true;
-        }
         if options.durable && !options.exclusive {
             self.store.queue_declared(&QueueDef {
                 name: name.clone(),
@@ -364,9 +367,15 @@ impl<E: Envelope> State<E> {
         let key: Arc<str> = Arc::from(name.as_str());
         let owner = options.exclusive.then_some(conn);
         self.registry.routing_changed();
-        self.registry
-            .queues
-            .insert(key.clone(), Queue::new(key, options, owner, args, parsed));
+        let mut queue = Queue::new(key.clone(), options, owner, args, parsed);
+        if let Some(policy) = self.policies.for_queue(&key) {
+            queue.policy = Some(Arc::from(policy.def.name.as_str()));
+            queue.args = policy::queue_args(&queue.declared, &queue.raw_args, Some(policy));
+        }
+        if queue.args.expires.is_some() {
+            self.work.timer_dirty = true;
+        }
+        self.registry.queues.insert(key, queue);
         Ok(QueueDeclareOk {
             name,
             message_count: 0,

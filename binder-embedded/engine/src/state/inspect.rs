@@ -33,6 +33,7 @@ impl<E: Envelope> State<E> {
                 auto_delete: q.auto_delete,
                 exclusive: q.owner.is_some(),
                 arguments: q.raw_args.clone(),
+                policy: q.policy.as_deref().map(str::to_owned),
                 messages_ready: q.storage.len() as u64,
                 messages_unacknowledged: unacked.get(&q.name.as_ptr()).copied().unwrap_or(0),
                 message_bytes_ready: q.storage.bytes() as u64,
@@ -55,6 +56,7 @@ impl<E: Envelope> State<E> {
             internal: false,
             alternate_exchange: None,
             arguments: FieldTable::new(),
+            policy: None,
         }];
         let mut named: Vec<ExchangeInfo> = self
             .registry
@@ -68,6 +70,7 @@ impl<E: Envelope> State<E> {
                 internal: x.internal,
                 alternate_exchange: x.alternate.clone(),
                 arguments: x.arguments.clone(),
+                policy: x.policy.as_deref().map(str::to_owned),
             })
             .collect();
         named.sort_by(|a, b| a.name.cmp(&b.name));

@@ -25,6 +25,7 @@ mod expiry;
 mod inspect;
 mod operate;
 mod paging;
+mod policies;
 mod publish;
 mod recover;
 mod registry;
@@ -79,6 +80,8 @@ pub(crate) struct State<E: Envelope> {
     /// Read-backs that failed (each reported to a client or, for a dead letter, kept in the
     /// store).
     read_failures: u64,
+    /// The policies queues and exchanges follow ([`crate::policy`]).
+    policies: crate::policy::Policies,
 }
 
 /// A record as the store reads it: converted to the engine's types only when asked.
@@ -103,6 +106,7 @@ impl<E: Envelope> State<E> {
             pages: store.keeps_messages() && store.pages(),
             paged_in: 0,
             read_failures: 0,
+            policies: Default::default(),
             store,
             publication: 0,
             published: 0,

@@ -14,7 +14,7 @@ use crate::storage::QueuedMessage;
 use crate::store::{DestinationKind, MemoryStore, MessageStore, Recovered};
 
 impl<E: Envelope> State<E> {
-    /// Declares what the store kept (exchanges, queues, bindings, in that order) and puts
+    /// Declares what the store kept (policies, exchanges, queues, bindings, in that order) and puts
     /// its messages back in their queues in their arrival order, marked redelivered when
     /// they were delivered before. Nothing of it is reported back to the store, which holds
     /// it already. A message's TTL counts again from now.
@@ -30,6 +30,9 @@ impl<E: Envelope> State<E> {
         let connection = self.open_connection();
         let (sender, _) = events::queue();
         let channel = self.open_channel(connection, sender)?;
+        for p in recovered.policies {
+            self.set_policy(p)?;
+        }
         for x in recovered.exchanges {
             self.exchange_declare(&x.name, x.kind, x.options, x.arguments)?;
         }

@@ -11,7 +11,7 @@ use axum::extract::{ConnectInfo, Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use serde_json::{Map, Value, json};
 use stream_engine::{
-    BindingInfo, Broker, ExchangeInfo, Message, PublishOptions, PublishStatus, QueueInfo,
+    BindingInfo, Broker, ExchangeInfo, Message, PolicyDef, PublishOptions, PublishStatus, QueueInfo,
 };
 
 use super::Api;
@@ -112,8 +112,20 @@ fn rated(stats: Stats) -> Value {
     })
 }
 
-fn queue_json<E: WireEnvelope>(api: &Api<E>, vhost: &str, q: &QueueInfo) -> Value {
+/// A queue as RabbitMQ's API shows it; `policies` are its virtual host's (for the definition
+/// of the one it follows).
+fn queue_json<E: WireEnvelope>(
+    api: &Api<E>,
+    vhost: &str,
+    q: &QueueInfo,
+    policies: &[PolicyDef],
+) -> Value {
     let messages = q.messages_ready + q.messages_unacknowledged;
+    let effective = q
+        .policy
+        .as_deref()
+        .and_then(|name| policies.iter().find(|p| p.name == name))
+        .map_or_else(|| json!({}), |p| json::table(&p.definition));
     json!({
         "name": q.name,
         "vhost": vhost,
@@ -121,6 +133,9 @@ fn queue_json<E: WireEnvelope>(api: &Api<E>, vhost: &str, q: &QueueInfo) -> Valu
         "auto_delete": q.auto_delete,
         "exclusive": q.exclusive,
         "arguments": json::table(&q.arguments),
+        "policy": q.policy,
+        "operator_policy": null,
+        "effective_policy_definition": effective,
         "type": "classic",
         "state": "running",
         "node": api.node(),
@@ -134,7 +149,7 @@ fn queue_json<E: WireEnvelope>(api: &Api<E>, vhost: &str, q: &QueueInfo) -> Valu
 }
 
 fn exchange_json(vhost: &str, x: &ExchangeInfo) -> Value {
-    json!({
+    let mut out = json!({
         "name": x.name,
         "vhost": vhost,
         "type": x.kind.as_str(),
@@ -142,7 +157,12 @@ fn exchange_json(vhost: &str, x: &ExchangeInfo) -> Value {
         "auto_delete": x.auto_delete,
         "internal": x.internal,
         "arguments": json::table(&x.arguments),
-    })
+    });
+    // As RabbitMQ: present only when a policy applies.
+    if let Some(policy) = &x.policy {
+        out["policy"] = json!(policy);
+    }
+    out
 }
 
 pub(super) fn binding_json(vhost: &str, b: &BindingInfo) -> Value {
@@ -270,10 +290,11 @@ pub(crate) async fn vhost_queues<E: WireEnvelope>(
 }
 
 fn queues_of<E: WireEnvelope>(api: &Api<E>, vhost: &str, broker: &Broker<E>) -> Vec<Value> {
+    let policies = broker.policies();
     broker
         .queues()
         .iter()
-        .map(|q| queue_json(api, vhost, q))
+        .map(|q| queue_json(api, vhost, q, &policies))
         .collect()
 }
 
@@ -288,7 +309,7 @@ pub(crate) async fn queue<E: WireEnvelope>(
         .into_iter()
         .find(|q| q.name == name)
         .ok_or_else(ApiError::not_found)?;
-    Ok(Json(queue_json(&api, &vhost, &q)))
+    Ok(Json(queue_json(&api, &vhost, &q, &broker.policies())))
 }
 
 pub(crate) async fn purge<E: WireEnvelope>(

@@ -3,14 +3,15 @@
 //! exports and imports, so that a topology moves between stream-broker and a RabbitMQ cluster
 //! with `rabbitmqadmin export`/`import` or RabbitMQ's page.
 //!
-//! Export writes what RabbitMQ writes: every queue that no connection owns, every exchange
-//! but the default one and the `amq.` ones, and every binding between them; users with their
-//! `rabbit_password_hashing_sha256` hashes. Import declares queues, exchanges and bindings
-//! as their AMQP methods would, in the order RabbitMQ applies them, and stops at the first
-//! refusal, as RabbitMQ does (what was declared before it stays). Users, virtual hosts and
-//! permissions come from the server's configuration file: an import may list them only as
-//! configured, and policies and parameters are not supported; anything else is refused by
-//! name before anything is declared.
+//! Export writes what RabbitMQ writes: the policies, every queue that no connection owns,
+//! every exchange but the default one and the `amq.` ones, and every binding between them;
+//! users with their `rabbit_password_hashing_sha256` hashes. Import sets policies and
+//! declares queues, exchanges and bindings as their AMQP methods would, in the order RabbitMQ
+//! applies them, and stops at the first refusal, as RabbitMQ does (what was declared before
+//! it stays); a policy the broker would refuse is refused before anything is applied. Users,
+//! virtual hosts and permissions come from the server's configuration file: an import may
+//! list them only as configured, and parameters are not supported; anything else is refused
+//! by name before anything is declared.
 
 use std::collections::BTreeSet;
 
@@ -20,7 +21,7 @@ use axum::extract::{ConnectInfo, Path, State};
 use axum::http::{StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value, json};
-use stream_engine::{Broker, ExchangeKind, ExchangeOptions, FieldTable, QueueOptions};
+use stream_engine::{Broker, ExchangeKind, ExchangeOptions, FieldTable, PolicyDef, QueueOptions};
 
 use super::Api;
 use super::api::{body_object, read_body};
@@ -28,6 +29,7 @@ use super::error::ApiError;
 use super::health::Ctx;
 use super::json;
 use super::login::Login;
+use super::policies::policy_json;
 use super::users::{HASHING, permissions_json, user_json};
 use crate::auth::{PasswordHash, User};
 use crate::envelope::WireEnvelope;
@@ -148,8 +150,11 @@ pub(crate) async fn export_all<E: WireEnvelope>(
     let mut vhosts: Vec<&String> = api.shared.brokers().keys().collect();
     vhosts.sort();
     let (mut queues, mut exchanges, mut bindings) = (Vec::new(), Vec::new(), Vec::new());
+    let mut policies = Vec::new();
     for vhost in &vhosts {
-        let (q, x, b) = topology(vhost, &api.shared.brokers()[*vhost], true);
+        let broker = &api.shared.brokers()[*vhost];
+        policies.extend(broker.policies().iter().map(|p| policy_json(vhost, p)));
+        let (q, x, b) = topology(vhost, broker, true);
         queues.extend(q);
         exchanges.extend(x);
         bindings.extend(b);
@@ -165,7 +170,7 @@ pub(crate) async fn export_all<E: WireEnvelope>(
         "topic_permissions": [],
         "parameters": [],
         "global_parameters": [],
-        "policies": [],
+        "policies": policies,
         "queues": queues,
         "exchanges": exchanges,
         "bindings": bindings,
@@ -188,10 +193,16 @@ pub(crate) async fn export_vhost<E: WireEnvelope>(
         .get(&vhost)
         .ok_or_else(|| ApiError::bad_request("vhost_not_found"))?;
     let (queues, exchanges, bindings) = topology(&vhost, broker, false);
+    // RabbitMQ writes a policy's vhost even in one virtual host's definitions.
+    let policies: Vec<Value> = broker
+        .policies()
+        .iter()
+        .map(|p| policy_json(&vhost, p))
+        .collect();
     let definitions = json!({
         "rabbit_version": FORMAT_VERSION,
         "parameters": [],
-        "policies": [],
+        "policies": policies,
         "queues": queues,
         "exchanges": exchanges,
         "bindings": bindings,
@@ -204,6 +215,10 @@ pub(crate) async fn export_vhost<E: WireEnvelope>(
 /// A queue, exchange or binding to declare, read from a definitions file.
 #[derive(Debug)]
 enum Declaration {
+    Policy {
+        vhost: String,
+        policy: PolicyDef,
+    },
     Queue {
         vhost: String,
         name: String,
@@ -251,23 +266,26 @@ impl Declaration {
                 to_exchange: false,
                 ..
             } => destination.starts_with("amq."),
-            Declaration::Binding { .. } => false,
+            Declaration::Binding { .. } | Declaration::Policy { .. } => false,
         }
     }
 
     fn vhost(&self) -> &str {
         match self {
-            Declaration::Queue { vhost, .. }
+            Declaration::Policy { vhost, .. }
+            | Declaration::Queue { vhost, .. }
             | Declaration::Exchange { vhost, .. }
             | Declaration::Binding { vhost, .. } => vhost,
         }
     }
 
-    /// Why it cannot be declared whatever the broker holds: a name AMQP cannot carry, or
-    /// the default exchange (as `topology`'s checks of a `PUT` or `POST` say).
+    /// Why it cannot be declared whatever the broker holds: a name AMQP cannot carry, the
+    /// default exchange (as `topology`'s checks of a `PUT` or `POST` say), or a policy the
+    /// broker refuses.
     fn problem(&self) -> Option<String> {
         use super::topology::{exchange_name_problem, queue_name_problem, routing_key_problem};
         match self {
+            Declaration::Policy { policy, .. } => policy.validate().err().map(|e| e.text),
             Declaration::Queue { name, .. } => queue_name_problem(name),
             Declaration::Exchange { name, .. } => exchange_name_problem(name),
             Declaration::Binding {
@@ -382,13 +400,29 @@ fn entry_vhost(
     }
 }
 
-/// The queues, exchanges and bindings of a definitions file, read and checked, in the
-/// order they are declared (queues, exchanges, bindings, as RabbitMQ applies them).
+/// The policies, queues, exchanges and bindings of a definitions file, read and checked, in
+/// the order they are applied (RabbitMQ's).
 fn declarations(
     defs: &Map<String, Value>,
     only: Option<&str>,
 ) -> Result<Vec<(Origin, Declaration)>, ApiError> {
     let mut out = Vec::new();
+    const POLICY: &[&str] = &[
+        "vhost",
+        "name",
+        "pattern",
+        "apply-to",
+        "definition",
+        "priority",
+    ];
+    for (i, entry) in entries(defs, "policies")?.iter().enumerate() {
+        let map = fields("policies", i, entry, POLICY)?;
+        let vhost = entry_vhost("policies", i, map, only)?;
+        let name = text("policies", i, map, "name")?;
+        let policy = super::policies::parse(map, &vhost, name)
+            .map_err(|e| refused("policies", i, e.reason))?;
+        out.push((Origin("policies", i), Declaration::Policy { vhost, policy }));
+    }
     const QUEUE: &[&str] = &["name", "vhost", "durable", "auto_delete", "arguments"];
     for (i, entry) in entries(defs, "queues")?.iter().enumerate() {
         let map = fields("queues", i, entry, QUEUE)?;
@@ -535,12 +569,7 @@ fn as_configured<E: WireEnvelope>(
     if let Some(other) = defs.keys().find(|k| !KNOWN.contains(&k.as_str())) {
         return Err(ApiError::bad_request(format!("unknown section '{other}'")));
     }
-    for section in [
-        "topic_permissions",
-        "parameters",
-        "global_parameters",
-        "policies",
-    ] {
+    for section in ["topic_permissions", "parameters", "global_parameters"] {
         // RabbitMQ's export of a node carries the identity of the cluster it came from,
         // which names that cluster, not a setting for this one.
         let settings = entries(defs, section)?
@@ -698,6 +727,12 @@ fn declare<E: WireEnvelope>(api: &Api<E>, login: &Login, d: Declaration) -> Resu
     let conn = broker.connect();
     let ch = conn.open_channel()?;
     let what = match d {
+        Declaration::Policy { policy, .. } => {
+            let name = policy.name.clone();
+            broker
+                .set_policy(policy)
+                .map_err(|e| (format!("policy '{name}'"), e))
+        }
         Declaration::Queue {
             name,
             options,

@@ -26,6 +26,7 @@ mod json;
 mod listener_checks;
 mod login;
 mod nodes;
+mod policies;
 mod rates;
 mod sessions;
 mod topology;
@@ -145,13 +146,13 @@ fn router<E: WireEnvelope>(api: Arc<Api<E>>) -> Router {
                 .put(users::configured_in_the_file::<E>)
                 .delete(users::configured_in_the_file::<E>),
         )
-        .route("/api/policies", get(users::no_policies::<E>))
-        .route("/api/policies/{vhost}", get(users::no_vhost_policies::<E>))
+        .route("/api/policies", get(policies::all::<E>))
+        .route("/api/policies/{vhost}", get(policies::of_vhost::<E>))
         .route(
             "/api/policies/{vhost}/{name}",
-            get(users::no_policy::<E>)
-                .put(users::configured_in_the_file::<E>)
-                .delete(users::configured_in_the_file::<E>),
+            get(policies::one::<E>)
+                .put(policies::put::<E>)
+                .delete(policies::delete::<E>),
         )
         .route("/api/nodes/{name}", get(nodes::node::<E>))
         .route(

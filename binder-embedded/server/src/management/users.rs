@@ -1,8 +1,8 @@
 //! RabbitMQ's paths for users and permissions, read-only: `GET /api/users[/{name}]` and
 //! `GET /api/permissions[/{vhost}/{user}]`, for administrators. They come from the server's
 //! configuration file, so the paths that would change them (`PUT` and `DELETE` on users,
-//! permissions, virtual hosts and policies) answer 405 saying where they are configured,
-//! rather than 404.
+//! permissions and virtual hosts) answer 405 saying where they are configured, rather than
+//! 404.
 
 use axum::Json;
 use axum::extract::{ConnectInfo, Path, State};
@@ -101,7 +101,7 @@ pub(crate) async fn permission<E: WireEnvelope>(
         .ok_or_else(ApiError::not_found)
 }
 
-/// `PUT` or `DELETE` on a user, a permission, a virtual host or a policy: for an
+/// `PUT` or `DELETE` on a user, a permission or a virtual host: for an
 /// administrator (401 otherwise, as RabbitMQ answers), 405 naming where they are configured
 /// instead, with `Allow: GET`.
 pub(crate) async fn configured_in_the_file<E: WireEnvelope>(
@@ -114,38 +114,10 @@ pub(crate) async fn configured_in_the_file<E: WireEnvelope>(
         status: StatusCode::METHOD_NOT_ALLOWED,
         error: "method_not_allowed",
         reason: "stream-broker's users, permissions and virtual hosts come from its \
-                 configuration file ([[users]], vhosts), and it has no policies: change \
-                 the file and restart the server"
+                 configuration file ([[users]], vhosts): change the file and restart the \
+                 server"
             .into(),
         challenge: false,
     };
     ([(header::ALLOW, "GET")], refusal).into_response()
-}
-
-/// `GET /api/policies`: none (this broker has no policies; queue arguments do what they
-/// would).
-pub(crate) async fn no_policies<E: WireEnvelope>(
-    (State(api), ConnectInfo(peer), headers): Ctx<E>,
-) -> Result<Json<Value>, ApiError> {
-    api.login(&headers, peer)?;
-    Ok(Json(json!([])))
-}
-
-/// `GET /api/policies/{vhost}`: none, for a virtual host there is (404 otherwise, 401 for one
-/// the user may not see).
-pub(crate) async fn no_vhost_policies<E: WireEnvelope>(
-    (State(api), ConnectInfo(peer), headers): Ctx<E>,
-    Path(vhost): Path<String>,
-) -> Result<Json<Value>, ApiError> {
-    let login = api.login(&headers, peer)?;
-    api.broker(&login, &vhost)?;
-    Ok(Json(json!([])))
-}
-
-/// `GET /api/policies/{vhost}/{name}`: 404, there being no policies.
-pub(crate) async fn no_policy<E: WireEnvelope>(
-    (State(api), ConnectInfo(peer), headers): Ctx<E>,
-) -> Result<Json<Value>, ApiError> {
-    api.login(&headers, peer)?;
-    Err(ApiError::not_found())
 }

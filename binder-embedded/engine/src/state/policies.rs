@@ -1,0 +1,91 @@
+//! Setting and clearing policies, and applying them to the queues and exchanges they match.
+
+use std::sync::Arc;
+
+use tokio::time::Instant;
+
+use super::State;
+use crate::dead_letter::DeathReason;
+use crate::envelope::Envelope;
+use crate::error::{AmqpError, AmqpResult};
+use crate::policy::{self, Policy, PolicyDef};
+use crate::queue::Overflow;
+
+impl<E: Envelope> State<E> {
+    /// Adds or replaces a policy and applies it (and what it displaces) at once.
+    pub(crate) fn set_policy(&mut self, def: PolicyDef) -> AmqpResult<()> {
+        let policy = Policy::new(def)?;
+        self.store.policy_set(&policy.def);
+        self.policies.set(policy);
+        self.apply_policies();
+        Ok(())
+    }
+
+    /// Removes a policy; a 404 error if there is none of that name.
+    pub(crate) fn clear_policy(&mut self, name: &str) -> AmqpResult<()> {
+        if !self.policies.clear(name) {
+            return Err(AmqpError::not_found(format!(
+                "policy '{name}' in vhost '{}'",
+                self.config.vhost
+            )));
+        }
+        self.store.policy_cleared(name);
+        self.apply_policies();
+        Ok(())
+    }
+
+    pub(crate) fn policy_defs(&self) -> Vec<PolicyDef> {
+        self.policies.defs()
+    }
+
+    /// Brings every queue and exchange to the policy that now applies to it. A queue whose
+    /// limits dropped below its depth drops (dead-letters) its oldest messages at once unless
+    /// it rejects publishes on overflow; one whose `expires` changed counts it from now;
+    /// messages already queued keep the TTL they were given.
+    fn apply_policies(&mut self) {
+        let now = Instant::now();
+        let names: Vec<Arc<str>> = self.registry.queues.keys().cloned().collect();
+        for name in names {
+            let policy = self.policies.for_queue(&name);
+            let policy_name = policy.map(|p| Arc::<str>::from(p.def.name.as_str()));
+            let q = self.registry.queues.get_mut(&name).expect("listed above");
+            let args = policy::queue_args(&q.declared, &q.raw_args, policy);
+            q.policy = policy_name;
+            if args == q.args {
+                continue;
+            }
+            if args.expires != q.args.expires {
+                q.last_used = now;
+                self.work.timer_dirty = true;
+            }
+            q.args = args;
+            if q.args.overflow == Overflow::DropHead {
+                while q.over_limits() {
+                    let Some(head) = q.pop(&mut self.memory.used) else {
+                        break;
+                    };
+                    self.work
+                        .dying
+                        .push_back((head, q.name.clone(), DeathReason::MaxLen));
+                }
+            }
+            // A lower limit may let a publisher blocked by reject-publish in, a higher one
+            // may not; either way the queue's consumers may have more to take.
+            self.work.mark_dirty(name);
+        }
+        let mut routing = false;
+        for x in self.registry.exchanges.values_mut() {
+            let policy = self.policies.for_exchange(&x.name);
+            let alternate = policy::alternate_exchange(&x.arguments, policy);
+            x.policy = policy.map(|p| Arc::from(p.def.name.as_str()));
+            if alternate != x.alternate {
+                x.alternate = alternate;
+                routing = true;
+            }
+        }
+        if routing {
+            self.registry.routing_changed();
+        }
+        self.settle();
+    }
+}
