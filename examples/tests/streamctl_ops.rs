@@ -509,7 +509,68 @@ async fn with_rabbitmq_s_management_api_lists_everything() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    policy_round(&config, &management);
     drop(node);
+}
+
+/// `set_policy`, `list_policies` and `clear_policy` on the broker `config` names, through
+/// the management API at `management`; the queue `orders.g.dlq` follows the policy set (a
+/// management plugin shows it at its next statistics round: waited for up to 30 s).
+fn policy_round(config: &str, management: &str) {
+    let with = |args: &[&str]| {
+        let mut all = args.to_vec();
+        all.extend(["--config", config, "--management", management]);
+        streamctl(&all)
+    };
+    let out = with(&[
+        "set_policy",
+        "--apply-to",
+        "queues",
+        "--priority",
+        "2",
+        "cap",
+        "^orders\\.g\\.dlq$",
+        "{\"max-length\": 1000}",
+    ]);
+    assert_ok(&out);
+    assert_eq!(
+        text(&out),
+        "Setting policy \"cap\" for pattern \"^orders\\.g\\.dlq$\" to \"{\"max-length\": 1000}\" with priority \"2\" for vhost \"/\" ...\n"
+    );
+    let out = with(&["list_policies", "-q"]);
+    assert_ok(&out);
+    assert_eq!(
+        text(&out),
+        "vhost\tname\tpattern\tapply-to\tdefinition\tpriority\n/\tcap\t^orders\\.g\\.dlq$\tqueues\t{\"max-length\":1000}\t2\n"
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let out = with(&["list_queues", "-q", "name", "policy"]);
+        assert_ok(&out);
+        let listed = text(&out);
+        if listed.contains("orders.g.dlq\tcap\n") {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{listed}");
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
+    let out = with(&["set_policy", "bad", ".", "{max-length: 1}"]);
+    assert_eq!(out.status.code(), Some(1));
+    let said = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(
+        said.contains("the definition must be a JSON object"),
+        "{said}"
+    );
+    let out = with(&["clear_policy", "cap"]);
+    assert_ok(&out);
+    assert_eq!(text(&out), "Clearing policy \"cap\" on vhost \"/\" ...\n");
+    let out = with(&["clear_policy", "cap"]);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "no policy of that name any more"
+    );
+    assert_eq!(text(&with(&["list_policies", "-q"])), "");
 }
 
 /// A stream-broker on port 0 with its management API on port 0.
@@ -584,6 +645,7 @@ async fn with_stream_broker_s_management_api_lists_everything() {
     ] {
         assert!(listed.contains(row), "{row:?} in {listed}");
     }
+    policy_round(&config, &management);
     server.shutdown().await;
 }
 

@@ -240,6 +240,52 @@ async fn rabbitmqadmin_declares_publishes_gets_and_deletes() {
             !ok && format!("{out}{err}").contains("configuration file"),
             "{out}{err}"
         );
+        // Policies: declared, listed, applied, refused by name, deleted.
+        succeeds(
+            t,
+            port,
+            &[
+                "declare",
+                "policy",
+                "name=adm.limit",
+                "pattern=^adm\\.q$",
+                r#"definition={"max-length": 100}"#,
+                "priority=3",
+                "apply-to=queues",
+            ],
+            "policy declared",
+        );
+        let policies = listed(t, port, &["list", "policies"]);
+        assert_eq!(policies[0]["name"], "adm.limit", "{policies}");
+        assert_eq!(policies[0]["definition"]["max-length"], 100, "{policies}");
+        let queues = listed(t, port, &["list", "queues"]);
+        let adm = queues
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|q| q["name"] == "adm.q");
+        assert_eq!(adm.unwrap()["policy"], "adm.limit", "{queues}");
+        let (ok, out, err) = admin(
+            t,
+            port,
+            &[
+                "declare",
+                "policy",
+                "name=ha",
+                "pattern=.",
+                r#"definition={"ha-mode": "all"}"#,
+            ],
+        );
+        assert!(
+            !ok && format!("{out}{err}").contains("unsupported key 'ha-mode'"),
+            "{out}{err}"
+        );
+        succeeds(
+            t,
+            port,
+            &["delete", "policy", "name=adm.limit"],
+            "policy deleted",
+        );
         let nodes = listed(t, port, &["list", "nodes"]);
         assert_eq!(nodes.as_array().map(Vec::len), Some(1), "{nodes}");
         assert_eq!(nodes[0]["running"], true);

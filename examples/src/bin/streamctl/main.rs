@@ -78,6 +78,7 @@ mod definitions;
 mod dlq;
 mod listing;
 mod management;
+mod policies;
 
 use broker::{Target, TargetError};
 use listing::{Entity, Format};
@@ -209,6 +210,43 @@ enum Command {
         name: String,
         /// What the client is told.
         explanation: String,
+    },
+    /// Set (or replace) a policy in the virtual host: queues and exchanges whose names match
+    /// PATTERN take the definition's keys (needs a management API).
+    #[command(name = "set_policy")]
+    SetPolicy {
+        #[command(flatten)]
+        target: Target,
+        /// Among the policies matching a name, the highest priority applies.
+        #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
+        priority: i64,
+        /// What the policy applies to: queues, exchanges or all.
+        #[arg(long = "apply-to", default_value = "all", value_parser = ["queues", "exchanges", "all"])]
+        apply_to: String,
+        /// The policy's name.
+        name: String,
+        /// A regular expression searched for in queue and exchange names.
+        pattern: String,
+        /// The keys it sets, as a JSON object: '{"max-length": 1000, "dead-letter-exchange": "dlx"}'.
+        definition: String,
+    },
+    /// Clear a policy (needs a management API).
+    #[command(name = "clear_policy")]
+    ClearPolicy {
+        #[command(flatten)]
+        target: Target,
+        /// The policy's name.
+        name: String,
+    },
+    /// List the virtual host's policies: vhost name pattern apply-to definition priority
+    /// (needs a management API).
+    #[command(name = "list_policies")]
+    ListPolicies {
+        #[command(flatten)]
+        target: Target,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
     },
     /// Remove every ready message of a queue.
     #[command(name = "purge_queue")]
@@ -384,6 +422,28 @@ fn main() -> ExitCode {
             name,
             explanation,
         } => operate(async move { connections::close(&target, &name, &explanation) }),
+        Command::SetPolicy {
+            target,
+            priority,
+            apply_to,
+            name,
+            pattern,
+            definition,
+        } => operate(async move {
+            let spec = policies::PolicySpec {
+                pattern: &pattern,
+                definition: &definition,
+                priority,
+                apply_to: &apply_to,
+            };
+            policies::set(&target, &name, &spec)
+        }),
+        Command::ClearPolicy { target, name } => {
+            operate(async move { policies::clear(&target, &name) })
+        }
+        Command::ListPolicies { target, format } => {
+            operate(async move { policies::list(&target, format) })
+        }
         Command::PurgeQueue { target, queue } => operate(listing::purge(&target, &queue)),
         Command::ExportDefinitions { target, path } => {
             operate(async move { definitions::export(&target, &path) })

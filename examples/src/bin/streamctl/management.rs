@@ -158,6 +158,18 @@ impl Management {
         done(url, response)
     }
 
+    /// `PUT /api/<path>` with a JSON body; any 2xx status is success.
+    pub fn put(&self, path: &str, body: &[u8]) -> Result<(), ManagementError> {
+        let url = format!("{}/api/{path}", self.base);
+        let response = self
+            .agent
+            .put(&url)
+            .header("Authorization", &self.authorization)
+            .header("Content-Type", "application/json")
+            .send(body);
+        done(url, response)
+    }
+
     /// `DELETE /api/<path>` with more headers; any 2xx status is success.
     pub fn delete(&self, path: &str, headers: &[(&str, &str)]) -> Result<(), ManagementError> {
         let url = format!("{}/api/{path}", self.base);
