@@ -145,6 +145,11 @@ async fn definitions_move_between_stream_broker_and_rabbitmq() {
                 "/api/bindings/%2F/e/defs.x/e/defs.dlx",
                 json!({"routing_key": "b.*"}),
             ),
+            (
+                "PUT",
+                "/api/policies/%2F/defs.limit",
+                json!({"pattern": "^defs\\.q$", "definition": {"max-length": 5, "dead-letter-exchange": "defs.dlx"}, "priority": 1, "apply-to": "queues"}),
+            ),
         ] {
             let (status, body) = call(method, &format!("{ours}{path}"), Some(&body));
             assert!(
@@ -167,7 +172,14 @@ async fn definitions_move_between_stream_broker_and_rabbitmq() {
             "RabbitMQ refused stream-broker's definitions: {status} {body}"
         );
         let (_, theirs) = call("GET", &format!("{rabbit}/api/definitions"), None);
-        for section in ["queues", "exchanges", "bindings", "vhosts", "permissions"] {
+        for section in [
+            "queues",
+            "exchanges",
+            "bindings",
+            "vhosts",
+            "permissions",
+            "policies",
+        ] {
             assert_eq!(
                 sorted(&theirs, section),
                 sorted(&exported, section),
@@ -188,6 +200,14 @@ async fn definitions_move_between_stream_broker_and_rabbitmq() {
             Some(&json!({"durable": true, "arguments": {"x-message-ttl": 60000}})),
         );
         assert!(status < 300, "{status} {body}");
+        let (status, body) = call(
+            "PUT",
+            &format!("{rabbit}/api/policies/%2F/from.rabbit.ttl"),
+            Some(
+                &json!({"pattern": "^from\\.", "definition": {"message-ttl": 30000}, "apply-to": "queues"}),
+            ),
+        );
+        assert!(status < 300, "{status} {body}");
         let (_, vhost) = call("GET", &format!("{rabbit}/api/definitions/%2F"), None);
         let (status, body) = call("POST", &format!("{ours}/api/definitions/%2F"), Some(&vhost));
         assert_eq!(
@@ -203,8 +223,12 @@ async fn definitions_move_between_stream_broker_and_rabbitmq() {
             ),
             (json!(true), json!(60000))
         );
+        assert_eq!(
+            q["policy"], "from.rabbit.ttl",
+            "RabbitMQ's policy came along"
+        );
         let (_, back) = call("GET", &format!("{ours}/api/definitions/%2F"), None);
-        for section in ["queues", "exchanges", "bindings"] {
+        for section in ["queues", "exchanges", "bindings", "policies"] {
             assert_eq!(sorted(&back, section), sorted(&vhost, section), "{section}");
         }
         // And RabbitMQ's export of the whole node (its `internal_cluster_id` left aside):
