@@ -318,7 +318,8 @@ impl<E: Envelope> Broker<E> {
         self.shared.lock().queue_infos()
     }
 
-    /// Adds a policy, or replaces the one of the same name, and applies it at once to the
+    /// Adds a policy, or replaces the one of the same name (the answer says which: `true`
+    /// when it replaced one), and applies it at once to the
     /// queues and exchanges it matches (see [`PolicyDef`] for what it may set and how it
     /// combines with their own arguments). A queue whose new limits are below its depth
     /// drops or dead-letters its oldest messages now (unless it rejects publishes on
@@ -349,8 +350,10 @@ impl<E: Envelope> Broker<E> {
     /// assert_eq!(broker.queues()[0].policy.as_deref(), Some("short"));
     /// # }
     /// ```
-    pub fn set_policy(&self, policy: PolicyDef) -> AmqpResult<()> {
-        self.shared.with(|s| s.set_policy(policy))
+    pub fn set_policy(&self, policy: PolicyDef) -> AmqpResult<bool> {
+        // Validated and compiled before the lock: publishers do not wait for it.
+        let policy = crate::policy::Policy::new(policy)?;
+        Ok(self.shared.with(|s| s.set_policy(policy)))
     }
 
     /// Removes a policy and applies what now applies instead; a `NOT_FOUND` error if there

@@ -21,6 +21,8 @@ pub struct QueueInfo {
     pub arguments: FieldTable,
     /// The policy it follows ([`Broker::set_policy`](crate::Broker::set_policy)), if any.
     pub policy: Option<String>,
+    /// That policy's definition, taken in the same snapshot (empty without one).
+    pub policy_definition: FieldTable,
     /// Messages ready for delivery.
     pub messages_ready: u64,
     /// Deliveries not yet acknowledged.

@@ -16,7 +16,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use regex::Regex;
+use fancy_regex::Regex;
 
 use crate::error::{AmqpError, AmqpResult};
 use crate::field::{FieldTable, FieldValue};
@@ -115,6 +115,9 @@ impl PolicyDef {
     }
 }
 
+/// The longest pattern taken, in bytes (names are at most 255).
+pub const MAX_PATTERN: usize = 4096;
+
 /// The keys a policy may set.
 pub const POLICY_KEYS: &[&str] = &[
     "alternate-exchange",
@@ -179,6 +182,11 @@ impl Policy {
         if name.is_empty() {
             return Err(AmqpError::precondition("a policy needs a name"));
         }
+        if def.pattern.len() > MAX_PATTERN {
+            return Err(AmqpError::precondition(format!(
+                "the pattern of policy '{name}' is over {MAX_PATTERN} bytes"
+            )));
+        }
         let regex = Regex::new(&def.pattern).map_err(|e| {
             AmqpError::precondition(format!(
                 "invalid pattern '{}' in policy '{name}': {e}",
@@ -239,8 +247,10 @@ impl Policy {
         })
     }
 
+    /// Whether the pattern matches `name`. A match that gives up (a pattern backtracking
+    /// beyond the engine's limit on this name) counts as none.
     fn matches(&self, name: &str) -> bool {
-        self.regex.is_match(name)
+        self.regex.is_match(name).unwrap_or(false)
     }
 }
 
@@ -252,9 +262,9 @@ pub(crate) struct Policies {
 }
 
 impl Policies {
-    /// Adds or replaces a policy (by name).
-    pub fn set(&mut self, policy: Policy) {
-        self.list.retain(|p| p.def.name != policy.def.name);
+    /// Adds or replaces a policy (by name); whether it replaced one.
+    pub fn set(&mut self, policy: Policy) -> bool {
+        let replaced = self.clear(&policy.def.name);
         self.list.push(policy);
         self.list.sort_by(|a, b| {
             b.def
@@ -262,6 +272,7 @@ impl Policies {
                 .cmp(&a.def.priority)
                 .then_with(|| a.def.name.cmp(&b.def.name))
         });
+        replaced
     }
 
     /// Removes a policy; whether there was one of that name.
@@ -269,6 +280,14 @@ impl Policies {
         let before = self.list.len();
         self.list.retain(|p| p.def.name != name);
         self.list.len() != before
+    }
+
+    /// The definition of the policy `name`.
+    pub fn definition(&self, name: &str) -> Option<&FieldTable> {
+        self.list
+            .iter()
+            .find(|p| p.def.name == name)
+            .map(|p| &p.def.definition)
     }
 
     /// Every policy, by name.
@@ -364,7 +383,12 @@ mod tests {
         let s = |t: &str| FieldValue::String(t.to_owned());
         assert_eq!(
             refusal(def("p", "(", 0, &[("max-length", int(1))])),
-            "invalid pattern '(' in policy 'p': regex parse error:\n    (\n    ^\nerror: unclosed group"
+            "invalid pattern '(' in policy 'p': Parsing error at position 1: Opening parenthesis without closing parenthesis"
+        );
+        let long = "a".repeat(MAX_PATTERN + 1);
+        assert_eq!(
+            refusal(def("p", &long, 0, &[("max-length", int(1))])),
+            "the pattern of policy 'p' is over 4096 bytes"
         );
         assert_eq!(
             refusal(def("p", ".", 0, &[("ha-mode", s("all"))])),
@@ -413,6 +437,23 @@ mod tests {
                 .collect::<Vec<_>>(),
             ["a", "b", "low"]
         );
+    }
+
+    #[test]
+    fn patterns_are_searched_for_with_pcre_s_look_around_and_flags() {
+        let one = [("max-length", FieldValue::I64(1))];
+        let matches = |pattern: &str, name: &str| {
+            Policy::new(def("p", pattern, 0, &one))
+                .unwrap()
+                .matches(name)
+        };
+        // RabbitMQ's documented pattern for "everything but the broker's own".
+        assert!(matches("^(?!amq\\.).*", "orders"));
+        assert!(!matches("^(?!amq\\.).*", "amq.gen-1"));
+        assert!(matches("(?i)^ORDERS", "orders.dlq"));
+        assert!(matches("dlq", "orders.dlq"), "unanchored");
+        assert!(!matches("^dlq$", "orders.dlq"));
+        assert!(matches("^\\p{L}+$", "zamówienia"));
     }
 
     #[test]

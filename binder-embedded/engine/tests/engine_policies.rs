@@ -353,3 +353,118 @@ async fn bad_policies_are_refused_by_name_and_change_nothing() {
     assert!(broker.policies().is_empty());
     assert_eq!(broker.queues()[0].policy, None);
 }
+
+#[tokio::test]
+async fn an_alternate_exchange_set_after_routes_were_kept_takes_the_next_unroutable_message() {
+    let (broker, _c, ch) = open();
+    ch.exchange_declare(
+        "events",
+        ExchangeKind::Direct,
+        ExchangeOptions::default(),
+        FieldTable::new(),
+    )
+    .unwrap();
+    ch.exchange_declare(
+        "ae",
+        ExchangeKind::Fanout,
+        ExchangeOptions::default(),
+        FieldTable::new(),
+    )
+    .unwrap();
+    declare(&ch, "unrouted");
+    ch.queue_bind("unrouted", "ae", "", FieldTable::new())
+        .unwrap();
+    // The same key twice: the engine keeps the (empty) route of a key-routed exchange.
+    publish(&ch, "events", "nobody", "1").await;
+    publish(&ch, "events", "nobody", "2").await;
+    broker
+        .set_policy(policy(
+            "ae",
+            "^events$",
+            PolicyTarget::Exchanges,
+            &[("alternate-exchange", "ae".into())],
+        ))
+        .unwrap();
+    publish(&ch, "events", "nobody", "3").await;
+    assert_eq!(
+        drain(&ch, "unrouted"),
+        ["3"],
+        "the kept route was dropped with the change"
+    );
+}
+
+#[tokio::test]
+async fn a_byte_limit_with_reject_publish_dlx_from_a_policy_dead_letters_what_it_refuses() {
+    let (broker, _c, ch) = open();
+    dead_letter_target(&ch, "dlx", "dlq");
+    declare_with(&ch, "q", args(&[("x-dead-letter-exchange", "dlx".into())]));
+    broker
+        .set_policy(policy(
+            "bytes",
+            "^q$",
+            PolicyTarget::Queues,
+            &[
+                ("max-length-bytes", FieldValue::I32(5)),
+                ("overflow", "reject-publish-dlx".into()),
+            ],
+        ))
+        .unwrap();
+    let confirm = conn_confirming(&broker);
+    for body in ["abc", "de", "f"] {
+        let outcome = confirm
+            .basic_publish("", "q", PublishOptions::default(), msg(body))
+            .await
+            .unwrap();
+        assert_eq!(outcome.is_ack(), body != "f", "{body}");
+    }
+    assert_eq!(drain(&ch, "q"), ["abc", "de"]);
+    assert_eq!(drain(&ch, "dlq"), ["f"]);
+    confirm.close();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_queue_whose_policy_changes_counts_its_expiry_from_the_change() {
+    let (broker, _c, ch) = open();
+    declare(&ch, "idle");
+    let expire = |name: &str, ttl: i32| {
+        policy(
+            name,
+            "^idle$",
+            PolicyTarget::Queues,
+            &[
+                ("expires", FieldValue::I32(5000)),
+                ("message-ttl", FieldValue::I32(ttl)),
+            ],
+        )
+    };
+    broker.set_policy(expire("expire", 1000)).unwrap();
+    tokio::time::sleep(Duration::from_millis(4000)).await;
+    // The same expiry, another policy: RabbitMQ starts the expiry again.
+    assert!(
+        !broker.set_policy(expire("expire.too", 2000)).unwrap(),
+        "a new one"
+    );
+    broker
+        .set_policy(PolicyDef {
+            priority: 1,
+            ..expire("expire.too", 2000)
+        })
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(4000)).await;
+    assert!(broker.queue_counts("idle").is_some(), "5 s from the change");
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    assert!(broker.queue_counts("idle").is_none());
+}
+
+#[tokio::test]
+async fn setting_a_policy_says_whether_it_replaced_one() {
+    let (broker, _c, _ch) = open();
+    let p = policy(
+        "p",
+        ".",
+        PolicyTarget::All,
+        &[("max-length", FieldValue::I32(1))],
+    );
+    assert!(!broker.set_policy(p.clone()).unwrap());
+    assert!(broker.set_policy(p).unwrap());
+}

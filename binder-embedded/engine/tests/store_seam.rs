@@ -929,3 +929,31 @@ async fn policies_reach_the_store_and_apply_again_after_a_restart() {
     let head = ch.basic_get("work", true).unwrap().unwrap().delivery;
     assert_eq!(text(&head), "three");
 }
+
+#[tokio::test]
+async fn a_kept_policy_the_broker_refuses_is_cleared_rather_than_stopping_the_start() {
+    let store = RecordingStore::default();
+    let mut refused = max_length("old", "^work$", 2);
+    refused
+        .definition
+        .insert("ha-mode", FieldValue::from("all"));
+    {
+        let mut kept = store.kept();
+        kept.policies.insert("old".into(), refused);
+        kept.policies
+            .insert("short".into(), max_length("short", "^work$", 1));
+        kept.queues.insert(
+            "work".into(),
+            QueueDef {
+                name: "work".into(),
+                options: durable(),
+                arguments: FieldTable::new(),
+            },
+        );
+    }
+    let broker = broker(&store);
+    assert_eq!(broker.policies(), [max_length("short", "^work$", 1)]);
+    assert_eq!(broker.queues()[0].policy.as_deref(), Some("short"));
+    assert_eq!(store.calls(), [Call::PolicyCleared("old".into())]);
+    assert_eq!(store.kept().policies.len(), 1);
+}

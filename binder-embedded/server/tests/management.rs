@@ -2763,10 +2763,21 @@ async fn policies_are_set_listed_applied_and_cleared_over_http() {
     assert_eq!(ok(&f, "/api/policies", GUEST).await, json!([]));
     assert_eq!(ok(&f, "/api/policies", PM).await, json!([]));
     for auth in [MGMT, MON] {
-        let r = get(&f, "/api/policies", auth).await;
-        assert_eq!(r.status, 401, "only policymakers and administrators");
-        assert_eq!(r.json()["reason"], "User not authorised to access object");
+        // 401 whether or not the virtual host exists: nothing is told of it.
+        for path in [
+            "/api/policies",
+            "/api/policies/%2F/p",
+            "/api/policies/nowhere/p",
+        ] {
+            let r = get(&f, path, auth).await;
+            assert_eq!(
+                r.status, 401,
+                "only policymakers and administrators: {path}"
+            );
+            assert_eq!(r.json()["reason"], "User not authorised to access object");
+        }
     }
+    assert_eq!(get(&f, "/api/policies/nowhere/p", PM).await.status, 404);
     let (_conn, ch) = topology(&f).await;
     for body in ["1", "2", "3"] {
         ch.basic_publish(

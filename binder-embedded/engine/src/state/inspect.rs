@@ -34,6 +34,12 @@ impl<E: Envelope> State<E> {
                 exclusive: q.owner.is_some(),
                 arguments: q.raw_args.clone(),
                 policy: q.policy.as_deref().map(str::to_owned),
+                policy_definition: q
+                    .policy
+                    .as_deref()
+                    .and_then(|name| self.policies.definition(name))
+                    .cloned()
+                    .unwrap_or_default(),
                 messages_ready: q.storage.len() as u64,
                 messages_unacknowledged: unacked.get(&q.name.as_ptr()).copied().unwrap_or(0),
                 message_bytes_ready: q.storage.bytes() as u64,

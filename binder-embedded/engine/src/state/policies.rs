@@ -12,13 +12,13 @@ use crate::policy::{self, Policy, PolicyDef};
 use crate::queue::Overflow;
 
 impl<E: Envelope> State<E> {
-    /// Adds or replaces a policy and applies it (and what it displaces) at once.
-    pub(crate) fn set_policy(&mut self, def: PolicyDef) -> AmqpResult<()> {
-        let policy = Policy::new(def)?;
+    /// Adds or replaces a policy (validated and compiled before the lock was taken) and
+    /// applies it, and what it displaces, at once; whether it replaced one.
+    pub(crate) fn set_policy(&mut self, policy: Policy) -> bool {
         self.store.policy_set(&policy.def);
-        self.policies.set(policy);
+        let replaced = self.policies.set(policy);
         self.apply_policies();
-        Ok(())
+        replaced
     }
 
     /// Removes a policy; a 404 error if there is none of that name.
@@ -40,7 +40,7 @@ impl<E: Envelope> State<E> {
 
     /// Brings every queue and exchange to the policy that now applies to it. A queue whose
     /// limits dropped below its depth drops (dead-letters) its oldest messages at once unless
-    /// it rejects publishes on overflow; one whose `expires` changed counts it from now;
+    /// it rejects publishes on overflow; one with an `expires` counts it from the change;
     /// messages already queued keep the TTL they were given.
     fn apply_policies(&mut self) {
         let now = Instant::now();
@@ -50,11 +50,13 @@ impl<E: Envelope> State<E> {
             let policy_name = policy.map(|p| Arc::<str>::from(p.def.name.as_str()));
             let q = self.registry.queues.get_mut(&name).expect("listed above");
             let args = policy::queue_args(&q.declared, &q.raw_args, policy);
+            let changed = q.policy != policy_name || args != q.args;
             q.policy = policy_name;
-            if args == q.args {
+            if !changed {
                 continue;
             }
-            if args.expires != q.args.expires {
+            // As RabbitMQ, a queue whose policy changed counts its expiry from now.
+            if args.expires.is_some() {
                 q.last_used = now;
                 self.work.timer_dirty = true;
             }

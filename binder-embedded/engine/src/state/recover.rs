@@ -10,6 +10,7 @@ use crate::envelope::Envelope;
 use crate::error::AmqpResult;
 use crate::events;
 use crate::memory;
+use crate::policy::Policy;
 use crate::storage::QueuedMessage;
 use crate::store::{DestinationKind, MemoryStore, MessageStore, Recovered};
 
@@ -18,20 +19,37 @@ impl<E: Envelope> State<E> {
     /// its messages back in their queues in their arrival order, marked redelivered when
     /// they were delivered before. Nothing of it is reported back to the store, which holds
     /// it already. A message's TTL counts again from now.
+    ///
+    /// A kept policy this broker no longer accepts (its pattern or a key refused, as a later
+    /// version might) is left out with a warning and cleared from the store, rather than
+    /// keeping the broker from starting.
     pub(crate) fn recover(&mut self, recovered: Recovered) -> AmqpResult<()> {
         let store: Arc<dyn MessageStore> =
             std::mem::replace(&mut self.store, Arc::new(MemoryStore));
-        let result = self.rebuild(recovered);
+        let mut refused = Vec::new();
+        let result = self.rebuild(recovered, &mut refused);
         self.store = store;
+        for name in refused {
+            self.store.policy_cleared(&name);
+        }
         result
     }
 
-    fn rebuild(&mut self, recovered: Recovered) -> AmqpResult<()> {
+    fn rebuild(&mut self, recovered: Recovered, refused: &mut Vec<String>) -> AmqpResult<()> {
         let connection = self.open_connection();
         let (sender, _) = events::queue();
         let channel = self.open_channel(connection, sender)?;
-        for p in recovered.policies {
-            self.set_policy(p)?;
+        for def in recovered.policies {
+            let name = def.name.clone();
+            match Policy::new(def) {
+                Ok(policy) => {
+                    self.set_policy(policy);
+                }
+                Err(e) => {
+                    tracing::warn!(vhost = %self.config.vhost, policy = %name, reason = %e.text, "a kept policy is refused and cleared");
+                    refused.push(name);
+                }
+            }
         }
         for x in recovered.exchanges {
             self.exchange_declare(&x.name, x.kind, x.options, x.arguments)?;

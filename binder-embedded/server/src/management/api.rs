@@ -11,7 +11,7 @@ use axum::extract::{ConnectInfo, Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use serde_json::{Map, Value, json};
 use stream_engine::{
-    BindingInfo, Broker, ExchangeInfo, Message, PolicyDef, PublishOptions, PublishStatus, QueueInfo,
+    BindingInfo, Broker, ExchangeInfo, Message, PublishOptions, PublishStatus, QueueInfo,
 };
 
 use super::Api;
@@ -112,20 +112,9 @@ fn rated(stats: Stats) -> Value {
     })
 }
 
-/// A queue as RabbitMQ's API shows it; `policies` are its virtual host's (for the definition
-/// of the one it follows).
-fn queue_json<E: WireEnvelope>(
-    api: &Api<E>,
-    vhost: &str,
-    q: &QueueInfo,
-    policies: &[PolicyDef],
-) -> Value {
+/// A queue as RabbitMQ's API shows it.
+fn queue_json<E: WireEnvelope>(api: &Api<E>, vhost: &str, q: &QueueInfo) -> Value {
     let messages = q.messages_ready + q.messages_unacknowledged;
-    let effective = q
-        .policy
-        .as_deref()
-        .and_then(|name| policies.iter().find(|p| p.name == name))
-        .map_or_else(|| json!({}), |p| json::table(&p.definition));
     json!({
         "name": q.name,
         "vhost": vhost,
@@ -135,7 +124,7 @@ fn queue_json<E: WireEnvelope>(
         "arguments": json::table(&q.arguments),
         "policy": q.policy,
         "operator_policy": null,
-        "effective_policy_definition": effective,
+        "effective_policy_definition": json::table(&q.policy_definition),
         "type": "classic",
         "state": "running",
         "node": api.node(),
@@ -290,11 +279,10 @@ pub(crate) async fn vhost_queues<E: WireEnvelope>(
 }
 
 fn queues_of<E: WireEnvelope>(api: &Api<E>, vhost: &str, broker: &Broker<E>) -> Vec<Value> {
-    let policies = broker.policies();
     broker
         .queues()
         .iter()
-        .map(|q| queue_json(api, vhost, q, &policies))
+        .map(|q| queue_json(api, vhost, q))
         .collect()
 }
 
@@ -309,7 +297,7 @@ pub(crate) async fn queue<E: WireEnvelope>(
         .into_iter()
         .find(|q| q.name == name)
         .ok_or_else(ApiError::not_found)?;
-    Ok(Json(queue_json(&api, &vhost, &q, &broker.policies())))
+    Ok(Json(queue_json(&api, &vhost, &q)))
 }
 
 pub(crate) async fn purge<E: WireEnvelope>(

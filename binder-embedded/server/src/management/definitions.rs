@@ -731,6 +731,7 @@ fn declare<E: WireEnvelope>(api: &Api<E>, login: &Login, d: Declaration) -> Resu
             let name = policy.name.clone();
             broker
                 .set_policy(policy)
+                .map(drop)
                 .map_err(|e| (format!("policy '{name}'"), e))
         }
         Declaration::Queue {

@@ -9,8 +9,9 @@ use axum::body::Body;
 use axum::extract::{ConnectInfo, Path, State};
 use axum::http::StatusCode;
 use serde_json::{Map, Value, json};
-use stream_engine::{PolicyDef, PolicyTarget};
+use stream_engine::{Broker, PolicyDef, PolicyTarget};
 
+use super::Api;
 use super::api::{BODY_LIMIT, body_object, read_body, same_as_path};
 use super::error::ApiError;
 use super::health::Ctx;
@@ -66,18 +67,31 @@ pub(crate) async fn all<E: WireEnvelope>(
     Ok(Json(Value::Array(sorted(list))))
 }
 
+/// The broker of `vhost` whose policies the user may see and change: 401 for a user who may
+/// not (whether or not the virtual host exists, so as to tell nothing of it), then 404 for a
+/// virtual host there is not.
+fn policies_of<'a, E: WireEnvelope>(
+    api: &'a Api<E>,
+    login: &Login,
+    vhost: &str,
+) -> Result<&'a Broker<E>, ApiError> {
+    policymaker(login, None)?;
+    let broker = api
+        .shared
+        .brokers()
+        .get(vhost)
+        .ok_or_else(ApiError::not_found)?;
+    policymaker(login, Some(vhost))?;
+    Ok(broker)
+}
+
 /// `GET /api/policies/{vhost}`.
 pub(crate) async fn of_vhost<E: WireEnvelope>(
     (State(api), ConnectInfo(peer), headers): Ctx<E>,
     Path(vhost): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     let login = api.login(&headers, peer)?;
-    let broker = api
-        .shared
-        .brokers()
-        .get(&vhost)
-        .ok_or_else(ApiError::not_found)?;
-    policymaker(&login, Some(&vhost))?;
+    let broker = policies_of(&api, &login, &vhost)?;
     let list = broker.policies().into_iter().map(|p| (vhost.clone(), p));
     Ok(Json(Value::Array(sorted(list.collect()))))
 }
@@ -88,12 +102,7 @@ pub(crate) async fn one<E: WireEnvelope>(
     Path((vhost, name)): Path<(String, String)>,
 ) -> Result<Json<Value>, ApiError> {
     let login = api.login(&headers, peer)?;
-    let broker = api
-        .shared
-        .brokers()
-        .get(&vhost)
-        .ok_or_else(ApiError::not_found)?;
-    policymaker(&login, Some(&vhost))?;
+    let broker = policies_of(&api, &login, &vhost)?;
     broker
         .policies()
         .into_iter()
@@ -165,18 +174,12 @@ pub(crate) async fn put<E: WireEnvelope>(
     body: Body,
 ) -> Result<StatusCode, ApiError> {
     let login = api.login(&headers, peer)?;
-    let broker = api
-        .shared
-        .brokers()
-        .get(&vhost)
-        .ok_or_else(ApiError::not_found)?;
-    policymaker(&login, Some(&vhost))?;
+    let broker = policies_of(&api, &login, &vhost)?;
     let body = read_body(body, BODY_LIMIT).await?;
     let policy = parse(&body_object(&body)?, &vhost, &name)?;
-    let existed = broker.policies().iter().any(|p| p.name == name);
-    broker.set_policy(policy)?;
+    let replaced = broker.set_policy(policy)?;
     tracing::info!(%vhost, policy = %name, user = %login.user.name, "policy set");
-    Ok(if existed {
+    Ok(if replaced {
         StatusCode::NO_CONTENT
     } else {
         StatusCode::CREATED
@@ -189,12 +192,7 @@ pub(crate) async fn delete<E: WireEnvelope>(
     Path((vhost, name)): Path<(String, String)>,
 ) -> Result<StatusCode, ApiError> {
     let login = api.login(&headers, peer)?;
-    let broker = api
-        .shared
-        .brokers()
-        .get(&vhost)
-        .ok_or_else(ApiError::not_found)?;
-    policymaker(&login, Some(&vhost))?;
+    let broker = policies_of(&api, &login, &vhost)?;
     broker.clear_policy(&name)?;
     tracing::info!(%vhost, policy = %name, user = %login.user.name, "policy cleared");
     Ok(StatusCode::NO_CONTENT)
