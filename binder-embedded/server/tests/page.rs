@@ -18,7 +18,9 @@ use std::time::Duration;
 use base64::Engine as _;
 use serde_json::{Value, json};
 use stream_broker::ManagementConfig;
-use stream_engine::{Broker, FieldTable, Message, PublishOptions, QueueOptions};
+use stream_engine::{
+    Broker, FieldTable, FieldValue, Message, PolicyDef, PolicyTarget, PublishOptions, QueueOptions,
+};
 
 fn required() -> bool {
     std::env::var("REQUIRE_CLIENTS").is_ok_and(|v| v == "1")
@@ -290,6 +292,17 @@ async fn the_page_shows_queues_and_redrives_and_purges_dead_letters_and_closes_c
         .unwrap();
     }
     assert_eq!(broker.queue_counts("orders.dlq"), Some((4, 0)));
+    let mut limit = FieldTable::new();
+    limit.insert("max-length", FieldValue::I64(1000));
+    broker
+        .set_policy(PolicyDef {
+            name: "orders-limit".into(),
+            pattern: "^orders$".into(),
+            apply_to: PolicyTarget::Queues,
+            priority: 0,
+            definition: limit,
+        })
+        .unwrap();
 
     let driver = Driver::start().await;
     driver.go(&format!("http://{api}/")).await;
@@ -302,6 +315,15 @@ async fn the_page_shows_queues_and_redrives_and_purges_dead_letters_and_closes_c
             "document.querySelector('tr[data-queue=\"orders\"] td.ready')?.textContent === '3'",
         )
         .await;
+    assert_eq!(
+        driver
+            .script(
+                "return document.querySelector('tr[data-queue=\"orders\"] td.policy').textContent"
+            )
+            .await,
+        json!("orders-limit"),
+        "the queue's policy"
+    );
     driver
         .until("the dead letters", &format!("{} === 4", rows("orders.dlq")))
         .await;
