@@ -1,5 +1,6 @@
 //! Queues: declared attributes, parsed `x-` arguments, storage and consumers.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,6 +12,7 @@ use super::storage::{
     FifoStorage, HOLD_AFTER, PriorityStorage, QueueStorage, QueuedMessage, RUN_SLOT,
 };
 use super::types::QueueOptions;
+use crate::dead_letter::DeathReason;
 use crate::envelope::Envelope;
 use crate::memory;
 
@@ -343,6 +345,22 @@ impl<E: Envelope> Queue<E> {
                 .args
                 .max_length_bytes
                 .is_some_and(|max| self.storage.bytes() + extra_bytes > max)
+    }
+
+    /// Takes the oldest messages off while the queue is over its limits, for `dying` to
+    /// drop or dead-letter them (`maxlen`); `used` counts what they hold as [`Self::pop`]
+    /// does.
+    pub(crate) fn drop_over_limits(
+        &mut self,
+        used: &mut usize,
+        dying: &mut VecDeque<(QueuedMessage<E>, Arc<str>, DeathReason)>,
+    ) {
+        while self.over_limits() {
+            let Some(head) = self.pop(used) else {
+                break;
+            };
+            dying.push_back((head, self.name.clone(), DeathReason::MaxLen));
+        }
     }
 
     /// Whether the queue is over its limits right now.

@@ -219,26 +219,25 @@ async fn an_expires_policy_deletes_an_unused_queue_counting_from_when_it_was_set
     assert!(broker.queue_counts("idle").is_none());
 }
 
+/// A direct exchange `events` without bindings, and a fanout `ae` that routes to the queue
+/// `unrouted`.
+fn events_and_alternate(ch: &Channel) {
+    for (name, kind) in [
+        ("events", ExchangeKind::Direct),
+        ("ae", ExchangeKind::Fanout),
+    ] {
+        ch.exchange_declare(name, kind, ExchangeOptions::default(), FieldTable::new())
+            .unwrap();
+    }
+    declare(ch, "unrouted");
+    ch.queue_bind("unrouted", "ae", "", FieldTable::new())
+        .unwrap();
+}
+
 #[tokio::test]
 async fn an_alternate_exchange_from_a_policy_takes_unroutable_messages() {
     let (broker, _c, ch) = open();
-    ch.exchange_declare(
-        "events",
-        ExchangeKind::Direct,
-        ExchangeOptions::default(),
-        FieldTable::new(),
-    )
-    .unwrap();
-    ch.exchange_declare(
-        "ae",
-        ExchangeKind::Fanout,
-        ExchangeOptions::default(),
-        FieldTable::new(),
-    )
-    .unwrap();
-    declare(&ch, "unrouted");
-    ch.queue_bind("unrouted", "ae", "", FieldTable::new())
-        .unwrap();
+    events_and_alternate(&ch);
     broker
         .set_policy(policy(
             "ae",
@@ -357,23 +356,7 @@ async fn bad_policies_are_refused_by_name_and_change_nothing() {
 #[tokio::test]
 async fn an_alternate_exchange_set_after_routes_were_kept_takes_the_next_unroutable_message() {
     let (broker, _c, ch) = open();
-    ch.exchange_declare(
-        "events",
-        ExchangeKind::Direct,
-        ExchangeOptions::default(),
-        FieldTable::new(),
-    )
-    .unwrap();
-    ch.exchange_declare(
-        "ae",
-        ExchangeKind::Fanout,
-        ExchangeOptions::default(),
-        FieldTable::new(),
-    )
-    .unwrap();
-    declare(&ch, "unrouted");
-    ch.queue_bind("unrouted", "ae", "", FieldTable::new())
-        .unwrap();
+    events_and_alternate(&ch);
     // The same key twice: the engine keeps the (empty) route of a key-routed exchange.
     publish(&ch, "events", "nobody", "1").await;
     publish(&ch, "events", "nobody", "2").await;

@@ -5,7 +5,6 @@ use std::sync::Arc;
 use tokio::time::Instant;
 
 use super::State;
-use crate::dead_letter::DeathReason;
 use crate::envelope::Envelope;
 use crate::error::{AmqpError, AmqpResult};
 use crate::policy::{self, Policy, PolicyDef};
@@ -62,14 +61,7 @@ impl<E: Envelope> State<E> {
             }
             q.args = args;
             if q.args.overflow == Overflow::DropHead {
-                while q.over_limits() {
-                    let Some(head) = q.pop(&mut self.memory.used) else {
-                        break;
-                    };
-                    self.work
-                        .dying
-                        .push_back((head, q.name.clone(), DeathReason::MaxLen));
-                }
+                q.drop_over_limits(&mut self.memory.used, &mut self.work.dying);
             }
             // A lower limit may let a publisher blocked by reject-publish in, a higher one
             // may not; either way the queue's consumers may have more to take.

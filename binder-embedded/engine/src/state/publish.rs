@@ -270,14 +270,7 @@ impl<E: Envelope> State<E> {
         let counted = q.push(message);
         q.published += 1;
         self.memory.used += counted;
-        while q.over_limits() {
-            let Some(head) = q.pop(&mut self.memory.used) else {
-                break;
-            };
-            self.work
-                .dying
-                .push_back((head, q.name.clone(), DeathReason::MaxLen));
-        }
+        q.drop_over_limits(&mut self.memory.used, &mut self.work.dying);
         if q.parked > 0 {
             self.work.mark_dirty(q.name.clone());
         }
