@@ -162,6 +162,8 @@ struct Snapshot {
     queues: Vec<String>,
     /// Bindings: source, destination, its kind, routing key, arguments.
     bindings: Vec<String>,
+    /// Policies, as set.
+    policies: Vec<String>,
     /// Each queue's messages in delivery order: queue, arrival position, redelivered,
     /// payload size, record.
     messages: Vec<(String, u64, bool, usize, String)>,
@@ -194,6 +196,12 @@ impl Snapshot {
                 self.bindings, other.bindings
             ));
         }
+        if self.policies != other.policies {
+            out.push(format!(
+                "policies {:?} / {:?}",
+                self.policies, other.policies
+            ));
+        }
         if self.messages != other.messages {
             out.push(format!("messages {:?} / {:?}", brief(self), brief(other)));
         }
@@ -214,8 +222,8 @@ fn snapshot(broker: &Broker) -> Snapshot {
         .into_iter()
         .map(|x| {
             format!(
-                "{:?} {:?} durable={} auto_delete={} internal={} arguments={:?}",
-                x.name, x.kind, x.durable, x.auto_delete, x.internal, x.arguments
+                "{:?} {:?} durable={} auto_delete={} internal={} arguments={:?} policy={:?}",
+                x.name, x.kind, x.durable, x.auto_delete, x.internal, x.arguments, x.policy
             )
         })
         .collect();
@@ -240,14 +248,15 @@ fn snapshot(broker: &Broker) -> Snapshot {
         .into_iter()
         .map(|q| {
             format!(
-                "{:?} durable={} auto_delete={} exclusive={} ready={} bytes={} {:?}",
+                "{:?} durable={} auto_delete={} exclusive={} ready={} bytes={} {:?} policy={:?}",
                 q.name,
                 q.durable,
                 q.auto_delete,
                 q.exclusive,
                 q.messages_ready,
                 q.message_bytes_ready,
-                q.arguments
+                q.arguments,
+                q.policy
             )
         })
         .collect();
@@ -263,10 +272,12 @@ fn snapshot(broker: &Broker) -> Snapshot {
         })
         .collect();
     bindings.sort();
+    let policies = broker.policies().iter().map(|p| format!("{p:?}")).collect();
     Snapshot {
         exchanges,
         queues,
         bindings,
+        policies,
         messages,
     }
 }

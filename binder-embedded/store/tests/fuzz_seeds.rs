@@ -71,6 +71,22 @@ async fn workload(fanout: bool, close: bool) -> FaultFs {
     // Delivered, never acknowledged: redelivered after the restart.
     let kept = conn.open_channel().unwrap();
     kept.basic_get("a", false).unwrap().expect("a message");
+    // Policies: one kept (it limits `a`, which holds more than that: the oldest go), one
+    // set and cleared.
+    for name in ["limit", "gone"] {
+        let mut definition = FieldTable::new();
+        definition.insert("max-length", FieldValue::I32(2));
+        broker
+            .set_policy(PolicyDef {
+                name: name.into(),
+                pattern: "^a$".into(),
+                apply_to: PolicyTarget::Queues,
+                priority: 1,
+                definition,
+            })
+            .unwrap();
+    }
+    broker.clear_policy("gone").unwrap();
     // A queue deleted and declared again: the old incarnation's records are dead.
     ch.queue_delete("c", false, false).unwrap();
     ch.queue_declare("c", durable_queue(), FieldTable::new())
