@@ -275,6 +275,25 @@ async fn an_alternate_exchange_from_a_policy_takes_unroutable_messages() {
         .unwrap();
     assert_eq!(events.policy.as_deref(), Some("ae"));
     assert_eq!(broker.queues()[0].policy.as_deref(), Some("queues"));
+    broker
+        .set_policy(policy(
+            "every",
+            ".*",
+            PolicyTarget::Exchanges,
+            &[("alternate-exchange", "ae".into())],
+        ))
+        .unwrap();
+    let default = &broker.exchanges()[0];
+    assert_eq!(
+        (default.name.as_str(), default.policy.as_deref()),
+        ("", Some("every"))
+    );
+    publish(&ch, "", "no-such-queue", "dropped").await;
+    assert!(
+        drain(&ch, "unrouted").is_empty(),
+        "the default exchange has no alternate"
+    );
+    broker.clear_policy("every").unwrap();
     broker.clear_policy("ae").unwrap();
     publish(&ch, "events", "nobody", "dropped").await;
     assert!(drain(&ch, "unrouted").is_empty());

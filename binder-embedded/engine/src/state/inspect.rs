@@ -62,7 +62,8 @@ impl<E: Envelope> State<E> {
             internal: false,
             alternate_exchange: None,
             arguments: FieldTable::new(),
-            policy: None,
+            // Shown as RabbitMQ shows it, though the default exchange has no alternate.
+            policy: self.policies.for_exchange("").map(|p| p.def.name.clone()),
         }];
         let mut named: Vec<ExchangeInfo> = self
             .registry
