@@ -555,12 +555,20 @@ fn policy_round(config: &str, management: &str) {
         std::thread::sleep(std::time::Duration::from_millis(500));
     }
     let out = with(&["set_policy", "bad", ".", "{max-length: 1}"]);
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(2), "a command-line error");
     let said = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(
         said.contains("the definition must be a JSON object"),
         "{said}"
     );
+    // A pattern starting with '-' is a pattern, not an option.
+    assert_ok(&with(&[
+        "set_policy",
+        "dash",
+        "-dlq$",
+        "{\"max-length\": 5}",
+    ]));
+    assert_ok(&with(&["clear_policy", "dash"]));
     let out = with(&["clear_policy", "cap"]);
     assert_ok(&out);
     assert_eq!(text(&out), "Clearing policy \"cap\" on vhost \"/\" ...\n");

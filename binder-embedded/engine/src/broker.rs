@@ -174,12 +174,14 @@ impl<E: Envelope> Broker<E> {
     }
 
     /// A broker with these settings and this message store: the broker first rebuilds what
-    /// the store [recovers](MessageStore::recover) (durable exchanges, queues, bindings and
-    /// their messages), then reports durable declarations and persistent messages to it (see
-    /// [`crate::store`] for the contract).
+    /// the store [recovers](MessageStore::recover) (policies, durable exchanges, queues,
+    /// bindings and their messages), then reports durable declarations, policies and
+    /// persistent messages to it (see [`crate::store`] for the contract).
     ///
     /// Fails if the store cannot recover, or recovers declarations the broker refuses, or
-    /// [`BrokerConfig::memory_paging_ratio`] is not above 0 and at most 1.
+    /// [`BrokerConfig::memory_paging_ratio`] is not above 0 and at most 1. A recovered
+    /// policy the broker refuses does not fail the start: it is left unapplied (with a
+    /// warning) and stays in the store until a policy of its name is set or cleared.
     pub fn with_store(config: BrokerConfig, store: impl MessageStore) -> Result<Self, StoreError> {
         crate::state::check_paging_ratio(&config)?;
         let recovered = store.recover()?;

@@ -16,7 +16,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use fancy_regex::Regex;
+use fancy_regex::{Regex, RegexBuilder};
 
 use crate::error::{AmqpError, AmqpResult};
 use crate::field::{FieldTable, FieldValue};
@@ -118,6 +118,10 @@ impl PolicyDef {
 /// The longest pattern taken, in bytes (names are at most 255).
 pub const MAX_PATTERN: usize = 4096;
 
+/// How many backtracking steps matching one name may take (names are at most 255 bytes:
+/// a sane pattern needs a few hundred). Matching runs under the broker's lock.
+const BACKTRACK_LIMIT: usize = 20_000;
+
 /// The keys a policy may set.
 pub const POLICY_KEYS: &[&str] = &[
     "alternate-exchange",
@@ -128,6 +132,7 @@ pub const POLICY_KEYS: &[&str] = &[
     "max-length-bytes",
     "message-ttl",
     "overflow",
+    "queue-mode",
 ];
 
 /// What a policy sets on the queues it applies to.
@@ -187,12 +192,15 @@ impl Policy {
                 "the pattern of policy '{name}' is over {MAX_PATTERN} bytes"
             )));
         }
-        let regex = Regex::new(&def.pattern).map_err(|e| {
-            AmqpError::precondition(format!(
-                "invalid pattern '{}' in policy '{name}': {e}",
-                def.pattern
-            ))
-        })?;
+        let regex = RegexBuilder::new(&def.pattern)
+            .backtrack_limit(BACKTRACK_LIMIT)
+            .build()
+            .map_err(|e| {
+                AmqpError::precondition(format!(
+                    "invalid pattern '{}' in policy '{name}': {e}",
+                    def.pattern
+                ))
+            })?;
         if def.definition.is_empty() {
             return Err(AmqpError::precondition(format!(
                 "policy '{name}' has an empty definition"
@@ -231,6 +239,18 @@ impl Policy {
                     queue.dead_letter_routing_key = Some(text(name, key, v)?)
                 }
                 "alternate-exchange" => alternate_exchange = Some(text(name, key, v)?),
+                // Accepted and without effect, as the `x-queue-mode` argument (and as on
+                // RabbitMQ 3.12+): the broker pages messages by memory use instead.
+                "queue-mode" => match text(name, key, v)?.as_str() {
+                    "default" | "lazy" => {}
+                    other => {
+                        return Err(invalid(
+                            name,
+                            key,
+                            format_args!("'{other}' is not one of default, lazy"),
+                        ));
+                    }
+                },
                 other => {
                     return Err(AmqpError::precondition(format!(
                         "unsupported key '{other}' in policy '{name}' (this broker's policies set {})",
@@ -248,9 +268,12 @@ impl Policy {
     }
 
     /// Whether the pattern matches `name`. A match that gives up (a pattern backtracking
-    /// beyond the engine's limit on this name) counts as none.
+    /// beyond [`BACKTRACK_LIMIT`] on this name) counts as none, with a warning.
     fn matches(&self, name: &str) -> bool {
-        self.regex.is_match(name).unwrap_or(false)
+        self.regex.is_match(name).unwrap_or_else(|e| {
+            tracing::warn!(policy = %self.def.name, %name, reason = %e, "a policy's pattern gave up on a name: taken as no match");
+            false
+        })
     }
 }
 
@@ -392,7 +415,7 @@ mod tests {
         );
         assert_eq!(
             refusal(def("p", ".", 0, &[("ha-mode", s("all"))])),
-            "unsupported key 'ha-mode' in policy 'p' (this broker's policies set alternate-exchange, dead-letter-exchange, dead-letter-routing-key, expires, max-length, max-length-bytes, message-ttl, overflow)"
+            "unsupported key 'ha-mode' in policy 'p' (this broker's policies set alternate-exchange, dead-letter-exchange, dead-letter-routing-key, expires, max-length, max-length-bytes, message-ttl, overflow, queue-mode)"
         );
         assert_eq!(
             refusal(def("p", ".", 0, &[("max-length", s("x"))])),
@@ -411,6 +434,11 @@ mod tests {
             "policy 'p' has an empty definition"
         );
         assert!(Policy::new(def("p", "^a\\.", 0, &[("message-ttl", int(0))])).is_ok());
+        assert!(Policy::new(def("p", ".", 0, &[("queue-mode", s("lazy"))])).is_ok());
+        assert_eq!(
+            refusal(def("p", ".", 0, &[("queue-mode", s("eager"))])),
+            "invalid value for 'queue-mode' in policy 'p': 'eager' is not one of default, lazy"
+        );
     }
 
     #[test]
@@ -454,6 +482,8 @@ mod tests {
         assert!(matches("dlq", "orders.dlq"), "unanchored");
         assert!(!matches("^dlq$", "orders.dlq"));
         assert!(matches("^\\p{L}+$", "zamówienia"));
+        // A pattern that backtracks without end gives up on a name: no match, no stall.
+        assert!(!matches("^(a|a?)+$", &format!("{}b", "a".repeat(200))));
     }
 
     #[test]

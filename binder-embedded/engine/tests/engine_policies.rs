@@ -353,7 +353,7 @@ async fn bad_policies_are_refused_by_name_and_change_nothing() {
             "p",
             ".",
             PolicyTarget::All,
-            &[("queue-mode", "lazy".into())],
+            &[("federation-upstream-set", "all".into())],
         ),
         policy(
             "p",
@@ -454,6 +454,19 @@ async fn a_queue_whose_policy_changes_counts_its_expiry_from_the_change() {
         .unwrap();
     tokio::time::sleep(Duration::from_millis(4000)).await;
     assert!(broker.queue_counts("idle").is_some(), "5 s from the change");
+    // The same policy again with another pattern that still matches: a change all the same
+    // (RabbitMQ compares the whole policy).
+    let widened = PolicyDef {
+        pattern: "^idl".into(),
+        priority: 1,
+        ..expire("expire.too", 2000)
+    };
+    assert!(broker.set_policy(widened).unwrap());
+    tokio::time::sleep(Duration::from_millis(4000)).await;
+    assert!(
+        broker.queue_counts("idle").is_some(),
+        "5 s from the second change"
+    );
     tokio::time::sleep(Duration::from_millis(1100)).await;
     assert!(broker.queue_counts("idle").is_none());
 }

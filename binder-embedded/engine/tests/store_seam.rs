@@ -931,7 +931,7 @@ async fn policies_reach_the_store_and_apply_again_after_a_restart() {
 }
 
 #[tokio::test]
-async fn a_kept_policy_the_broker_refuses_is_cleared_rather_than_stopping_the_start() {
+async fn a_kept_policy_the_broker_refuses_stays_in_the_store_unapplied_until_cleared() {
     let store = RecordingStore::default();
     let mut refused = max_length("old", "^work$", 2);
     refused
@@ -954,6 +954,14 @@ async fn a_kept_policy_the_broker_refuses_is_cleared_rather_than_stopping_the_st
     let broker = broker(&store);
     assert_eq!(broker.policies(), [max_length("short", "^work$", 1)]);
     assert_eq!(broker.queues()[0].policy.as_deref(), Some("short"));
+    assert!(store.calls().is_empty(), "nothing written back");
+    assert_eq!(
+        store.kept().policies.len(),
+        2,
+        "a later version may take it again"
+    );
+    // Cleared by its name, as any other.
+    broker.clear_policy("old").unwrap();
     assert_eq!(store.calls(), [Call::PolicyCleared("old".into())]);
-    assert_eq!(store.kept().policies.len(), 1);
+    assert!(broker.clear_policy("old").is_err());
 }

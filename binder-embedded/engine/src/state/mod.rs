@@ -82,6 +82,9 @@ pub(crate) struct State<E: Envelope> {
     read_failures: u64,
     /// The policies queues and exchanges follow ([`crate::policy`]).
     policies: crate::policy::Policies,
+    /// Policies the store kept that this broker refuses (see [`State::recover`]): kept in
+    /// the store, not applied, until one of the same name is set or cleared.
+    refused_policies: Vec<String>,
 }
 
 /// A record as the store reads it: converted to the engine's types only when asked.
@@ -107,6 +110,7 @@ impl<E: Envelope> State<E> {
             paged_in: 0,
             read_failures: 0,
             policies: Default::default(),
+            refused_policies: Vec::new(),
             store,
             publication: 0,
             published: 0,

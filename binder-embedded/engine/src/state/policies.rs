@@ -15,21 +15,31 @@ impl<E: Envelope> State<E> {
     /// applies it, and what it displaces, at once; whether it replaced one.
     pub(crate) fn set_policy(&mut self, policy: Policy) -> bool {
         self.store.policy_set(&policy.def);
-        let replaced = self.policies.set(policy);
-        self.apply_policies();
+        let name = policy.def.name.clone();
+        let kept = self.forget_refused(&name);
+        let replaced = self.policies.set(policy) || kept;
+        self.apply_policies(&name);
         replaced
+    }
+
+    /// Takes `name` off the refused policies kept in the store; whether it was one.
+    fn forget_refused(&mut self, name: &str) -> bool {
+        let before = self.refused_policies.len();
+        self.refused_policies.retain(|n| n != name);
+        self.refused_policies.len() != before
     }
 
     /// Removes a policy; a 404 error if there is none of that name.
     pub(crate) fn clear_policy(&mut self, name: &str) -> AmqpResult<()> {
-        if !self.policies.clear(name) {
+        let applied = self.policies.clear(name);
+        if !applied && !self.forget_refused(name) {
             return Err(AmqpError::not_found(format!(
                 "policy '{name}' in vhost '{}'",
                 self.config.vhost
             )));
         }
         self.store.policy_cleared(name);
-        self.apply_policies();
+        self.apply_policies(name);
         Ok(())
     }
 
@@ -41,7 +51,10 @@ impl<E: Envelope> State<E> {
     /// limits dropped below its depth drops (dead-letters) its oldest messages at once unless
     /// it rejects publishes on overflow; one with an `expires` counts it from the change;
     /// messages already queued keep the TTL they were given.
-    fn apply_policies(&mut self) {
+    ///
+    /// `touched` is the policy just set or cleared: a queue that follows it has a changed
+    /// policy even when its effective arguments are the same.
+    fn apply_policies(&mut self, touched: &str) {
         let now = Instant::now();
         let names: Vec<Arc<str>> = self.registry.queues.keys().cloned().collect();
         for name in names {
@@ -49,7 +62,9 @@ impl<E: Envelope> State<E> {
             let policy_name = policy.map(|p| Arc::<str>::from(p.def.name.as_str()));
             let q = self.registry.queues.get_mut(&name).expect("listed above");
             let args = policy::queue_args(&q.declared, &q.raw_args, policy);
-            let changed = q.policy != policy_name || args != q.args;
+            let changed = q.policy != policy_name
+                || args != q.args
+                || policy_name.as_deref() == Some(touched);
             q.policy = policy_name;
             if !changed {
                 continue;

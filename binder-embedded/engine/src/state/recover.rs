@@ -20,22 +20,19 @@ impl<E: Envelope> State<E> {
     /// they were delivered before. Nothing of it is reported back to the store, which holds
     /// it already. A message's TTL counts again from now.
     ///
-    /// A kept policy this broker no longer accepts (its pattern or a key refused, as a later
-    /// version might) is left out with a warning and cleared from the store, rather than
+    /// A kept policy this broker does not accept (its pattern or a key refused, as an older
+    /// version refuses a newer one's key) is not applied, with a warning at each start; it
+    /// stays in the store until a policy of the same name is set or cleared, rather than
     /// keeping the broker from starting.
     pub(crate) fn recover(&mut self, recovered: Recovered) -> AmqpResult<()> {
         let store: Arc<dyn MessageStore> =
             std::mem::replace(&mut self.store, Arc::new(MemoryStore));
-        let mut refused = Vec::new();
-        let result = self.rebuild(recovered, &mut refused);
+        let result = self.rebuild(recovered);
         self.store = store;
-        for name in refused {
-            self.store.policy_cleared(&name);
-        }
         result
     }
 
-    fn rebuild(&mut self, recovered: Recovered, refused: &mut Vec<String>) -> AmqpResult<()> {
+    fn rebuild(&mut self, recovered: Recovered) -> AmqpResult<()> {
         let connection = self.open_connection();
         let (sender, _) = events::queue();
         let channel = self.open_channel(connection, sender)?;
@@ -46,8 +43,8 @@ impl<E: Envelope> State<E> {
                     self.set_policy(policy);
                 }
                 Err(e) => {
-                    tracing::warn!(vhost = %self.config.vhost, policy = %name, reason = %e.text, "a kept policy is refused and cleared");
-                    refused.push(name);
+                    tracing::warn!(vhost = %self.config.vhost, policy = %name, reason = %e.text, "a kept policy is refused: not applied, left in the store");
+                    self.refused_policies.push(name);
                 }
             }
         }

@@ -18,8 +18,13 @@
 //!   entities the `--config` file declares (a passive declare each: `messages` then counts
 //!   ready messages only), `list_bindings` needs the API, and `purge_queue` is AMQP anyway.
 //! * `streamctl export_definitions FILE` and `import_definitions FILE` (`-`: standard output
-//!   or input) move a broker's definitions (users, virtual hosts, permissions, queues,
-//!   exchanges, bindings) in RabbitMQ's format through the management API; they need one.
+//!   or input) move a broker's definitions (users, virtual hosts, permissions, policies,
+//!   queues, exchanges, bindings) in RabbitMQ's format through the management API; they need
+//!   one.
+//! * `streamctl list_connections`, `list_channels`, `list_consumers`, `close_connection NAME
+//!   EXPLANATION`, `set_policy NAME PATTERN DEFINITION [--priority N] [--apply-to T]`,
+//!   `clear_policy NAME` and `list_policies`, with `rabbitmqctl`'s names, arguments and output,
+//!   through the management API (they need one).
 //! * `streamctl dlq list|replay|purge --binding B --config FILE` (or `--queue Q`) work on a
 //!   binding's dead-letter queue over AMQP, on RabbitMQ and `stream-broker` alike: `list`
 //!   shows each message's `x-exception-*` and `x-death` headers and origin and leaves it in
@@ -225,7 +230,9 @@ enum Command {
         apply_to: String,
         /// The policy's name.
         name: String,
-        /// A regular expression searched for in queue and exchange names.
+        /// A regular expression searched for in queue and exchange names (one starting with
+        /// `-` is taken as a pattern too).
+        #[arg(allow_hyphen_values = true)]
         pattern: String,
         /// The keys it sets, as a JSON object: '{"max-length": 1000, "dead-letter-exchange": "dlx"}'.
         definition: String,

@@ -23,8 +23,9 @@ fn failed(e: impl std::fmt::Display) -> TargetError {
 
 /// Sets (or replaces) the policy `name`.
 pub fn set(target: &Target, name: &str, spec: &PolicySpec<'_>) -> Result<(), TargetError> {
+    // A command-line error: exit status 2, before anything is asked of the broker.
     let definition: Map<String, Value> = serde_json::from_str(spec.definition).map_err(|e| {
-        TargetError::Failed(format!(
+        TargetError::Config(format!(
             "the definition must be a JSON object ({e}): {}",
             spec.definition
         ))
