@@ -2894,13 +2894,18 @@ async fn policies_are_set_listed_applied_and_cleared_over_http() {
         put("/api/policies/nowhere/p", GUEST, body).await.status,
         404
     );
+    // queue-mode, common in RabbitMQ 3.x exports: taken, without effect (as x-queue-mode).
+    let lazy = json!({"pattern": "^lazy\\.", "definition": {"queue-mode": "lazy"}});
+    assert_eq!(put("/api/policies/%2F/lazy", GUEST, lazy).await.status, 201);
+    let eager = json!({"pattern": ".", "definition": {"queue-mode": "eager"}});
+    assert_eq!(put("/api/policies/%2F/bad", GUEST, eager).await.status, 400);
     assert_eq!(get(&f, "/api/policies/%2F/bad", GUEST).await.status, 404);
 
     // Definitions carry them both ways; a policy the broker would refuse is refused before
     // anything of the import is applied.
     let defs = ok(&f, "/api/definitions", GUEST).await;
-    assert_eq!(names(&defs["policies"]), ["ae", "short", "ttl"]);
-    assert_eq!(defs["policies"][1], expected);
+    assert_eq!(names(&defs["policies"]), ["ae", "lazy", "short", "ttl"]);
+    assert_eq!(defs["policies"][2], expected);
     let one = ok(&f, "/api/definitions/other", GUEST).await;
     assert_eq!(one["policies"][0]["vhost"], "other");
     let bad = json!({
