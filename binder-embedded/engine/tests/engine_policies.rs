@@ -234,18 +234,21 @@ fn events_and_alternate(ch: &Channel) {
         .unwrap();
 }
 
+/// The policy `ae`: `events` takes `ae` as its alternate exchange.
+fn events_to_alternate() -> PolicyDef {
+    policy(
+        "ae",
+        "^events$",
+        PolicyTarget::Exchanges,
+        &[("alternate-exchange", "ae".into())],
+    )
+}
+
 #[tokio::test]
 async fn an_alternate_exchange_from_a_policy_takes_unroutable_messages() {
     let (broker, _c, ch) = open();
     events_and_alternate(&ch);
-    broker
-        .set_policy(policy(
-            "ae",
-            "^events$",
-            PolicyTarget::Exchanges,
-            &[("alternate-exchange", "ae".into())],
-        ))
-        .unwrap();
+    broker.set_policy(events_to_alternate()).unwrap();
     let events = broker
         .exchanges()
         .into_iter()
@@ -379,14 +382,7 @@ async fn an_alternate_exchange_set_after_routes_were_kept_takes_the_next_unrouta
     // The same key twice: the engine keeps the (empty) route of a key-routed exchange.
     publish(&ch, "events", "nobody", "1").await;
     publish(&ch, "events", "nobody", "2").await;
-    broker
-        .set_policy(policy(
-            "ae",
-            "^events$",
-            PolicyTarget::Exchanges,
-            &[("alternate-exchange", "ae".into())],
-        ))
-        .unwrap();
+    broker.set_policy(events_to_alternate()).unwrap();
     publish(&ch, "events", "nobody", "3").await;
     assert_eq!(
         drain(&ch, "unrouted"),
