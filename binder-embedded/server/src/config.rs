@@ -101,6 +101,14 @@ pub struct ServerConfig {
     /// the crate's README); `None`: off, as RabbitMQ's plugin is until enabled.
     #[serde(default)]
     pub management: Option<ManagementConfig>,
+    /// A definitions file (RabbitMQ's JSON, as `GET /api/definitions` exports it) imported
+    /// at every start, before the server listens (RabbitMQ's `load_definitions`): its
+    /// policies, queues, exchanges and bindings are set and declared as
+    /// `POST /api/definitions` would, and its users, virtual hosts and permissions must be
+    /// the configured ones. A file that cannot be read or imported stops the start, naming
+    /// the entry. Works without `[management]`.
+    #[serde(default)]
+    pub load_definitions: Option<PathBuf>,
 }
 
 /// The HTTP management listener (`[management]`): RabbitMQ's `management.tcp.*`.
@@ -449,6 +457,7 @@ impl Default for ServerConfig {
             memory_paging_ratio: None,
             tls: None,
             management: None,
+            load_definitions: None,
         }
     }
 }

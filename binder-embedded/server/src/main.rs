@@ -2,7 +2,8 @@
 //!
 //! `stream-broker [--config FILE] [--listen ADDR] [--tls-listen ADDR]
 //! [--management-listen ADDR [--management-allow-remote]] [--data-dir DIR]
-//! [--durability MODE] [--disk-free-limit BYTES] [--memory-paging-ratio FRACTION]`; ctrl-c or SIGTERM shuts it down
+//! [--durability MODE] [--disk-free-limit BYTES] [--memory-paging-ratio FRACTION]
+//! [--load-definitions FILE]`; ctrl-c or SIGTERM shuts it down
 //! gracefully (connections, TLS ones included, are closed with 320 CONNECTION_FORCED).
 
 use std::net::SocketAddr;
@@ -52,6 +53,10 @@ struct Args {
     /// most 1; needs a data directory).
     #[arg(long, value_name = "FRACTION")]
     memory_paging_ratio: Option<f64>,
+    /// Import this definitions file (RabbitMQ's JSON) at start, before listening (overrides
+    /// the file's `load_definitions`).
+    #[arg(long, value_name = "FILE")]
+    load_definitions: Option<PathBuf>,
 }
 
 fn parse_sync_mode(text: &str) -> Result<SyncMode, String> {
@@ -120,6 +125,9 @@ async fn main() -> ExitCode {
     }
     if let Some(ratio) = args.memory_paging_ratio {
         config.memory_paging_ratio = Some(ratio);
+    }
+    if let Some(file) = args.load_definitions {
+        config.load_definitions = Some(file);
     }
     if let Err(e) = config.validate() {
         eprintln!("stream-broker: {e}");

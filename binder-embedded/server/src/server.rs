@@ -26,6 +26,23 @@ use crate::handshake::{self, ConnectionSlot, Reader, Refused, Terms};
 use crate::management::Listener;
 use crate::registry::{ConnectionInfo, OpenConnections};
 
+/// Imports the definitions file `path` before the server listens
+/// ([`ServerConfig::load_definitions`]).
+fn load_definitions<E: WireEnvelope>(
+    shared: &Shared<E>,
+    path: &std::path::Path,
+) -> Result<(), ServerError> {
+    let body = std::fs::read(path).map_err(|source| crate::ConfigError::Read {
+        path: path.display().to_string(),
+        source,
+    })?;
+    let count = crate::management::load_definitions(shared, &body).map_err(|reason| {
+        crate::ConfigError::Invalid(format!("load_definitions {}: {reason}", path.display()))
+    })?;
+    tracing::info!(file = %path.display(), declarations = count, "definitions loaded");
+    Ok(())
+}
+
 #[derive(Debug)]
 pub(crate) struct Shared<E: WireEnvelope> {
     users: Users,
@@ -278,6 +295,9 @@ impl<E: WireEnvelope> Server<E> {
     ) -> Result<Self, ServerError> {
         config.validate()?;
         let shared = Arc::new(Shared::new(&config, brokers)?);
+        if let Some(path) = &config.load_definitions {
+            load_definitions(&shared, path)?;
+        }
         // The TLS files are read and checked before anything listens.
         let acceptor = match &config.tls {
             Some(tls) => Some(crate::tls::acceptor(tls)?),

@@ -2946,3 +2946,69 @@ async fn policies_are_set_listed_applied_and_cleared_over_http() {
     );
     f.server.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn definitions_are_loaded_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("definitions.json");
+    let definitions = json!({
+        "policies": [{"vhost": "/", "name": "loaded", "pattern": "^loaded\\.", "apply-to": "queues", "definition": {"max-length": 3}, "priority": 0}],
+        "queues": [{"name": "loaded.q", "vhost": "/", "durable": true, "auto_delete": false, "arguments": {}}],
+        "exchanges": [{"name": "loaded.x", "vhost": "/", "type": "topic", "durable": true, "auto_delete": false, "internal": false, "arguments": {}}],
+        "bindings": [{"source": "loaded.x", "vhost": "/", "destination": "loaded.q", "destination_type": "queue", "routing_key": "k.#", "arguments": {}}],
+    });
+    std::fs::write(&file, definitions.to_string()).unwrap();
+    let mut config = config();
+    config.management = None;
+    config.load_definitions = Some(file.clone());
+    let root: Broker = Broker::new();
+    let other: Broker = Broker::new();
+    let brokers = || -> HashMap<String, Broker> {
+        [
+            ("/".to_owned(), root.clone()),
+            ("other".to_owned(), other.clone()),
+        ]
+        .into()
+    };
+    // Twice on the same brokers (a restart with a data directory): declarations are
+    // idempotent, and without [management].
+    for _ in 0..2 {
+        let server = Server::bind(config.clone(), brokers()).await.unwrap();
+        server.shutdown().await;
+    }
+    let q = root
+        .queues()
+        .into_iter()
+        .find(|q| q.name == "loaded.q")
+        .unwrap();
+    assert_eq!((q.durable, q.policy.as_deref()), (true, Some("loaded")));
+    assert!(root.exchange_exists("loaded.x"));
+    let bound = root
+        .bindings()
+        .into_iter()
+        .any(|b| b.source == "loaded.x" && b.destination == "loaded.q" && b.routing_key == "k.#");
+    assert!(bound);
+
+    // A file it cannot import stops the start, naming the file and the entry.
+    let mut refused = definitions.clone();
+    refused["policies"][0]["definition"] = json!({"ha-mode": "all"});
+    std::fs::write(&file, refused.to_string()).unwrap();
+    let err = Server::bind(config.clone(), brokers())
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("load_definitions"), "{err}");
+    assert!(
+        err.contains("policies[0]: unsupported key 'ha-mode'"),
+        "{err}"
+    );
+    config.load_definitions = Some(dir.path().join("missing.json"));
+    let err = Server::bind(config, brokers())
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("cannot read") && err.contains("missing.json"),
+        "{err}"
+    );
+}

@@ -335,7 +335,7 @@ pub(super) fn same_as_path(field: &str, value: &Value, path: &str) -> Result<(),
     }
 }
 
-pub(super) fn body_object(body: &Bytes) -> Result<Map<String, Value>, ApiError> {
+pub(super) fn body_object(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
     match serde_json::from_slice::<Value>(body) {
         Ok(Value::Object(map)) => Ok(map),
         Ok(_) => Err(ApiError::bad_request("the body must be a JSON object")),

@@ -16,23 +16,22 @@
 use std::collections::BTreeSet;
 
 use axum::Json;
-use axum::body::{Body, Bytes};
+use axum::body::Body;
 use axum::extract::{ConnectInfo, Path, State};
 use axum::http::{StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value, json};
 use stream_engine::{Broker, ExchangeKind, ExchangeOptions, FieldTable, PolicyDef, QueueOptions};
 
-use super::Api;
 use super::api::{body_object, read_body};
 use super::error::ApiError;
 use super::health::Ctx;
 use super::json;
-use super::login::Login;
 use super::policies::policy_json;
 use super::users::{HASHING, permissions_json, user_json};
 use crate::auth::{PasswordHash, User};
 use crate::envelope::WireEnvelope;
+use crate::server::Shared;
 
 /// The largest definitions body imported: 64 MiB, a few hundred thousand queues (other
 /// requests keep axum's 2 MiB). It is read only once an administrator has logged in.
@@ -546,7 +545,7 @@ fn same_password(user: &User, hash: &str) -> bool {
 /// Checks that users, virtual hosts and permissions listed are exactly as configured, and
 /// that no section this broker does not support holds anything.
 fn as_configured<E: WireEnvelope>(
-    api: &Api<E>,
+    shared: &Shared<E>,
     defs: &Map<String, Value>,
     whole_server: bool,
 ) -> Result<(), ApiError> {
@@ -596,7 +595,7 @@ fn as_configured<E: WireEnvelope>(
     const FROM_CONFIG: &str = "stream-broker's users, virtual hosts and permissions come \
                                from its configuration file; list them as configured, or \
                                leave them out";
-    let users = api.shared.users();
+    let users = shared.users();
     for (i, entry) in entries(defs, "users")?.iter().enumerate() {
         let map = fields(
             "users",
@@ -657,7 +656,7 @@ fn as_configured<E: WireEnvelope>(
     for (i, entry) in entries(defs, "vhosts")?.iter().enumerate() {
         let map = fields("vhosts", i, entry, &["name", "limits", "metadata"])?;
         let name = text("vhosts", i, map, "name")?;
-        if !api.shared.brokers().contains_key(name) {
+        if !shared.brokers().contains_key(name) {
             return Err(refused(
                 "vhosts",
                 i,
@@ -715,12 +714,11 @@ fn as_configured<E: WireEnvelope>(
     Ok(())
 }
 
-/// Declares one definition as the administrator `login`, on a connection of its own to its
-/// virtual host's broker.
-fn declare<E: WireEnvelope>(api: &Api<E>, login: &Login, d: Declaration) -> Result<(), ApiError> {
+/// Declares one definition for `who` (an administrator, or the server's start), on a
+/// connection of its own to its virtual host's broker.
+fn declare<E: WireEnvelope>(shared: &Shared<E>, who: &str, d: Declaration) -> Result<(), ApiError> {
     let vhost = d.vhost().to_owned();
-    let broker = api
-        .shared
+    let broker = shared
         .brokers()
         .get(&vhost)
         .ok_or_else(|| ApiError::bad_request(format!("no virtual host '{vhost}'")))?;
@@ -769,22 +767,23 @@ fn declare<E: WireEnvelope>(api: &Api<E>, login: &Login, d: Declaration) -> Resu
     what.map_err(|(what, e)| {
         ApiError::bad_request(format!("{what} in virtual host '{vhost}': {}", e.text))
     })?;
-    tracing::debug!(user = %login.user.name, %vhost, "definition imported over HTTP");
+    tracing::debug!(%who, %vhost, "definition imported");
     Ok(())
 }
 
-/// Imports a definitions body (for one virtual host with `only`).
+/// Imports a definitions body (for one virtual host with `only`) for `who`; how many
+/// declarations it applied.
 fn import<E: WireEnvelope>(
-    api: &Api<E>,
-    login: &Login,
-    body: &Bytes,
+    shared: &Shared<E>,
+    who: &str,
+    body: &[u8],
     only: Option<&str>,
-) -> Result<StatusCode, ApiError> {
+) -> Result<usize, ApiError> {
     let defs = body_object(body)?;
-    as_configured(api, &defs, only.is_none())?;
+    as_configured(shared, &defs, only.is_none())?;
     let declarations = declarations(&defs, only)?;
     for (origin, d) in &declarations {
-        if !api.shared.brokers().contains_key(d.vhost()) {
+        if !shared.brokers().contains_key(d.vhost()) {
             return Err(ApiError::bad_request(format!(
                 "{origin}: no virtual host '{}' is configured",
                 d.vhost()
@@ -801,7 +800,7 @@ fn import<E: WireEnvelope>(
     }
     let count = declarations.len();
     for (done, (origin, d)) in declarations.into_iter().enumerate() {
-        declare(api, login, d).map_err(|e| ApiError {
+        declare(shared, who, d).map_err(|e| ApiError {
             reason: format!(
                 "{origin}: {}; of the {count} declarations, the {done} before this one were \
                  applied and stay",
@@ -810,8 +809,15 @@ fn import<E: WireEnvelope>(
             ..e
         })?;
     }
-    tracing::info!(user = %login.user.name, vhost = only.unwrap_or("(all)"), count, skipped = skipped.len(), "definitions imported over HTTP");
-    Ok(StatusCode::NO_CONTENT)
+    tracing::info!(%who, vhost = only.unwrap_or("(all)"), count, skipped = skipped.len(), "definitions imported");
+    Ok(count)
+}
+
+/// Imports the whole server's definitions from a file's contents at start
+/// ([`ServerConfig::load_definitions`](crate::ServerConfig::load_definitions)), as
+/// `POST /api/definitions` would; how many declarations it applied, or why it stopped.
+pub(crate) fn load<E: WireEnvelope>(shared: &Shared<E>, body: &[u8]) -> Result<usize, String> {
+    import(shared, "load_definitions", body, None).map_err(|e| e.reason)
 }
 
 /// `POST /api/definitions`: imports the whole server's definitions (204), for an
@@ -822,12 +828,8 @@ pub(crate) async fn import_all<E: WireEnvelope>(
 ) -> Result<StatusCode, ApiError> {
     let login = api.login(&headers, peer)?;
     login.administrator()?;
-    import(
-        &api,
-        &login,
-        &read_body(body, DEFINITIONS_LIMIT).await?,
-        None,
-    )
+    let body = read_body(body, DEFINITIONS_LIMIT).await?;
+    import(&api.shared, &login.user.name, &body, None).map(|_| StatusCode::NO_CONTENT)
 }
 
 /// `POST /api/definitions/{vhost}`: imports one virtual host's queues, exchanges and
@@ -842,10 +844,6 @@ pub(crate) async fn import_vhost<E: WireEnvelope>(
     if !api.shared.brokers().contains_key(&vhost) {
         return Err(ApiError::not_found());
     }
-    import(
-        &api,
-        &login,
-        &read_body(body, DEFINITIONS_LIMIT).await?,
-        Some(&vhost),
-    )
+    let body = read_body(body, DEFINITIONS_LIMIT).await?;
+    import(&api.shared, &login.user.name, &body, Some(&vhost)).map(|_| StatusCode::NO_CONTENT)
 }

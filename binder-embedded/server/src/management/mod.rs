@@ -27,6 +27,7 @@ mod listener_checks;
 mod login;
 mod nodes;
 mod policies;
+pub(crate) use definitions::load as load_definitions;
 mod rates;
 mod sessions;
 mod topology;
