@@ -115,3 +115,64 @@ fn management_listen_serves_the_api_and_a_remote_address_must_be_allowed() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("management.allow_remote"), "{err}");
 }
+
+#[test]
+fn load_definitions_declares_a_file_s_topology_before_listening_or_stops_the_binary() {
+    let dir = std::env::temp_dir().join(format!("stream-broker-defs-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("definitions.json");
+    std::fs::write(
+        &file,
+        r#"{"queues": [{"name": "loaded.q", "vhost": "/", "durable": false, "auto_delete": false, "arguments": {}}]}"#,
+    )
+    .unwrap();
+    let mut command = process::stream_broker();
+    command.args([
+        "--listen",
+        "127.0.0.1:0",
+        "--load-definitions",
+        file.to_str().unwrap(),
+    ]);
+    let (mut child, addr) = process::spawn_until(command, "local_addr=", "local_addr", WAIT);
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let declared = runtime.block_on(async {
+        let conn = lapin::Connection::connect(
+            &format!("amqp://guest:guest@{addr}/%2f"),
+            Default::default(),
+        )
+        .await
+        .unwrap();
+        let ch = conn.create_channel().await.unwrap();
+        let passive = lapin::options::QueueDeclareOptions {
+            passive: true,
+            ..Default::default()
+        };
+        ch.queue_declare("loaded.q".into(), passive, Default::default())
+            .await
+            .is_ok()
+    });
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(
+        declared,
+        "the file's queue is there when the binary listens"
+    );
+
+    std::fs::write(
+        &file,
+        r#"{"policies": [{"vhost": "/", "name": "mirrored", "pattern": ".", "definition": {"ha-mode": "all"}}]}"#,
+    )
+    .unwrap();
+    let out = process::stream_broker()
+        .args(["--listen", "127.0.0.1:0", "--load-definitions"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("load_definitions") && err.contains("policies[0]: unsupported key 'ha-mode'"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
