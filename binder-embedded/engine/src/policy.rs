@@ -10,8 +10,9 @@
 //! there is one; an exchange's `alternate-exchange` argument likewise wins over the policy's.
 //! Exclusive queues follow policies too.
 //!
-//! Only the keys the engine acts on are accepted; any other key (`ha-mode`, `queue-mode`,
-//! federation's, ...) is refused by name rather than kept and ignored.
+//! Only the keys the engine acts on are accepted, and `queue-mode`, which does nothing here
+//! as the `x-queue-mode` argument does nothing (nor on RabbitMQ 3.12+); any other key
+//! (`ha-mode`, federation's, ...) is refused by name rather than kept and ignored.
 
 use std::fmt;
 use std::time::Duration;
@@ -89,7 +90,8 @@ pub struct PolicyDef {
     pub priority: i64,
     /// The keys it sets, RabbitMQ's names without `x-`: `message-ttl`, `expires`,
     /// `max-length`, `max-length-bytes`, `overflow`, `dead-letter-exchange`,
-    /// `dead-letter-routing-key` (queues) and `alternate-exchange` (exchanges).
+    /// `dead-letter-routing-key` (queues), `alternate-exchange` (exchanges), and `queue-mode`
+    /// (`default` or `lazy`: without effect).
     pub definition: FieldTable,
 }
 

@@ -78,8 +78,7 @@ impl<E: Envelope> State<E> {
             if q.args.overflow == Overflow::DropHead {
                 q.drop_over_limits(&mut self.memory.used, &mut self.work.dying);
             }
-            // A lower limit may let a publisher blocked by reject-publish in, a higher one
-            // may not; either way the queue's consumers may have more to take.
+            // Dispatched again: its head may have gone, and its consumers may take more.
             self.work.mark_dirty(name);
         }
         let mut routing = false;
