@@ -347,14 +347,19 @@ impl<E: Envelope> Queue<E> {
                 .is_some_and(|max| self.storage.bytes() + extra_bytes > max)
     }
 
-    /// Takes the oldest messages off while the queue is over its limits, for `dying` to
-    /// drop or dead-letter them (`maxlen`); `used` counts what they hold as [`Self::pop`]
-    /// does.
+    /// With `drop-head` overflow, takes the oldest messages off while the queue is over its
+    /// limits, for `dying` to drop or dead-letter them (`maxlen`); `used` counts what they
+    /// hold as [`Self::pop`] does. With `reject-publish(-dlx)` a queue over its limits (by
+    /// requeued or recovered messages) keeps them, as RabbitMQ's does: only publishes are
+    /// refused.
     pub(crate) fn drop_over_limits(
         &mut self,
         used: &mut usize,
         dying: &mut VecDeque<(QueuedMessage<E>, Arc<str>, DeathReason)>,
     ) {
+        if self.args.overflow != Overflow::DropHead {
+            return;
+        }
         while self.over_limits() {
             let Some(head) = self.pop(used) else {
                 break;

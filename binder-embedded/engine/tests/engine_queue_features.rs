@@ -197,6 +197,68 @@ async fn reject_publish_dlx_refuses_and_dead_letters() {
     assert_eq!(drain(&ch, "dlq"), ["refused"]);
 }
 
+/// The first `n` messages of `queue`, taken with acknowledgements owed.
+fn take(ch: &Channel, queue: &str, n: usize) -> Vec<Delivery> {
+    (0..n)
+        .map(|_| ch.basic_get(queue, false).unwrap().unwrap().delivery)
+        .collect()
+}
+
+#[tokio::test]
+async fn a_requeue_past_max_length_drops_the_oldest_as_rabbitmq_does() {
+    let (_b, _c, ch) = open();
+    with_dlq(&ch, &[("x-max-length", FieldValue::I32(2))]);
+    publish(&ch, "", "q", "1").await;
+    publish(&ch, "", "q", "2").await;
+    let one = take(&ch, "q", 1).remove(0);
+    publish(&ch, "", "q", "3").await;
+    // Back at its place at the head, the queue holds three: the head goes.
+    ch.basic_nack(one.delivery_tag, false, true).unwrap();
+    assert_eq!(drain(&ch, "q"), ["2", "3"]);
+    let dead = ch.basic_get("dlq", true).unwrap().unwrap();
+    assert_eq!(text(&dead.delivery), "1");
+    assert_eq!(
+        deaths(dead.delivery.message())[0].get_str("reason"),
+        Some("maxlen")
+    );
+}
+
+#[tokio::test]
+async fn a_closed_channels_deliveries_requeued_past_max_length_drop_the_oldest_in_order() {
+    let (_b, conn, ch) = open();
+    with_dlq(&ch, &[("x-max-length", FieldValue::I32(2))]);
+    publish(&ch, "", "q", "1").await;
+    publish(&ch, "", "q", "2").await;
+    let other = conn.open_channel().unwrap();
+    take(&other, "q", 2);
+    publish(&ch, "", "q", "3").await;
+    publish(&ch, "", "q", "4").await;
+    other.close();
+    assert_eq!(drain(&ch, "q"), ["3", "4"]);
+    assert_eq!(drain(&ch, "dlq"), ["1", "2"]);
+}
+
+#[tokio::test]
+async fn reject_publish_keeps_what_a_requeue_puts_past_the_limit() {
+    let (b, _c, ch) = open();
+    declare_with(
+        &ch,
+        "q",
+        args(&[
+            ("x-max-length", FieldValue::I32(1)),
+            ("x-overflow", "reject-publish".into()),
+        ]),
+    );
+    publish(&ch, "", "q", "1").await;
+    let one = take(&ch, "q", 1).remove(0);
+    publish(&ch, "", "q", "2").await;
+    ch.basic_nack(one.delivery_tag, false, true).unwrap();
+    assert_eq!(b.queue_counts("q"), Some((2, 0)), "nothing dropped");
+    let refused = publish(&ch, "", "q", "3").await;
+    assert_eq!(refused.status, PublishStatus::Rejected);
+    assert_eq!(drain(&ch, "q"), ["1", "2"]);
+}
+
 #[tokio::test]
 async fn priority_queues_deliver_higher_priorities_first() {
     let (_b, _c, ch) = open();

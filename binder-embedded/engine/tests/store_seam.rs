@@ -862,6 +862,73 @@ async fn a_dead_letter_whose_copy_the_store_refuses_stays_in_the_store() {
     assert_eq!(broker.queue_counts("work"), Some((1, 0)));
 }
 
+#[tokio::test]
+async fn a_queue_recovered_past_its_max_length_drops_its_oldest_at_start() {
+    let store = RecordingStore::default();
+    store.kept().immediate = true;
+    let mut limited = FieldTable::new();
+    limited.insert("x-max-length", FieldValue::I32(2));
+    limited.insert("x-dead-letter-exchange", FieldValue::from(""));
+    limited.insert("x-dead-letter-routing-key", FieldValue::from("dlq"));
+    {
+        let broker = broker(&store);
+        let conn = broker.connect();
+        let ch = conn.open_channel().unwrap();
+        ch.queue_declare("dlq", durable(), FieldTable::new())
+            .unwrap();
+        ch.queue_declare("work", durable(), limited).unwrap();
+        for body in ["one", "two"] {
+            ch.basic_publish("", "work", Default::default(), persistent(body))
+                .await
+                .unwrap();
+        }
+        // Delivered, never acknowledged: back in the queue, at its head, after the restart.
+        let one = ch.basic_get("work", false).unwrap().unwrap().delivery;
+        assert_eq!(text(&one), "one");
+        ch.basic_publish("", "work", Default::default(), persistent("three"))
+            .await
+            .unwrap();
+        assert_eq!(broker.queue_counts("work"), Some((2, 0)));
+        std::mem::forget(ch);
+        std::mem::forget(conn);
+    }
+
+    let before = store.calls().len();
+    let restarted = broker(&store);
+    assert_eq!(restarted.queue_counts("work"), Some((2, 0)));
+    assert_eq!(
+        store.calls()[before..],
+        [
+            Call::Enqueued("dlq".into(), 1),
+            Call::Removed("work".into(), 1, Removal::DeadLettered)
+        ],
+        "the trim reaches the store"
+    );
+    assert_eq!(
+        store.kept().messages.keys().cloned().collect::<Vec<_>>(),
+        [
+            ("dlq".to_owned(), 1),
+            ("work".to_owned(), 2),
+            ("work".to_owned(), 3)
+        ]
+    );
+    let conn = restarted.connect();
+    let ch = conn.open_channel().unwrap();
+    let dead = ch.basic_get("dlq", true).unwrap().unwrap().delivery;
+    assert_eq!(text(&dead), "one");
+    let Some(FieldValue::Array(deaths)) = dead.message().headers.get("x-death") else {
+        panic!("no x-death: {:?}", dead.message().headers);
+    };
+    let Some(FieldValue::Table(death)) = deaths.first() else {
+        panic!("x-death is {deaths:?}");
+    };
+    assert_eq!(death.get_str("reason"), Some("maxlen"));
+    for expected in ["two", "three"] {
+        let d = ch.basic_get("work", true).unwrap().unwrap().delivery;
+        assert_eq!(text(&d), expected);
+    }
+}
+
 fn max_length(name: &str, pattern: &str, n: i64) -> PolicyDef {
     let mut definition = FieldTable::new();
     definition.insert("max-length", FieldValue::I64(n));

@@ -198,6 +198,7 @@ impl<E: Envelope> State<E> {
             if let Some(q) = current.filter(|q| Arc::ptr_eq(&q.name, &u.queue)) {
                 m.set_deliveries(m.deliveries() - 1);
                 q.storage.requeue(m);
+                self.work.mark_dirty(u.queue);
             } else {
                 self.memory.used -= m.footprint();
             }
@@ -284,6 +285,9 @@ impl<E: Envelope> State<E> {
             let Some(mut q) = self.registry.queues.get_mut(queue) else {
                 return;
             };
+            // Over its limits by requeued, given back or recovered messages, a `drop-head`
+            // queue drops its oldest first, as RabbitMQ's does after a requeue and at start.
+            q.drop_over_limits(&mut self.memory.used, &mut self.work.dying);
             // Looked up once when the head cannot expire (the common case).
             if q.storage.peek().is_some_and(|m| m.expires_at.is_some()) {
                 self.expire_head(queue);

@@ -8,7 +8,6 @@ use super::State;
 use crate::envelope::Envelope;
 use crate::error::{AmqpError, AmqpResult};
 use crate::policy::{self, Policy, PolicyDef};
-use crate::queue::Overflow;
 
 impl<E: Envelope> State<E> {
     /// Adds or replaces a policy (validated and compiled before the lock was taken) and
@@ -75,9 +74,7 @@ impl<E: Envelope> State<E> {
                 self.work.timer_dirty = true;
             }
             q.args = args;
-            if q.args.overflow == Overflow::DropHead {
-                q.drop_over_limits(&mut self.memory.used, &mut self.work.dying);
-            }
+            q.drop_over_limits(&mut self.memory.used, &mut self.work.dying);
             // Dispatched again: its head may have gone, and its consumers may take more.
             self.work.mark_dirty(name);
         }

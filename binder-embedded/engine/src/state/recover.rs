@@ -20,6 +20,11 @@ impl<E: Envelope> State<E> {
     /// they were delivered before. Nothing of it is reported back to the store, which holds
     /// it already. A message's TTL counts again from now.
     ///
+    /// A queue recovered over its length limits (messages requeued at the restart, or a trim
+    /// the crash kept from the disk) then drops its oldest messages, dead-lettered as
+    /// `maxlen` where it has a dead-letter exchange, as RabbitMQ's queues do at start; those
+    /// changes reach the store.
+    ///
     /// A kept policy this broker does not accept (its pattern or a key refused, as an older
     /// version refuses a newer one's key) is not applied, with a warning at each start; it
     /// stays in the store until a policy of the same name is set or cleared, rather than
@@ -29,7 +34,19 @@ impl<E: Envelope> State<E> {
             std::mem::replace(&mut self.store, Arc::new(MemoryStore));
         let result = self.rebuild(recovered);
         self.store = store;
-        result
+        result?;
+        let over: Vec<Arc<str>> = self
+            .registry
+            .queues
+            .values()
+            .filter(|q| q.over_limits())
+            .map(|q| q.name.clone())
+            .collect();
+        for queue in over {
+            self.work.mark_dirty(queue);
+        }
+        self.settle();
+        Ok(())
     }
 
     fn rebuild(&mut self, recovered: Recovered) -> AmqpResult<()> {

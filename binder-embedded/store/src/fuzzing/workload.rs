@@ -55,7 +55,12 @@
 //!   only if it is back in the old one, and one whose copy the failed store refused must be
 //!   back. Messages the failed store could not write are not counted;
 //! * after a store failure, every persistent publish is refused with 541, and every message
-//!   the broker took is still delivered and peeked with its body.
+//!   the broker took is still delivered and peeked with its body;
+//! * `w2` never holds more than its limit: a requeue past it (a nack, a closed channel)
+//!   dead-letters its oldest at once, and so does a start that recovers it past the limit
+//!   (deliveries a crash left outstanding, removals a kill lost). After a crash the model
+//!   takes the fewest of the dead-letter queue's last messages, put back at the head of
+//!   `w2`, that make a recovery the checks above accept.
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
@@ -270,6 +275,8 @@ struct Run {
     failures: u64,
     /// The paged messages of the failure operation's queue just after each failure.
     paged_at_failures: u64,
+    /// Messages the starts dropped from the dead-lettering queue, recovered past its limit.
+    trimmed_at_start: u64,
     /// Slots (queue, place) settled since the store failed: their removals were not
     /// written, so the next crash may bring them back, after a kill too.
     unrecorded: HashSet<(usize, usize)>,
@@ -291,6 +298,9 @@ pub struct Summary {
     /// The paged messages of the failure operation's queue just after each failure (read
     /// back by the peek that follows it).
     pub paged_at_failures: u64,
+    /// Messages the starts dropped from the dead-lettering queue, recovered past its limit
+    /// (the deliveries a crash left outstanding back in a full queue).
+    pub trimmed_at_start: u64,
 }
 
 fn channel(conn: &Connection) -> Channel {
@@ -358,6 +368,7 @@ impl Run {
             failed: false,
             failures: 0,
             paged_at_failures: 0,
+            trimmed_at_start: 0,
             unrecorded: HashSet::new(),
             kept_back: HashSet::new(),
         }
@@ -656,7 +667,11 @@ impl Run {
                 continue;
             }
             match how {
-                Settle::Requeue => self.queues[h.queue][h.at].state = State::Ready,
+                Settle::Requeue => {
+                    self.queues[h.queue][h.at].state = State::Ready;
+                    // Back at its place, past the limit: the queue drops its oldest.
+                    self.enforce_max_length(h.queue);
+                }
                 _ => self.settle_slot(h.queue, h.at, State::Gone),
             }
         }
@@ -668,6 +683,7 @@ impl Run {
         let ch = std::mem::replace(&mut live.ch, channel(&live.conn));
         ch.close();
         self.requeue_held();
+        self.enforce_max_length(DEAD_LETTERING);
     }
 
     /// The channel's deliveries are back in their queues (it was closed).
@@ -877,6 +893,11 @@ impl Run {
             after
         };
         self.requeue_held();
+        if !crash {
+            // Closing the connection requeued its deliveries: the queue dropped its oldest
+            // past the limit then, before the store closed.
+            self.enforce_max_length(DEAD_LETTERING);
+        }
         let live = Live::open(&self.fs, &self.config, &self.broker_config);
         assert_eq!(
             live.store.started_clean(),
@@ -884,21 +905,33 @@ impl Run {
             "started from the marker"
         );
         self.live = Some(live);
-        let recovered: Vec<Vec<u32>> = (0..QUEUES.len())
+        let trimmed: Vec<Vec<u32>> = (0..QUEUES.len())
             .map(|q| self.peeked(q, &format!("recovery of {}", QUEUES[q])))
             .collect();
-        for (q, got) in recovered.iter().enumerate() {
-            if crash {
-                self.check_after_crash(q, got, &recovered);
-            } else {
-                let expected: Vec<u32> = self
-                    .in_delivery_order(q, |s| !s.state.settled() && self.recoverable(s))
-                    .into_iter()
-                    .map(|at| self.queues[q][at].id)
-                    .collect();
-                assert_eq!(got, &expected, "after a clean restart, {}", QUEUES[q]);
+        // What each queue held before the dead-lettering queue, recovered past its
+        // `x-max-length`, dropped its oldest to the dead-letter queue at the start.
+        let recovered = if crash {
+            self.untrimmed_after_crash(&trimmed)
+        } else {
+            let expected: Vec<Vec<u32>> = (0..QUEUES.len())
+                .map(|q| {
+                    self.in_delivery_order(q, |s| !s.state.settled() && self.recoverable(s))
+                        .into_iter()
+                        .map(|at| self.queues[q][at].id)
+                        .collect()
+                })
+                .collect();
+            let after = trim(
+                &expected,
+                expected[DEAD_LETTERING].len().saturating_sub(MAX_LENGTH),
+            );
+            for (q, got) in trimmed.iter().enumerate() {
+                assert_eq!(got, &after[q], "after a clean restart, {}", QUEUES[q]);
             }
-        }
+            expected
+        };
+        self.trimmed_at_start +=
+            (recovered[DEAD_LETTERING].len() - trimmed[DEAD_LETTERING].len()) as u64;
         // The model becomes what was recovered: the slots matched, in arrival order.
         for (q, got) in recovered.iter().enumerate() {
             let mut places = self.matched(q, got, "recovery");
@@ -915,6 +948,35 @@ impl Run {
         }
         self.unrecorded.clear();
         self.kept_back.clear();
+        // The start's trim, as the broker made it.
+        self.enforce_max_length(DEAD_LETTERING);
+    }
+
+    /// What the queues held after a crash, before the start trimmed the dead-lettering queue:
+    /// the fewest of the dead-letter queue's last messages that, put back at the head of
+    /// the dead-lettering queue, make a recovery the crash checks accept. The broker trims
+    /// only a queue recovered past its limit, and leaves it at the limit.
+    fn untrimmed_after_crash(&self, trimmed: &[Vec<u32>]) -> Vec<Vec<u32>> {
+        let at_limit = trimmed[DEAD_LETTERING].len() == MAX_LENGTH;
+        assert!(
+            trimmed[DEAD_LETTERING].len() <= MAX_LENGTH,
+            "after a crash, {} holds {} messages, past its limit",
+            QUEUES[DEAD_LETTERING],
+            trimmed[DEAD_LETTERING].len()
+        );
+        let most = if at_limit { trimmed[DLQ].len() } else { 0 };
+        let mut first_problem = None;
+        for k in 0..=most {
+            let lists = untrim(trimmed, k).expect("at most the dead-letter queue's length");
+            let problem = (0..QUEUES.len()).find_map(|q| self.crash_problem(q, &lists[q], &lists));
+            match problem {
+                None => return lists,
+                Some(p) => {
+                    first_problem.get_or_insert(p);
+                }
+            }
+        }
+        panic!("{}", first_problem.expect("k = 0 was tried"));
     }
 
     /// The slot of `q` (an index into its arrival order) each of `got` is, taking `got` as a
@@ -957,10 +1019,18 @@ impl Run {
             .collect()
     }
 
-    fn check_after_crash(&self, q: usize, got: &[u32], recovered: &[Vec<u32>]) {
+    /// What is wrong with `got` as what `q` recovered after a crash, if anything.
+    fn crash_problem(&self, q: usize, got: &[u32], recovered: &[Vec<u32>]) -> Option<String> {
         let name = QUEUES[q];
         // In order, and nothing the queue never held (nor more copies than it held).
-        let places = self.matched(q, got, "after a crash");
+        let places = match self.matched_preferring(q, got, |_| false) {
+            Ok(places) => places,
+            Err(id) => {
+                return Some(format!(
+                    "after a crash: {name} holds {id} out of order, or never held it: {got:?}"
+                ));
+            }
+        };
         if self.kills {
             // A killed process wrote every removal its writer took, but in `interval` mode
             // those of what moved away (held for the sync): only these may come back.
@@ -973,11 +1043,12 @@ impl Run {
                 .filter(|&at| !self.unrecorded.contains(&(q, at)))
             {
                 let s = &self.queues[q][at];
-                assert!(
-                    !gone(s.state),
-                    "after a kill, {name} holds message {}, settled before the kill",
-                    s.id
-                );
+                if gone(s.state) {
+                    return Some(format!(
+                        "after a kill, {name} holds message {}, settled before the kill",
+                        s.id
+                    ));
+                }
             }
         }
         // Every message it held is there, as often as it held it, unless it was moved here
@@ -991,14 +1062,35 @@ impl Run {
                 *needed.entry(s.id).or_default() += 1;
             }
         }
-        for (id, needed) in needed {
+        let mut needed: Vec<(u32, usize)> = needed.into_iter().collect();
+        needed.sort_unstable();
+        needed.into_iter().find_map(|(id, needed)| {
             let found = got.iter().filter(|&&g| g == id).count();
-            assert!(
-                found >= needed,
-                "after a crash, {name} lost message {id}: it holds {found} of {needed}"
-            );
-        }
+            (found < needed).then(|| {
+                format!("after a crash, {name} lost message {id}: it holds {found} of {needed}")
+            })
+        })
     }
+}
+
+/// `lists` (what each queue holds, in order) after a start that found the dead-lettering
+/// queue `over` past its limit: its `over` oldest dead-lettered to the tail of the
+/// dead-letter queue.
+fn trim(lists: &[Vec<u32>], over: usize) -> Vec<Vec<u32>> {
+    let mut out = lists.to_vec();
+    let dropped: Vec<u32> = out[DEAD_LETTERING].drain(..over).collect();
+    out[DLQ].extend(dropped);
+    out
+}
+
+/// The reverse of [`trim`]: the dead-letter queue's last `over` back at the head of the
+/// dead-lettering queue (none if it holds fewer).
+fn untrim(lists: &[Vec<u32>], over: usize) -> Option<Vec<Vec<u32>>> {
+    let mut out = lists.to_vec();
+    let from = out[DLQ].len().checked_sub(over)?;
+    let back: Vec<u32> = out[DLQ].drain(from..).collect();
+    out[DEAD_LETTERING].splice(..0, back);
+    Some(out)
 }
 
 /// Checks that the failed store refused what `what` did: a 541 `INTERNAL_ERROR`.
@@ -1085,5 +1177,6 @@ pub async fn run(input: &[u8]) -> Summary {
         paged_peeked: run.paged_peeked,
         failures: run.failures,
         paged_at_failures: run.paged_at_failures,
+        trimmed_at_start: run.trimmed_at_start,
     }
 }
