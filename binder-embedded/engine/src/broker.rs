@@ -533,10 +533,21 @@ pub struct Connection<E: Envelope = Native> {
 }
 
 impl<E: Envelope> Connection<E> {
-    /// Opens a channel.
+    /// Opens a channel. Errors that name it (an acknowledgement timeout) name it by its
+    /// [`Channel::id`].
     pub fn open_channel(&self) -> AmqpResult<Channel<E>> {
+        self.open(None)
+    }
+
+    /// Opens a channel that errors name by `number`: the AMQP channel number a network
+    /// server gave it, as in RabbitMQ's `delivery acknowledgement on channel 1 timed out`.
+    pub fn open_numbered_channel(&self, number: u16) -> AmqpResult<Channel<E>> {
+        self.open(Some(number))
+    }
+
+    fn open(&self, number: Option<u16>) -> AmqpResult<Channel<E>> {
         let (tx, rx) = events::queue();
-        let id = self.shared.with(|s| s.open_channel(self.id, tx))?;
+        let id = self.shared.with(|s| s.open_channel(self.id, number, tx))?;
         Ok(Channel {
             id,
             shared: self.shared.clone(),

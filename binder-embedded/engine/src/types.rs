@@ -263,6 +263,15 @@ pub struct BrokerConfig {
     pub memory_paging_ratio: f64,
     /// The virtual host name used in error texts.
     pub vhost: String,
+    /// RabbitMQ's delivery acknowledgement timeout (`consumer_timeout`): a channel holding a
+    /// delivery unacknowledged for longer is closed with 406 `PRECONDITION_FAILED`
+    /// (`delivery acknowledgement on channel N timed out. Timeout value used: T ms. ...`,
+    /// RabbitMQ's text) and its deliveries are requeued. Checked every tenth of the
+    /// timeout, at most every minute: a channel is closed after at least the timeout and
+    /// within two checks of it. Deliveries to `no_ack` consumers are not waited for.
+    /// `None` (the default) never closes a channel for it; `stream-broker` sets RabbitMQ's
+    /// default, 30 minutes.
+    pub consumer_timeout: Option<std::time::Duration>,
 }
 
 impl Default for BrokerConfig {
@@ -272,6 +281,7 @@ impl Default for BrokerConfig {
             memory_resume_ratio: 0.9,
             memory_paging_ratio: 0.5,
             vhost: "/".to_owned(),
+            consumer_timeout: None,
         }
     }
 }

@@ -272,8 +272,12 @@ impl<E: Envelope> State<E> {
                     message,
                     consumer: None,
                     counted: false,
+                    epoch: self.acks.epoch,
                 },
             );
+            if self.acks.idle() {
+                self.work.timer_dirty = true;
+            }
         }
         Ok(Some((delivery, remaining)))
     }
@@ -424,9 +428,13 @@ impl<E: Envelope> State<E> {
                             message,
                             consumer: Some(consumer_id),
                             counted: true,
+                            epoch: self.acks.epoch,
                         },
                     );
                 }
+            }
+            if !consumer.no_ack && self.acks.idle() {
+                self.work.timer_dirty = true;
             }
             let delivered = deliveries.len();
             q.delivered += delivered as u64;

@@ -61,6 +61,9 @@ impl<E: Envelope> State<E> {
                 earliest(at);
             }
         }
+        if let Some(at) = self.check_ack_timeouts(now) {
+            earliest(at);
+        }
         self.work.timer_dirty = false;
         self.settle();
         next

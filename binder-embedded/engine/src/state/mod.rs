@@ -19,6 +19,7 @@
 //! module per group of methods: [`declare`], [`publish`], [`consume`], [`settle`], [`expiry`].
 
 mod accounting;
+mod ack_timeout;
 mod consume;
 mod declare;
 mod expiry;
@@ -85,6 +86,8 @@ pub(crate) struct State<E: Envelope> {
     /// Policies the store kept that this broker refuses (see [`State::recover`]): kept in
     /// the store, not applied, until one of the same name is set or cleared.
     refused_policies: Vec<String>,
+    /// The delivery acknowledgement timeout ([`ack_timeout`]).
+    acks: ack_timeout::AckClock,
 }
 
 /// A record as the store reads it: converted to the engine's types only when asked.
@@ -99,6 +102,7 @@ impl<E: Envelope> RecordView for View<'_, E> {
 impl<E: Envelope> State<E> {
     pub(crate) fn new(config: BrokerConfig, store: Arc<dyn MessageStore>) -> Self {
         State {
+            acks: ack_timeout::AckClock::new(config.consumer_timeout),
             config,
             registry: Registry::new(),
             sessions: Sessions::new(),
@@ -235,12 +239,13 @@ impl<E: Envelope> State<E> {
     pub(crate) fn open_channel(
         &mut self,
         connection: u64,
+        number: Option<u16>,
         events: EventSender<E>,
     ) -> AmqpResult<u64> {
         if let Some(reason) = self.blocked_reason() {
             events.send(ChannelEvent::Blocked { reason });
         }
-        self.sessions.open_channel(connection, events)
+        self.sessions.open_channel(connection, number, events)
     }
 
     /// Whether `queue` (a delivery's record of its queue) names the queue that exists now,

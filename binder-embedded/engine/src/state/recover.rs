@@ -52,7 +52,7 @@ impl<E: Envelope> State<E> {
     fn rebuild(&mut self, recovered: Recovered) -> AmqpResult<()> {
         let connection = self.open_connection();
         let (sender, _) = events::queue();
-        let channel = self.open_channel(connection, sender)?;
+        let channel = self.open_channel(connection, None, sender)?;
         for def in recovered.policies {
             let name = def.name.clone();
             match Policy::new(def) {

@@ -41,6 +41,8 @@ pub(crate) struct Unacked<E: Envelope> {
     pub consumer: Option<u64>,
     /// Whether it counts against the channel's global prefetch.
     pub counted: bool,
+    /// When it was delivered, in checks of the acknowledgement timeout ([`super::ack_timeout`]).
+    pub epoch: u32,
 }
 
 /// What a delivery awaiting its acknowledgement costs beyond its queue entry: the channel's
@@ -78,6 +80,8 @@ pub(crate) enum TxOp<E: Envelope> {
 #[derive(Debug)]
 pub(crate) struct ChannelState<E: Envelope> {
     pub connection: u64,
+    /// The number errors name it by (the AMQP channel number, else its id).
+    pub label: u64,
     pub next_tag: u64,
     pub unacked: UnackedLog<E>,
     pub consumer_prefetch: u32,
@@ -145,6 +149,7 @@ impl<E: Envelope> Sessions<E> {
     pub(crate) fn open_channel(
         &mut self,
         connection: u64,
+        number: Option<u16>,
         events: EventSender<E>,
     ) -> AmqpResult<u64> {
         let id = self.id();
@@ -157,6 +162,7 @@ impl<E: Envelope> Sessions<E> {
             id,
             ChannelState {
                 connection,
+                label: number.map_or(id, u64::from),
                 next_tag: 0,
                 unacked: UnackedLog::default(),
                 consumer_prefetch: 0,
