@@ -53,7 +53,11 @@ async fn a_delivery_left_unacknowledged_past_the_timeout_closes_its_channel_and_
          This timeout value can be configured, see consumers doc guide to learn more"
     );
     let late = ch.basic_ack(d.delivery_tag, false).unwrap_err();
-    assert_eq!(late.code, ReplyCode::ChannelError, "the channel is gone: {late}");
+    assert_eq!(
+        late.code,
+        ReplyCode::ChannelError,
+        "the channel is gone: {late}"
+    );
 
     let other = conn.open_channel().unwrap();
     let again = other.basic_get("q", true).unwrap().expect("requeued");
@@ -116,7 +120,9 @@ async fn a_basic_get_awaiting_its_ack_times_out_too_and_the_others_channels_stay
     assert_eq!(error.code, ReplyCode::PreconditionFailed);
     let id = getter.id();
     assert!(
-        error.text.starts_with(&format!("delivery acknowledgement on channel {id} timed out")),
+        error.text.starts_with(&format!(
+            "delivery acknowledgement on channel {id} timed out"
+        )),
         "an unnumbered channel is named by its id: {}",
         error.text
     );

@@ -99,7 +99,7 @@ impl<E: WireEnvelope> Conn<E> {
             ));
         };
         let engine = connection
-            .open_channel()
+            .open_numbered_channel(id)
             .map_err(|e| Fault::engine(id, e, ids))?;
         let Some(events) = engine.events() else {
             return Err(Fault::connection(

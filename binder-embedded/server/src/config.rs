@@ -8,6 +8,7 @@
 //! data_dir = "/var/lib/stream-broker"
 //! durability = "sync"
 //! disk_free_limit = 50000000
+//! consumer_timeout = 1800000             # ms a delivery may wait for its ack; false: for ever
 //! loopback_users = ["guest"]
 //!
 //! [limits]
@@ -109,6 +110,63 @@ pub struct ServerConfig {
     /// the entry. Works without `[management]`.
     #[serde(default)]
     pub load_definitions: Option<PathBuf>,
+    /// RabbitMQ's delivery acknowledgement timeout (`consumer_timeout`), in milliseconds: a
+    /// channel holding a delivery unacknowledged for longer is closed with 406
+    /// `PRECONDITION_FAILED` and its deliveries are requeued. `None`: RabbitMQ's default,
+    /// 30 minutes ([`DEFAULT_CONSUMER_TIMEOUT`]); `false` never times a delivery out. For the
+    /// brokers the standalone server creates.
+    #[serde(default, deserialize_with = "consumer_timeout")]
+    pub consumer_timeout: Option<ConsumerTimeout>,
+}
+
+/// RabbitMQ's default `consumer_timeout`: 30 minutes.
+pub const DEFAULT_CONSUMER_TIMEOUT: Duration = Duration::from_secs(30 * 60);
+
+/// The `consumer_timeout` setting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConsumerTimeout {
+    /// A delivery unacknowledged this long closes its channel.
+    After(Duration),
+    /// Deliveries wait for their acknowledgement for ever (`consumer_timeout = false`).
+    Never,
+}
+
+impl ConsumerTimeout {
+    /// The engine's setting for this one (`None`: RabbitMQ's default).
+    pub fn for_engine(setting: Option<ConsumerTimeout>) -> Option<Duration> {
+        match setting {
+            None => Some(DEFAULT_CONSUMER_TIMEOUT),
+            Some(ConsumerTimeout::After(d)) => Some(d),
+            Some(ConsumerTimeout::Never) => None,
+        }
+    }
+}
+
+/// `consumer_timeout`: milliseconds above 0, or `false`.
+fn consumer_timeout<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<ConsumerTimeout>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Given {
+        Millis(i64),
+        Flag(bool),
+    }
+    let refused = |what: String| {
+        serde::de::Error::custom(format!(
+            "consumer_timeout is {what}: give the milliseconds a delivery may wait for its \
+             acknowledgement (above 0), or false to wait for ever"
+        ))
+    };
+    match Given::deserialize(d) {
+        Ok(Given::Millis(ms)) if ms > 0 => Ok(Some(ConsumerTimeout::After(Duration::from_millis(
+            ms as u64,
+        )))),
+        Ok(Given::Millis(ms)) => Err(refused(ms.to_string())),
+        Ok(Given::Flag(false)) => Ok(Some(ConsumerTimeout::Never)),
+        Ok(Given::Flag(true)) => Err(refused("true".into())),
+        Err(_) => Err(refused("neither a number nor false".into())),
+    }
 }
 
 /// The HTTP management listener (`[management]`): RabbitMQ's `management.tcp.*`.
@@ -458,6 +516,7 @@ impl Default for ServerConfig {
             tls: None,
             management: None,
             load_definitions: None,
+            consumer_timeout: None,
         }
     }
 }

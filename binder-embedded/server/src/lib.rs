@@ -44,8 +44,8 @@ mod traffic;
 mod wire;
 
 pub use config::{
-    ConfigError, Limits, ManagementConfig, PermissionConfig, ServerConfig, TlsConfig, TlsVerify,
-    TlsVersion, UserConfig,
+    ConfigError, ConsumerTimeout, DEFAULT_CONSUMER_TIMEOUT, Limits, ManagementConfig,
+    PermissionConfig, ServerConfig, TlsConfig, TlsVerify, TlsVersion, UserConfig,
 };
 pub use envelope::WireEnvelope;
 pub use error::ServerError;

@@ -18,7 +18,7 @@ use tokio::time::Instant;
 use tokio_rustls::TlsAcceptor;
 
 use crate::auth::Users;
-use crate::config::{Limits, ServerConfig};
+use crate::config::{ConsumerTimeout, Limits, ServerConfig};
 use crate::connection::Conn;
 use crate::envelope::WireEnvelope;
 use crate::error::ServerError;
@@ -78,6 +78,14 @@ impl<E: WireEnvelope> Shared<E> {
         if config.memory_high_watermark.is_some() {
             return Err(crate::ConfigError::Invalid(
                 "memory_high_watermark is set on the brokers passed to Server::bind, not in its configuration".into(),
+            )
+            .into());
+        }
+        if config.consumer_timeout.is_some() {
+            return Err(crate::ConfigError::Invalid(
+                "consumer_timeout is set on the brokers passed to Server::bind \
+                 (BrokerConfig::consumer_timeout), not in its configuration"
+                    .into(),
             )
             .into());
         }
@@ -168,7 +176,7 @@ pub struct Server<E: WireEnvelope = Native> {
 
 impl Server<Native> {
     /// Binds a server that creates its own brokers, one per configured virtual host (with
-    /// the configuration's `memory_high_watermark`). With `data_dir`, each broker keeps its
+    /// the configuration's `memory_high_watermark` and `consumer_timeout`). With `data_dir`, each broker keeps its
     /// durable entities and persistent messages in a [`DiskStore`] of its own (recovered
     /// before the server listens; closed cleanly by [`Server::shutdown`]).
     pub async fn standalone(config: ServerConfig) -> Result<Self, ServerError> {
@@ -178,6 +186,7 @@ impl Server<Native> {
         for vhost in &config.vhosts {
             let mut engine = BrokerConfig {
                 vhost: vhost.clone(),
+                consumer_timeout: ConsumerTimeout::for_engine(config.consumer_timeout),
                 ..BrokerConfig::default()
             };
             if let Some(watermark) = config.memory_high_watermark {
@@ -223,6 +232,7 @@ impl Server<Native> {
             durability: None,
             disk_free_limit: None,
             memory_paging_ratio: None,
+            consumer_timeout: None,
             ..config
         };
         let mut server = Self::bind(config, brokers).await?;

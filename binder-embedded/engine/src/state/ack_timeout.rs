@@ -87,7 +87,14 @@ impl<E: Envelope> State<E> {
                     self.close_channel(id, Some(AmqpError::precondition(text)));
                 }
             }
-            None => {}
+            None => {
+                // Woken by a delivery made while no check was scheduled: the first check is
+                // an interval away, whether or not it is still outstanding by then (checks
+                // stop only at a check that finds none, so a busy channel whose deliveries
+                // come and go wakes the timer at most once an interval for this).
+                self.acks.next_check = Some(now + interval);
+                return self.acks.next_check;
+            }
         }
         let outstanding = self
             .sessions
@@ -98,4 +105,3 @@ impl<E: Envelope> State<E> {
         self.acks.next_check
     }
 }
-

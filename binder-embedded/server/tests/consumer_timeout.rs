@@ -1,0 +1,161 @@
+//! `consumer_timeout` on the wire: a client holding a delivery unacknowledged past it sees
+//! its channel closed with RabbitMQ's 406 and text (naming the channel's number), the
+//! delivery goes back to the queue, and the connection and its other channels stay.
+
+mod common;
+
+use std::time::Duration;
+
+use amq_protocol::frame::AMQPFrame;
+use amq_protocol::protocol::{AMQPClass, basic, channel};
+use common::*;
+use futures::StreamExt;
+use lapin::BasicProperties;
+use lapin::options::*;
+use lapin::types::FieldTable;
+use stream_broker::{ConsumerTimeout, ServerConfig};
+
+#[tokio::test]
+async fn an_unacknowledged_delivery_past_the_timeout_closes_its_channel_with_406() {
+    let server = server(ServerConfig {
+        consumer_timeout: Some(ConsumerTimeout::After(Duration::from_millis(300))),
+        ..config()
+    })
+    .await;
+    let conn = lapin(&server).await;
+    let ch = conn.create_channel().await.unwrap();
+    ch.queue_declare(
+        "slow".into(),
+        QueueDeclareOptions::default(),
+        FieldTable::default(),
+    )
+    .await
+    .unwrap();
+    ch.basic_publish(
+        "".into(),
+        "slow".into(),
+        BasicPublishOptions::default(),
+        b"job",
+        BasicProperties::default(),
+    )
+    .await
+    .unwrap();
+
+    // A raw client takes the message on channel 7 and never acknowledges it.
+    let mut raw = Raw::connect(&server).await;
+    raw.handshake(131_072, 2047, 0).await;
+    raw.open_channel(7).await;
+    raw.open_channel(8).await;
+    let taken = std::time::Instant::now();
+    raw.method(
+        7,
+        AMQPClass::Basic(basic::AMQPMethod::Get(basic::Get {
+            queue: "slow".into(),
+            no_ack: false,
+        })),
+    )
+    .await;
+    let close = loop {
+        match raw.next().await.expect("the server answers") {
+            AMQPFrame::Method(7, AMQPClass::Channel(channel::AMQPMethod::Close(close))) => {
+                break close;
+            }
+            AMQPFrame::Method(7, AMQPClass::Basic(basic::AMQPMethod::GetOk(_)))
+            | AMQPFrame::Header(7, ..)
+            | AMQPFrame::Body(7, _)
+            | AMQPFrame::Heartbeat => {}
+            other => panic!("unexpected {other:?}"),
+        }
+    };
+    let waited = taken.elapsed();
+    assert!(
+        waited >= Duration::from_millis(300),
+        "closed after {waited:?}, before the timeout"
+    );
+    assert_eq!(close.reply_code, 406);
+    assert_eq!(
+        close.reply_text.as_str(),
+        "PRECONDITION_FAILED - delivery acknowledgement on channel 7 timed out. Timeout value \
+         used: 300 ms. This timeout value can be configured, see consumers doc guide to learn \
+         more"
+    );
+    raw.method(
+        7,
+        AMQPClass::Channel(channel::AMQPMethod::CloseOk(channel::CloseOk {})),
+    )
+    .await;
+
+    // The connection and its other channel go on; the message is back, redelivered.
+    raw.method(
+        8,
+        AMQPClass::Basic(basic::AMQPMethod::Get(basic::Get {
+            queue: "slow".into(),
+            no_ack: true,
+        })),
+    )
+    .await;
+    let (number, got) = raw.next_method().await.expect("get-ok");
+    let AMQPClass::Basic(basic::AMQPMethod::GetOk(ok)) = got else {
+        panic!("expected get-ok, got {got:?}");
+    };
+    assert_eq!(number, 8);
+    assert!(ok.redelivered);
+
+    // A lapin consumer that acknowledges in time is left alone.
+    ch.basic_publish(
+        "".into(),
+        "slow".into(),
+        BasicPublishOptions::default(),
+        b"quick",
+        BasicProperties::default(),
+    )
+    .await
+    .unwrap();
+    let mut consumer = ch
+        .basic_consume(
+            "slow".into(),
+            "quick".into(),
+            BasicConsumeOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+        .unwrap();
+    let delivery = consumer.next().await.unwrap().unwrap();
+    delivery.ack(BasicAckOptions::default()).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert!(ch.status().connected());
+    drop(raw);
+    server.shutdown().await;
+}
+
+#[test]
+fn the_setting_is_milliseconds_or_false() {
+    let c = ServerConfig::from_toml("consumer_timeout = 60000\n").unwrap();
+    assert_eq!(
+        c.consumer_timeout,
+        Some(ConsumerTimeout::After(Duration::from_secs(60)))
+    );
+    let c = ServerConfig::from_toml("consumer_timeout = false\n").unwrap();
+    assert_eq!(c.consumer_timeout, Some(ConsumerTimeout::Never));
+    assert_eq!(ServerConfig::from_toml("").unwrap().consumer_timeout, None);
+    for bad in ["0", "-5", "true", "\"30m\""] {
+        let e = ServerConfig::from_toml(&format!("consumer_timeout = {bad}\n")).unwrap_err();
+        assert!(e.to_string().contains("consumer_timeout is"), "{bad}: {e}");
+    }
+}
+
+#[tokio::test]
+async fn a_server_given_its_brokers_refuses_the_setting() {
+    let bound = stream_broker::Server::<stream_engine::Native>::bind(
+        ServerConfig {
+            consumer_timeout: Some(ConsumerTimeout::Never),
+            ..config()
+        },
+        [("/".to_owned(), stream_engine::Broker::new())].into(),
+    )
+    .await;
+    let Err(e) = bound else {
+        panic!("a server given its brokers took consumer_timeout");
+    };
+    assert!(e.to_string().contains("consumer_timeout"), "{e}");
+}
