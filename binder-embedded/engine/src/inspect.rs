@@ -126,6 +126,22 @@ pub struct ChannelInfo {
     pub delivered: u64,
     /// Deliveries acknowledged since it opened (`ack`; a `multiple` ack counts each).
     pub acknowledged: u64,
+    /// Deliveries to consumers that acknowledge (`deliver`).
+    pub delivered_to_consumers: u64,
+    /// Deliveries to `no_ack` consumers (`deliver_no_ack`).
+    pub delivered_no_ack: u64,
+    /// `basic.get`s answered with a message awaiting its acknowledgement (`get`).
+    pub got: u64,
+    /// `basic.get`s answered with `no_ack` (`get_no_ack`).
+    pub got_no_ack: u64,
+    /// `basic.get`s that found the queue empty (`get_empty`).
+    pub got_empty: u64,
+    /// Deliveries and gets of messages delivered before (`redeliver`).
+    pub redelivered: u64,
+    /// Mandatory publishes no queue took, returned (`return_unroutable`).
+    pub returned: u64,
+    /// Other publishes no queue took, dropped (`drop_unroutable`).
+    pub dropped_unroutable: u64,
 }
 
 /// Broker-wide counts ([`Broker::totals`](crate::Broker::totals)).

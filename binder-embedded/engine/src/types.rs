@@ -268,9 +268,10 @@ pub struct BrokerConfig {
     /// (`delivery acknowledgement on channel N timed out. Timeout value used: T ms. ...`,
     /// RabbitMQ's text) and its deliveries are requeued. Checked every tenth of the
     /// timeout, at most every minute: a channel is closed after at least the timeout and
-    /// within two checks of it. Deliveries to `no_ack` consumers are not waited for.
-    /// `None` (the default) never closes a channel for it; `stream-broker` sets RabbitMQ's
-    /// default, 30 minutes.
+    /// within two checks of it; a timeout under a millisecond counts as one. Deliveries to
+    /// `no_ack` consumers are not waited for, nor those a transaction has settled pending its
+    /// commit. `None` (the default) never closes a channel for it; the standalone
+    /// `stream-broker` sets RabbitMQ's default, 30 minutes.
     pub consumer_timeout: Option<std::time::Duration>,
 }
 

@@ -83,8 +83,8 @@ async fn acknowledged_deliveries_and_no_ack_consumers_are_never_timed_out() {
             },
         )
         .unwrap();
-    // A delivery every 300 ms for 5 timeouts, each acknowledged within 600 ms; the no-ack
-    // consumer's are never acknowledged.
+    // A delivery every 600 ms for about 10 timeouts, each acknowledged 600 ms after it came;
+    // the no-ack consumer's are never acknowledged.
     for i in 0..16 {
         publish(&ch, "", "acked", &i.to_string()).await;
         publish(&ch, "", "free", &i.to_string()).await;
@@ -107,14 +107,16 @@ async fn a_basic_get_awaiting_its_ack_times_out_too_and_the_others_channels_stay
     let bystander = conn.open_channel().unwrap();
     let mut bystander_events = bystander.events().unwrap();
     declare(&getter, "q");
-    for t in ["a", "b"] {
+    for t in ["a", "b", "c"] {
         publish(&getter, "", "q", t).await;
     }
     getter.basic_get("q", false).unwrap().unwrap();
-    let held = bystander.basic_get("q", false).unwrap().unwrap().delivery;
+    let first = bystander.basic_get("q", false).unwrap().unwrap().delivery;
     sleep(Duration::from_millis(700)).await;
-    // The bystander's delivery is younger than the timeout when the getter's passes it.
-    bystander.basic_ack(held.delivery_tag, false).unwrap();
+    // The bystander settles its first delivery and holds a later one: younger than the
+    // timeout when the getter's passes it.
+    bystander.basic_ack(first.delivery_tag, false).unwrap();
+    bystander.basic_get("q", false).unwrap().unwrap();
     sleep(Duration::from_millis(600)).await;
     let error = closed(&mut getter_events).expect("the getter's channel is closed");
     assert_eq!(error.code, ReplyCode::PreconditionFailed);
@@ -128,6 +130,40 @@ async fn a_basic_get_awaiting_its_ack_times_out_too_and_the_others_channels_stay
     );
     assert!(closed(&mut bystander_events).is_none());
     assert_eq!(broker.queue_counts("q"), Some((1, 0)), "a is back");
+    // The bystander's own delivery times out in its turn.
+    sleep(Duration::from_millis(600)).await;
+    assert!(closed(&mut bystander_events).is_some());
+    assert_eq!(broker.queue_counts("q"), Some((2, 0)), "c is back too");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_delivery_settled_in_an_open_transaction_is_not_waited_for() {
+    let broker = broker();
+    let conn = broker.connect();
+    let ch = conn.open_channel().unwrap();
+    let mut events = ch.events().unwrap();
+    declare(&ch, "q");
+    for t in ["a", "b"] {
+        publish(&ch, "", "q", t).await;
+    }
+    ch.tx_select().unwrap();
+    let a = ch.basic_get("q", false).unwrap().unwrap().delivery;
+    let b = ch.basic_get("q", false).unwrap().unwrap().delivery;
+    // a is acknowledged at once, its commit comes much later; b waits for its ack.
+    ch.basic_ack(a.delivery_tag, false).unwrap();
+    sleep(TIMEOUT / 2).await;
+    ch.basic_ack(b.delivery_tag, false).unwrap();
+    sleep(TIMEOUT * 3).await;
+    assert!(closed(&mut events).is_none(), "settled, pending the commit");
+    ch.tx_commit().await.unwrap();
+    assert_eq!(broker.queue_counts("q"), Some((0, 0)));
+
+    // A later delivery left unsettled in the transaction times out as any other.
+    publish(&ch, "", "q", "c").await;
+    ch.tx_commit().await.unwrap();
+    ch.basic_get("q", false).unwrap().unwrap();
+    sleep(TIMEOUT + Duration::from_millis(300)).await;
+    assert!(closed(&mut events).is_some());
 }
 
 #[tokio::test(start_paused = true)]
@@ -141,4 +177,22 @@ async fn without_a_timeout_nothing_is_closed() {
     sleep(Duration::from_secs(3 * 3600)).await;
     assert!(closed(&mut events).is_none());
     drop(conn);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_idle_queue_expires_after_a_timeout_took_its_last_consumer() {
+    let broker = broker();
+    let conn = broker.connect();
+    let ch = conn.open_channel().unwrap();
+    let mut events = ch.events().unwrap();
+    declare_with(&ch, "idle", args(&[("x-expires", FieldValue::I32(2000))]));
+    publish(&ch, "", "idle", "held").await;
+    let mut consumer = consume(&ch, "idle");
+    next(&mut consumer).await;
+    sleep(TIMEOUT + Duration::from_millis(300)).await;
+    assert!(closed(&mut events).is_some());
+    // No consumer since the close: idle from then, the queue expires two seconds later.
+    assert!(broker.queue_counts("idle").is_some());
+    sleep(Duration::from_millis(2500)).await;
+    assert_eq!(broker.queue_counts("idle"), None, "expired");
 }

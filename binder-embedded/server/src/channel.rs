@@ -109,11 +109,13 @@ impl<E: WireEnvelope> Conn<E> {
         };
         let (flow, _) = watch::channel(true);
         let pending_confirms = Arc::default();
+        let confirmed = Arc::default();
         self.list_channel(
             id,
             ListedChannel {
                 engine_id: engine.id(),
                 unconfirmed: Arc::clone(&pending_confirms),
+                confirmed: Arc::clone(&confirmed),
             },
         );
         self.channels.insert(
@@ -126,6 +128,7 @@ impl<E: WireEnvelope> Conn<E> {
                 consumers: HashMap::new(),
                 acks: None,
                 pending_confirms,
+                confirmed,
                 last_queue: None,
             })),
         );

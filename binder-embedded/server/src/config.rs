@@ -567,6 +567,13 @@ impl ServerConfig {
                 self.limits.frame_max
             ));
         }
+        if self.consumer_timeout == Some(ConsumerTimeout::After(Duration::ZERO)) {
+            return invalid(
+                "consumer_timeout is 0: give the milliseconds a delivery may wait for its \
+                 acknowledgement (above 0), or false to wait for ever"
+                    .into(),
+            );
+        }
         if self.limits.max_message_size == 0 {
             return invalid("limits.max_message_size must be positive".into());
         }

@@ -75,6 +75,8 @@ pub struct ChannelState<E: WireEnvelope> {
     pub acks: Option<(u64, u64)>,
     /// Confirms waiting for the message store; while any is out, acks are sent singly.
     pub pending_confirms: Arc<std::sync::atomic::AtomicUsize>,
+    /// Publishes acked (confirm mode) since the channel opened, for management.
+    pub confirmed: Arc<std::sync::atomic::AtomicU64>,
     /// The queue last declared on the channel (what an empty queue name means).
     pub last_queue: Option<String>,
 }
@@ -363,7 +365,16 @@ impl<E: WireEnvelope> Conn<E> {
     /// connection ends.
     async fn fault(&mut self, fault: Fault) -> Option<Ended> {
         match fault {
-            Fault::Channel(channel, close) => {
+            Fault::Channel(channel, mut close) => {
+                // The engine may have closed the channel on its own (an acknowledgement
+                // timeout) just before a frame of it found it gone (504, `channel is
+                // closed`): the client is told why. Other errors keep their own close,
+                // which names the method that failed.
+                if close.code == reply::CHANNEL_ERROR
+                    && let Some(engine) = self.closed_by_engine(channel)
+                {
+                    close = engine;
+                }
                 tracing::debug!(peer = %self.peer, channel, reason = %close.reply_text(), "closing channel");
                 self.drop_channel(channel).await;
                 self.channels.insert(channel, Slot::Closing);
@@ -386,6 +397,20 @@ impl<E: WireEnvelope> Conn<E> {
             Fault::Connection(close) => Some(Ended::Closed(close)),
             Fault::Gone => Some(Ended::Dropped("output closed".into())),
         }
+    }
+
+    /// The error the engine closed `channel` with, if its events hold one (the channel's
+    /// other events are moot: it is closing).
+    fn closed_by_engine(&mut self, channel: u16) -> Option<Close> {
+        let Some(Slot::Open(state)) = self.channels.get_mut(&channel) else {
+            return None;
+        };
+        while let Ok(event) = state.events.try_recv() {
+            if let ChannelEvent::Closed { error } = event {
+                return Some(Close::new(error.code.code(), error.text));
+            }
+        }
+        None
     }
 
     /// Sends `connection.close` and waits for `close-ok`, dropping other frames: each step
@@ -755,6 +780,7 @@ impl<E: WireEnvelope> Conn<E> {
                 };
                 let out = self.out.clone();
                 let counter = state.pending_confirms.clone();
+                let confirmed = state.confirmed.clone();
                 counter.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
                 tokio::spawn(async move {
                     // A message the store failed to keep is nacked, as RabbitMQ does.
@@ -767,6 +793,9 @@ impl<E: WireEnvelope> Conn<E> {
                         }
                     };
                     if let Some(seq) = seq {
+                        if ack {
+                            confirmed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        }
                         let _ = out.send(confirm_frame(channel, seq, false, ack)).await;
                     }
                     // Only once its confirm is queued: until then later confirms go out one by
@@ -834,6 +863,11 @@ impl<E: WireEnvelope> Conn<E> {
         let Some(Slot::Open(state)) = self.channels.get_mut(&channel) else {
             return Ok(());
         };
+        if ack {
+            state
+                .confirmed
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
         let no_pending = state
             .pending_confirms
             .load(std::sync::atomic::Ordering::Acquire)

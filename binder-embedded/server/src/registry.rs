@@ -47,6 +47,8 @@ pub(crate) struct ListedChannel {
     pub engine_id: u64,
     /// Publishes in confirm mode whose confirm is not sent yet (waiting for the store).
     pub unconfirmed: Arc<AtomicUsize>,
+    /// Publishes confirmed with an ack since the channel opened (RabbitMQ's `confirm`).
+    pub confirmed: Arc<AtomicU64>,
 }
 
 /// A listed connection: what it agreed, its channels by number, and a close request.
@@ -247,6 +249,7 @@ mod tests {
             ListedChannel {
                 engine_id: 7,
                 unconfirmed: Arc::default(),
+                confirmed: Arc::default(),
             },
         );
         assert_eq!(listed.listing.channels()[0].1.engine_id, 7);

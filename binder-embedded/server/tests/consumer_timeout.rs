@@ -138,6 +138,12 @@ fn the_setting_is_milliseconds_or_false() {
     let c = ServerConfig::from_toml("consumer_timeout = false\n").unwrap();
     assert_eq!(c.consumer_timeout, Some(ConsumerTimeout::Never));
     assert_eq!(ServerConfig::from_toml("").unwrap().consumer_timeout, None);
+    let zero = ServerConfig {
+        consumer_timeout: Some(ConsumerTimeout::After(Duration::ZERO)),
+        ..ServerConfig::default()
+    };
+    let e = zero.validate().unwrap_err();
+    assert!(e.to_string().contains("consumer_timeout is 0"), "{e}");
     for bad in ["0", "-5", "true", "\"30m\""] {
         let e = ServerConfig::from_toml(&format!("consumer_timeout = {bad}\n")).unwrap_err();
         assert!(e.to_string().contains("consumer_timeout is"), "{bad}: {e}");
@@ -158,4 +164,77 @@ async fn a_server_given_its_brokers_refuses_the_setting() {
         panic!("a server given its brokers took consumer_timeout");
     };
     assert!(e.to_string().contains("consumer_timeout"), "{e}");
+}
+
+/// A client busy on its channel when the timeout closes it: the frames it sent meanwhile
+/// find the engine's channel gone, and the close it gets still says why (406, not 504).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_channel_closed_by_the_timeout_is_told_why() {
+    let broker: stream_engine::Broker =
+        stream_engine::Broker::with_config(stream_engine::BrokerConfig {
+            consumer_timeout: Some(Duration::from_millis(20)),
+            ..Default::default()
+        });
+    let server = server_with(config(), broker.clone()).await;
+    let conn = broker.connect();
+    let ch = conn.open_channel().unwrap();
+    ch.queue_declare("busy", Default::default(), Default::default())
+        .unwrap();
+    for round in 0..5u16 {
+        ch.basic_publish(
+            "",
+            "busy",
+            Default::default(),
+            stream_engine::Message::new("x"),
+        )
+        .await
+        .unwrap();
+        let mut raw = Raw::connect(&server).await;
+        raw.handshake(131_072, 2047, 0).await;
+        let number = 3 + round;
+        raw.open_channel(number).await;
+        raw.method(
+            number,
+            AMQPClass::Basic(basic::AMQPMethod::Get(basic::Get {
+                queue: "busy".into(),
+                no_ack: false,
+            })),
+        )
+        .await;
+        // Frames on the channel all along, from before the timeout to well after it.
+        let mut burst = Vec::new();
+        for _ in 0..4000 {
+            let frame = AMQPFrame::Method(
+                number,
+                AMQPClass::Basic(basic::AMQPMethod::Qos(basic::Qos {
+                    prefetch_count: 1,
+                    global: false,
+                })),
+            );
+            burst.extend(encode(frame));
+        }
+        raw.send_bytes(&burst).await;
+        let close = loop {
+            match raw.next().await.expect("the server answers") {
+                AMQPFrame::Method(n, AMQPClass::Channel(channel::AMQPMethod::Close(close)))
+                    if n == number =>
+                {
+                    break close;
+                }
+                _ => {}
+            }
+        };
+        assert_eq!(
+            (close.reply_code, &close.reply_text.as_str()[..31]),
+            (406, "PRECONDITION_FAILED - delivery "),
+            "round {round}: {close:?}"
+        );
+    }
+    server.shutdown().await;
+}
+
+fn encode(frame: AMQPFrame) -> Vec<u8> {
+    use amq_protocol::frame::{WriteContext, gen_frame};
+    let ctx = gen_frame(&frame)(WriteContext::from(Vec::new())).unwrap();
+    ctx.into_inner().0
 }

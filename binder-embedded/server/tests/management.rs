@@ -3012,3 +3012,116 @@ async fn definitions_are_loaded_at_start() {
         "{err}"
     );
 }
+
+/// A channel's `message_stats` counts what RabbitMQ's does: confirms sent, unroutable
+/// publishes returned or dropped, deliveries with and without acks, gets (with and without
+/// acks, and empty ones), redeliveries and acks; each with its rate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_channels_message_stats_count_confirms_returns_gets_and_redeliveries() {
+    use futures::StreamExt;
+    use lapin::options::*;
+
+    let f = fixture().await;
+    let amqp = common::lapin(&f.server).await;
+    let ch = amqp.create_channel().await.unwrap();
+    ch.confirm_select(ConfirmSelectOptions::default())
+        .await
+        .unwrap();
+    ch.queue_declare("stats-q".into(), Default::default(), Default::default())
+        .await
+        .unwrap();
+    for body in [&b"a"[..], b"b", b"c"] {
+        publish(&ch, "stats-q", body).await.await.unwrap();
+    }
+    // Unroutable: returned when mandatory, dropped otherwise; both confirmed.
+    for mandatory in [true, false] {
+        ch.basic_publish(
+            "".into(),
+            "nowhere".into(),
+            BasicPublishOptions {
+                mandatory,
+                ..Default::default()
+            },
+            b"lost",
+            Default::default(),
+        )
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    }
+    // A get awaiting its ack, requeued; then got again without an ack (a redelivery).
+    let a = ch
+        .basic_get("stats-q".into(), BasicGetOptions::default())
+        .await
+        .unwrap()
+        .expect("a");
+    a.nack(BasicNackOptions {
+        requeue: true,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    ch.basic_get("stats-q".into(), BasicGetOptions { no_ack: true })
+        .await
+        .unwrap()
+        .expect("a again");
+    // A consumer that acks takes b; a no-ack one on another queue takes one more.
+    let mut consumer = consume(&ch, "stats-q", "stats-consumer").await;
+    let b = consumer.next().await.unwrap().unwrap();
+    b.ack(BasicAckOptions::default()).await.unwrap();
+    let c = consumer.next().await.unwrap().unwrap();
+    c.ack(BasicAckOptions::default()).await.unwrap();
+    ch.basic_cancel("stats-consumer".into(), Default::default())
+        .await
+        .unwrap();
+    ch.queue_declare("stats-free".into(), Default::default(), Default::default())
+        .await
+        .unwrap();
+    publish(&ch, "stats-free", b"d").await.await.unwrap();
+    let mut free = ch
+        .basic_consume(
+            "stats-free".into(),
+            "stats-free".into(),
+            BasicConsumeOptions {
+                no_ack: true,
+                ..Default::default()
+            },
+            Default::default(),
+        )
+        .await
+        .unwrap();
+    free.next().await.unwrap().unwrap();
+    // An empty get, which also makes a round trip after everything above.
+    assert!(
+        ch.basic_get("stats-q".into(), BasicGetOptions::default())
+            .await
+            .unwrap()
+            .is_none()
+    );
+
+    let listed = ok(&f, "/api/channels", GUEST).await;
+    let stats = &listed[0]["message_stats"];
+    let expected = [
+        ("publish", 6),
+        ("confirm", 6),
+        ("return_unroutable", 1),
+        ("drop_unroutable", 1),
+        ("deliver_get", 5),
+        ("deliver", 2),
+        ("deliver_no_ack", 1),
+        ("get", 1),
+        ("get_no_ack", 1),
+        ("get_empty", 1),
+        ("redeliver", 1),
+        ("ack", 2),
+    ];
+    for (key, count) in expected {
+        assert_eq!(stats[key], count, "{key}: {stats}");
+        assert!(
+            stats[format!("{key}_details")]["rate"].is_number(),
+            "{key}: {stats}"
+        );
+    }
+    f.server.shutdown().await;
+}

@@ -131,12 +131,19 @@ fn generated_workloads_keep_what_the_model_says() {
 
 #[test]
 fn a_queue_recovered_past_its_limit_is_trimmed_at_the_start() {
+    // The 41 outstanding, and perhaps the last message the burst before the crash dropped:
+    // its removal comes after that publish's own write, and the power may go after the
+    // sync that confirmed the publish and before the one that covers the removal.
     for settings in [0, SMALL_SEGMENTS | PAGE_ALL] {
         let summary = run(&outstanding_past_the_limit(settings));
-        assert_eq!(summary.trimmed_at_start, 41, "settings {settings}");
+        assert!(
+            (41..=42).contains(&summary.trimmed_at_start),
+            "settings {settings}: {} trimmed",
+            summary.trimmed_at_start
+        );
     }
-    // A kill may also bring back the messages dead-lettered before it, whose removals
-    // `interval` and `none` modes held for a sync: the start drops those again.
+    // A kill in `interval` mode may also bring back the messages dead-lettered before it,
+    // whose removals were held for a sync: the start drops those again.
     for settings in [INTERVAL_KILLS, NONE_KILLS] {
         let summary = run(&outstanding_past_the_limit(settings));
         assert!(

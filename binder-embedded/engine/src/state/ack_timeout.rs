@@ -16,6 +16,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::State;
+use super::sessions::{ChannelState, TxOp};
 use crate::envelope::Envelope;
 use crate::error::AmqpError;
 
@@ -37,6 +38,8 @@ pub(crate) struct AckClock {
 
 impl AckClock {
     pub(crate) fn new(timeout: Option<Duration>) -> Self {
+        // Shorter than the shortest interval counts as it.
+        let timeout = timeout.map(|t| t.max(LEAST));
         AckClock {
             timeout,
             interval: timeout.map_or(MOST, |t| (t / 10).clamp(LEAST, MOST)),
@@ -50,6 +53,22 @@ impl AckClock {
     pub(crate) fn idle(&self) -> bool {
         self.timeout.is_some() && self.next_check.is_none()
     }
+}
+
+/// Whether the channel's open transaction holds a settlement of `tag` (an ack, nack or
+/// reject waiting for `tx.commit`): RabbitMQ stops waiting for a delivery when its
+/// settlement arrives, committed or not.
+fn settled_in_transaction<E: Envelope>(ch: &ChannelState<E>, tag: u64) -> bool {
+    ch.tx.as_ref().is_some_and(|ops| {
+        ops.iter().any(|op| match op {
+            TxOp::Settle {
+                tag: held,
+                multiple,
+                ..
+            } => *held == tag || (*multiple && (*held == 0 || tag <= *held)),
+            TxOp::Publish { .. } => false,
+        })
+    })
 }
 
 impl<E: Envelope> State<E> {
@@ -69,7 +88,10 @@ impl<E: Envelope> State<E> {
                     .channels
                     .iter()
                     .filter_map(|(&id, ch)| {
-                        let oldest = ch.unacked.iter().next()?;
+                        let (_, oldest) = ch
+                            .unacked
+                            .iter_tagged()
+                            .find(|&(tag, _)| !settled_in_transaction(ch, tag))?;
                         let age = epoch.wrapping_sub(oldest.epoch).saturating_sub(1);
                         (interval * age >= timeout).then_some((id, ch.label))
                     })

@@ -217,6 +217,9 @@ impl<E: Envelope> State<E> {
         let q = self.registry.queues.get_mut(queue).expect("checked above");
         q.last_used = Instant::now();
         let Some(mut message) = q.pop(&mut self.memory.used) else {
+            if let Some(ch) = self.sessions.channels.get_mut(&channel) {
+                ch.counts.got_empty += 1;
+            }
             return Ok(None);
         };
         if message.is_paged() {
@@ -247,6 +250,12 @@ impl<E: Envelope> State<E> {
             .get_mut(&channel)
             .expect("checked above");
         ch.next_tag += 1;
+        ch.counts.redelivered += u64::from(message.redelivered());
+        if no_ack {
+            ch.counts.got_no_ack += 1;
+        } else {
+            ch.counts.got += 1;
+        }
         let delivery = Delivery {
             consumer_tag: Arc::from(""),
             delivery_tag: ch.next_tag,
@@ -402,6 +411,7 @@ impl<E: Envelope> State<E> {
                 };
                 message.set_deliveries(message.deliveries() + 1);
                 ch.next_tag += 1;
+                ch.counts.redelivered += u64::from(message.redelivered());
                 deliveries.push(Delivery {
                     consumer_tag: consumer.tag.clone(),
                     delivery_tag: ch.next_tag,
@@ -438,6 +448,9 @@ impl<E: Envelope> State<E> {
             }
             let delivered = deliveries.len();
             q.delivered += delivered as u64;
+            if consumer.no_ack {
+                ch.counts.no_ack += delivered as u64;
+            }
             if let Some(waker) = consumer.inbox.push_many(&mut deliveries, footprints) {
                 self.work.wakes.push(waker);
             }

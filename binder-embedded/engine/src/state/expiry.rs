@@ -39,8 +39,11 @@ impl<E: Envelope> State<E> {
 
     /// Expires messages and idle queues due by `now`; returns the next deadline.
     pub(crate) fn run_timers(&mut self, now: Instant) -> Option<Instant> {
+        // First: a channel closed for an acknowledgement timeout requeues its deliveries
+        // (some dead-lettered into queues with a TTL) and cancels its consumers (an idle
+        // queue's `x-expires` counts from then), which the deadlines below then include.
+        let mut next: Option<Instant> = self.check_ack_timeouts(now);
         let names: Vec<Arc<str>> = self.registry.queues.keys().cloned().collect();
-        let mut next: Option<Instant> = None;
         let mut earliest = |t: Instant| next = Some(next.map_or(t, |n: Instant| n.min(t)));
         for name in names {
             self.expire_head(&name);
@@ -60,9 +63,6 @@ impl<E: Envelope> State<E> {
             if let Some(at) = q.storage.peek().and_then(|m| m.expiry()) {
                 earliest(at);
             }
-        }
-        if let Some(at) = self.check_ack_timeouts(now) {
-            earliest(at);
         }
         self.work.timer_dirty = false;
         self.settle();

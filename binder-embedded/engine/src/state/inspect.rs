@@ -177,6 +177,17 @@ impl<E: Envelope> State<E> {
             published: c.published,
             // Delivery tags count from 1, one per delivery or get.
             delivered: c.next_tag,
+            delivered_to_consumers: c.next_tag
+                - c.counts.no_ack
+                - c.counts.got
+                - c.counts.got_no_ack,
+            delivered_no_ack: c.counts.no_ack,
+            got: c.counts.got,
+            got_no_ack: c.counts.got_no_ack,
+            got_empty: c.counts.got_empty,
+            redelivered: c.counts.redelivered,
+            returned: c.counts.returned,
+            dropped_unroutable: c.counts.dropped_unroutable,
             acknowledged: c.acknowledged,
         }
     }

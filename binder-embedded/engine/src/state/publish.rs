@@ -116,13 +116,16 @@ impl<E: Envelope> State<E> {
         targets.clear();
         self.route(channel, exchange, &body, &mut targets);
         if targets.is_empty() {
-            if mandatory {
-                if let Some(ch) = self.sessions.channels.get(&channel) {
+            if let Some(ch) = self.sessions.channels.get_mut(&channel) {
+                if mandatory {
+                    ch.counts.returned += 1;
                     ch.events.send(ChannelEvent::Return {
                         reply_code: 312,
                         reply_text: "NO_ROUTE".to_owned(),
                         body,
                     });
+                } else {
+                    ch.counts.dropped_unroutable += 1;
                 }
             }
             self.work.route_scratch = targets;

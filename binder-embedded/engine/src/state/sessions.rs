@@ -76,6 +76,25 @@ pub(crate) enum TxOp<E: Envelope> {
     },
 }
 
+/// A channel's counts of deliveries, gets and unroutable publishes, since it opened.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct DeliveryCounts {
+    /// Deliveries to `no_ack` consumers.
+    pub no_ack: u64,
+    /// `basic.get`s answered, awaiting an acknowledgement.
+    pub got: u64,
+    /// `basic.get`s answered with `no_ack`.
+    pub got_no_ack: u64,
+    /// `basic.get`s that found the queue empty.
+    pub got_empty: u64,
+    /// Deliveries and gets of messages delivered before.
+    pub redelivered: u64,
+    /// Mandatory publishes no queue took, returned.
+    pub returned: u64,
+    /// Other publishes no queue took, dropped.
+    pub dropped_unroutable: u64,
+}
+
 /// One channel.
 #[derive(Debug)]
 pub(crate) struct ChannelState<E: Envelope> {
@@ -96,6 +115,9 @@ pub(crate) struct ChannelState<E: Envelope> {
     pub published: u64,
     /// Deliveries acknowledged on the channel since it opened.
     pub acknowledged: u64,
+    /// What the channel's deliveries and gets were, since it opened (RabbitMQ's channel
+    /// statistics; every delivery and get also takes a delivery tag).
+    pub counts: DeliveryCounts,
     /// The route (exchange and routing key) of the last publish, shared with the next one
     /// that has the same.
     pub last_route: Option<E::Route>,
@@ -174,6 +196,7 @@ impl<E: Envelope> Sessions<E> {
                 tx_publishes: 0,
                 published: 0,
                 acknowledged: 0,
+                counts: DeliveryCounts::default(),
                 last_route: None,
                 route_repeated: false,
                 route_cache: None,

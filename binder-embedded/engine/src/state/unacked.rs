@@ -50,6 +50,15 @@ impl<E: Envelope> UnackedLog<E> {
         self.entries.iter().flatten()
     }
 
+    /// The deliveries still unacknowledged with their tags, oldest first.
+    pub(super) fn iter_tagged(&self) -> impl Iterator<Item = (u64, &Unacked<E>)> {
+        let first = self.first;
+        self.entries
+            .iter()
+            .enumerate()
+            .filter_map(move |(i, e)| e.as_ref().map(|u| (first + i as u64, u)))
+    }
+
     /// How many deliveries are unacknowledged.
     pub(super) fn len(&self) -> usize {
         self.live

@@ -316,14 +316,23 @@ async fn sample<E: WireEnvelope>(
         let mut queues = Vec::new();
         let mut vhosts = Vec::new();
         let mut channels = Vec::new();
+        // The confirms each channel's connection sent, by (vhost, engine channel id).
+        let mut confirmed = std::collections::HashMap::new();
+        for listing in api.shared.listed.snapshot() {
+            for (_, channel) in listing.channels() {
+                let count = channel.confirmed.load(std::sync::atomic::Ordering::Relaxed);
+                confirmed.insert((listing.info.vhost.clone(), channel.engine_id), count);
+            }
+        }
         for (vhost, broker) in api.shared.brokers() {
             for q in broker.queues() {
                 queues.push(((vhost.clone(), q.name), (q.published, q.delivered)));
             }
             vhosts.push((vhost.clone(), broker.totals().published));
             for c in broker.channels() {
-                let counts = (c.published, c.delivered, c.acknowledged);
-                channels.push(((vhost.clone(), c.id), counts));
+                let key = (vhost.clone(), c.id);
+                let acked = confirmed.get(&key).copied().unwrap_or(0);
+                channels.push((key, sessions::channel_counts(&c, acked)));
             }
         }
         let elapsed = api

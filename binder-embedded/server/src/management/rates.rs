@@ -1,5 +1,5 @@
 //! Message rates: the engine keeps cumulative counters (per queue: enqueued and delivered;
-//! per broker: published; per channel: published, delivered and acknowledged); a sampler
+//! per broker: published; per channel: the counters of [`CHANNEL_KEYS`]); a sampler
 //! reads them every interval and keeps the rate over the last one, as RabbitMQ's management
 //! plugin does with its `collect_statistics_interval`. Nothing of this runs on the publish
 //! path beyond the engine's counting.
@@ -60,16 +60,29 @@ impl std::ops::AddAssign for Stats {
     }
 }
 
-/// A channel's publish, deliver and ack counters, rated.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub(crate) struct ChannelStats {
-    pub publish: Rated,
-    pub deliver_get: Rated,
-    pub ack: Rated,
-}
+/// The counters of a channel's `message_stats`, by RabbitMQ's names, in the order of
+/// [`ChannelCounts`] and [`ChannelStats`].
+pub(crate) const CHANNEL_KEYS: [&str; 12] = [
+    "publish",
+    "confirm",
+    "return_unroutable",
+    "drop_unroutable",
+    "deliver_get",
+    "deliver",
+    "deliver_no_ack",
+    "get",
+    "get_no_ack",
+    "get_empty",
+    "redeliver",
+    "ack",
+];
 
-/// One channel's cumulative counts in a sample: published, delivered, acknowledged.
-pub(crate) type ChannelCounts = (u64, u64, u64);
+/// One channel's cumulative counts in a sample, in [`CHANNEL_KEYS`]' order.
+pub(crate) type ChannelCounts = [u64; CHANNEL_KEYS.len()];
+
+/// A channel's counters, rated, in [`CHANNEL_KEYS`]' order.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(crate) struct ChannelStats(pub [Rated; CHANNEL_KEYS.len()]);
 
 /// The last sample of every queue and broker.
 #[derive(Debug, Default)]
@@ -138,19 +151,13 @@ impl Rates {
     ) {
         let mut s = self.lock();
         let mut next = HashMap::new();
-        for (key, (published, delivered, acknowledged)) in channels {
-            let stats = match s.channels.get(&key) {
-                Some(last) => ChannelStats {
-                    publish: last.publish.next(published, elapsed),
-                    deliver_get: last.deliver_get.next(delivered, elapsed),
-                    ack: last.ack.next(acknowledged, elapsed),
-                },
-                None => ChannelStats {
-                    publish: Rated::default().next(published, Duration::ZERO),
-                    deliver_get: Rated::default().next(delivered, Duration::ZERO),
-                    ack: Rated::default().next(acknowledged, Duration::ZERO),
-                },
+        for (key, counts) in channels {
+            // A channel's first sample has no rate yet.
+            let (last, elapsed) = match s.channels.get(&key) {
+                Some(last) => (*last, elapsed),
+                None => (ChannelStats::default(), Duration::ZERO),
             };
+            let stats = ChannelStats(std::array::from_fn(|i| last.0[i].next(counts[i], elapsed)));
             next.insert(key, stats);
         }
         s.channels = next;
@@ -209,21 +216,25 @@ mod tests {
     fn channel_rates_are_over_the_last_interval() {
         let rates = Rates::default();
         let key = || ("/".to_owned(), 7);
-        rates.record_channels([(key(), (10, 4, 2))], Duration::ZERO);
+        let counts = |publish, redeliver| {
+            let mut c = [0; CHANNEL_KEYS.len()];
+            c[0] = publish;
+            c[10] = redeliver;
+            c
+        };
+        rates.record_channels([(key(), counts(10, 4))], Duration::ZERO);
         assert_eq!(
-            rates.channel("/", 7).publish,
+            rates.channel("/", 7).0[0],
             Rated {
                 count: 10,
                 rate: 0.0
             }
         );
-        rates.record_channels([(key(), (30, 8, 8))], Duration::from_secs(2));
+        rates.record_channels([(key(), counts(30, 10))], Duration::from_secs(2));
         let c = rates.channel("/", 7);
-        assert_eq!(
-            (c.publish.rate, c.deliver_get.rate, c.ack.rate),
-            (10.0, 2.0, 3.0)
-        );
-        assert_eq!(c.ack.count, 8);
+        assert_eq!((c.0[0].rate, c.0[10].rate, c.0[11].rate), (10.0, 3.0, 0.0));
+        assert_eq!(CHANNEL_KEYS[10], "redeliver");
+        assert_eq!(c.0[10].count, 10);
         rates.record_channels([], Duration::from_secs(1));
         assert_eq!(
             rates.channel("/", 7),

@@ -5,6 +5,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::UNIX_EPOCH;
 
 use axum::Json;
@@ -18,9 +19,9 @@ use super::api::Ctx;
 use super::error::ApiError;
 use super::json;
 use super::login::Login;
-use super::rates::ChannelStats;
+use super::rates::{CHANNEL_KEYS, ChannelCounts, ChannelStats};
 use crate::envelope::WireEnvelope;
-use crate::registry::{ConnectionInfo, Listing};
+use crate::registry::{ConnectionInfo, ListedChannel, Listing};
 
 type Reply = Result<Json<Value>, ApiError>;
 
@@ -131,10 +132,12 @@ fn channel_json<E: WireEnvelope>(
     api: &Api<E>,
     listing: &Listing,
     number: u16,
-    unconfirmed: usize,
+    listed: &ListedChannel,
     info: &ChannelInfo,
 ) -> Value {
     let c = &listing.info;
+    let unconfirmed = listed.unconfirmed.load(Ordering::Relaxed);
+    let confirmed = listed.confirmed.load(Ordering::Relaxed);
     json!({
         "name": channel_name(listing, number),
         "number": number,
@@ -157,21 +160,41 @@ fn channel_json<E: WireEnvelope>(
         "acks_uncommitted": info.uncommitted_acks,
         "confirm": info.confirm,
         "transactional": info.transactional,
-        "message_stats": channel_stats(info, api.rates.channel(&c.vhost, info.id)),
+        "message_stats": channel_stats(
+            channel_counts(info, confirmed),
+            api.rates.channel(&c.vhost, info.id)
+        ),
     })
+}
+
+/// A channel's counts now, in [`CHANNEL_KEYS`]' order (`confirmed` is counted by the
+/// connection, which sends the confirms).
+pub(crate) fn channel_counts(info: &ChannelInfo, confirmed: u64) -> ChannelCounts {
+    [
+        info.published,
+        confirmed,
+        info.returned,
+        info.dropped_unroutable,
+        info.delivered,
+        info.delivered_to_consumers,
+        info.delivered_no_ack,
+        info.got,
+        info.got_no_ack,
+        info.got_empty,
+        info.redelivered,
+        info.acknowledged,
+    ]
 }
 
 /// A channel's `message_stats`: counts since it opened (now), rates over the last sample
 /// interval.
-fn channel_stats(info: &ChannelInfo, rates: ChannelStats) -> Value {
-    json!({
-        "publish": info.published,
-        "publish_details": {"rate": rates.publish.rate},
-        "deliver_get": info.delivered,
-        "deliver_get_details": {"rate": rates.deliver_get.rate},
-        "ack": info.acknowledged,
-        "ack_details": {"rate": rates.ack.rate},
-    })
+fn channel_stats(counts: ChannelCounts, rates: ChannelStats) -> Value {
+    let mut stats = serde_json::Map::new();
+    for (i, key) in CHANNEL_KEYS.iter().enumerate() {
+        stats.insert((*key).to_owned(), json!(counts[i]));
+        stats.insert(format!("{key}_details"), json!({"rate": rates.0[i].rate}));
+    }
+    Value::Object(stats)
 }
 
 /// The engine's channels of each virtual host these connections are on, by id.
@@ -207,10 +230,7 @@ fn channels_json<E: WireEnvelope>(api: &Api<E>, connections: &[Arc<Listing>]) ->
         for (number, channel) in listing.channels() {
             // A channel the engine no longer has is closing: left out.
             if let Some(info) = infos.get(&channel.engine_id) {
-                let unconfirmed = channel
-                    .unconfirmed
-                    .load(std::sync::atomic::Ordering::Relaxed);
-                out.push(channel_json(api, listing, number, unconfirmed, info));
+                out.push(channel_json(api, listing, number, &channel, info));
             }
         }
     }
@@ -334,10 +354,7 @@ pub(crate) async fn channel<E: WireEnvelope>(
     let Some(info) = broker.channel(listed.engine_id) else {
         return Err(ApiError::not_found());
     };
-    let unconfirmed = listed
-        .unconfirmed
-        .load(std::sync::atomic::Ordering::Relaxed);
-    let mut out = channel_json(&api, &listing, number, unconfirmed, &info);
+    let mut out = channel_json(&api, &listing, number, &listed, &info);
     let details = channel_details(&api, &listing, number);
     out["consumer_details"] = broker
         .consumers()
