@@ -126,10 +126,18 @@ pub struct ChannelInfo {
     pub delivered: u64,
     /// Deliveries acknowledged since it opened (`ack`; a `multiple` ack counts each).
     pub acknowledged: u64,
-    /// Deliveries to consumers that acknowledge (`deliver`).
+    /// Deliveries to consumers that acknowledge, since it opened (`deliver`).
     pub delivered_to_consumers: u64,
+    /// The rest of RabbitMQ's channel statistics.
+    pub counts: DeliveryCounts,
+}
+
+/// What a channel's deliveries, gets and unroutable publishes were since it opened, by
+/// RabbitMQ's channel statistics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct DeliveryCounts {
     /// Deliveries to `no_ack` consumers (`deliver_no_ack`).
-    pub delivered_no_ack: u64,
+    pub no_ack: u64,
     /// `basic.get`s answered with a message awaiting its acknowledgement (`get`).
     pub got: u64,
     /// `basic.get`s answered with `no_ack` (`get_no_ack`).

@@ -45,7 +45,8 @@ pub use error::{AmqpError, AmqpResult, ReplyCode};
 pub use events::{ChannelEvents, TryRecvError};
 pub use field::{Decimal, FieldTable, FieldValue};
 pub use inspect::{
-    BindingInfo, ChannelInfo, ConsumerInfo, ExchangeInfo, PeekedMessage, QueueInfo, Redrive, Totals,
+    BindingInfo, ChannelInfo, ConsumerInfo, DeliveryCounts, ExchangeInfo, PeekedMessage, QueueInfo,
+    Redrive, Totals,
 };
 pub use message::{Message, Properties, PropertiesBox, Published, Route};
 pub use policy::{POLICY_KEYS, PolicyDef, PolicyTarget};

@@ -17,6 +17,16 @@ fn with_dlq(ch: &Channel, extra: &[(&str, FieldValue)]) {
     declare_with(ch, "q", a);
 }
 
+/// Takes the next message of `dlq`: `text`, dead-lettered for its queue's length limit.
+fn assert_maxlen_dead_letter(ch: &Channel, text_of: &str) {
+    let dead = ch.basic_get("dlq", true).unwrap().unwrap();
+    assert_eq!(text(&dead.delivery), text_of);
+    assert_eq!(
+        deaths(dead.delivery.message())[0].get_str("reason"),
+        Some("maxlen")
+    );
+}
+
 fn deaths(m: &Message) -> Vec<FieldTable> {
     match m.headers.get("x-death") {
         Some(FieldValue::Array(items)) => items
@@ -136,12 +146,7 @@ async fn max_length_drop_head_dead_letters_the_oldest() {
         publish(&ch, "", "q", t).await;
     }
     assert_eq!(drain(&ch, "q"), ["2", "3"]);
-    let dead = ch.basic_get("dlq", true).unwrap().unwrap();
-    assert_eq!(text(&dead.delivery), "1");
-    assert_eq!(
-        deaths(dead.delivery.message())[0].get_str("reason"),
-        Some("maxlen")
-    );
+    assert_maxlen_dead_letter(&ch, "1");
 }
 
 #[tokio::test]
@@ -215,12 +220,7 @@ async fn a_requeue_past_max_length_drops_the_oldest_as_rabbitmq_does() {
     // Back at its place at the head, the queue holds three: the head goes.
     ch.basic_nack(one.delivery_tag, false, true).unwrap();
     assert_eq!(drain(&ch, "q"), ["2", "3"]);
-    let dead = ch.basic_get("dlq", true).unwrap().unwrap();
-    assert_eq!(text(&dead.delivery), "1");
-    assert_eq!(
-        deaths(dead.delivery.message())[0].get_str("reason"),
-        Some("maxlen")
-    );
+    assert_maxlen_dead_letter(&ch, "1");
 }
 
 #[tokio::test]

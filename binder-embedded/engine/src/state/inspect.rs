@@ -181,13 +181,7 @@ impl<E: Envelope> State<E> {
                 - c.counts.no_ack
                 - c.counts.got
                 - c.counts.got_no_ack,
-            delivered_no_ack: c.counts.no_ack,
-            got: c.counts.got,
-            got_no_ack: c.counts.got_no_ack,
-            got_empty: c.counts.got_empty,
-            redelivered: c.counts.redelivered,
-            returned: c.counts.returned,
-            dropped_unroutable: c.counts.dropped_unroutable,
+            counts: c.counts,
             acknowledged: c.acknowledged,
         }
     }

@@ -12,6 +12,7 @@ use crate::envelope::{Envelope, Native};
 use crate::error::{AmqpError, AmqpResult, ReplyCode};
 use crate::events::EventSender;
 use crate::inbox::Inbox;
+use crate::inspect::DeliveryCounts;
 use crate::storage::QueuedMessage;
 use crate::types::{ChannelEvent, Delivery};
 
@@ -74,25 +75,6 @@ pub(crate) enum TxOp<E: Envelope> {
         multiple: bool,
         outcome: Settle,
     },
-}
-
-/// A channel's counts of deliveries, gets and unroutable publishes, since it opened.
-#[derive(Debug, Default, Clone, Copy)]
-pub(crate) struct DeliveryCounts {
-    /// Deliveries to `no_ack` consumers.
-    pub no_ack: u64,
-    /// `basic.get`s answered, awaiting an acknowledgement.
-    pub got: u64,
-    /// `basic.get`s answered with `no_ack`.
-    pub got_no_ack: u64,
-    /// `basic.get`s that found the queue empty.
-    pub got_empty: u64,
-    /// Deliveries and gets of messages delivered before.
-    pub redelivered: u64,
-    /// Mandatory publishes no queue took, returned.
-    pub returned: u64,
-    /// Other publishes no queue took, dropped.
-    pub dropped_unroutable: u64,
 }
 
 /// One channel.

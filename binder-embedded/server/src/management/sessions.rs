@@ -173,15 +173,15 @@ pub(crate) fn channel_counts(info: &ChannelInfo, confirmed: u64) -> ChannelCount
     [
         info.published,
         confirmed,
-        info.returned,
-        info.dropped_unroutable,
+        info.counts.returned,
+        info.counts.dropped_unroutable,
         info.delivered,
         info.delivered_to_consumers,
-        info.delivered_no_ack,
-        info.got,
-        info.got_no_ack,
-        info.got_empty,
-        info.redelivered,
+        info.counts.no_ack,
+        info.counts.got,
+        info.counts.got_no_ack,
+        info.counts.got_empty,
+        info.counts.redelivered,
         info.acknowledged,
     ]
 }
