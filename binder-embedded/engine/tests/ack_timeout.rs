@@ -196,3 +196,46 @@ async fn an_idle_queue_expires_after_a_timeout_took_its_last_consumer() {
     sleep(Duration::from_millis(2500)).await;
     assert_eq!(broker.queue_counts("idle"), None, "expired");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_multiple_ack_held_in_a_transaction_covers_only_the_deliveries_made_before_it() {
+    let broker = broker();
+    let conn = broker.connect();
+    let ch = conn.open_channel().unwrap();
+    let mut events = ch.events().unwrap();
+    declare(&ch, "q");
+    for t in ["a", "b", "c"] {
+        publish(&ch, "", "q", t).await;
+    }
+    ch.tx_select().unwrap();
+    ch.basic_get("q", false).unwrap().unwrap();
+    ch.basic_get("q", false).unwrap().unwrap();
+    // Everything so far, as RabbitMQ works it out when the ack arrives.
+    ch.basic_ack(0, true).unwrap();
+    ch.basic_get("q", false).unwrap().unwrap();
+    sleep(TIMEOUT + Duration::from_millis(300)).await;
+    let error = closed(&mut events).expect("c was not covered: it timed out");
+    assert_eq!(error.code, ReplyCode::PreconditionFailed);
+    assert_eq!(
+        broker.queue_counts("q"),
+        Some((3, 0)),
+        "the ack was never committed"
+    );
+
+    // Committed, the same ack leaves the later delivery unacknowledged.
+    let ch = conn.open_channel().unwrap();
+    ch.tx_select().unwrap();
+    ch.basic_get("q", false).unwrap().unwrap();
+    ch.basic_ack(0, true).unwrap();
+    ch.basic_get("q", false).unwrap().unwrap();
+    ch.tx_commit().await.unwrap();
+    assert_eq!(broker.channel(ch.id()).unwrap().unacknowledged, 1);
+
+    // Rolled back, held settlements are forgotten: the delivery is waited for again.
+    let mut events = ch.events().unwrap();
+    let tag = broker.channel(ch.id()).unwrap().delivered;
+    ch.basic_ack(tag, false).unwrap();
+    ch.tx_rollback().unwrap();
+    sleep(TIMEOUT + Duration::from_millis(300)).await;
+    assert!(closed(&mut events).is_some(), "waited for again");
+}

@@ -453,3 +453,28 @@ async fn deleting_a_queue_frees_the_credit_and_memory_of_deliveries_never_taken(
         "nothing is left: the deleted q1's delivery is not counted"
     );
 }
+
+#[tokio::test]
+async fn deliveries_a_cancelled_handle_never_took_count_as_none() {
+    let (broker, _conn, ch) = open();
+    declare(&ch, "q");
+    for t in ["a", "b", "c"] {
+        publish(&ch, "", "q", t).await;
+    }
+    let mut consumer = consume(&ch, "q");
+    let first = next(&mut consumer).await;
+    ch.basic_ack(first.delivery_tag, false).unwrap();
+    // b and c sit in the handle's inbox, untaken, when it is cancelled.
+    consumer.cancel().unwrap();
+    let info = broker.channel(ch.id()).unwrap();
+    assert_eq!(
+        (info.delivered, info.delivered_to_consumers),
+        (1, 1),
+        "{info:?}"
+    );
+    let queue = broker.queues().into_iter().find(|q| q.name == "q").unwrap();
+    assert_eq!(queue.delivered, 1);
+    assert_eq!(drain(&ch, "q"), ["b", "c"]);
+    let info = broker.channel(ch.id()).unwrap();
+    assert_eq!((info.delivered, info.counts.got_no_ack), (3, 2));
+}

@@ -12,7 +12,7 @@ use amq_protocol::frame::AMQPContentHeader;
 use amq_protocol::protocol::{AMQPClass, BasicProperties, basic, connection};
 use bytes::{Bytes, BytesMut};
 use stream_engine::{
-    Broker, Channel, ChannelEvent, ChannelEvents, Connection, PublishOptions, TryPublish,
+    AmqpError, Broker, Channel, ChannelEvent, ChannelEvents, Connection, PublishOptions, TryPublish,
 };
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, watch};
@@ -364,17 +364,20 @@ impl<E: WireEnvelope> Conn<E> {
     /// Handles a fault: a channel close is sent and the connection goes on; otherwise the
     /// connection ends.
     async fn fault(&mut self, fault: Fault) -> Option<Ended> {
-        match fault {
-            Fault::Channel(channel, mut close) => {
-                // The engine may have closed the channel on its own (an acknowledgement
-                // timeout) just before a frame of it found it gone (504, `channel is
-                // closed`): the client is told why. Other errors keep their own close,
-                // which names the method that failed.
-                if close.code == reply::CHANNEL_ERROR
-                    && let Some(engine) = self.closed_by_engine(channel)
-                {
-                    close = engine;
+        // The engine may have closed the channel on its own (an acknowledgement timeout)
+        // just before a frame of it found it gone (504, `channel is closed`): the client is
+        // told why. Other errors keep their own close, which names the method that failed.
+        let fault = match fault {
+            Fault::Channel(channel, close) if close.code == reply::CHANNEL_ERROR => {
+                match self.closed_by_engine(channel) {
+                    Some(error) => Fault::engine(channel, error, (0, 0)),
+                    None => Fault::Channel(channel, close),
                 }
+            }
+            other => other,
+        };
+        match fault {
+            Fault::Channel(channel, close) => {
                 tracing::debug!(peer = %self.peer, channel, reason = %close.reply_text(), "closing channel");
                 self.drop_channel(channel).await;
                 self.channels.insert(channel, Slot::Closing);
@@ -399,15 +402,15 @@ impl<E: WireEnvelope> Conn<E> {
         }
     }
 
-    /// The error the engine closed `channel` with, if its events hold one (the channel's
-    /// other events are moot: it is closing).
-    fn closed_by_engine(&mut self, channel: u16) -> Option<Close> {
+    /// The error the engine closed `channel` with, if its events hold one (the channel is
+    /// closing: its other events would be dropped with it).
+    fn closed_by_engine(&mut self, channel: u16) -> Option<AmqpError> {
         let Some(Slot::Open(state)) = self.channels.get_mut(&channel) else {
             return None;
         };
         while let Ok(event) = state.events.try_recv() {
             if let ChannelEvent::Closed { error } = event {
-                return Some(Close::new(error.code.code(), error.text));
+                return Some(error);
             }
         }
         None

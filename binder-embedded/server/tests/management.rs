@@ -3066,7 +3066,7 @@ async fn a_channels_message_stats_count_confirms_returns_gets_and_redeliveries()
         .await
         .unwrap()
         .expect("a again");
-    // A consumer that acks takes b; a no-ack one on another queue takes one more.
+    // A consumer that acks takes b and c; a no-ack one on another queue takes one more.
     let mut consumer = consume(&ch, "stats-q", "stats-consumer").await;
     let b = consumer.next().await.unwrap().unwrap();
     b.ack(BasicAckOptions::default()).await.unwrap();

@@ -11,12 +11,13 @@
 //! timeout: never early, and at most two intervals late (the interval is a tenth of the
 //! timeout, at most a minute: RabbitMQ checks once a minute).
 
+use std::collections::HashSet;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
 use super::State;
-use super::sessions::{ChannelState, TxOp};
+use super::sessions::{ChannelState, TxOp, Unacked};
 use crate::envelope::Envelope;
 use crate::error::AmqpError;
 
@@ -55,20 +56,29 @@ impl AckClock {
     }
 }
 
-/// Whether the channel's open transaction holds a settlement of `tag` (an ack, nack or
-/// reject waiting for `tx.commit`): RabbitMQ stops waiting for a delivery when its
-/// settlement arrives, committed or not.
-fn settled_in_transaction<E: Envelope>(ch: &ChannelState<E>, tag: u64) -> bool {
-    ch.tx.as_ref().is_some_and(|ops| {
-        ops.iter().any(|op| match op {
-            TxOp::Settle {
-                tag: held,
-                multiple,
-                ..
-            } => *held == tag || (*multiple && (*held == 0 || tag <= *held)),
-            TxOp::Publish { .. } => false,
-        })
-    })
+/// The channel's oldest delivery still waited for: unacknowledged, and not settled by its
+/// open transaction (an ack, nack or reject waiting for `tx.commit`: RabbitMQ stops waiting
+/// for a delivery when its settlement arrives, committed or not).
+fn oldest_waited_for<E: Envelope>(ch: &ChannelState<E>) -> Option<&Unacked<E>> {
+    let Some(ops) = ch.tx.as_ref().filter(|ops| !ops.is_empty()) else {
+        return ch.unacked.iter().next();
+    };
+    // Held `multiple` settlements cover every tag up to theirs (resolved when they came).
+    let mut up_to = 0;
+    let mut single = HashSet::new();
+    for op in ops {
+        if let TxOp::Settle { tag, multiple, .. } = op {
+            if *multiple {
+                up_to = up_to.max(*tag);
+            } else {
+                single.insert(*tag);
+            }
+        }
+    }
+    ch.unacked
+        .iter_tagged()
+        .find(|(tag, _)| *tag > up_to && !single.contains(tag))
+        .map(|(_, u)| u)
 }
 
 impl<E: Envelope> State<E> {
@@ -88,10 +98,7 @@ impl<E: Envelope> State<E> {
                     .channels
                     .iter()
                     .filter_map(|(&id, ch)| {
-                        let (_, oldest) = ch
-                            .unacked
-                            .iter_tagged()
-                            .find(|&(tag, _)| !settled_in_transaction(ch, tag))?;
+                        let oldest = oldest_waited_for(ch)?;
                         let age = epoch.wrapping_sub(oldest.epoch).saturating_sub(1);
                         (interval * age >= timeout).then_some((id, ch.label))
                     })

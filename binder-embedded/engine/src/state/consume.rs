@@ -187,15 +187,21 @@ impl<E: Envelope> State<E> {
         let left = consumer.inbox.close(give_back, &mut self.work.wakes);
         // Last first: each requeue goes in front of the one before.
         for d in left.into_iter().rev() {
-            let ch = self.sessions.channels.get_mut(&consumer.channel);
-            let Some(u) = ch.and_then(|ch| ch.unacked.remove(d.delivery_tag)) else {
+            let Some(ch) = self.sessions.channels.get_mut(&consumer.channel) else {
                 continue;
             };
+            let Some(u) = ch.unacked.remove(d.delivery_tag) else {
+                continue;
+            };
+            // Never handed over: not a delivery after all, in the statistics.
+            ch.given_back += 1;
+            ch.counts.redelivered = ch.counts.redelivered.saturating_sub(d.redelivered.into());
             counted += u32::from(u.counted);
             let mut m = u.message;
             self.memory.undelivered(&mut m);
             let current = self.registry.queues.get_mut(&u.queue);
             if let Some(q) = current.filter(|q| Arc::ptr_eq(&q.name, &u.queue)) {
+                q.delivered = q.delivered.saturating_sub(1);
                 m.set_deliveries(m.deliveries() - 1);
                 q.storage.requeue(m);
                 self.work.mark_dirty(u.queue);

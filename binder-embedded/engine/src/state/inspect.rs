@@ -175,12 +175,12 @@ impl<E: Envelope> State<E> {
             uncommitted_publishes: c.tx_publishes,
             uncommitted_acks: held.saturating_sub(c.tx_publishes),
             published: c.published,
-            // Delivery tags count from 1, one per delivery or get.
-            delivered: c.next_tag,
-            delivered_to_consumers: c.next_tag
-                - c.counts.no_ack
-                - c.counts.got
-                - c.counts.got_no_ack,
+            // Delivery tags count from 1, one per delivery or get (and per delivery given
+            // back by a cancelled consumer's handle, which counts as none).
+            delivered: c.next_tag.saturating_sub(c.given_back),
+            delivered_to_consumers: c.next_tag.saturating_sub(
+                c.given_back + c.counts.no_ack + c.counts.got + c.counts.got_no_ack,
+            ),
             counts: c.counts,
             acknowledged: c.acknowledged,
         }

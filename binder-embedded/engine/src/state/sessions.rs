@@ -100,6 +100,9 @@ pub(crate) struct ChannelState<E: Envelope> {
     /// What the channel's deliveries and gets were, since it opened (RabbitMQ's channel
     /// statistics; every delivery and get also takes a delivery tag).
     pub counts: DeliveryCounts,
+    /// Deliveries a cancelled consumer's handle never took, given back to their queues:
+    /// their tags were used, but they count as no delivery.
+    pub given_back: u64,
     /// The route (exchange and routing key) of the last publish, shared with the next one
     /// that has the same.
     pub last_route: Option<E::Route>,
@@ -179,6 +182,7 @@ impl<E: Envelope> Sessions<E> {
                 published: 0,
                 acknowledged: 0,
                 counts: DeliveryCounts::default(),
+                given_back: 0,
                 last_route: None,
                 route_repeated: false,
                 route_cache: None,

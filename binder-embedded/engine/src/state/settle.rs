@@ -28,6 +28,17 @@ impl<E: Envelope> State<E> {
                     "unknown delivery tag {tag}"
                 )));
             }
+            // A `multiple` settlement covers the deliveries made so far, as RabbitMQ works
+            // it out when the method arrives: not those made before the commit after it.
+            let tag = if multiple && (tag == 0 || tag > ch.next_tag) {
+                ch.next_tag
+            } else {
+                tag
+            };
+            if multiple && tag == 0 {
+                // Nothing delivered yet: it covers nothing.
+                return Ok(());
+            }
             tx.push(TxOp::Settle {
                 tag,
                 multiple,
