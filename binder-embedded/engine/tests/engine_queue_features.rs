@@ -166,14 +166,7 @@ async fn max_length_bytes_counts_payload_bytes() {
 #[tokio::test]
 async fn reject_publish_refuses_and_nacks_the_publisher() {
     let (_b, _c, ch) = open();
-    declare_with(
-        &ch,
-        "q",
-        args(&[
-            ("x-max-length", FieldValue::I32(1)),
-            ("x-overflow", "reject-publish".into()),
-        ]),
-    );
+    declare_rejecting_past_one(&ch);
     ch.confirm_select().unwrap();
     let first = publish(&ch, "", "q", "1").await;
     let second = publish(&ch, "", "q", "2").await;
@@ -200,6 +193,18 @@ async fn reject_publish_dlx_refuses_and_dead_letters() {
     assert_eq!(out.status, PublishStatus::Rejected);
     assert_eq!(drain(&ch, "q"), ["kept"]);
     assert_eq!(drain(&ch, "dlq"), ["refused"]);
+}
+
+/// Declares `q` holding one message at most, refusing publishes past it.
+fn declare_rejecting_past_one(ch: &Channel) {
+    declare_with(
+        ch,
+        "q",
+        args(&[
+            ("x-max-length", FieldValue::I32(1)),
+            ("x-overflow", "reject-publish".into()),
+        ]),
+    );
 }
 
 /// The first `n` messages of `queue`, taken with acknowledgements owed.
@@ -241,14 +246,7 @@ async fn a_closed_channels_deliveries_requeued_past_max_length_drop_the_oldest_i
 #[tokio::test]
 async fn reject_publish_keeps_what_a_requeue_puts_past_the_limit() {
     let (b, _c, ch) = open();
-    declare_with(
-        &ch,
-        "q",
-        args(&[
-            ("x-max-length", FieldValue::I32(1)),
-            ("x-overflow", "reject-publish".into()),
-        ]),
-    );
+    declare_rejecting_past_one(&ch);
     publish(&ch, "", "q", "1").await;
     let one = take(&ch, "q", 1).remove(0);
     publish(&ch, "", "q", "2").await;
