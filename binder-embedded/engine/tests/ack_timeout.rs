@@ -19,6 +19,15 @@ fn broker() -> Broker {
     })
 }
 
+/// A broker with the timeout, a connection, and a channel whose events the test watches.
+fn watched() -> (Broker, Connection, Channel, ChannelEvents) {
+    let broker = broker();
+    let conn = broker.connect();
+    let ch = conn.open_channel().unwrap();
+    let events = ch.events().unwrap();
+    (broker, conn, ch, events)
+}
+
 /// The error a channel was closed with, if it was.
 fn closed(events: &mut ChannelEvents) -> Option<AmqpError> {
     while let Ok(event) = events.try_recv() {
@@ -67,10 +76,7 @@ async fn a_delivery_left_unacknowledged_past_the_timeout_closes_its_channel_and_
 
 #[tokio::test(start_paused = true)]
 async fn acknowledged_deliveries_and_no_ack_consumers_are_never_timed_out() {
-    let broker = broker();
-    let conn = broker.connect();
-    let ch = conn.open_channel().unwrap();
-    let mut events = ch.events().unwrap();
+    let (_broker, _conn, ch, mut events) = watched();
     declare(&ch, "acked");
     declare(&ch, "free");
     let mut acked = consume(&ch, "acked");
@@ -138,10 +144,7 @@ async fn a_basic_get_awaiting_its_ack_times_out_too_and_the_others_channels_stay
 
 #[tokio::test(start_paused = true)]
 async fn a_delivery_settled_in_an_open_transaction_is_not_waited_for() {
-    let broker = broker();
-    let conn = broker.connect();
-    let ch = conn.open_channel().unwrap();
-    let mut events = ch.events().unwrap();
+    let (broker, _conn, ch, mut events) = watched();
     declare(&ch, "q");
     for t in ["a", "b"] {
         publish(&ch, "", "q", t).await;
@@ -181,10 +184,7 @@ async fn without_a_timeout_nothing_is_closed() {
 
 #[tokio::test(start_paused = true)]
 async fn an_idle_queue_expires_after_a_timeout_took_its_last_consumer() {
-    let broker = broker();
-    let conn = broker.connect();
-    let ch = conn.open_channel().unwrap();
-    let mut events = ch.events().unwrap();
+    let (broker, _conn, ch, mut events) = watched();
     declare_with(&ch, "idle", args(&[("x-expires", FieldValue::I32(2000))]));
     publish(&ch, "", "idle", "held").await;
     let mut consumer = consume(&ch, "idle");
@@ -199,10 +199,7 @@ async fn an_idle_queue_expires_after_a_timeout_took_its_last_consumer() {
 
 #[tokio::test(start_paused = true)]
 async fn a_multiple_ack_held_in_a_transaction_covers_only_the_deliveries_made_before_it() {
-    let broker = broker();
-    let conn = broker.connect();
-    let ch = conn.open_channel().unwrap();
-    let mut events = ch.events().unwrap();
+    let (broker, conn, ch, mut events) = watched();
     declare(&ch, "q");
     for t in ["a", "b", "c"] {
         publish(&ch, "", "q", t).await;

@@ -142,6 +142,10 @@ impl ConsumerTimeout {
     }
 }
 
+/// What `consumer_timeout` takes, for its refusals.
+const CONSUMER_TIMEOUT_FORMS: &str = "give the milliseconds a delivery may wait for its \
+     acknowledgement (above 0), or false to wait for ever";
+
 /// `consumer_timeout`: milliseconds above 0, or `false`.
 fn consumer_timeout<'de, D: serde::Deserializer<'de>>(
     d: D,
@@ -154,8 +158,7 @@ fn consumer_timeout<'de, D: serde::Deserializer<'de>>(
     }
     let refused = |what: String| {
         serde::de::Error::custom(format!(
-            "consumer_timeout is {what}: give the milliseconds a delivery may wait for its \
-             acknowledgement (above 0), or false to wait for ever"
+            "consumer_timeout is {what}: {CONSUMER_TIMEOUT_FORMS}"
         ))
     };
     match Given::deserialize(d) {
@@ -568,11 +571,7 @@ impl ServerConfig {
             ));
         }
         if self.consumer_timeout == Some(ConsumerTimeout::After(Duration::ZERO)) {
-            return invalid(
-                "consumer_timeout is 0: give the milliseconds a delivery may wait for its \
-                 acknowledgement (above 0), or false to wait for ever"
-                    .into(),
-            );
+            return invalid(format!("consumer_timeout is 0: {CONSUMER_TIMEOUT_FORMS}"));
         }
         if self.limits.max_message_size == 0 {
             return invalid("limits.max_message_size must be positive".into());

@@ -15,6 +15,19 @@ use lapin::options::*;
 use lapin::types::FieldTable;
 use stream_broker::{ConsumerTimeout, ServerConfig};
 
+/// Publishes `body` to the queue `slow` through the default exchange.
+async fn to_slow(ch: &lapin::Channel, body: &[u8]) {
+    ch.basic_publish(
+        "".into(),
+        "slow".into(),
+        BasicPublishOptions::default(),
+        body,
+        BasicProperties::default(),
+    )
+    .await
+    .unwrap();
+}
+
 #[tokio::test]
 async fn an_unacknowledged_delivery_past_the_timeout_closes_its_channel_with_406() {
     let server = server(ServerConfig {
@@ -31,15 +44,7 @@ async fn an_unacknowledged_delivery_past_the_timeout_closes_its_channel_with_406
     )
     .await
     .unwrap();
-    ch.basic_publish(
-        "".into(),
-        "slow".into(),
-        BasicPublishOptions::default(),
-        b"job",
-        BasicProperties::default(),
-    )
-    .await
-    .unwrap();
+    to_slow(&ch, b"job").await;
 
     // A raw client takes the message on channel 7 and never acknowledges it.
     let mut raw = Raw::connect(&server).await;
@@ -102,15 +107,7 @@ async fn an_unacknowledged_delivery_past_the_timeout_closes_its_channel_with_406
     assert!(ok.redelivered);
 
     // A lapin consumer that acknowledges in time is left alone.
-    ch.basic_publish(
-        "".into(),
-        "slow".into(),
-        BasicPublishOptions::default(),
-        b"quick",
-        BasicProperties::default(),
-    )
-    .await
-    .unwrap();
+    to_slow(&ch, b"quick").await;
     let mut consumer = ch
         .basic_consume(
             "slow".into(),
