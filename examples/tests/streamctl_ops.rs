@@ -515,7 +515,8 @@ async fn with_rabbitmq_s_management_api_lists_everything() {
 
 /// `set_policy`, `list_policies` and `clear_policy` on the broker `config` names, through
 /// the management API at `management`; the queue `orders.g.dlq` follows the policy set (a
-/// management plugin shows it at its next statistics round: waited for up to 30 s).
+/// management plugin shows it at its next statistics round: waited for up to 30 s). Then the
+/// same for operator policies, whose `max-length` of 0 empties that queue.
 fn policy_round(config: &str, management: &str) {
     let with = |args: &[&str]| {
         let mut all = args.to_vec();
@@ -579,6 +580,56 @@ fn policy_round(config: &str, management: &str) {
         "no policy of that name any more"
     );
     assert_eq!(text(&with(&["list_policies", "-q"])), "");
+
+    // Operator policies: the same verbs with rabbitmqctl's words; their limit applies.
+    let out = with(&[
+        "set_operator_policy",
+        "--apply-to",
+        "queues",
+        "--priority",
+        "3",
+        "cap",
+        "^orders\\.g\\.dlq$",
+        "{\"max-length\": 0}",
+    ]);
+    assert_ok(&out);
+    assert_eq!(
+        text(&out),
+        "Setting operator policy override \"cap\" for pattern \"^orders\\.g\\.dlq$\" to \"{\"max-length\": 0}\" with priority \"3\" for vhost \"/\" ...\n"
+    );
+    let out = with(&["list_operator_policies", "-q"]);
+    assert_ok(&out);
+    assert_eq!(
+        text(&out),
+        "vhost\tname\tpattern\tapply-to\tdefinition\tpriority\n/\tcap\t^orders\\.g\\.dlq$\tqueues\t{\"max-length\":0}\t3\n"
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let out = with(&["list_queues", "-q", "name", "messages"]);
+        assert_ok(&out);
+        let listed = text(&out);
+        if listed.contains("orders.g.dlq\t0\n") {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{listed}");
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
+    let out = with(&[
+        "set_operator_policy",
+        "bad",
+        ".",
+        "{\"dead-letter-exchange\": \"x\"}",
+    ]);
+    assert_eq!(out.status.code(), Some(1), "refused by the broker");
+    let out = with(&["clear_operator_policy", "cap"]);
+    assert_ok(&out);
+    assert_eq!(
+        text(&out),
+        "Clearing operator policy \"cap\" on vhost \"/\" ...\n"
+    );
+    let out = with(&["clear_operator_policy", "cap"]);
+    assert_eq!(out.status.code(), Some(1), "none of that name any more");
+    assert_eq!(text(&with(&["list_operator_policies", "-q"])), "");
 }
 
 /// A stream-broker on port 0 with its management API on port 0.

@@ -11,7 +11,7 @@ use crate::field::FieldTable;
 use crate::inspect::{
     BindingInfo, ChannelInfo, ConsumerInfo, ExchangeInfo, PeekedMessage, QueueInfo, Redrive, Totals,
 };
-use crate::policy::PolicyDef;
+use crate::policy::{PolicyDef, PolicyKind};
 use crate::store::{Durability, MemoryStore, MessageStore, Removal, StoreError};
 use tokio::sync::Notify;
 
@@ -353,20 +353,74 @@ impl<E: Envelope> Broker<E> {
     /// # }
     /// ```
     pub fn set_policy(&self, policy: PolicyDef) -> AmqpResult<bool> {
-        // Validated and compiled before the lock: publishers do not wait for it.
-        let policy = crate::policy::Policy::new(policy)?;
-        Ok(self.shared.with(|s| s.set_policy(policy)))
+        self.set_policy_of(PolicyKind::Policy, policy)
     }
 
     /// Removes a policy and applies what now applies instead; a `NOT_FOUND` error if there
     /// is none of that name.
     pub fn clear_policy(&self, name: &str) -> AmqpResult<()> {
-        self.shared.with(|s| s.clear_policy(name))
+        self.shared
+            .with(|s| s.clear_policy(PolicyKind::Policy, name))
     }
 
     /// Every policy, by name.
     pub fn policies(&self) -> Vec<PolicyDef> {
-        self.shared.lock().policy_defs()
+        self.shared.lock().policy_defs(PolicyKind::Policy)
+    }
+
+    /// Adds an operator policy, or replaces the one of the same name (`true` when it
+    /// replaced one), and applies it at once to the queues it matches, as
+    /// [`set_policy`](Self::set_policy) does. Operator policies are a second set, named apart
+    /// from policies, for an operator to cap what users ask for: they set only
+    /// [`OPERATOR_POLICY_KEYS`](crate::OPERATOR_POLICY_KEYS), and a queue's limit is the
+    /// smallest of its argument, its policy's and its operator policy's. Anything else is
+    /// refused with `PRECONDITION_FAILED`, naming it.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// use stream_engine::*;
+    /// let broker: Broker = Broker::new();
+    /// let conn = broker.connect();
+    /// let ch = conn.open_channel().unwrap();
+    /// let mut own = FieldTable::new();
+    /// own.insert("x-max-length", FieldValue::I64(1_000));
+    /// ch.queue_declare("orders", QueueOptions::default(), own).unwrap();
+    /// for n in 0..5 {
+    ///     ch.basic_publish("", "orders", PublishOptions::default(), Message::new(vec![n])).await.unwrap();
+    /// }
+    /// let mut definition = FieldTable::new();
+    /// definition.insert("max-length", FieldValue::I64(2));
+    /// broker.set_operator_policy(PolicyDef {
+    ///     name: "cap".into(),
+    ///     pattern: ".*".into(),
+    ///     apply_to: PolicyTarget::Queues,
+    ///     priority: 0,
+    ///     definition,
+    /// }).unwrap();
+    /// assert_eq!(broker.queue_counts("orders"), Some((2, 0)));
+    /// assert_eq!(broker.queues()[0].operator_policy.as_deref(), Some("cap"));
+    /// # }
+    /// ```
+    pub fn set_operator_policy(&self, policy: PolicyDef) -> AmqpResult<bool> {
+        self.set_policy_of(PolicyKind::Operator, policy)
+    }
+
+    /// Removes an operator policy and applies what now applies instead; a `NOT_FOUND` error
+    /// if there is none of that name.
+    pub fn clear_operator_policy(&self, name: &str) -> AmqpResult<()> {
+        self.shared
+            .with(|s| s.clear_policy(PolicyKind::Operator, name))
+    }
+
+    /// Every operator policy, by name.
+    pub fn operator_policies(&self) -> Vec<PolicyDef> {
+        self.shared.lock().policy_defs(PolicyKind::Operator)
+    }
+
+    fn set_policy_of(&self, kind: PolicyKind, policy: PolicyDef) -> AmqpResult<bool> {
+        // Validated and compiled before the lock: publishers do not wait for it.
+        let policy = crate::policy::Policy::new(policy, kind)?;
+        Ok(self.shared.with(|s| s.set_policy(policy)))
     }
 
     /// Every exchange, the default one (`""`) first, then by name.

@@ -21,7 +21,12 @@ pub struct QueueInfo {
     pub arguments: FieldTable,
     /// The policy it follows ([`Broker::set_policy`](crate::Broker::set_policy)), if any.
     pub policy: Option<String>,
-    /// That policy's definition, taken in the same snapshot (empty without one).
+    /// The operator policy it follows
+    /// ([`Broker::set_operator_policy`](crate::Broker::set_operator_policy)), if any.
+    pub operator_policy: Option<String>,
+    /// The definition it follows, taken in the same snapshot (RabbitMQ's
+    /// `effective_policy_definition`): its policy's, with its operator policy's keys added
+    /// (the smaller value where both set one); empty without either.
     pub policy_definition: FieldTable,
     /// Messages ready for delivery.
     pub messages_ready: u64,

@@ -49,7 +49,7 @@ pub use inspect::{
     Redrive, Totals,
 };
 pub use message::{Message, Properties, PropertiesBox, Published, Route};
-pub use policy::{POLICY_KEYS, PolicyDef, PolicyTarget};
+pub use policy::{OPERATOR_POLICY_KEYS, POLICY_KEYS, PolicyDef, PolicyKind, PolicyTarget};
 pub use storage::{
     FifoStorage, HOLD_AFTER, MAX_DELIVERIES, MAX_SEQ, PriorityStorage, QueueStorage, QueuedMessage,
     RUN_AFTER, RUN_REFILL, Ready,

@@ -13,6 +13,13 @@
 //! Only the keys the engine acts on are accepted, and `queue-mode`, which does nothing here
 //! as the `x-queue-mode` argument does nothing (nor on RabbitMQ 3.12+); any other key
 //! (`ha-mode`, federation's, ...) is refused by name rather than kept and ignored.
+//!
+//! *Operator policies* (RabbitMQ's `rabbitmqctl set_operator_policy`,
+//! `/api/operator-policies`) are a second set, kept apart from the first (a name may be in
+//! both), meant for an operator to cap what users' policies and arguments ask for. Each
+//! queue follows at most one of each, chosen the same way. An operator policy sets only
+//! limits ([`OPERATOR_POLICY_KEYS`]), and a limit in force is the smallest of the queue's
+//! argument, its policy's value and its operator policy's value.
 
 use std::fmt;
 use std::time::Duration;
@@ -76,6 +83,43 @@ impl fmt::Display for PolicyTarget {
     }
 }
 
+/// Which of a virtual host's two sets of policies a policy is in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PolicyKind {
+    /// A policy ([`Broker::set_policy`](crate::Broker::set_policy)): any of
+    /// [`POLICY_KEYS`].
+    Policy,
+    /// An operator policy
+    /// ([`Broker::set_operator_policy`](crate::Broker::set_operator_policy)): only the
+    /// limits of [`OPERATOR_POLICY_KEYS`].
+    Operator,
+}
+
+impl PolicyKind {
+    /// How messages name it: `policy` or `operator policy`.
+    pub fn noun(self) -> &'static str {
+        match self {
+            PolicyKind::Policy => "policy",
+            PolicyKind::Operator => "operator policy",
+        }
+    }
+
+    fn plural(self) -> &'static str {
+        match self {
+            PolicyKind::Policy => "policies",
+            PolicyKind::Operator => "operator policies",
+        }
+    }
+
+    /// The keys a policy of this kind may set.
+    pub fn keys(self) -> &'static [&'static str] {
+        match self {
+            PolicyKind::Policy => POLICY_KEYS,
+            PolicyKind::Operator => OPERATOR_POLICY_KEYS,
+        }
+    }
+}
+
 /// A policy as declared ([`Broker::set_policy`](crate::Broker::set_policy)).
 #[derive(Debug, Clone, PartialEq)]
 pub struct PolicyDef {
@@ -113,7 +157,28 @@ impl PolicyDef {
     /// assert!(mirrored.validate().unwrap_err().text.starts_with("unsupported key 'ha-mode'"));
     /// ```
     pub fn validate(&self) -> AmqpResult<()> {
-        Policy::new(self.clone()).map(drop)
+        self.validate_as(PolicyKind::Policy)
+    }
+
+    /// Checks the policy as a policy of `kind` would be checked when set.
+    ///
+    /// ```
+    /// use stream_engine::{FieldTable, FieldValue, PolicyDef, PolicyKind, PolicyTarget};
+    /// let mut definition = FieldTable::new();
+    /// definition.insert("dead-letter-exchange", FieldValue::from("dlx"));
+    /// let dlx = PolicyDef {
+    ///     name: "dlx".into(),
+    ///     pattern: ".*".into(),
+    ///     apply_to: PolicyTarget::Queues,
+    ///     priority: 0,
+    ///     definition,
+    /// };
+    /// assert!(dlx.validate_as(PolicyKind::Policy).is_ok());
+    /// let refused = dlx.validate_as(PolicyKind::Operator).unwrap_err();
+    /// assert!(refused.text.starts_with("unsupported key 'dead-letter-exchange' in operator policy 'dlx'"));
+    /// ```
+    pub fn validate_as(&self, kind: PolicyKind) -> AmqpResult<()> {
+        Policy::new(self.clone(), kind).map(drop)
     }
 }
 
@@ -137,6 +202,12 @@ pub const POLICY_KEYS: &[&str] = &[
     "queue-mode",
 ];
 
+/// The keys an operator policy may set: the limits RabbitMQ's operator policies set on
+/// classic queues (its `max-in-memory-*` and `delivery-limit` are quorum queues' and
+/// refused here).
+pub const OPERATOR_POLICY_KEYS: &[&str] =
+    &["expires", "max-length", "max-length-bytes", "message-ttl"];
+
 /// What a policy sets on the queues it applies to.
 #[derive(Debug, Clone, Default, PartialEq)]
 struct QueueEffects {
@@ -153,18 +224,26 @@ struct QueueEffects {
 #[derive(Debug, Clone)]
 pub(crate) struct Policy {
     pub def: PolicyDef,
+    pub kind: PolicyKind,
     regex: Regex,
     queue: QueueEffects,
     alternate_exchange: Option<String>,
 }
 
-fn invalid(policy: &str, key: &str, why: impl fmt::Display) -> AmqpError {
-    AmqpError::precondition(format!(
-        "invalid value for '{key}' in policy '{policy}': {why}"
-    ))
+/// The policy being checked, for the messages that refuse it: `policy 'name'`.
+struct Named<'a>(PolicyKind, &'a str);
+
+impl fmt::Display for Named<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} '{}'", self.0.noun(), self.1)
+    }
 }
 
-fn non_negative(policy: &str, key: &str, v: &FieldValue) -> AmqpResult<u64> {
+fn invalid(policy: &Named<'_>, key: &str, why: impl fmt::Display) -> AmqpError {
+    AmqpError::precondition(format!("invalid value for '{key}' in {policy}: {why}"))
+}
+
+fn non_negative(policy: &Named<'_>, key: &str, v: &FieldValue) -> AmqpResult<u64> {
     v.as_i64()
         .and_then(|n| u64::try_from(n).ok())
         .ok_or_else(|| {
@@ -176,42 +255,58 @@ fn non_negative(policy: &str, key: &str, v: &FieldValue) -> AmqpResult<u64> {
         })
 }
 
-fn text(policy: &str, key: &str, v: &FieldValue) -> AmqpResult<String> {
+fn text(policy: &Named<'_>, key: &str, v: &FieldValue) -> AmqpResult<String> {
     v.as_str()
         .map(str::to_owned)
         .ok_or_else(|| invalid(policy, key, format_args!("'{v}' is not a string")))
 }
 
 impl Policy {
-    /// Validates a definition: the name, the pattern, and every key and value.
-    pub(crate) fn new(def: PolicyDef) -> AmqpResult<Policy> {
-        let name = def.name.as_str();
-        if name.is_empty() {
-            return Err(AmqpError::precondition("a policy needs a name"));
+    /// Validates a definition as a policy of `kind`: the name, the pattern, and every key
+    /// and value.
+    pub(crate) fn new(def: PolicyDef, kind: PolicyKind) -> AmqpResult<Policy> {
+        if def.name.is_empty() {
+            return Err(AmqpError::precondition(format!(
+                "a{} {} needs a name",
+                if kind == PolicyKind::Operator {
+                    "n"
+                } else {
+                    ""
+                },
+                kind.noun()
+            )));
         }
+        let name = &Named(kind, def.name.as_str());
         if def.pattern.len() > MAX_PATTERN {
             return Err(AmqpError::precondition(format!(
-                "the pattern of policy '{name}' is over {MAX_PATTERN} bytes"
+                "the pattern of {name} is over {MAX_PATTERN} bytes"
             )));
         }
         let regex = RegexBuilder::new(&def.pattern)
             .backtrack_limit(BACKTRACK_LIMIT)
             .build()
             .map_err(|e| {
-                AmqpError::precondition(format!(
-                    "invalid pattern '{}' in policy '{name}': {e}",
-                    def.pattern
-                ))
+                AmqpError::precondition(format!("invalid pattern '{}' in {name}: {e}", def.pattern))
             })?;
         if def.definition.is_empty() {
             return Err(AmqpError::precondition(format!(
-                "policy '{name}' has an empty definition"
+                "{name} has an empty definition"
             )));
         }
         let mut queue = QueueEffects::default();
         let mut alternate_exchange = None;
+        let unsupported = |key: &str| {
+            AmqpError::precondition(format!(
+                "unsupported key '{key}' in {name} (this broker's {} set {})",
+                kind.plural(),
+                kind.keys().join(", ")
+            ))
+        };
         for (key, v) in def.definition.iter() {
             let key = key.as_str();
+            if !kind.keys().contains(&key) {
+                return Err(unsupported(key));
+            }
             match key {
                 "message-ttl" => {
                     queue.message_ttl = Some(Duration::from_millis(non_negative(name, key, v)?))
@@ -253,16 +348,12 @@ impl Policy {
                         ));
                     }
                 },
-                other => {
-                    return Err(AmqpError::precondition(format!(
-                        "unsupported key '{other}' in policy '{name}' (this broker's policies set {})",
-                        POLICY_KEYS.join(", ")
-                    )));
-                }
+                other => return Err(unsupported(other)),
             }
         }
         Ok(Policy {
             def,
+            kind,
             regex,
             queue,
             alternate_exchange,
@@ -338,38 +429,62 @@ impl Policies {
 }
 
 /// A queue's effective arguments: its own (`declared`, parsed from `raw`) combined with its
-/// policy's, as RabbitMQ combines them.
+/// policy's and its operator policy's, as RabbitMQ combines them.
 pub(crate) fn queue_args(
     declared: &QueueArgs,
     raw: &FieldTable,
     policy: Option<&Policy>,
+    operator: Option<&Policy>,
 ) -> QueueArgs {
-    let mut args = declared.clone();
-    let Some(p) = policy.map(|p| &p.queue) else {
-        return args;
-    };
     fn smaller<T: Ord + Copy>(arg: Option<T>, policy: Option<T>) -> Option<T> {
         match (arg, policy) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         }
     }
-    args.message_ttl = smaller(args.message_ttl, p.message_ttl);
-    args.expires = smaller(args.expires, p.expires);
-    args.max_length = smaller(args.max_length, p.max_length);
-    args.max_length_bytes = smaller(args.max_length_bytes, p.max_length_bytes);
-    if !raw.contains("x-overflow") {
-        if let Some(overflow) = p.overflow {
-            args.overflow = overflow;
+    /// The limits: each the smallest of those set.
+    fn cap(args: &mut QueueArgs, p: &QueueEffects) {
+        args.message_ttl = smaller(args.message_ttl, p.message_ttl);
+        args.expires = smaller(args.expires, p.expires);
+        args.max_length = smaller(args.max_length, p.max_length);
+        args.max_length_bytes = smaller(args.max_length_bytes, p.max_length_bytes);
+    }
+    let mut args = declared.clone();
+    if let Some(p) = policy.map(|p| &p.queue) {
+        cap(&mut args, p);
+        if !raw.contains("x-overflow") {
+            if let Some(overflow) = p.overflow {
+                args.overflow = overflow;
+            }
+        }
+        if args.dead_letter_exchange.is_none() {
+            args.dead_letter_exchange = p.dead_letter_exchange.clone();
+        }
+        if args.dead_letter_routing_key.is_none() {
+            args.dead_letter_routing_key = p.dead_letter_routing_key.clone();
         }
     }
-    if args.dead_letter_exchange.is_none() {
-        args.dead_letter_exchange = p.dead_letter_exchange.clone();
-    }
-    if args.dead_letter_routing_key.is_none() {
-        args.dead_letter_routing_key = p.dead_letter_routing_key.clone();
+    if let Some(op) = operator.map(|p| &p.queue) {
+        cap(&mut args, op);
     }
     args
+}
+
+/// The definition a queue follows (RabbitMQ's `effective_policy_definition`): its policy's,
+/// with its operator policy's keys added, the smaller value where both set one.
+pub(crate) fn effective_definition(
+    policy: Option<&FieldTable>,
+    operator: Option<&FieldTable>,
+) -> FieldTable {
+    let mut out = policy.cloned().unwrap_or_default();
+    for (key, op) in operator.into_iter().flat_map(FieldTable::iter) {
+        let merged = match (out.get(key).and_then(FieldValue::as_i64), op.as_i64()) {
+            (Some(own), Some(cap)) if own <= cap => continue,
+            _ => op.clone(),
+        };
+        out.insert(key.clone(), merged);
+    }
+    out
 }
 
 /// An exchange's effective alternate exchange: its argument's, else its policy's.
@@ -399,7 +514,7 @@ mod tests {
     }
 
     fn refusal(d: PolicyDef) -> String {
-        Policy::new(d).unwrap_err().text
+        Policy::new(d, PolicyKind::Policy).unwrap_err().text
     }
 
     #[test]
@@ -435,8 +550,20 @@ mod tests {
             refusal(def("p", ".", 0, &[])),
             "policy 'p' has an empty definition"
         );
-        assert!(Policy::new(def("p", "^a\\.", 0, &[("message-ttl", int(0))])).is_ok());
-        assert!(Policy::new(def("p", ".", 0, &[("queue-mode", s("lazy"))])).is_ok());
+        assert!(
+            Policy::new(
+                def("p", "^a\\.", 0, &[("message-ttl", int(0))]),
+                PolicyKind::Policy
+            )
+            .is_ok()
+        );
+        assert!(
+            Policy::new(
+                def("p", ".", 0, &[("queue-mode", s("lazy"))]),
+                PolicyKind::Policy
+            )
+            .is_ok()
+        );
         assert_eq!(
             refusal(def("p", ".", 0, &[("queue-mode", s("eager"))])),
             "invalid value for 'queue-mode' in policy 'p': 'eager' is not one of default, lazy"
@@ -447,15 +574,15 @@ mod tests {
     fn the_highest_priority_applies_then_the_first_name() {
         let one = |n: i64| [("max-length", FieldValue::I64(n))];
         let mut all = Policies::default();
-        all.set(Policy::new(def("b", "^orders", 1, &one(1))).unwrap());
-        all.set(Policy::new(def("a", "^orders", 1, &one(2))).unwrap());
-        all.set(Policy::new(def("low", "orders", 0, &one(3))).unwrap());
+        all.set(Policy::new(def("b", "^orders", 1, &one(1)), PolicyKind::Policy).unwrap());
+        all.set(Policy::new(def("a", "^orders", 1, &one(2)), PolicyKind::Policy).unwrap());
+        all.set(Policy::new(def("low", "orders", 0, &one(3)), PolicyKind::Policy).unwrap());
         assert_eq!(all.for_queue("orders.dlq").unwrap().def.name, "a");
         assert_eq!(all.for_queue("my-orders").unwrap().def.name, "low");
         assert!(all.for_queue("payments").is_none());
         let mut queues_only = def("q", ".", 9, &one(4));
         queues_only.apply_to = PolicyTarget::Queues;
-        all.set(Policy::new(queues_only).unwrap());
+        all.set(Policy::new(queues_only, PolicyKind::Policy).unwrap());
         assert_eq!(all.for_queue("x").unwrap().def.name, "q");
         assert!(all.for_exchange("x").is_none());
         assert_eq!(all.for_exchange("orders").unwrap().def.name, "a");
@@ -473,7 +600,7 @@ mod tests {
     fn patterns_are_searched_for_with_pcre_s_look_around_and_flags() {
         let one = [("max-length", FieldValue::I64(1))];
         let matches = |pattern: &str, name: &str| {
-            Policy::new(def("p", pattern, 0, &one))
+            Policy::new(def("p", pattern, 0, &one), PolicyKind::Policy)
                 .unwrap()
                 .matches(name)
         };
@@ -491,32 +618,35 @@ mod tests {
     #[test]
     fn limits_take_the_smaller_and_the_argument_wins_the_rest() {
         let s = |t: &str| FieldValue::String(t.to_owned());
-        let policy = Policy::new(def(
-            "p",
-            ".",
-            0,
-            &[
-                ("max-length", FieldValue::I64(3)),
-                ("message-ttl", FieldValue::I64(60_000)),
-                ("overflow", s("reject-publish")),
-                ("dead-letter-exchange", s("policy-dlx")),
-                ("alternate-exchange", s("policy-ae")),
-            ],
-        ))
+        let policy = Policy::new(
+            def(
+                "p",
+                ".",
+                0,
+                &[
+                    ("max-length", FieldValue::I64(3)),
+                    ("message-ttl", FieldValue::I64(60_000)),
+                    ("overflow", s("reject-publish")),
+                    ("dead-letter-exchange", s("policy-dlx")),
+                    ("alternate-exchange", s("policy-ae")),
+                ],
+            ),
+            PolicyKind::Policy,
+        )
         .unwrap();
         let mut raw = FieldTable::new();
         raw.insert("x-max-length", FieldValue::I64(10));
         raw.insert("x-message-ttl", FieldValue::I64(1_000));
         raw.insert("x-dead-letter-exchange", s("own-dlx"));
         let declared = QueueArgs::parse("q", &raw).unwrap();
-        let args = queue_args(&declared, &raw, Some(&policy));
+        let args = queue_args(&declared, &raw, Some(&policy), None);
         assert_eq!(args.max_length, Some(3));
         assert_eq!(args.message_ttl, Some(Duration::from_secs(1)));
         assert_eq!(args.overflow, Overflow::RejectPublish);
         assert_eq!(args.dead_letter_exchange.as_deref(), Some("own-dlx"));
-        assert_eq!(queue_args(&declared, &raw, None), declared);
+        assert_eq!(queue_args(&declared, &raw, None, None), declared);
         let bare = QueueArgs::default();
-        let args = queue_args(&bare, &FieldTable::new(), Some(&policy));
+        let args = queue_args(&bare, &FieldTable::new(), Some(&policy), None);
         assert_eq!(args.dead_letter_exchange.as_deref(), Some("policy-dlx"));
         assert_eq!(
             alternate_exchange(&FieldTable::new(), Some(&policy)).as_deref(),
@@ -528,5 +658,102 @@ mod tests {
             alternate_exchange(&own, Some(&policy)).as_deref(),
             Some("own-ae")
         );
+    }
+
+    #[test]
+    fn operator_policies_set_only_limits() {
+        let operator = |keys: &[(&str, FieldValue)]| {
+            Policy::new(def("cap", ".", 0, keys), PolicyKind::Operator)
+        };
+        for key in OPERATOR_POLICY_KEYS {
+            assert!(operator(&[(key, FieldValue::I64(5))]).is_ok(), "{key}");
+        }
+        for key in [
+            "dead-letter-exchange",
+            "overflow",
+            "delivery-limit",
+            "ha-mode",
+        ] {
+            assert_eq!(
+                operator(&[(key, FieldValue::I64(1))]).unwrap_err().text,
+                format!(
+                    "unsupported key '{key}' in operator policy 'cap' (this broker's operator \
+                     policies set expires, max-length, max-length-bytes, message-ttl)"
+                )
+            );
+        }
+        assert_eq!(
+            operator(&[("max-length", FieldValue::I64(-1))])
+                .unwrap_err()
+                .text,
+            "invalid value for 'max-length' in operator policy 'cap': '-1' is not a non-negative integer"
+        );
+        assert_eq!(
+            Policy::new(def("", ".", 0, &[]), PolicyKind::Operator)
+                .unwrap_err()
+                .text,
+            "an operator policy needs a name"
+        );
+    }
+
+    #[test]
+    fn an_operator_policy_caps_the_argument_and_the_policy() {
+        let int = FieldValue::I64;
+        let policy = Policy::new(
+            def(
+                "p",
+                ".",
+                0,
+                &[
+                    ("max-length", int(10)),
+                    ("expires", int(3_600_000)),
+                    ("dead-letter-exchange", FieldValue::from("dlx")),
+                ],
+            ),
+            PolicyKind::Policy,
+        )
+        .unwrap();
+        let operator = Policy::new(
+            def(
+                "cap",
+                ".",
+                0,
+                &[
+                    ("max-length", int(5)),
+                    ("expires", int(7_200_000)),
+                    ("message-ttl", int(60_000)),
+                ],
+            ),
+            PolicyKind::Operator,
+        )
+        .unwrap();
+        let mut raw = FieldTable::new();
+        raw.insert("x-max-length", int(3));
+        let declared = QueueArgs::parse("q", &raw).unwrap();
+        let args = queue_args(&declared, &raw, Some(&policy), Some(&operator));
+        assert_eq!(args.max_length, Some(3), "the argument is the smallest");
+        assert_eq!(args.expires, Some(Duration::from_secs(3_600)));
+        assert_eq!(args.message_ttl, Some(Duration::from_secs(60)));
+        assert_eq!(args.dead_letter_exchange.as_deref(), Some("dlx"));
+        let bare = queue_args(
+            &QueueArgs::default(),
+            &FieldTable::new(),
+            None,
+            Some(&operator),
+        );
+        assert_eq!(bare.max_length, Some(5));
+        assert_eq!(bare.dead_letter_exchange, None);
+
+        let merged =
+            effective_definition(Some(&policy.def.definition), Some(&operator.def.definition));
+        assert_eq!(merged.get("max-length"), Some(&int(5)));
+        assert_eq!(merged.get("expires"), Some(&int(3_600_000)));
+        assert_eq!(merged.get("message-ttl"), Some(&int(60_000)));
+        assert_eq!(merged.get_str("dead-letter-exchange"), Some("dlx"));
+        assert_eq!(
+            effective_definition(None, Some(&operator.def.definition)),
+            operator.def.definition
+        );
+        assert!(effective_definition(None, None).is_empty());
     }
 }

@@ -196,6 +196,8 @@ pub(crate) struct Queue<E: Envelope> {
     pub args: QueueArgs,
     /// The policy it follows, if any.
     pub policy: Option<Arc<str>>,
+    /// The operator policy it follows, if any.
+    pub operator_policy: Option<Arc<str>>,
     pub storage: Box<dyn QueueStorage<E>>,
     /// Consumers in registration order; dispatch rotates through them.
     pub consumers: Vec<QueueConsumer>,
@@ -234,6 +236,7 @@ impl<E: Envelope> Queue<E> {
             declared: args.clone(),
             args,
             policy: None,
+            operator_policy: None,
             storage,
             consumers: Vec::new(),
             cursor: 0,

@@ -254,6 +254,8 @@ pub struct Recovered {
     pub bindings: Vec<BindingDef>,
     /// Policies (applied before the queues and exchanges are declared again).
     pub policies: Vec<PolicyDef>,
+    /// Operator policies (likewise).
+    pub operator_policies: Vec<PolicyDef>,
     /// Messages of durable queues.
     pub messages: Vec<RecoveredMessage>,
     /// Per durable queue, the highest position the store still holds anything under (a
@@ -294,6 +296,12 @@ pub trait MessageStore: fmt::Debug + Send + Sync + 'static {
     fn policy_set(&self, policy: &PolicyDef);
     /// A policy was cleared.
     fn policy_cleared(&self, name: &str);
+    /// An operator policy was set, or replaced by name
+    /// ([`Broker::set_operator_policy`](crate::Broker::set_operator_policy)); operator
+    /// policies are named apart from policies.
+    fn operator_policy_set(&self, policy: &PolicyDef);
+    /// An operator policy was cleared.
+    fn operator_policy_cleared(&self, name: &str);
 
     /// A persistent message was enqueued in a durable queue; the publisher's confirm waits
     /// for the returned durability point.
@@ -367,6 +375,8 @@ impl MessageStore for MemoryStore {
     fn binding_removed(&self, _: &BindingDef) {}
     fn policy_set(&self, _: &PolicyDef) {}
     fn policy_cleared(&self, _: &str) {}
+    fn operator_policy_set(&self, _: &PolicyDef) {}
+    fn operator_policy_cleared(&self, _: &str) {}
 
     fn enqueued(&self, _: &StoredMessage<'_>) -> Durability {
         Durability::Durable

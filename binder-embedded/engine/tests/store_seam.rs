@@ -25,6 +25,8 @@ enum Call {
     Removed(String, u64, Removal),
     PolicySet(String),
     PolicyCleared(String),
+    OperatorPolicySet(String),
+    OperatorPolicyCleared(String),
 }
 
 /// What the store keeps, as a durable store would (shared by the stores of two brokers to
@@ -36,6 +38,7 @@ struct Kept {
     queues: BTreeMap<String, QueueDef>,
     bindings: Vec<BindingDef>,
     policies: BTreeMap<String, PolicyDef>,
+    operator_policies: BTreeMap<String, PolicyDef>,
     messages: BTreeMap<(String, u64), (Published, bool)>,
     /// Durability points not yet reached, in order.
     pending: Vec<oneshot::Sender<Result<(), StoreError>>>,
@@ -101,6 +104,7 @@ impl MessageStore for RecordingStore {
             queues: k.queues.values().cloned().collect(),
             bindings: k.bindings.clone(),
             policies: k.policies.values().cloned().collect(),
+            operator_policies: k.operator_policies.values().cloned().collect(),
             messages: k
                 .messages
                 .iter()
@@ -173,6 +177,18 @@ impl MessageStore for RecordingStore {
         let mut k = self.kept();
         k.calls.push(Call::PolicyCleared(name.into()));
         k.policies.remove(name);
+    }
+
+    fn operator_policy_set(&self, p: &PolicyDef) {
+        let mut k = self.kept();
+        k.calls.push(Call::OperatorPolicySet(p.name.clone()));
+        k.operator_policies.insert(p.name.clone(), p.clone());
+    }
+
+    fn operator_policy_cleared(&self, name: &str) {
+        let mut k = self.kept();
+        k.calls.push(Call::OperatorPolicyCleared(name.into()));
+        k.operator_policies.remove(name);
     }
 
     fn enqueued(&self, m: &StoredMessage<'_>) -> Durability {
@@ -995,6 +1011,93 @@ async fn policies_reach_the_store_and_apply_again_after_a_restart() {
     );
     let head = ch.basic_get("work", true).unwrap().unwrap().delivery;
     assert_eq!(text(&head), "three");
+}
+
+#[tokio::test]
+async fn operator_policies_are_kept_apart_from_policies_and_cap_them_after_a_restart() {
+    let store = RecordingStore::default();
+    store.kept().immediate = true;
+    {
+        let broker = broker(&store);
+        let conn = broker.connect();
+        let ch = conn.open_channel().unwrap();
+        ch.queue_declare("work", durable(), FieldTable::new())
+            .unwrap();
+        for body in ["one", "two", "three", "four"] {
+            ch.basic_publish("", "work", Default::default(), persistent(body))
+                .await
+                .unwrap();
+        }
+        // The same name in both sets: two policies.
+        broker.set_policy(max_length("short", "^work$", 3)).unwrap();
+        assert!(
+            !broker
+                .set_operator_policy(max_length("short", "^work$", 2))
+                .unwrap()
+        );
+        assert_eq!(broker.queue_counts("work"), Some((2, 0)), "the smaller");
+        let calls = store.calls();
+        assert_eq!(
+            calls[calls.len() - 2..],
+            [
+                Call::OperatorPolicySet("short".into()),
+                Call::Removed("work".into(), 2, Removal::Dropped)
+            ]
+        );
+        let refused = broker
+            .set_operator_policy(PolicyDef {
+                definition: FieldTable::from_iter([(
+                    "dead-letter-exchange".to_owned(),
+                    FieldValue::from("dlx"),
+                )]),
+                ..max_length("dlx", ".", 0)
+            })
+            .unwrap_err();
+        assert_eq!(refused.code, ReplyCode::PreconditionFailed);
+        broker
+            .set_operator_policy(max_length("other", "^x", 1))
+            .unwrap();
+        broker.clear_operator_policy("other").unwrap();
+        assert_eq!(
+            store.calls().last(),
+            Some(&Call::OperatorPolicyCleared("other".into()))
+        );
+        let missing = broker.clear_operator_policy("other").unwrap_err();
+        assert_eq!(missing.text, "no operator policy 'other' in vhost '/'");
+        std::mem::forget(ch);
+        std::mem::forget(conn);
+    }
+
+    let restarted = broker(&store);
+    assert_eq!(restarted.policies(), [max_length("short", "^work$", 3)]);
+    assert_eq!(
+        restarted.operator_policies(),
+        [max_length("short", "^work$", 2)]
+    );
+    let work = &restarted.queues()[0];
+    assert_eq!(
+        (work.policy.as_deref(), work.operator_policy.as_deref()),
+        (Some("short"), Some("short"))
+    );
+    assert_eq!(
+        work.policy_definition.get("max-length"),
+        Some(&FieldValue::I64(2))
+    );
+    let conn = restarted.connect();
+    let ch = conn.open_channel().unwrap();
+    ch.basic_publish("", "work", Default::default(), persistent("five"))
+        .await
+        .unwrap();
+    assert_eq!(restarted.queue_counts("work"), Some((2, 0)), "still capped");
+    // Clearing the operator policy leaves the policy's limit.
+    restarted.clear_operator_policy("short").unwrap();
+    for body in ["six", "seven"] {
+        ch.basic_publish("", "work", Default::default(), persistent(body))
+            .await
+            .unwrap();
+    }
+    assert_eq!(restarted.queue_counts("work"), Some((3, 0)));
+    assert_eq!(restarted.queues()[0].operator_policy, None);
 }
 
 #[tokio::test]

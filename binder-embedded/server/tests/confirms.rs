@@ -37,6 +37,8 @@ impl MessageStore for HoldingStore {
     fn binding_removed(&self, _: &BindingDef) {}
     fn policy_set(&self, _: &PolicyDef) {}
     fn policy_cleared(&self, _: &str) {}
+    fn operator_policy_set(&self, _: &PolicyDef) {}
+    fn operator_policy_cleared(&self, _: &str) {}
     fn enqueued(&self, _: &StoredMessage<'_>) -> Durability {
         let (tx, rx) = oneshot::channel();
         self.0.lock().unwrap().push(tx);

@@ -2947,6 +2947,176 @@ async fn policies_are_set_listed_applied_and_cleared_over_http() {
     f.server.shutdown().await;
 }
 
+/// Operator policies (RabbitMQ's `/api/operator-policies`): listed to any management user
+/// who sees the virtual host, set, read by name and cleared by administrators only; their
+/// limits cap the policy's and the queue's own; definitions carry them as parameters.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operator_policies_cap_queues_and_travel_in_definitions() {
+    let mut config = config();
+    config.users.push(user(
+        "pm",
+        &["policymaker"],
+        &[("/", PermissionConfig::all())],
+    ));
+    let f = fixture_with(config).await;
+    let put = |path: &'static str, auth, body: Value| async move {
+        http::request(f.api, "PUT", path, auth, Some(&body)).await
+    };
+    for auth in [GUEST, MGMT, MON, PM] {
+        assert_eq!(ok(&f, "/api/operator-policies", auth).await, json!([]));
+    }
+    let (_conn, ch) = topology(&f).await;
+    for body in ["1", "2", "3", "4"] {
+        let m = stream_engine::Message::new(body);
+        ch.basic_publish("", "work", Default::default(), m)
+            .await
+            .unwrap();
+    }
+    let limit = json!({"pattern": "^work$", "definition": {"max-length": 3}});
+    assert_eq!(
+        put("/api/policies/%2F/limit", GUEST, limit).await.status,
+        201
+    );
+    assert_eq!(depth(&f, "work").await, 3);
+
+    // Only administrators set one; the queue's limit becomes the smaller.
+    let cap = json!({"pattern": "^work$", "definition": {"max-length": 2, "message-ttl": 60000}, "priority": 1, "apply-to": "queues"});
+    for auth in [PM, MGMT] {
+        let r = put("/api/operator-policies/%2F/cap", auth, cap.clone()).await;
+        assert_eq!(r.status, 401);
+        assert_eq!(r.json()["reason"], "Not administrator user");
+    }
+    let r = put("/api/operator-policies/%2F/cap", GUEST, cap.clone()).await;
+    assert_eq!(r.status, 201);
+    let r = put("/api/operator-policies/%2F/cap", GUEST, cap).await;
+    assert_eq!(r.status, 204);
+    assert_eq!(depth(&f, "work").await, 2);
+    assert_eq!(depth(&f, "work.dlq").await, 2, "dead-lettered, as maxlen");
+    let expected = json!({"vhost": "/", "name": "cap", "pattern": "^work$", "apply-to": "queues", "definition": {"max-length": 2, "message-ttl": 60000}, "priority": 1});
+    assert_eq!(
+        ok(&f, "/api/operator-policies/%2F/cap", GUEST).await,
+        expected
+    );
+    assert_eq!(
+        get(&f, "/api/operator-policies/%2F/cap", MON).await.status,
+        401
+    );
+    assert_eq!(
+        get(&f, "/api/operator-policies/%2F/nope", GUEST)
+            .await
+            .status,
+        404
+    );
+    for auth in [GUEST, MGMT, MON] {
+        let list = ok(&f, "/api/operator-policies/%2F", auth).await;
+        assert_eq!(list, json!([expected]));
+    }
+    assert_eq!(
+        get(&f, "/api/operator-policies/other", MGMT).await.status,
+        401
+    );
+    assert_eq!(
+        get(&f, "/api/operator-policies/nowhere", GUEST)
+            .await
+            .status,
+        404
+    );
+    let work = ok(&f, "/api/queues/%2F/work", GUEST).await;
+    assert_eq!(
+        (&work["policy"], &work["operator_policy"]),
+        (&json!("limit"), &json!("cap"))
+    );
+    assert_eq!(
+        work["effective_policy_definition"],
+        json!({"max-length": 2, "message-ttl": 60000})
+    );
+    let dlq = ok(&f, "/api/queues/%2F/work.dlq", GUEST).await;
+    assert_eq!(dlq["operator_policy"], Value::Null);
+
+    // Only limits, refused by name.
+    for (definition, reason) in [
+        (
+            json!({"dead-letter-exchange": "x"}),
+            "unsupported key 'dead-letter-exchange' in operator policy 'bad' (this broker's operator policies set expires, max-length, max-length-bytes, message-ttl)",
+        ),
+        (
+            json!({"delivery-limit": 3}),
+            "unsupported key 'delivery-limit' in operator policy 'bad'",
+        ),
+        (
+            json!({"max-length": -1}),
+            "invalid value for 'max-length' in operator policy 'bad': '-1' is not a non-negative integer",
+        ),
+        (json!({}), "operator policy 'bad' has an empty definition"),
+    ] {
+        let body = json!({"pattern": ".", "definition": definition});
+        let r = put("/api/operator-policies/%2F/bad", GUEST, body).await;
+        assert_eq!(r.status, 400, "{definition}");
+        let got = r.json()["reason"].as_str().unwrap().to_owned();
+        assert!(got.starts_with(reason), "{definition}: {got}");
+    }
+    let body = json!({"pattern": ".", "definition": {"max-length": 1}});
+    let r = put("/api/operator-policies/nowhere/p", GUEST, body).await;
+    assert_eq!(r.status, 404);
+
+    // Definitions: among the parameters, as RabbitMQ writes them.
+    let parameter = json!({"value": {"pattern": "^work$", "definition": {"max-length": 2, "message-ttl": 60000}, "priority": 1, "apply-to": "queues"}, "vhost": "/", "component": "operator_policy", "name": "cap"});
+    let defs = ok(&f, "/api/definitions", GUEST).await;
+    assert_eq!(defs["parameters"], json!([parameter]));
+    assert_eq!(names(&defs["policies"]), ["limit"]);
+    let root = ok(&f, "/api/definitions/%2F", GUEST).await;
+    assert_eq!(root["parameters"], json!([parameter]));
+
+    // Cleared: 204, then 404; imported back from the export.
+    let delete = |auth| async move {
+        let path = "/api/operator-policies/%2F/cap";
+        http::request(f.api, "DELETE", path, auth, None)
+            .await
+            .status
+    };
+    assert_eq!(delete(PM).await, 401);
+    assert_eq!(delete(GUEST).await, 204);
+    assert_eq!(delete(GUEST).await, 404);
+    let work = ok(&f, "/api/queues/%2F/work", GUEST).await;
+    assert_eq!(work["operator_policy"], Value::Null);
+    assert_eq!(
+        work["effective_policy_definition"],
+        json!({"max-length": 3})
+    );
+    let back = json!({"parameters": [parameter]});
+    let r = post(&f, "/api/definitions/%2F", GUEST, back).await;
+    assert_eq!(r.status, 204);
+    assert_eq!(
+        ok(&f, "/api/queues/%2F/work", GUEST).await["operator_policy"],
+        "cap"
+    );
+    // Other parameters, and operator policies the broker refuses, are refused before
+    // anything is applied.
+    let queue = json!([{"name": "not.declared", "durable": false}]);
+    let mut refused_key = parameter.clone();
+    refused_key["value"]["definition"] = json!({"overflow": "reject-publish"});
+    let mut shovel = parameter.clone();
+    shovel["component"] = json!("shovel");
+    for (entry, said) in [
+        (
+            refused_key,
+            "parameters[0]: unsupported key 'overflow' in operator policy 'cap'",
+        ),
+        (
+            shovel,
+            "parameters[0]: component 'shovel' is not supported by stream-broker",
+        ),
+    ] {
+        let body = json!({"parameters": [entry], "queues": queue});
+        let r = post(&f, "/api/definitions/%2F", GUEST, body).await;
+        assert_eq!(r.status, 400);
+        let reason = r.json()["reason"].as_str().unwrap().to_owned();
+        assert!(reason.starts_with(said), "{reason}");
+        assert_eq!(f.root.queue_counts("not.declared"), None);
+    }
+    f.server.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn definitions_are_loaded_at_start() {
     let dir = tempfile::tempdir().unwrap();

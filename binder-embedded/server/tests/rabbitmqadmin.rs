@@ -280,6 +280,36 @@ async fn rabbitmqadmin_declares_publishes_gets_and_deletes() {
             !ok && format!("{out}{err}").contains("unsupported key 'ha-mode'"),
             "{out}{err}"
         );
+        // Operator policies likewise; the queue follows both.
+        succeeds(
+            t,
+            port,
+            &[
+                "declare",
+                "operator_policy",
+                "name=adm.cap",
+                "pattern=^adm\\.",
+                r#"definition={"max-length": 50}"#,
+            ],
+            "operator_policy declared",
+        );
+        let operator = listed(t, port, &["list", "operator_policies"]);
+        assert_eq!(operator[0]["name"], "adm.cap", "{operator}");
+        let queues = listed(t, port, &["list", "queues"]);
+        let adm = queues
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|q| q["name"] == "adm.q")
+            .unwrap();
+        assert_eq!(adm["operator_policy"], "adm.cap", "{queues}");
+        assert_eq!(adm["effective_policy_definition"]["max-length"], 50);
+        succeeds(
+            t,
+            port,
+            &["delete", "operator_policy", "name=adm.cap"],
+            "operator_policy deleted",
+        );
         succeeds(
             t,
             port,

@@ -162,7 +162,7 @@ struct Snapshot {
     queues: Vec<String>,
     /// Bindings: source, destination, its kind, routing key, arguments.
     bindings: Vec<String>,
-    /// Policies, as set.
+    /// Policies, then operator policies, as set.
     policies: Vec<String>,
     /// Each queue's messages in delivery order: queue, arrival position, redelivered,
     /// payload size, record.
@@ -256,7 +256,7 @@ fn snapshot(broker: &Broker) -> Snapshot {
                 q.messages_ready,
                 q.message_bytes_ready,
                 q.arguments,
-                q.policy
+                (&q.policy, &q.operator_policy)
             )
         })
         .collect();
@@ -272,7 +272,11 @@ fn snapshot(broker: &Broker) -> Snapshot {
         })
         .collect();
     bindings.sort();
-    let policies = broker.policies().iter().map(|p| format!("{p:?}")).collect();
+    let operator = broker.operator_policies();
+    let policies = (broker.policies().iter())
+        .map(|p| format!("{p:?}"))
+        .chain(operator.iter().map(|p| format!("operator {p:?}")))
+        .collect();
     Snapshot {
         exchanges,
         queues,

@@ -1,4 +1,5 @@
-//! The metadata log: durable exchanges, queues and bindings, and policies, one record per change, replayed
+//! The metadata log: durable exchanges, queues and bindings, policies and operator policies,
+//! one record per change, replayed
 //! at start and rewritten (compacted) as a snapshot once it holds much more than the state.
 
 use std::collections::BTreeMap;
@@ -25,6 +26,9 @@ pub(crate) enum MetaOp {
     /// A policy set, or replaced by name.
     PolicySet(PolicyDef),
     PolicyCleared(String),
+    /// An operator policy set, or replaced by name (named apart from policies).
+    OperatorPolicySet(PolicyDef),
+    OperatorPolicyCleared(String),
 }
 
 impl MetaOp {
@@ -68,6 +72,14 @@ impl MetaOp {
                 out.u8(9);
                 out.str(name);
             }
+            MetaOp::OperatorPolicySet(p) => {
+                out.u8(10);
+                codec::put_policy(&mut out, p);
+            }
+            MetaOp::OperatorPolicyCleared(name) => {
+                out.u8(11);
+                out.str(name);
+            }
         }
         out.0
     }
@@ -95,6 +107,8 @@ impl MetaOp {
             },
             8 => MetaOp::PolicySet(codec::get_policy(&mut inp)?),
             9 => MetaOp::PolicyCleared(inp.string()?),
+            10 => MetaOp::OperatorPolicySet(codec::get_policy(&mut inp)?),
+            11 => MetaOp::OperatorPolicyCleared(inp.string()?),
             _ => return Err(Malformed("unknown metadata record")),
         })
     }
@@ -114,6 +128,7 @@ pub(crate) struct Meta {
     pub queues: BTreeMap<String, (u64, QueueDef)>,
     pub bindings: Vec<BindingDef>,
     pub policies: BTreeMap<String, PolicyDef>,
+    pub operator_policies: BTreeMap<String, PolicyDef>,
     /// The next queue incarnation to hand out.
     pub next_incarnation: u64,
 }
@@ -156,6 +171,12 @@ impl Meta {
             MetaOp::PolicyCleared(name) => {
                 self.policies.remove(name);
             }
+            MetaOp::OperatorPolicySet(p) => {
+                self.operator_policies.insert(p.name.clone(), p.clone());
+            }
+            MetaOp::OperatorPolicyCleared(name) => {
+                self.operator_policies.remove(name);
+            }
         }
     }
 
@@ -175,12 +196,22 @@ impl Meta {
         );
         ops.extend(self.bindings.iter().cloned().map(MetaOp::BindingAdded));
         ops.extend(self.policies.values().cloned().map(MetaOp::PolicySet));
+        ops.extend(
+            self.operator_policies
+                .values()
+                .cloned()
+                .map(MetaOp::OperatorPolicySet),
+        );
         ops
     }
 
     /// How many records a compacted log holds.
     pub fn live_records(&self) -> usize {
-        1 + self.exchanges.len() + self.queues.len() + self.bindings.len() + self.policies.len()
+        1 + self.exchanges.len()
+            + self.queues.len()
+            + self.bindings.len()
+            + self.policies.len()
+            + self.operator_policies.len()
     }
 
     /// A queue's current incarnation.
@@ -238,6 +269,9 @@ mod tests {
         meta.apply(&MetaOp::PolicySet(policy("a")));
         meta.apply(&MetaOp::PolicySet(policy("b")));
         meta.apply(&MetaOp::PolicyCleared("a".to_owned()));
+        meta.apply(&MetaOp::OperatorPolicySet(policy("a")));
+        meta.apply(&MetaOp::OperatorPolicySet(policy("c")));
+        meta.apply(&MetaOp::OperatorPolicyCleared("c".to_owned()));
         let mut rewritten = Meta::default();
         for op in meta.snapshot() {
             rewritten.apply(&MetaOp::decode(&op.encode()).unwrap());
@@ -246,7 +280,15 @@ mod tests {
             rewritten.policies.into_values().collect::<Vec<_>>(),
             [policy("b")]
         );
-        assert_eq!(meta.live_records(), 2);
+        assert_eq!(
+            rewritten
+                .operator_policies
+                .into_values()
+                .collect::<Vec<_>>(),
+            [policy("a")],
+            "named apart from the policies"
+        );
+        assert_eq!(meta.live_records(), 3);
         let mut bad = MetaOp::PolicySet(policy("c")).encode();
         // The tag, then the name and the pattern, each after its 4-byte length.
         let target = 1 + (4 + 1) + (4 + 2);

@@ -390,6 +390,7 @@ fn recovered(meta: &Meta, messages: Vec<RecoveredMessage>, index: &Index) -> Rec
         queues: meta.queues.values().map(|(_, q)| q.clone()).collect(),
         bindings: meta.bindings.clone(),
         policies: meta.policies.values().cloned().collect(),
+        operator_policies: meta.operator_policies.values().cloned().collect(),
         messages,
     }
 }

@@ -261,6 +261,14 @@ impl MessageStore for DiskStore {
         let _ = self.send(Cmd::Meta(MetaOp::PolicyCleared(name.to_owned())));
     }
 
+    fn operator_policy_set(&self, policy: &PolicyDef) {
+        let _ = self.send(Cmd::Meta(MetaOp::OperatorPolicySet(policy.clone())));
+    }
+
+    fn operator_policy_cleared(&self, name: &str) {
+        let _ = self.send(Cmd::Meta(MetaOp::OperatorPolicyCleared(name.to_owned())));
+    }
+
     fn enqueued(&self, message: &StoredMessage<'_>) -> Durability {
         if let Some(detail) = self.0.shared.failure() {
             return failed_now(detail);

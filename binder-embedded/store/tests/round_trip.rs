@@ -75,6 +75,14 @@ async fn fill(broker: &Broker) {
         })
         .unwrap();
     broker.clear_policy("gone").unwrap();
+    broker.set_operator_policy(cap()).unwrap();
+    broker
+        .set_operator_policy(PolicyDef {
+            name: "gone".into(),
+            ..cap()
+        })
+        .unwrap();
+    broker.clear_operator_policy("gone").unwrap();
     std::mem::forget(ch);
     std::mem::forget(conn);
 }
@@ -89,6 +97,19 @@ fn limits() -> PolicyDef {
         pattern: "^audit$".into(),
         apply_to: PolicyTarget::Queues,
         priority: -3,
+        definition,
+    }
+}
+
+/// An operator policy `fill` leaves set, named as the policy (the two sets are apart).
+fn cap() -> PolicyDef {
+    let mut definition = FieldTable::new();
+    definition.insert("expires", FieldValue::I64(3_600_000));
+    PolicyDef {
+        name: "limits".into(),
+        pattern: "^audit$".into(),
+        apply_to: PolicyTarget::All,
+        priority: 2,
         definition,
     }
 }
@@ -114,8 +135,11 @@ async fn check(broker: &Broker) {
         [limits()],
         "the policy set, not the one cleared"
     );
+    assert_eq!(broker.operator_policies(), [cap()]);
     let audit = broker.queues().into_iter().find(|q| q.name == "audit");
-    assert_eq!(audit.unwrap().policy.as_deref(), Some("limits"));
+    let audit = audit.unwrap();
+    assert_eq!(audit.policy.as_deref(), Some("limits"));
+    assert_eq!(audit.operator_policy.as_deref(), Some("limits"));
     let conn = broker.connect();
     let ch = conn.open_channel().unwrap();
     let first = ch.basic_get("work", false).unwrap().unwrap().delivery;

@@ -368,9 +368,12 @@ impl<E: Envelope> State<E> {
         let owner = options.exclusive.then_some(conn);
         self.registry.routing_changed();
         let mut queue = Queue::new(key.clone(), options, owner, args, parsed);
-        if let Some(policy) = self.policies.for_queue(&key) {
-            queue.policy = Some(Arc::from(policy.def.name.as_str()));
-            queue.args = policy::queue_args(&queue.declared, &queue.raw_args, Some(policy));
+        let policy = self.policies.for_queue(&key);
+        let operator = self.operator_policies.for_queue(&key);
+        if policy.is_some() || operator.is_some() {
+            queue.policy = policy.map(|p| Arc::from(p.def.name.as_str()));
+            queue.operator_policy = operator.map(|p| Arc::from(p.def.name.as_str()));
+            queue.args = policy::queue_args(&queue.declared, &queue.raw_args, policy, operator);
         }
         if queue.args.expires.is_some() {
             self.work.timer_dirty = true;

@@ -34,12 +34,15 @@ impl<E: Envelope> State<E> {
                 exclusive: q.owner.is_some(),
                 arguments: q.raw_args.clone(),
                 policy: q.policy.as_deref().map(str::to_owned),
-                policy_definition: q
-                    .policy
-                    .as_deref()
-                    .and_then(|name| self.policies.definition(name))
-                    .cloned()
-                    .unwrap_or_default(),
+                operator_policy: q.operator_policy.as_deref().map(str::to_owned),
+                policy_definition: crate::policy::effective_definition(
+                    q.policy
+                        .as_deref()
+                        .and_then(|name| self.policies.definition(name)),
+                    q.operator_policy
+                        .as_deref()
+                        .and_then(|name| self.operator_policies.definition(name)),
+                ),
                 messages_ready: q.storage.len() as u64,
                 messages_unacknowledged: unacked.get(&q.name.as_ptr()).copied().unwrap_or(0),
                 message_bytes_ready: q.storage.bytes() as u64,

@@ -83,9 +83,11 @@ pub(crate) struct State<E: Envelope> {
     read_failures: u64,
     /// The policies queues and exchanges follow ([`crate::policy`]).
     policies: crate::policy::Policies,
+    /// The operator policies queues follow.
+    operator_policies: crate::policy::Policies,
     /// Policies the store kept that this broker refuses (see [`State::recover`]): kept in
-    /// the store, not applied, until one of the same name is set or cleared.
-    refused_policies: Vec<String>,
+    /// the store, not applied, until one of the same kind and name is set or cleared.
+    refused_policies: Vec<(crate::policy::PolicyKind, String)>,
     /// The delivery acknowledgement timeout ([`ack_timeout`]).
     acks: ack_timeout::AckClock,
 }
@@ -114,6 +116,7 @@ impl<E: Envelope> State<E> {
             paged_in: 0,
             read_failures: 0,
             policies: Default::default(),
+            operator_policies: Default::default(),
             refused_policies: Vec::new(),
             store,
             publication: 0,

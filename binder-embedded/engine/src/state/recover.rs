@@ -10,12 +10,13 @@ use crate::envelope::Envelope;
 use crate::error::AmqpResult;
 use crate::events;
 use crate::memory;
-use crate::policy::Policy;
+use crate::policy::{Policy, PolicyKind};
 use crate::storage::QueuedMessage;
 use crate::store::{DestinationKind, MemoryStore, MessageStore, Recovered};
 
 impl<E: Envelope> State<E> {
-    /// Declares what the store kept (policies, exchanges, queues, bindings, in that order) and puts
+    /// Declares what the store kept (policies and operator policies, exchanges, queues,
+    /// bindings, in that order) and puts
     /// its messages back in their queues in their arrival order, marked redelivered when
     /// they were delivered before. Nothing of it is reported back to the store, which holds
     /// it already. A message's TTL counts again from now.
@@ -53,15 +54,18 @@ impl<E: Envelope> State<E> {
         let connection = self.open_connection();
         let (sender, _) = events::queue();
         let channel = self.open_channel(connection, None, sender)?;
-        for def in recovered.policies {
+        let policies = (recovered.policies.into_iter()).map(|def| (PolicyKind::Policy, def));
+        let operator =
+            (recovered.operator_policies.into_iter()).map(|def| (PolicyKind::Operator, def));
+        for (kind, def) in policies.chain(operator) {
             let name = def.name.clone();
-            match Policy::new(def) {
+            match Policy::new(def, kind) {
                 Ok(policy) => {
                     self.set_policy(policy);
                 }
                 Err(e) => {
-                    tracing::warn!(vhost = %self.config.vhost, policy = %name, reason = %e.text, "a kept policy is refused: not applied, left in the store");
-                    self.refused_policies.push(name);
+                    tracing::warn!(vhost = %self.config.vhost, kind = kind.noun(), policy = %name, reason = %e.text, "a kept policy is refused: not applied, left in the store");
+                    self.refused_policies.push((kind, name));
                 }
             }
         }

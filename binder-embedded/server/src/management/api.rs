@@ -22,7 +22,7 @@ use super::rates::Stats;
 use crate::auth::{Access, Resource};
 use crate::envelope::WireEnvelope;
 
-type Reply = Result<Json<Value>, ApiError>;
+pub(super) type Reply = Result<Json<Value>, ApiError>;
 pub(super) type Ctx<E> = (State<Arc<Api<E>>>, ConnectInfo<SocketAddr>, HeaderMap);
 
 /// The most a request body may hold (axum's default limit), definitions apart.
@@ -123,7 +123,7 @@ fn queue_json<E: WireEnvelope>(api: &Api<E>, vhost: &str, q: &QueueInfo) -> Valu
         "exclusive": q.exclusive,
         "arguments": json::table(&q.arguments),
         "policy": q.policy,
-        "operator_policy": null,
+        "operator_policy": q.operator_policy,
         "effective_policy_definition": json::table(&q.policy_definition),
         "type": "classic",
         "state": "running",

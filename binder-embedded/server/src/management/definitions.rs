@@ -3,15 +3,17 @@
 //! exports and imports, so that a topology moves between stream-broker and a RabbitMQ cluster
 //! with `rabbitmqadmin export`/`import` or RabbitMQ's page.
 //!
-//! Export writes what RabbitMQ writes: the policies, every queue that no connection owns,
+//! Export writes what RabbitMQ writes: the policies, the operator policies (as RabbitMQ, among
+//! the `parameters`, of component `operator_policy`), every queue that no connection owns,
 //! every exchange but the default one and the `amq.` ones, and every binding between them;
-//! users with their `rabbit_password_hashing_sha256` hashes. Import sets policies and
-//! declares queues, exchanges and bindings as their AMQP methods would, in the order RabbitMQ
-//! applies them, and stops at the first refusal, as RabbitMQ does (what was declared before
-//! it stays); a policy the broker would refuse is refused before anything is applied. Users,
-//! virtual hosts and permissions come from the server's configuration file: an import may
-//! list them only as configured, and parameters are not supported; anything else is refused
-//! by name before anything is declared.
+//! users with their `rabbit_password_hashing_sha256` hashes. Import sets operator policies
+//! and policies and declares queues, exchanges and bindings as their AMQP methods would, in
+//! the order RabbitMQ applies them, and stops at the first refusal, as RabbitMQ does (what
+//! was declared before it stays); a policy the broker would refuse is refused before
+//! anything is applied. Users, virtual hosts and permissions come from the server's
+//! configuration file: an import may list them only as configured, and the only parameters
+//! it takes are operator policies; anything else is refused by name before anything is
+//! declared.
 
 use std::collections::BTreeSet;
 
@@ -21,13 +23,15 @@ use axum::extract::{ConnectInfo, Path, State};
 use axum::http::{StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value, json};
-use stream_engine::{Broker, ExchangeKind, ExchangeOptions, FieldTable, PolicyDef, QueueOptions};
+use stream_engine::{
+    Broker, ExchangeKind, ExchangeOptions, FieldTable, PolicyDef, PolicyKind, QueueOptions,
+};
 
 use super::api::{body_object, read_body};
 use super::error::ApiError;
 use super::health::Ctx;
 use super::json;
-use super::policies::policy_json;
+use super::policies::{policy_json, set_of_kind};
 use super::users::{HASHING, permissions_json, user_json};
 use crate::auth::{PasswordHash, User};
 use crate::envelope::WireEnvelope;
@@ -149,10 +153,11 @@ pub(crate) async fn export_all<E: WireEnvelope>(
     let mut vhosts: Vec<&String> = api.shared.brokers().keys().collect();
     vhosts.sort();
     let (mut queues, mut exchanges, mut bindings) = (Vec::new(), Vec::new(), Vec::new());
-    let mut policies = Vec::new();
+    let (mut policies, mut parameters) = (Vec::new(), Vec::new());
     for vhost in &vhosts {
         let broker = &api.shared.brokers()[*vhost];
         policies.extend(broker.policies().iter().map(|p| policy_json(vhost, p)));
+        parameters.extend(operator_parameters(vhost, broker));
         let (q, x, b) = topology(vhost, broker, true);
         queues.extend(q);
         exchanges.extend(x);
@@ -167,7 +172,7 @@ pub(crate) async fn export_all<E: WireEnvelope>(
         "vhosts": vhosts.iter().map(|v| json!({"name": v})).collect::<Vec<_>>(),
         "permissions": permissions_json(&api),
         "topic_permissions": [],
-        "parameters": [],
+        "parameters": parameters,
         "global_parameters": [],
         "policies": policies,
         "queues": queues,
@@ -200,13 +205,35 @@ pub(crate) async fn export_vhost<E: WireEnvelope>(
         .collect();
     let definitions = json!({
         "rabbit_version": FORMAT_VERSION,
-        "parameters": [],
+        "parameters": operator_parameters(&vhost, broker),
         "policies": policies,
         "queues": queues,
         "exchanges": exchanges,
         "bindings": bindings,
     });
     exported(definitions, &uri)
+}
+
+/// A virtual host's operator policies as RabbitMQ's definitions list them: runtime
+/// parameters of component `operator_policy` (with their `vhost`, even in one virtual host's
+/// definitions).
+fn operator_parameters<E: WireEnvelope>(vhost: &str, broker: &Broker<E>) -> Vec<Value> {
+    let list = broker.operator_policies();
+    list.iter()
+        .map(|p| {
+            json!({
+                "value": {
+                    "pattern": p.pattern,
+                    "definition": json::table(&p.definition),
+                    "priority": p.priority,
+                    "apply-to": p.apply_to.as_str(),
+                },
+                "vhost": vhost,
+                "component": "operator_policy",
+                "name": p.name,
+            })
+        })
+        .collect()
 }
 
 // ---- import ---------------------------------------------------------------------------
@@ -216,6 +243,7 @@ pub(crate) async fn export_vhost<E: WireEnvelope>(
 enum Declaration {
     Policy {
         vhost: String,
+        kind: PolicyKind,
         policy: PolicyDef,
     },
     Queue {
@@ -284,7 +312,9 @@ impl Declaration {
     fn problem(&self) -> Option<String> {
         use super::topology::{exchange_name_problem, queue_name_problem, routing_key_problem};
         match self {
-            Declaration::Policy { policy, .. } => policy.validate().err().map(|e| e.text),
+            Declaration::Policy { kind, policy, .. } => {
+                policy.validate_as(*kind).err().map(|e| e.text)
+            }
             Declaration::Queue { name, .. } => queue_name_problem(name),
             Declaration::Exchange { name, .. } => exchange_name_problem(name),
             Declaration::Binding {
@@ -399,13 +429,44 @@ fn entry_vhost(
     }
 }
 
-/// The policies, queues, exchanges and bindings of a definitions file, read and checked, in
-/// the order they are applied (RabbitMQ's).
+/// The operator policies, policies, queues, exchanges and bindings of a definitions file,
+/// read and checked, in the order they are applied (RabbitMQ's).
 fn declarations(
     defs: &Map<String, Value>,
     only: Option<&str>,
 ) -> Result<Vec<(Origin, Declaration)>, ApiError> {
     let mut out = Vec::new();
+    const PARAMETER: &[&str] = &["vhost", "component", "name", "value"];
+    for (i, entry) in entries(defs, "parameters")?.iter().enumerate() {
+        let map = fields("parameters", i, entry, PARAMETER)?;
+        let component = text("parameters", i, map, "component")?;
+        if component != "operator_policy" {
+            return Err(refused(
+                "parameters",
+                i,
+                format!(
+                    "component '{component}' is not supported by stream-broker (its only \
+                     parameters are operator policies, component 'operator_policy'); remove \
+                     it from the file"
+                ),
+            ));
+        }
+        let vhost = entry_vhost("parameters", i, map, only)?;
+        let name = text("parameters", i, map, "name")?;
+        let value = map
+            .get("value")
+            .and_then(Value::as_object)
+            .ok_or_else(|| refused("parameters", i, "value must be an object"))?;
+        let policy = super::policies::parse(value, &vhost, name)
+            .map_err(|e| refused("parameters", i, e.reason))?;
+        let kind = PolicyKind::Operator;
+        let declaration = Declaration::Policy {
+            vhost,
+            kind,
+            policy,
+        };
+        out.push((Origin("parameters", i), declaration));
+    }
     const POLICY: &[&str] = &[
         "vhost",
         "name",
@@ -420,7 +481,13 @@ fn declarations(
         let name = text("policies", i, map, "name")?;
         let policy = super::policies::parse(map, &vhost, name)
             .map_err(|e| refused("policies", i, e.reason))?;
-        out.push((Origin("policies", i), Declaration::Policy { vhost, policy }));
+        let kind = PolicyKind::Policy;
+        let declaration = Declaration::Policy {
+            vhost,
+            kind,
+            policy,
+        };
+        out.push((Origin("policies", i), declaration));
     }
     const QUEUE: &[&str] = &["name", "vhost", "durable", "auto_delete", "arguments"];
     for (i, entry) in entries(defs, "queues")?.iter().enumerate() {
@@ -568,7 +635,7 @@ fn as_configured<E: WireEnvelope>(
     if let Some(other) = defs.keys().find(|k| !KNOWN.contains(&k.as_str())) {
         return Err(ApiError::bad_request(format!("unknown section '{other}'")));
     }
-    for section in ["topic_permissions", "parameters", "global_parameters"] {
+    for section in ["topic_permissions", "global_parameters"] {
         // RabbitMQ's export of a node carries the identity of the cluster it came from,
         // which names that cluster, not a setting for this one.
         let settings = entries(defs, section)?
@@ -725,12 +792,11 @@ fn declare<E: WireEnvelope>(shared: &Shared<E>, who: &str, d: Declaration) -> Re
     let conn = broker.connect();
     let ch = conn.open_channel()?;
     let what = match d {
-        Declaration::Policy { policy, .. } => {
+        Declaration::Policy { kind, policy, .. } => {
             let name = policy.name.clone();
-            broker
-                .set_policy(policy)
+            set_of_kind(broker, kind, policy)
                 .map(drop)
-                .map_err(|e| (format!("policy '{name}'"), e))
+                .map_err(|e| (format!("{} '{name}'", kind.noun()), e))
         }
         Declaration::Queue {
             name,

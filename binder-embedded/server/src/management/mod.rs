@@ -155,6 +155,17 @@ fn router<E: WireEnvelope>(api: Arc<Api<E>>) -> Router {
                 .put(policies::put::<E>)
                 .delete(policies::delete::<E>),
         )
+        .route("/api/operator-policies", get(policies::operator_all::<E>))
+        .route(
+            "/api/operator-policies/{vhost}",
+            get(policies::operator_of_vhost::<E>),
+        )
+        .route(
+            "/api/operator-policies/{vhost}/{name}",
+            get(policies::operator_one::<E>)
+                .put(policies::operator_put::<E>)
+                .delete(policies::operator_delete::<E>),
+        )
         .route("/api/nodes/{name}", get(nodes::node::<E>))
         .route(
             "/api/definitions",

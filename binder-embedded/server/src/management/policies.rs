@@ -1,18 +1,21 @@
-//! Policies, as RabbitMQ's API serves them: `GET /api/policies[/{vhost}[/{name}]]`, `PUT` and
-//! `DELETE /api/policies/{vhost}/{name}`. Only `policymaker` and `administrator` users see
-//! and change them (a policymaker in the virtual hosts it has permissions on), as in RabbitMQ.
-//! The engine validates and applies them ([`stream_engine::PolicyDef`]); a broker with a data
-//! directory keeps them across a restart.
+//! Policies and operator policies, as RabbitMQ's API serves them:
+//! `GET /api/policies[/{vhost}[/{name}]]`, `PUT` and `DELETE /api/policies/{vhost}/{name}`,
+//! and the same under `/api/operator-policies`. As in RabbitMQ, only `policymaker` and
+//! `administrator` users see and change policies (a policymaker in the virtual hosts it has
+//! permissions on); any management user lists the operator policies of the virtual hosts it
+//! sees, and only administrators read one by name, set or clear them. The engine validates
+//! and applies both ([`stream_engine::PolicyDef`], [`stream_engine::PolicyKind`]); a broker
+//! with a data directory keeps them across a restart.
 
 use axum::Json;
 use axum::body::Body;
 use axum::extract::{ConnectInfo, Path, State};
 use axum::http::StatusCode;
 use serde_json::{Map, Value, json};
-use stream_engine::{Broker, PolicyDef, PolicyTarget};
+use stream_engine::{AmqpResult, Broker, PolicyDef, PolicyKind, PolicyTarget};
 
 use super::Api;
-use super::api::{BODY_LIMIT, body_object, read_body, same_as_path};
+use super::api::{BODY_LIMIT, Reply, body_object, read_body, same_as_path};
 use super::error::ApiError;
 use super::health::Ctx;
 use super::json;
@@ -195,5 +198,106 @@ pub(crate) async fn delete<E: WireEnvelope>(
     let broker = policies_of(&api, &login, &vhost)?;
     broker.clear_policy(&name)?;
     tracing::info!(%vhost, policy = %name, user = %login.user.name, "policy cleared");
+    Ok(StatusCode::NO_CONTENT)
+}
+
+// ---- operator policies ------------------------------------------------------------------
+
+/// Sets a policy of `kind`; whether it replaced one.
+pub(super) fn set_of_kind<E: WireEnvelope>(
+    broker: &Broker<E>,
+    kind: PolicyKind,
+    policy: PolicyDef,
+) -> AmqpResult<bool> {
+    match kind {
+        PolicyKind::Policy => broker.set_policy(policy),
+        PolicyKind::Operator => broker.set_operator_policy(policy),
+    }
+}
+
+/// `GET /api/operator-policies`: those of every virtual host the user sees, by virtual host
+/// and name.
+pub(crate) async fn operator_all<E: WireEnvelope>(
+    (State(api), ConnectInfo(peer), headers): Ctx<E>,
+) -> Reply {
+    let login = api.login(&headers, peer)?;
+    api.list(&login, None, operator_list)
+}
+
+/// `GET /api/operator-policies/{vhost}`: 404 for a virtual host there is not, 401 for one
+/// the user does not see.
+pub(crate) async fn operator_of_vhost<E: WireEnvelope>(
+    (State(api), ConnectInfo(peer), headers): Ctx<E>,
+    Path(vhost): Path<String>,
+) -> Reply {
+    let login = api.login(&headers, peer)?;
+    api.list(&login, Some(&vhost), operator_list)
+}
+
+fn operator_list<E: WireEnvelope>(_: &Api<E>, vhost: &str, broker: &Broker<E>) -> Vec<Value> {
+    let list = broker.operator_policies();
+    list.iter().map(|p| policy_json(vhost, p)).collect()
+}
+
+/// The broker of `vhost` for an administrator (401 for anyone else, then 404 for a virtual
+/// host there is not).
+fn operator_policies_of<'a, E: WireEnvelope>(
+    api: &'a Api<E>,
+    login: &Login,
+    vhost: &str,
+) -> Result<&'a Broker<E>, ApiError> {
+    login.administrator()?;
+    api.shared
+        .brokers()
+        .get(vhost)
+        .ok_or_else(ApiError::not_found)
+}
+
+/// `GET /api/operator-policies/{vhost}/{name}`, for an administrator.
+pub(crate) async fn operator_one<E: WireEnvelope>(
+    (State(api), ConnectInfo(peer), headers): Ctx<E>,
+    Path((vhost, name)): Path<(String, String)>,
+) -> Result<Json<Value>, ApiError> {
+    let login = api.login(&headers, peer)?;
+    let broker = operator_policies_of(&api, &login, &vhost)?;
+    broker
+        .operator_policies()
+        .into_iter()
+        .find(|p| p.name == name)
+        .map(|p| Json(policy_json(&vhost, &p)))
+        .ok_or_else(ApiError::not_found)
+}
+
+/// `PUT /api/operator-policies/{vhost}/{name}`, for an administrator: 201 when created, 204
+/// when replaced, 400 naming what is wrong (a key other than the limits operator policies
+/// set, among others).
+pub(crate) async fn operator_put<E: WireEnvelope>(
+    (State(api), ConnectInfo(peer), headers): Ctx<E>,
+    Path((vhost, name)): Path<(String, String)>,
+    body: Body,
+) -> Result<StatusCode, ApiError> {
+    let login = api.login(&headers, peer)?;
+    let broker = operator_policies_of(&api, &login, &vhost)?;
+    let body = read_body(body, BODY_LIMIT).await?;
+    let policy = parse(&body_object(&body)?, &vhost, &name)?;
+    let replaced = broker.set_operator_policy(policy)?;
+    tracing::info!(%vhost, operator_policy = %name, user = %login.user.name, "operator policy set");
+    Ok(if replaced {
+        StatusCode::NO_CONTENT
+    } else {
+        StatusCode::CREATED
+    })
+}
+
+/// `DELETE /api/operator-policies/{vhost}/{name}`, for an administrator: 204, or 404 when
+/// there is none of that name.
+pub(crate) async fn operator_delete<E: WireEnvelope>(
+    (State(api), ConnectInfo(peer), headers): Ctx<E>,
+    Path((vhost, name)): Path<(String, String)>,
+) -> Result<StatusCode, ApiError> {
+    let login = api.login(&headers, peer)?;
+    let broker = operator_policies_of(&api, &login, &vhost)?;
+    broker.clear_operator_policy(&name)?;
+    tracing::info!(%vhost, operator_policy = %name, user = %login.user.name, "operator policy cleared");
     Ok(StatusCode::NO_CONTENT)
 }

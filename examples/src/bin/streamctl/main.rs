@@ -23,8 +23,9 @@
 //!   one.
 //! * `streamctl list_connections`, `list_channels`, `list_consumers`, `close_connection NAME
 //!   EXPLANATION`, `set_policy NAME PATTERN DEFINITION [--priority N] [--apply-to T]`,
-//!   `clear_policy NAME` and `list_policies`, with `rabbitmqctl`'s names, arguments and output,
-//!   through the management API (they need one).
+//!   `clear_policy NAME` and `list_policies`, and the same for operator policies
+//!   (`set_operator_policy`, `clear_operator_policy`, `list_operator_policies`), with
+//!   `rabbitmqctl`'s names, arguments and output, through the management API (they need one).
 //! * `streamctl dlq list|replay|purge --binding B --config FILE` (or `--queue Q`) work on a
 //!   binding's dead-letter queue over AMQP, on RabbitMQ and `stream-broker` alike: `list`
 //!   shows each message's `x-exception-*` and `x-death` headers and origin and leaves it in
@@ -255,6 +256,46 @@ enum Command {
         #[arg(long, value_enum, default_value_t = Format::Text)]
         format: Format,
     },
+    /// Set (or replace) an operator policy in the virtual host: its limits (expires,
+    /// message-ttl, max-length, max-length-bytes) cap those of the policies and arguments of
+    /// the queues whose names match PATTERN (needs a management API).
+    #[command(name = "set_operator_policy")]
+    SetOperatorPolicy {
+        #[command(flatten)]
+        target: Target,
+        /// Among the operator policies matching a name, the highest priority applies.
+        #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
+        priority: i64,
+        /// What the operator policy applies to: queues, exchanges or all.
+        #[arg(long = "apply-to", default_value = "all", value_parser = ["queues", "exchanges", "all"])]
+        apply_to: String,
+        /// The operator policy's name.
+        name: String,
+        /// A regular expression searched for in queue names (one starting with `-` is taken
+        /// as a pattern too).
+        #[arg(allow_hyphen_values = true)]
+        pattern: String,
+        /// The limits it sets, as a JSON object: '{"max-length": 100000}'.
+        definition: String,
+    },
+    /// Clear an operator policy (needs a management API).
+    #[command(name = "clear_operator_policy")]
+    ClearOperatorPolicy {
+        #[command(flatten)]
+        target: Target,
+        /// The operator policy's name.
+        name: String,
+    },
+    /// List the virtual host's operator policies: vhost name pattern apply-to definition
+    /// priority (needs a management API).
+    #[command(name = "list_operator_policies")]
+    ListOperatorPolicies {
+        #[command(flatten)]
+        target: Target,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
+    },
     /// Remove every ready message of a queue.
     #[command(name = "purge_queue")]
     PurgeQueue {
@@ -289,6 +330,27 @@ enum Command {
 }
 
 /// Runs an operator verb on a runtime of its own and turns its outcome into the exit status.
+/// `set_policy` or `set_operator_policy`.
+fn set_policy(
+    target: Target,
+    kind: policies::Kind,
+    name: String,
+    pattern: String,
+    definition: String,
+    priority: i64,
+    apply_to: String,
+) -> ExitCode {
+    operate(async move {
+        let spec = policies::PolicySpec {
+            pattern: &pattern,
+            definition: &definition,
+            priority,
+            apply_to: &apply_to,
+        };
+        policies::set(&target, kind, &name, &spec)
+    })
+}
+
 fn operate(verb: impl std::future::Future<Output = Result<(), TargetError>>) -> ExitCode {
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -436,20 +498,42 @@ fn main() -> ExitCode {
             name,
             pattern,
             definition,
-        } => operate(async move {
-            let spec = policies::PolicySpec {
-                pattern: &pattern,
-                definition: &definition,
-                priority,
-                apply_to: &apply_to,
-            };
-            policies::set(&target, &name, &spec)
-        }),
+        } => set_policy(
+            target,
+            policies::Kind::Policy,
+            name,
+            pattern,
+            definition,
+            priority,
+            apply_to,
+        ),
         Command::ClearPolicy { target, name } => {
-            operate(async move { policies::clear(&target, &name) })
+            operate(async move { policies::clear(&target, policies::Kind::Policy, &name) })
         }
         Command::ListPolicies { target, format } => {
-            operate(async move { policies::list(&target, format) })
+            operate(async move { policies::list(&target, policies::Kind::Policy, format) })
+        }
+        Command::SetOperatorPolicy {
+            target,
+            priority,
+            apply_to,
+            name,
+            pattern,
+            definition,
+        } => set_policy(
+            target,
+            policies::Kind::Operator,
+            name,
+            pattern,
+            definition,
+            priority,
+            apply_to,
+        ),
+        Command::ClearOperatorPolicy { target, name } => {
+            operate(async move { policies::clear(&target, policies::Kind::Operator, &name) })
+        }
+        Command::ListOperatorPolicies { target, format } => {
+            operate(async move { policies::list(&target, policies::Kind::Operator, format) })
         }
         Command::PurgeQueue { target, queue } => operate(listing::purge(&target, &queue)),
         Command::ExportDefinitions { target, path } => {

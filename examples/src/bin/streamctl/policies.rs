@@ -1,12 +1,61 @@
-//! `set_policy`, `clear_policy` and `list_policies`, as `rabbitmqctl` names and prints them:
-//! through the management API (RabbitMQ's plugin or `stream-broker`'s), in the target's
-//! virtual host (`-p`, else the AMQP URI's).
+//! `set_policy`, `clear_policy` and `list_policies`, and the same for operator policies
+//! (`set_operator_policy`, ...), as `rabbitmqctl` names and prints them: through the
+//! management API (RabbitMQ's plugin or `stream-broker`'s), in the target's virtual host
+//! (`-p`, else the AMQP URI's).
 
 use binder_rabbit::uri_component;
 use serde_json::{Map, Value, json};
 
 use crate::broker::{Target, TargetError};
 use crate::listing::Format;
+
+/// Policies or operator policies: where the API keeps them and how `rabbitmqctl` speaks of
+/// them.
+#[derive(Debug, Clone, Copy)]
+pub enum Kind {
+    Policy,
+    Operator,
+}
+
+impl Kind {
+    /// The API's path for them, under `/api/`.
+    fn path(self) -> &'static str {
+        match self {
+            Kind::Policy => "policies",
+            Kind::Operator => "operator-policies",
+        }
+    }
+
+    /// The verb doing `action` on them, and what AMQP 0-9-1 has no way to do without the
+    /// API.
+    fn verb(self, action: Action) -> (&'static str, &'static str) {
+        match (self, action) {
+            (Kind::Policy, Action::Set) => ("set_policy", "set a policy"),
+            (Kind::Policy, Action::Clear) => ("clear_policy", "clear a policy"),
+            (Kind::Policy, Action::List) => ("list_policies", "list policies"),
+            (Kind::Operator, Action::Set) => ("set_operator_policy", "set an operator policy"),
+            (Kind::Operator, Action::Clear) => {
+                ("clear_operator_policy", "clear an operator policy")
+            }
+            (Kind::Operator, Action::List) => ("list_operator_policies", "list operator policies"),
+        }
+    }
+
+    /// How `rabbitmqctl`'s informational lines name one.
+    fn noun(self) -> &'static str {
+        match self {
+            Kind::Policy => "policy",
+            Kind::Operator => "operator policy",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Action {
+    Set,
+    Clear,
+    List,
+}
 
 /// What `set_policy` sends besides the name.
 pub struct PolicySpec<'a> {
@@ -22,7 +71,12 @@ fn failed(e: impl std::fmt::Display) -> TargetError {
 }
 
 /// Sets (or replaces) the policy `name`.
-pub fn set(target: &Target, name: &str, spec: &PolicySpec<'_>) -> Result<(), TargetError> {
+pub fn set(
+    target: &Target,
+    kind: Kind,
+    name: &str,
+    spec: &PolicySpec<'_>,
+) -> Result<(), TargetError> {
     // A command-line error: exit status 2, before anything is asked of the broker.
     let definition: Map<String, Value> = serde_json::from_str(spec.definition).map_err(|e| {
         TargetError::Config(format!(
@@ -30,11 +84,18 @@ pub fn set(target: &Target, name: &str, spec: &PolicySpec<'_>) -> Result<(), Tar
             spec.definition
         ))
     })?;
-    let api = target.required_management("set_policy", "set a policy")?;
+    let (verb, what) = kind.verb(Action::Set);
+    let api = target.required_management(verb, what)?;
     let vhost = target.resolve(None)?.vhost;
     if !target.quiet {
+        let override_ = if matches!(kind, Kind::Operator) {
+            " override"
+        } else {
+            ""
+        };
         outln!(
-            "Setting policy \"{name}\" for pattern \"{}\" to \"{}\" with priority \"{}\" for vhost \"{vhost}\" ...",
+            "Setting {}{override_} \"{name}\" for pattern \"{}\" to \"{}\" with priority \"{}\" for vhost \"{vhost}\" ...",
+            kind.noun(),
             spec.pattern,
             spec.definition,
             spec.priority
@@ -46,25 +107,32 @@ pub fn set(target: &Target, name: &str, spec: &PolicySpec<'_>) -> Result<(), Tar
         "priority": spec.priority,
         "apply-to": spec.apply_to,
     });
-    api.put(
-        &format!("policies/{}/{}", uri_component(&vhost), uri_component(name)),
-        body.to_string().as_bytes(),
+    api.put(&one(kind, &vhost, name), body.to_string().as_bytes())
+        .map_err(failed)
+}
+
+/// The API path of the policy `name` in `vhost`.
+fn one(kind: Kind, vhost: &str, name: &str) -> String {
+    format!(
+        "{}/{}/{}",
+        kind.path(),
+        uri_component(vhost),
+        uri_component(name)
     )
-    .map_err(failed)
 }
 
 /// Clears the policy `name`.
-pub fn clear(target: &Target, name: &str) -> Result<(), TargetError> {
-    let api = target.required_management("clear_policy", "clear a policy")?;
+pub fn clear(target: &Target, kind: Kind, name: &str) -> Result<(), TargetError> {
+    let (verb, what) = kind.verb(Action::Clear);
+    let api = target.required_management(verb, what)?;
     let vhost = target.resolve(None)?.vhost;
     if !target.quiet {
-        outln!("Clearing policy \"{name}\" on vhost \"{vhost}\" ...");
+        outln!(
+            "Clearing {} \"{name}\" on vhost \"{vhost}\" ...",
+            kind.noun()
+        );
     }
-    api.delete(
-        &format!("policies/{}/{}", uri_component(&vhost), uri_component(name)),
-        &[],
-    )
-    .map_err(failed)
+    api.delete(&one(kind, &vhost, name), &[]).map_err(failed)
 }
 
 /// The columns of `list_policies`, in `rabbitmqctl`'s order.
@@ -78,11 +146,12 @@ const COLUMNS: [&str; 6] = [
 ];
 
 /// Lists the virtual host's policies.
-pub fn list(target: &Target, format: Format) -> Result<(), TargetError> {
-    let api = target.required_management("list_policies", "list policies")?;
+pub fn list(target: &Target, kind: Kind, format: Format) -> Result<(), TargetError> {
+    let (verb, what) = kind.verb(Action::List);
+    let api = target.required_management(verb, what)?;
     let vhost = target.resolve(None)?.vhost;
     let policies = match api
-        .get(&format!("policies/{}", uri_component(&vhost)))
+        .get(&format!("{}/{}", kind.path(), uri_component(&vhost)))
         .map_err(failed)?
     {
         Value::Array(items) => items,
@@ -96,7 +165,12 @@ pub fn list(target: &Target, format: Format) -> Result<(), TargetError> {
     match format {
         Format::Text => {
             if !target.quiet {
-                outln!("Listing policies for vhost \"{vhost}\" ...");
+                match kind {
+                    Kind::Policy => outln!("Listing policies for vhost \"{vhost}\" ..."),
+                    Kind::Operator => {
+                        outln!("Listing operator policy overrides for vhost \"{vhost}\" ...")
+                    }
+                }
             }
             if !policies.is_empty() {
                 outln!("{}", COLUMNS.join("\t"));
