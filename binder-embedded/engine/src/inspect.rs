@@ -125,7 +125,8 @@ pub struct ChannelInfo {
     pub uncommitted_publishes: u32,
     /// Acknowledgements (acks, nacks, rejects) held by the transaction until `tx.commit`.
     pub uncommitted_acks: u32,
-    /// Publishes on the channel since it opened (RabbitMQ's `publish` statistic).
+    /// Publishes on the channel since it opened (RabbitMQ's `publish` statistic; one held by
+    /// a transaction counts once committed).
     pub published: u64,
     /// Deliveries and `basic.get` answers since it opened (`deliver_get`).
     pub delivered: u64,

@@ -2406,6 +2406,10 @@ async fn connections_and_channels_are_listed_and_closed() {
         second["messages_unacknowledged"], 1,
         "acked in the transaction only"
     );
+    assert_eq!(
+        second["message_stats"]["publish"], 0,
+        "a held publish counts once committed, as RabbitMQ's"
+    );
     // Committed: nothing held any more, the ack applied.
     transactional.tx_commit().await.unwrap();
     let path = format!(

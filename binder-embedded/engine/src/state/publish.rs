@@ -62,7 +62,6 @@ impl<E: Envelope> State<E> {
             )));
         }
         let ch = self.sessions.channel(channel)?;
-        ch.published += 1;
         let route = match &ch.last_route {
             Some(last) if E::is_route(last, exchange, routing_key) => {
                 ch.route_repeated = true;
@@ -96,6 +95,8 @@ impl<E: Envelope> State<E> {
                 status: PublishStatus::Buffered,
             });
         }
+        // A publish held by a transaction counts when it is committed, as RabbitMQ's.
+        ch.published += 1;
         let seq = ch.confirm.then(|| {
             ch.next_seq += 1;
             ch.next_seq

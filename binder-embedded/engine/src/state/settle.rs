@@ -224,6 +224,9 @@ impl<E: Envelope> State<E> {
                     mandatory,
                     body,
                 } => {
+                    if let Some(ch) = self.sessions.channels.get_mut(&channel) {
+                        ch.published += 1;
+                    }
                     self.route_and_enqueue(channel, &exchange, mandatory, body);
                 }
                 TxOp::Settle {
