@@ -87,6 +87,21 @@ async fn workload(fanout: bool, close: bool) -> FaultFs {
             .unwrap();
     }
     broker.clear_policy("gone").unwrap();
+    // Operator policies likewise, named as the policies: their own records.
+    for name in ["limit", "gone"] {
+        let mut definition = FieldTable::new();
+        definition.insert("max-length", FieldValue::I32(5));
+        broker
+            .set_operator_policy(PolicyDef {
+                name: name.into(),
+                pattern: "^b$".into(),
+                apply_to: PolicyTarget::All,
+                priority: 0,
+                definition,
+            })
+            .unwrap();
+    }
+    broker.clear_operator_policy("gone").unwrap();
     // A queue deleted and declared again: the old incarnation's records are dead.
     ch.queue_delete("c", false, false).unwrap();
     ch.queue_declare("c", durable_queue(), FieldTable::new())
