@@ -1112,6 +1112,12 @@ async fn a_kept_policy_the_broker_refuses_stays_in_the_store_unapplied_until_cle
         kept.policies.insert("old".into(), refused);
         kept.policies
             .insert("short".into(), max_length("short", "^work$", 1));
+        // An operator policy of the same name, with a key operator policies do not set.
+        let mut operator = max_length("old", "^work$", 1);
+        operator
+            .definition
+            .insert("dead-letter-exchange", FieldValue::from("dlx"));
+        kept.operator_policies.insert("old".into(), operator);
         kept.queues.insert(
             "work".into(),
             QueueDef {
@@ -1130,8 +1136,21 @@ async fn a_kept_policy_the_broker_refuses_stays_in_the_store_unapplied_until_cle
         2,
         "a later version may take it again"
     );
-    // Cleared by its name, as any other.
+    assert!(broker.operator_policies().is_empty());
+    assert_eq!(broker.queues()[0].operator_policy, None);
+    // Cleared by its kind and name, as any other.
     broker.clear_policy("old").unwrap();
     assert_eq!(store.calls(), [Call::PolicyCleared("old".into())]);
     assert!(broker.clear_policy("old").is_err());
+    assert_eq!(
+        store.kept().operator_policies.len(),
+        1,
+        "not the operator one"
+    );
+    broker.clear_operator_policy("old").unwrap();
+    assert_eq!(
+        store.calls().last(),
+        Some(&Call::OperatorPolicyCleared("old".into()))
+    );
+    assert!(broker.clear_operator_policy("old").is_err());
 }

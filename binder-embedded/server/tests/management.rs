@@ -3015,6 +3015,17 @@ async fn operator_policies_cap_queues_and_travel_in_definitions() {
         let list = ok(&f, "/api/operator-policies/%2F", auth).await;
         assert_eq!(list, json!([expected]));
     }
+    // Listed by priority, as RabbitMQ lists them; one applying to exchanges is taken, as
+    // RabbitMQ takes it, and caps no queue.
+    let wide = json!({"pattern": ".", "definition": {"max-length": 1}, "priority": 0, "apply-to": "exchanges"});
+    let r = put("/api/operator-policies/%2F/wide", GUEST, wide).await;
+    assert_eq!(r.status, 201);
+    let listed = ok(&f, "/api/operator-policies", GUEST).await;
+    assert_eq!(names(&listed), ["wide", "cap"]);
+    assert_eq!(depth(&f, "work.dlq").await, 2, "no queue follows it");
+    let path = "/api/operator-policies/%2F/wide";
+    let r = http::request(f.api, "DELETE", path, GUEST, None).await;
+    assert_eq!(r.status, 204);
     assert_eq!(
         get(&f, "/api/operator-policies/other", MGMT).await.status,
         401
@@ -3094,6 +3105,15 @@ async fn operator_policies_cap_queues_and_travel_in_definitions() {
         ok(&f, "/api/queues/%2F/work", GUEST).await["operator_policy"],
         "cap"
     );
+    // One virtual host's export, whose entries name it, imports into another, as RabbitMQ's.
+    let r = post(&f, "/api/definitions/other", GUEST, root).await;
+    assert_eq!(r.status, 204, "{}", String::from_utf8_lossy(&r.body));
+    let moved = ok(&f, "/api/definitions/other", GUEST).await;
+    assert_eq!(moved["parameters"][0]["vhost"], "other");
+    assert_eq!(names(&moved["policies"]), ["limit"]);
+    let work = ok(&f, "/api/queues/other/work", GUEST).await;
+    let followed = (&work["policy"], &work["operator_policy"]);
+    assert_eq!(followed, (&json!("limit"), &json!("cap")));
     // Other parameters, and operator policies the broker refuses, are refused before
     // anything is applied.
     let queue = json!([{"name": "not.declared", "durable": false}]);

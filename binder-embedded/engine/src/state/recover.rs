@@ -28,7 +28,7 @@ impl<E: Envelope> State<E> {
     ///
     /// A kept policy this broker does not accept (its pattern or a key refused, as an older
     /// version refuses a newer one's key) is not applied, with a warning at each start; it
-    /// stays in the store until a policy of the same name is set or cleared, rather than
+    /// stays in the store until a policy of the same kind and name is set or cleared, rather than
     /// keeping the broker from starting.
     pub(crate) fn recover(&mut self, recovered: Recovered) -> AmqpResult<()> {
         let store: Arc<dyn MessageStore> =

@@ -404,28 +404,19 @@ fn arguments(
     }
 }
 
-/// The virtual host of an entry: its own `vhost` field, which must name `only` when the
-/// import is for one virtual host (where the field may be left out).
+/// The virtual host of an entry: in one virtual host's import that one, whatever the entry's
+/// own `vhost` field says (RabbitMQ ignores it there too, so one virtual host's export,
+/// whose policies name it, imports into another), else the entry's `vhost` field.
 fn entry_vhost(
     section: &str,
     index: usize,
     map: &Map<String, Value>,
     only: Option<&str>,
 ) -> Result<String, ApiError> {
-    match (map.get("vhost"), only) {
-        (None, Some(only)) => Ok(only.to_owned()),
+    match (only, map.get("vhost")) {
+        (Some(only), _) => Ok(only.to_owned()),
         (None, None) => Err(refused(section, index, "vhost is missing")),
-        (Some(_), _) => {
-            let vhost = text(section, index, map, "vhost")?;
-            match only {
-                Some(only) if only != vhost => Err(refused(
-                    section,
-                    index,
-                    format!("vhost '{vhost}' is not the imported virtual host '{only}'"),
-                )),
-                _ => Ok(vhost.to_owned()),
-            }
-        }
+        (None, Some(_)) => text(section, index, map, "vhost").map(str::to_owned),
     }
 }
 
@@ -479,7 +470,10 @@ fn declarations(
         let map = fields("policies", i, entry, POLICY)?;
         let vhost = entry_vhost("policies", i, map, only)?;
         let name = text("policies", i, map, "name")?;
-        let policy = super::policies::parse(map, &vhost, name)
+        // Its `vhost` is `entry_vhost`'s business (ignored in one virtual host's import).
+        let mut fields = map.clone();
+        fields.remove("vhost");
+        let policy = super::policies::parse(&fields, &vhost, name)
             .map_err(|e| refused("policies", i, e.reason))?;
         let kind = PolicyKind::Policy;
         let declaration = Declaration::Policy {

@@ -215,13 +215,19 @@ pub(super) fn set_of_kind<E: WireEnvelope>(
     }
 }
 
-/// `GET /api/operator-policies`: those of every virtual host the user sees, by virtual host
-/// and name.
+/// `GET /api/operator-policies`: those of every virtual host the user sees, by priority
+/// (as RabbitMQ lists them), then virtual host and name.
 pub(crate) async fn operator_all<E: WireEnvelope>(
     (State(api), ConnectInfo(peer), headers): Ctx<E>,
 ) -> Reply {
     let login = api.login(&headers, peer)?;
-    api.list(&login, None, operator_list)
+    let list = (api.visible(&login).into_iter())
+        .flat_map(|(vhost, broker)| {
+            let of_vhost = broker.operator_policies().into_iter();
+            of_vhost.map(move |p| (vhost.to_owned(), p))
+        })
+        .collect();
+    Ok(Json(Value::Array(sorted(list))))
 }
 
 /// `GET /api/operator-policies/{vhost}`: 404 for a virtual host there is not, 401 for one
@@ -231,12 +237,11 @@ pub(crate) async fn operator_of_vhost<E: WireEnvelope>(
     Path(vhost): Path<String>,
 ) -> Reply {
     let login = api.login(&headers, peer)?;
-    api.list(&login, Some(&vhost), operator_list)
-}
-
-fn operator_list<E: WireEnvelope>(_: &Api<E>, vhost: &str, broker: &Broker<E>) -> Vec<Value> {
-    let list = broker.operator_policies();
-    list.iter().map(|p| policy_json(vhost, p)).collect()
+    let broker = api.broker(&login, &vhost)?;
+    let list = broker.operator_policies().into_iter();
+    Ok(Json(Value::Array(sorted(
+        list.map(|p| (vhost.clone(), p)).collect(),
+    ))))
 }
 
 /// The broker of `vhost` for an administrator (401 for anyone else, then 404 for a virtual

@@ -19,7 +19,7 @@
 //!   ready messages only), `list_bindings` needs the API, and `purge_queue` is AMQP anyway.
 //! * `streamctl export_definitions FILE` and `import_definitions FILE` (`-`: standard output
 //!   or input) move a broker's definitions (users, virtual hosts, permissions, policies,
-//!   queues, exchanges, bindings) in RabbitMQ's format through the management API; they need
+//!   operator policies, queues, exchanges, bindings) in RabbitMQ's format through the management API; they need
 //!   one.
 //! * `streamctl list_connections`, `list_channels`, `list_consumers`, `close_connection NAME
 //!   EXPLANATION`, `set_policy NAME PATTERN DEFINITION [--priority N] [--apply-to T]`,
@@ -329,7 +329,6 @@ enum Command {
     },
 }
 
-/// Runs an operator verb on a runtime of its own and turns its outcome into the exit status.
 /// `set_policy` or `set_operator_policy`.
 fn set_policy(
     target: Target,
@@ -351,6 +350,7 @@ fn set_policy(
     })
 }
 
+/// Runs an operator verb on a runtime of its own and turns its outcome into the exit status.
 fn operate(verb: impl std::future::Future<Output = Result<(), TargetError>>) -> ExitCode {
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
