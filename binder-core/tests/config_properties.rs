@@ -194,6 +194,8 @@ fn defaults_equal_spring_cloud_streams() {
     assert!(!rc.requeue_rejected);
     assert!(!rc.exclusive);
     assert_eq!(rc.recovery_interval, 5000);
+    assert!(!rc.enable_batching);
+    assert_eq!((rc.batch_size, rc.receive_timeout), (1, None));
     let common = &rc.common;
     assert_eq!(common.exchange_type, ExchangeType::Topic);
     assert!(common.declare_exchange && common.exchange_durable && !common.exchange_auto_delete);

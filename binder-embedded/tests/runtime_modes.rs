@@ -206,7 +206,7 @@ spring.cloud.stream:
   binders.mq: {type: rabbit}
   bindings:
     a: {destination: x, binder: mq}
-    b: {destination: y, consumer: {batchMode: true}}
+    b: {destination: y}
     c: {destination: w, producer: {errorChannelEnabled: true}}
     unused: {destination: z}
 "#;
@@ -222,7 +222,6 @@ spring.cloud.stream:
     for expected in [
         "binding `b` has 2 listeners without a condition",
         "binding `unused` is configured but no listener or output uses it",
-        "binding `b`: consumer.batchMode is not supported yet",
         "binding `c`: producer.errorChannelEnabled is not supported: a failed send is returned to its caller",
         "binding `a` uses binder `mq` (type `rabbit`), which is not available in this program",
     ] {

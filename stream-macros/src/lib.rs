@@ -288,11 +288,19 @@ fn listener(args: ListenerArgs, func: ItemFn) -> Result<TokenStream2, syn::Error
     // Per call, from the borrowed delivery: the payload decoded in place, clones of what
     // the function takes by value.
     let mut extract = Vec::new();
+    // The same for a batch (`consumer.batchMode`): a listener whose payload is a `Vec<T>`
+    // and whose other arguments are resolved at startup takes batches too, each message's
+    // payload a `T`. `None` once an argument rules that out.
+    let mut batch_extract = Some(Vec::new());
+    // The variables `resolve` makes, which both closures of a batch listener keep a copy of.
+    let mut resolved = Vec::new();
     let mut call_args = Vec::new();
     let mut uses = Vec::new();
     let mut states = Vec::new();
     let mut payload_seen: Option<Span> = None;
     let mut payload_type: Option<&Type> = None;
+    // `T` of a `Vec<T>` payload argument.
+    let mut batch_item: Option<&Type> = None;
     let mut incoming_arg: Option<syn::Ident> = None;
     for (i, arg) in sig.inputs.iter().enumerate() {
         let FnArg::Typed(pat) = arg else {
@@ -316,13 +324,18 @@ fn listener(args: ListenerArgs, func: ItemFn) -> Result<TokenStream2, syn::Error
                 }
                 incoming_arg = Some(var.clone());
                 extract.push(quote_spanned! {span=> let #var: #ty = __call.to_incoming(); });
+                batch_extract = None;
             }
             "Message" => {
-                extract.push(quote_spanned! {span=> let #var: #ty = ::core::clone::Clone::clone(__call.message); })
+                extract.push(quote_spanned! {span=> let #var: #ty = ::core::clone::Clone::clone(__call.message); });
+                batch_extract = None;
             }
-            "Headers" => extract.push(
-                quote_spanned! {span=> let #var: #ty = ::core::clone::Clone::clone(&__call.message.headers); },
-            ),
+            "Headers" => {
+                extract.push(
+                    quote_spanned! {span=> let #var: #ty = ::core::clone::Clone::clone(&__call.message.headers); },
+                );
+                batch_extract = None;
+            }
             "Out" => {
                 let Some(binding) = seg.and_then(first_generic) else {
                     return Err(syn::Error::new(
@@ -331,8 +344,13 @@ fn listener(args: ListenerArgs, func: ItemFn) -> Result<TokenStream2, syn::Error
                     ));
                 };
                 uses.push(quote_spanned! {span=> <#binding as ::binder_core::runtime::OutputBinding>::NAME });
-                resolve.push(quote_spanned! {span=> let #var: #ty = __context.out::<#binding>()?; });
+                resolve
+                    .push(quote_spanned! {span=> let #var: #ty = __context.out::<#binding>()?; });
+                resolved.push(var.clone());
                 extract.push(quote! { let #var = ::core::clone::Clone::clone(&#var); });
+                if let Some(b) = batch_extract.as_mut() {
+                    b.push(quote! { let #var = ::core::clone::Clone::clone(&#var); });
+                }
             }
             "State" => {
                 let Some(inner) = seg.and_then(first_generic) else {
@@ -344,8 +362,13 @@ fn listener(args: ListenerArgs, func: ItemFn) -> Result<TokenStream2, syn::Error
                 states.push(
                     quote_spanned! {span=> ::binder_core::runtime::StateType::of::<#inner>() },
                 );
-                resolve.push(quote_spanned! {span=> let #var: #ty = __context.state::<#inner>()?; });
+                resolve
+                    .push(quote_spanned! {span=> let #var: #ty = __context.state::<#inner>()?; });
+                resolved.push(var.clone());
                 extract.push(quote! { let #var = ::core::clone::Clone::clone(&#var); });
+                if let Some(b) = batch_extract.as_mut() {
+                    b.push(quote! { let #var = ::core::clone::Clone::clone(&#var); });
+                }
             }
             _ => {
                 if let Some(first) = payload_seen {
@@ -364,6 +387,17 @@ fn listener(args: ListenerArgs, func: ItemFn) -> Result<TokenStream2, syn::Error
                         ::core::result::Result::Err(e) => return ::core::result::Result::Err(e),
                     };
                 });
+                let item = seg.filter(|s| s.ident == "Vec").and_then(first_generic);
+                batch_item = item;
+                match (item, batch_extract.as_mut()) {
+                    (Some(item), Some(b)) => b.push(quote_spanned! {span=>
+                        let #var: #ty = match __batch.decoded::<#item>() {
+                            ::core::result::Result::Ok(v) => v,
+                            ::core::result::Result::Err(e) => return ::core::result::Result::Err(e),
+                        };
+                    }),
+                    _ => batch_extract = None,
+                }
             }
         }
         call_args.push(var);
@@ -385,6 +419,14 @@ fn listener(args: ListenerArgs, func: ItemFn) -> Result<TokenStream2, syn::Error
             ));
         }
         (None, None) => quote! { ::core::option::Option::None },
+    };
+
+    // Each message's payload type on a batch binding, for the AsyncAPI document.
+    let batch_payload = match batch_item.filter(|_| batch_extract.is_some()) {
+        Some(item) => {
+            quote! { ::core::option::Option::Some(|| ::binder_core::__payload_type!(#item)) }
+        }
+        None => quote! { ::core::option::Option::None },
     };
 
     // The return value's type, for the output's payload in the AsyncAPI document.
@@ -416,6 +458,39 @@ fn listener(args: ListenerArgs, func: ItemFn) -> Result<TokenStream2, syn::Error
         "The listener declared by `{name}`: register it with `AppBuilder::register(&{def_name})`."
     );
 
+    let one = quote! {
+        move |__call: ::binder_core::runtime::Call<'_>| {
+            #(#extract)*
+            ::core::result::Result::Ok(async move {
+                let __result = #fn_name(#(#call_args),*).await;
+                ::binder_core::runtime::IntoOutcome::into_outcome(#conversion)
+            })
+        }
+    };
+    // A listener without a payload argument takes no batches either.
+    let build = match batch_extract.filter(|_| payload_type.is_some()) {
+        None => quote! {
+            ::core::result::Result::Ok(::std::sync::Arc::new(
+                ::binder_core::runtime::handler::call(#one),
+            ))
+        },
+        Some(batch_extract) => quote! {
+            let __for_batch = (#(::core::clone::Clone::clone(&#resolved),)*);
+            let __one = #one;
+            let (#(#resolved,)*) = __for_batch;
+            let __batch = move |__batch: ::binder_core::runtime::Batch<'_>| {
+                #(#batch_extract)*
+                ::core::result::Result::Ok(async move {
+                    let __result = #fn_name(#(#call_args),*).await;
+                    ::binder_core::runtime::IntoOutcome::into_outcome(#conversion)
+                })
+            };
+            ::core::result::Result::Ok(::std::sync::Arc::new(
+                ::binder_core::runtime::handler::call_or_batch(__one, __batch),
+            ))
+        },
+    };
+
     Ok(quote! {
         #func
 
@@ -430,6 +505,7 @@ fn listener(args: ListenerArgs, func: ItemFn) -> Result<TokenStream2, syn::Error
             states: &[#(#states),*],
             handler: #make,
             payload: #payload,
+            batch_payload: #batch_payload,
             reply: #reply,
         };
 
@@ -441,15 +517,7 @@ fn listener(args: ListenerArgs, func: ItemFn) -> Result<TokenStream2, syn::Error
             ::binder_core::runtime::HandlerError,
         > {
             #(#resolve)*
-            ::core::result::Result::Ok(::std::sync::Arc::new(::binder_core::runtime::handler::call(
-                move |__call: ::binder_core::runtime::Call<'_>| {
-                    #(#extract)*
-                    ::core::result::Result::Ok(async move {
-                        let __result = #fn_name(#(#call_args),*).await;
-                        ::binder_core::runtime::IntoOutcome::into_outcome(#conversion)
-                    })
-                },
-            )))
+            #build
         }
 
         ::binder_core::__private::inventory::submit! {

@@ -621,6 +621,60 @@ pub async fn poison_messages_go_to_the_dlq(env: &Env) {
     app.shutdown().await;
 }
 
+/// A `batchMode` binding (`enableBatching`): its listener takes lists of at most `batchSize`,
+/// in queue order, a shorter one once no delivery came within `receiveTimeout`; a failed
+/// batch has each of its messages dead-lettered with the batch's error.
+pub async fn batches_are_assembled_in_order_and_dead_lettered_whole(env: &Env) {
+    let yaml = "spring.cloud.stream:
+  bindings.in: {destination: '{p}batch', group: g, consumer: {batchMode: true, autoStartup: false, maxAttempts: 1}}
+  rabbit.bindings.in.consumer: {enableBatching: true, batchSize: 5, receiveTimeout: 200, autoBindDlq: true}
+";
+    let (tx, mut rx) = mpsc::unbounded_channel::<Vec<u32>>();
+    let h = handler::batch(move |items: Vec<Item>| {
+        let tx = tx.clone();
+        async move {
+            let ids: Vec<u32> = items.iter().map(|i| i.id).collect();
+            let failing = ids.contains(&99);
+            let _ = tx.send(ids);
+            if failing {
+                return Err(HandlerError::fatal("batch refused"));
+            }
+            Ok(())
+        }
+    });
+    let app = env.app(yaml, |b| b.listener("in", h)).await;
+    let dest = format!("{}batch", env.p);
+    for id in 0..12 {
+        app.publisher().send(&dest, &item(id)).await.unwrap();
+    }
+    app.start("in").await.unwrap();
+    let mut seen = Vec::new();
+    let mut sizes = Vec::new();
+    while seen.len() < 12 {
+        let batch = recv(&mut rx).await;
+        sizes.push(batch.len());
+        seen.extend(batch);
+    }
+    assert_eq!(seen, (0..12).collect::<Vec<_>>(), "in queue order");
+    assert_eq!(sizes[0], 5, "a full first batch: {sizes:?}");
+    assert!(sizes.iter().all(|s| *s <= 5), "{sizes:?}");
+    assert_eq!(*sizes.last().unwrap(), 2, "the short last one: {sizes:?}");
+
+    for id in [98, 99] {
+        app.publisher().send(&dest, &item(id)).await.unwrap();
+    }
+    let failed = recv(&mut rx).await;
+    assert!(failed.contains(&99), "{failed:?}");
+    let mut dlq = env.subscribe(&format!("{dest}.g.dlq"), 2).await;
+    for _ in 0..failed.len() {
+        let dead = next(&mut dlq).await;
+        let reason = dead.message().headers.get_str("x-exception-message");
+        assert_eq!(reason, Some("batch refused"));
+        dead.settler.settle(Settlement::Ack).await.unwrap();
+    }
+    app.shutdown().await;
+}
+
 /// No more than `prefetch` unsettled deliveries per consumer: the rest stay ready.
 pub async fn prefetch_bounds_unsettled_deliveries(env: &Env) {
     let payloads: Vec<String> = (0..10).map(|i| i.to_string()).collect();

@@ -350,6 +350,7 @@ macro_rules! conformance_suite {
             dead_letters_of_large_payloads_keep_the_whole_trace,
             retries_are_counted_and_do_not_block,
             poison_messages_go_to_the_dlq,
+            batches_are_assembled_in_order_and_dead_lettered_whole,
             prefetch_bounds_unsettled_deliveries,
             order_is_kept_with_one_consumer,
             pipelined_sends_are_confirmed_in_order,

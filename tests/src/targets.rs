@@ -116,6 +116,7 @@ impl Target for Channels {
         skips.extend(
             [
                 "ack_requeue_reject",
+                "batches_are_assembled_in_order_and_dead_lettered_whole",
                 "cancelled_auto_ack_subscriptions_hand_out_what_they_received",
                 "dead_letters_fit_beside_large_foreign_headers",
                 "poison_messages_go_to_the_dlq",

@@ -256,7 +256,14 @@ fn consumer(request: &DescribeRequest<'_>, vhost: &str) -> BindingDescription {
             binding.consumer.max_attempts
         )),
     }
-    note.push(format!("Prefetch {}.", props.prefetch));
+    note.push(format!("Prefetch {}.", props.effective_prefetch(binding)));
+    if let Some(b) = props.batching(binding) {
+        note.push(format!(
+            "The listener takes batches of up to {} messages (a shorter one after {} ms without a delivery).",
+            b.size,
+            b.receive_timeout.as_millis()
+        ));
+    }
     let operation = amqp(json!({
         "ack": props.acknowledge_mode != AcknowledgeMode::None,
         "bindingVersion": AMQP_BINDING_VERSION,

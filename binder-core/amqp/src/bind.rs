@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use binder_core::binder::{
-    BinderError, BinderFuture, BinderResult, BoundConsumer, DeadLetterRoute, FailedDelivery,
-    FailureAction, GaveUp, Producer, Settlement, Settler, Subscription,
+    Batching, BinderError, BinderFuture, BinderResult, BoundConsumer, DeadLetterRoute,
+    FailedDelivery, FailureAction, GaveUp, Producer, Settlement, Settler, Subscription,
 };
 use binder_core::config::{AcknowledgeMode, BindingConfig};
 use binder_core::message::{DeliveryMode, Message, Properties};
@@ -54,13 +54,15 @@ pub async fn bind_consumer(
             })
         }
     };
+    let batching = rabbit.batching(binding);
+    let prefetch = rabbit.effective_prefetch(binding);
     let specs = topology
         .queues
         .iter()
         .enumerate()
         .map(|(i, queue)| SubscriptionSpec {
             queue: queue.clone(),
-            prefetch: rabbit.prefetch,
+            prefetch,
             auto_ack: rabbit.acknowledge_mode == AcknowledgeMode::None,
             exclusive: rabbit.exclusive,
             consumer_tag: rabbit
@@ -76,6 +78,7 @@ pub async fn bind_consumer(
         acknowledge_mode: rabbit.acknowledge_mode,
         recovery_interval: Duration::from_millis(rabbit.recovery_interval),
         exhausted,
+        batching,
     }))
 }
 
@@ -218,6 +221,7 @@ struct AmqpConsumer {
     acknowledge_mode: AcknowledgeMode,
     recovery_interval: Duration,
     exhausted: Exhausted,
+    batching: Option<Batching>,
 }
 
 impl AmqpConsumer {
@@ -267,6 +271,10 @@ impl BoundConsumer for AmqpConsumer {
 
     fn recovery_interval(&self) -> Duration {
         self.recovery_interval
+    }
+
+    fn batching(&self) -> Option<Batching> {
+        self.batching
     }
 
     async fn subscribe(&self, index: usize) -> BinderResult<Box<dyn Subscription>> {

@@ -32,6 +32,24 @@ pub trait BoundConsumer: fmt::Debug + Send + Sync {
     /// falls back to a settlement that keeps it. Says what it did, for the runtime's log,
     /// hook and observers.
     async fn give_up(&self, settler: &Settler, failed: &FailedDelivery<'_>) -> GaveUp;
+    /// How the runtime assembles this consumer's deliveries into batches for a
+    /// `consumer.batchMode` binding (an AMQP binder's `enableBatching`, `batchSize` and
+    /// `receiveTimeout`); `None`, the default, for a binder that assembles none, whose
+    /// `batchMode` bindings are refused at startup.
+    fn batching(&self) -> Option<Batching> {
+        None
+    }
+}
+
+/// How deliveries are assembled into batches ([`BoundConsumer::batching`]): up to `size`,
+/// a shorter batch when no further delivery arrives within `receive_timeout` (Spring AMQP's
+/// consumer-side batching: the wait is for each delivery, not for the whole batch).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Batching {
+    /// The most deliveries in a batch (at least 1).
+    pub size: usize,
+    /// The longest wait for the next delivery before a shorter batch goes out.
+    pub receive_timeout: Duration,
 }
 
 /// A delivery the application gave up on.

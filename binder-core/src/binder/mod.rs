@@ -20,7 +20,9 @@ mod error;
 mod settler;
 
 pub use connection::ConnectionState;
-pub use consumer::{BoundConsumer, DeadLetterRoute, FailedDelivery, FailureAction, GaveUp};
+pub use consumer::{
+    Batching, BoundConsumer, DeadLetterRoute, FailedDelivery, FailureAction, GaveUp,
+};
 pub use error::{BinderError, BinderErrorKind, BinderResult};
 pub use settler::{SettleByTag, Settler};
 
@@ -250,8 +252,11 @@ impl Inbound {
 #[async_trait]
 pub trait Subscription: fmt::Debug + Send {
     /// The next delivery; `None` once cancelled (after an auto-ack subscription has handed
-    /// out what it had received, see [`Subscription::cancel`]). Cancel-safe: dropping the
-    /// future loses no delivery. Ready at once when a delivery is already buffered.
+    /// out what it had received, see [`Subscription::cancel`]). Ready at once, holding the
+    /// delivery, when one is already buffered: take a ready result (`now_or_never`) before
+    /// racing the future with anything else, since dropping it then drops the delivery (an
+    /// auto-ack one is lost, another goes back to the queue). Dropping a future that is still
+    /// waiting loses nothing.
     fn next(&mut self) -> BinderFuture<'_, Option<Inbound>>;
     /// Sends the settlements held back for batching (see [`SettleByTag::settle_tag`]). A
     /// binder sends them itself when `next` is about to wait for the broker; whoever stops

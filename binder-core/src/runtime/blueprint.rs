@@ -32,6 +32,8 @@ pub(crate) struct Listener {
     pub handler: ListenerHandler,
     /// Its payload type, when known (for the AsyncAPI document).
     pub payload: Option<PayloadType>,
+    /// Each message's payload type on a `consumer.batchMode` binding, when known.
+    pub batch_payload: Option<PayloadType>,
 }
 
 /// A listener's handler: given ready in code, or built at startup from the application's
@@ -106,7 +108,11 @@ impl Blueprint {
             self.config.clone(),
             self.listeners
                 .iter()
-                .map(|l| (l.input.clone(), l.payload))
+                .map(|l| {
+                    let batches = self.config.binding_ref(&l.input).consumer.batch_mode;
+                    let payload = if batches { l.batch_payload } else { l.payload };
+                    (l.input.clone(), payload)
+                })
                 .collect(),
             self.outputs.clone(),
             self.payloads.clone(),

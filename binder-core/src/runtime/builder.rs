@@ -89,6 +89,7 @@ impl AppBuilder {
             states: &[],
             handler: ListenerHandler::Ready(Arc::new(handler)),
             payload: None,
+            batch_payload: None,
         });
         self
     }
@@ -113,6 +114,7 @@ impl AppBuilder {
             states: &[],
             handler: ListenerHandler::Ready(Arc::new(handler)),
             payload: None,
+            batch_payload: None,
         });
         self
     }
@@ -131,6 +133,7 @@ impl AppBuilder {
             states: def.states,
             handler: ListenerHandler::AtStart(def.handler),
             payload: def.payload.map(|payload| payload()),
+            batch_payload: def.batch_payload.map(|payload| payload()),
         });
         if let (Some(output), Some(reply)) = (def.output, def.reply) {
             self.parts.payloads.push((output.to_owned(), reply()));
@@ -190,6 +193,7 @@ impl AppBuilder {
             states: &[],
             handler: ListenerHandler::Ready(Arc::new(handler)),
             payload: None,
+            batch_payload: None,
         });
         self
     }

@@ -76,14 +76,6 @@ pub(crate) fn problems(app: &Blueprint) -> Vec<StartupProblem> {
             ));
         }
     }
-    for input in &inputs {
-        let b = app.config.binding_ref(input);
-        if b.consumer.batch_mode {
-            problems.push(format!(
-                "binding `{input}`: consumer.batchMode is not supported yet"
-            ));
-        }
-    }
     for name in &app.outputs {
         let b = app.config.binding_ref(name);
         if let Err(e) = output::check(&b) {

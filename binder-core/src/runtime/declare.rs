@@ -33,6 +33,9 @@ pub struct ListenerDef {
     /// Its payload argument's type, for the AsyncAPI document (`None`: it takes no payload
     /// argument).
     pub payload: Option<fn() -> PayloadType>,
+    /// For a listener that takes batches (its payload argument a `Vec<T>`), `T`: the payload
+    /// of each message on a `consumer.batchMode` binding, for the AsyncAPI document.
+    pub batch_payload: Option<fn() -> PayloadType>,
     /// Its return value's type, the payload of its `output` binding, for the AsyncAPI
     /// document (`None`: no output, or it returns a [`Message`](crate::message::Message)).
     pub reply: Option<fn() -> PayloadType>,

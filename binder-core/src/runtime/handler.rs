@@ -129,6 +129,49 @@ impl Call<'_> {
     }
 }
 
+/// One call of a batch handler: the deliveries of a `consumer.batchMode` binding assembled
+/// into one batch (see [`Handler::call_batch`]), borrowed from the runtime, which keeps them
+/// for later attempts and for the failure pipeline.
+#[derive(Debug, Clone, Copy)]
+pub struct Batch<'a> {
+    /// The messages, in delivery order.
+    pub messages: &'a [&'a Message],
+    /// This attempt's number, from 1 (a failed batch is attempted again whole).
+    pub attempt: u32,
+    pub(crate) binding: &'a Arc<str>,
+    pub(crate) content_type: &'a Arc<str>,
+    pub(crate) codecs: &'a Arc<Codecs>,
+    pub(crate) context: &'a Arc<super::bindings::Context>,
+}
+
+impl Batch<'_> {
+    /// The input binding the messages arrived on.
+    pub fn binding(&self) -> &str {
+        self.binding
+    }
+
+    /// Outputs and shared state of the application.
+    pub fn context(&self) -> &super::bindings::Context {
+        self.context
+    }
+
+    /// Decodes every payload by its content type (or the binding's), in delivery order. One
+    /// that does not decode fails the batch, not retried, with the decode error and which
+    /// message it was as its reason: the whole batch then goes down the failure pipeline.
+    pub fn decoded<T: DeserializeOwned>(&self) -> Result<Vec<T>, HandlerError> {
+        self.messages
+            .iter()
+            .enumerate()
+            .map(|(i, m)| {
+                self.codecs.decode(m, self.content_type).map_err(|e| {
+                    let n = self.messages.len();
+                    HandlerError::decode(format_args!("message {} of {n}: {e}", i + 1))
+                })
+            })
+            .collect()
+    }
+}
+
 /// What a handler returns to the runtime.
 #[derive(Debug)]
 pub enum Outcome {
@@ -207,6 +250,24 @@ pub trait Handler: Send + Sync + 'static {
     /// Handles one attempt of one message. The returned future owns what it needs: the
     /// call only borrows the delivery.
     fn call(&self, call: Call<'_>) -> BoxFuture<Result<Outcome, HandlerError>>;
+
+    /// Whether it takes the batches of a `consumer.batchMode` binding
+    /// ([`call_batch`](Self::call_batch)); a listener that does not is refused on such a
+    /// binding at startup.
+    fn takes_batches(&self) -> bool {
+        false
+    }
+
+    /// Handles one attempt of one batch (a handler that [takes batches](Self::takes_batches)
+    /// overrides it; the default fails the attempt, not retried).
+    fn call_batch(&self, batch: Batch<'_>) -> BoxFuture<Result<Outcome, HandlerError>> {
+        let binding = batch.binding.to_string();
+        Box::pin(async move {
+            Err(HandlerError::fatal(format!(
+                "the handler of binding `{binding}` takes one message at a time, not batches"
+            )))
+        })
+    }
 }
 
 struct PayloadHandler<F, T> {
@@ -322,4 +383,118 @@ where
     R: IntoOutcome,
 {
     CallHandler(f)
+}
+
+struct BatchPayloadHandler<F, T> {
+    f: F,
+    _item: std::marker::PhantomData<fn() -> T>,
+}
+
+impl<F, T, Fut, R> Handler for BatchPayloadHandler<F, T>
+where
+    F: Fn(Vec<T>) -> Fut + Send + Sync + 'static,
+    T: DeserializeOwned + Send + 'static,
+    Fut: Future<Output = R> + Send + 'static,
+    R: IntoOutcome,
+{
+    /// Outside batch mode, one message whose payload is a list.
+    fn call(&self, call: Call<'_>) -> BoxFuture<Result<Outcome, HandlerError>> {
+        match call.decoded::<Vec<T>>() {
+            Ok(items) => {
+                let fut = (self.f)(items);
+                Box::pin(async move { fut.await.into_outcome() })
+            }
+            Err(e) => Box::pin(async move { Err(e) }),
+        }
+    }
+
+    fn takes_batches(&self) -> bool {
+        true
+    }
+
+    fn call_batch(&self, batch: Batch<'_>) -> BoxFuture<Result<Outcome, HandlerError>> {
+        match batch.decoded::<T>() {
+            Ok(items) => {
+                let fut = (self.f)(items);
+                Box::pin(async move { fut.await.into_outcome() })
+            }
+            Err(e) => Box::pin(async move { Err(e) }),
+        }
+    }
+}
+
+/// A handler taking a list of decoded payloads: on a `consumer.batchMode` binding, one per
+/// message of a batch (Spring Cloud Stream's `Consumer<List<T>>`); elsewhere, the list one
+/// message's payload holds. A payload that does not decode fails the call, not retried.
+///
+/// ```
+/// use binder_core::runtime::handler;
+///
+/// #[derive(serde::Deserialize)]
+/// struct Order { id: u32 }
+///
+/// let h = handler::batch(|orders: Vec<Order>| async move {
+///     println!("{} orders, the first {:?}", orders.len(), orders.first().map(|o| o.id));
+/// });
+/// # let _ = h;
+/// ```
+pub fn batch<T, F, Fut, R>(f: F) -> impl Handler
+where
+    F: Fn(Vec<T>) -> Fut + Send + Sync + 'static,
+    T: DeserializeOwned + Send + 'static,
+    Fut: Future<Output = R> + Send + 'static,
+    R: IntoOutcome,
+{
+    BatchPayloadHandler {
+        f,
+        _item: std::marker::PhantomData,
+    }
+}
+
+struct CallOrBatchHandler<F, G> {
+    one: F,
+    batch: G,
+}
+
+impl<F, G, Fut, GFut, R, GR> Handler for CallOrBatchHandler<F, G>
+where
+    F: Fn(Call<'_>) -> Result<Fut, HandlerError> + Send + Sync + 'static,
+    Fut: Future<Output = R> + Send + 'static,
+    R: IntoOutcome,
+    G: Fn(Batch<'_>) -> Result<GFut, HandlerError> + Send + Sync + 'static,
+    GFut: Future<Output = GR> + Send + 'static,
+    GR: IntoOutcome,
+{
+    fn call(&self, call: Call<'_>) -> BoxFuture<Result<Outcome, HandlerError>> {
+        match (self.one)(call) {
+            Ok(fut) => Box::pin(async move { fut.await.into_outcome() }),
+            Err(e) => Box::pin(async move { Err(e) }),
+        }
+    }
+
+    fn takes_batches(&self) -> bool {
+        true
+    }
+
+    fn call_batch(&self, batch: Batch<'_>) -> BoxFuture<Result<Outcome, HandlerError>> {
+        match (self.batch)(batch) {
+            Ok(fut) => Box::pin(async move { fut.await.into_outcome() }),
+            Err(e) => Box::pin(async move { Err(e) }),
+        }
+    }
+}
+
+/// [`call`] for one message, and `batch` for the batches of a `consumer.batchMode`
+/// binding: what `#[stream_listener]` generates for a listener whose payload argument is a
+/// `Vec<...>` and whose other arguments are `Out<...>` or `State<...>`.
+pub fn call_or_batch<F, Fut, R, G, GFut, GR>(one: F, batch: G) -> impl Handler
+where
+    F: Fn(Call<'_>) -> Result<Fut, HandlerError> + Send + Sync + 'static,
+    Fut: Future<Output = R> + Send + 'static,
+    R: IntoOutcome,
+    G: Fn(Batch<'_>) -> Result<GFut, HandlerError> + Send + Sync + 'static,
+    GFut: Future<Output = GR> + Send + 'static,
+    GR: IntoOutcome,
+{
+    CallOrBatchHandler { one, batch }
 }

@@ -55,7 +55,7 @@ pub use bindings::{Context, InputBinding, Out, OutputBinding, Sink, Source, Stat
 pub use builder::{App, AppBuilder};
 pub use declare::{ListenerDef, ListenerRegistration, MakeHandler, OutputRegistration, StateType};
 pub use error::HandlerError;
-pub use handler::{Call, Handler, Incoming, IntoOutcome, Outcome, Reply, ReplyBody};
+pub use handler::{Batch, Call, Handler, Incoming, IntoOutcome, Outcome, Reply, ReplyBody};
 pub use health::{Health, HealthStatus};
 pub use input::{ErrorHook, Failure, FailureAction};
 pub use lifecycle::{BindingState, ControlError};

@@ -30,7 +30,7 @@ use super::running::RunningApp;
 use super::spel::syntax::ast::Condition;
 use super::startup::{StartupError, StartupProblem};
 use crate::binder::{Binder, BindingRole, BoundConsumer};
-use crate::config::BindingConfig;
+use crate::config::{AcknowledgeMode, BindingConfig};
 
 /// Checks, binds each binding on its binder and subscribes; the application's health follows.
 #[cfg_attr(not(feature = "management"), allow(unused_mut, unused_variables))]
@@ -285,7 +285,19 @@ async fn launch(
                 name: l.name,
             });
         }
+        let batch = if binding.consumer.batch_mode {
+            match batch_problem(&input, &routes, consumer.as_ref()) {
+                Some(problem) => {
+                    problems.push(StartupProblem::Check(problem));
+                    continue;
+                }
+                None => consumer.batching(),
+            }
+        } else {
+            None
+        };
         let runtime = Arc::new(InputRuntime {
+            batch,
             name: name.clone(),
             routes: Routes::new(name.clone(), routes),
             context: context.clone(),
@@ -449,4 +461,45 @@ fn binders_in_use(
         .collect();
     out.sort_by(|a, b| a.0.cmp(&b.0));
     out
+}
+
+/// Why a `consumer.batchMode` binding cannot run, if it cannot: its binder assembles no
+/// batches, or its listeners are not one that takes batches.
+fn batch_problem(input: &str, routes: &[Route], consumer: &dyn BoundConsumer) -> Option<String> {
+    match consumer.batching() {
+        None => {
+            return Some(format!(
+                "binding `{input}`: consumer.batchMode is set, but its binder assembles no batches"
+            ));
+        }
+        Some(b) if b.size == 0 => {
+            return Some(format!(
+                "binding `{input}`: its binder gives a batch size of 0"
+            ));
+        }
+        Some(_) => {}
+    }
+    if consumer.acknowledge_mode() == AcknowledgeMode::Manual {
+        return Some(format!(
+            "binding `{input}` (consumer.batchMode): acknowledgeMode MANUAL cannot go with batches, which the runtime settles after the listener"
+        ));
+    }
+    if routes.len() > 1 || routes.iter().any(|r| r.condition.is_some()) {
+        let names: Vec<&str> = routes.iter().map(|r| r.name.as_str()).collect();
+        return Some(format!(
+            "binding `{input}` (consumer.batchMode): a batch goes to one listener without a condition, but it has {}",
+            names.join(", ")
+        ));
+    }
+    routes.iter().find(|r| !r.handler.takes_batches()).map(|r| {
+        // A builder's listener is named `listener of `<input>``, a macro's by its function.
+        let listener = if r.name.contains('`') {
+            r.name.clone()
+        } else {
+            format!("listener `{}`", r.name)
+        };
+        format!(
+            "binding `{input}` (consumer.batchMode): its {listener} takes one message at a time: give it a `Vec<...>` payload argument, its other arguments `Out<...>` or `State<...>` (or build it with `handler::batch`)"
+        )
+    })
 }

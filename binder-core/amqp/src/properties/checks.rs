@@ -5,6 +5,7 @@ use binder_core::config::{BindingCheck, BindingConfig, Extension};
 use binder_core::runtime::RoutingKeyExpression;
 
 use super::{ExchangeType, RabbitBindingProperties};
+use binder_core::config::AcknowledgeMode;
 
 /// AMQP names are short strings.
 const MAX_NAME_BYTES: usize = 255;
@@ -58,10 +59,47 @@ fn consumer(r: &RabbitBindingProperties, b: &BindingConfig, check: &mut BindingC
             ),
         );
     }
+    batching(r, b, check);
     if b.consumer.partitioned && rc.common.exchange_type == ExchangeType::Fanout {
         check.extension(
             "consumer.exchangeType",
             "a fanout exchange cannot route to partitions: use topic or direct for a partitioned consumer",
+        );
+    }
+}
+
+/// `batchMode` and the batching properties go together: Spring presents producer-made
+/// batches as lists with `batchMode` alone, and this binder's producers make none.
+fn batching(r: &RabbitBindingProperties, b: &BindingConfig, check: &mut BindingCheck<'_>) {
+    let rc = &r.consumer;
+    if b.consumer.batch_mode && !rc.enable_batching {
+        check.common(
+            "consumer.batchMode",
+            "needs `rabbit.bindings.<binding>.consumer.enableBatching: true`: batches are assembled from separate deliveries (Spring's consumer-side batching; this binder's producers make no batches to present as lists)",
+        );
+    }
+    if rc.enable_batching && !b.consumer.batch_mode {
+        check.extension(
+            "consumer.enableBatching",
+            "needs `consumer.batchMode: true` on the binding, whose listener then takes a list",
+        );
+    }
+    if !rc.enable_batching {
+        let set = [
+            ("consumer.batchSize", rc.batch_size > 1),
+            ("consumer.receiveTimeout", rc.receive_timeout.is_some()),
+        ];
+        for (key, _) in set.into_iter().filter(|(_, set)| *set) {
+            check.extension(
+                key,
+                "sizes the batches of `enableBatching: true` only (acks are grouped by the binder itself, by the prefetch window)",
+            );
+        }
+    }
+    if rc.acknowledge_mode == AcknowledgeMode::Manual && b.consumer.batch_mode {
+        check.extension(
+            "consumer.acknowledgeMode",
+            "MANUAL cannot go with `consumer.batchMode`: the runtime settles a batch's deliveries after its listener (use AUTO or NONE)",
         );
     }
 }

@@ -66,6 +66,14 @@ fn prefetch_range(v: &u16) -> Result<(), String> {
     }
 }
 
+fn batch_size_range(v: &u16) -> Result<(), String> {
+    if *v >= 1 {
+        Ok(())
+    } else {
+        Err("must be from 1 to 65535".to_owned())
+    }
+}
+
 fn priority_range(v: &Option<u8>) -> Result<(), String> {
     match v {
         Some(0) => Err("must be from 1 to 255 (x-max-priority)".to_owned()),
@@ -220,6 +228,42 @@ binder_core::properties! {
         recovery_interval: u64 = 5000 => "recoveryInterval";
         /// Prefix of consumer tags (`<prefix>#<n>`).
         consumer_tag_prefix: Option<String> = None => "consumerTagPrefix";
+        /// Assemble deliveries into batches, for a `consumer.batchMode` binding whose
+        /// listener takes a list (Spring's consumer-side batching).
+        enable_batching: bool = false => "enableBatching";
+        /// The most deliveries in a batch (with `enableBatching`); the prefetch is raised to
+        /// it times `concurrency` when lower (see `effective_prefetch`).
+        batch_size: u16 = 1 => "batchSize", check batch_size_range;
+        /// Milliseconds to wait for the next delivery before a shorter batch goes out (with
+        /// `enableBatching`; Spring AMQP's default, 1000, when unset).
+        receive_timeout: Option<u64> = None => "receiveTimeout";
+    }
+}
+
+impl RabbitConsumerProperties {
+    /// How a `batchMode` binding's deliveries are assembled (`enableBatching`), else `None`.
+    pub fn batching(&self, binding: &BindingConfig) -> Option<binder_core::binder::Batching> {
+        (binding.consumer.batch_mode && self.enable_batching).then(|| {
+            binder_core::binder::Batching {
+                size: usize::from(self.batch_size),
+                receive_timeout: std::time::Duration::from_millis(
+                    self.receive_timeout.unwrap_or(1000),
+                ),
+            }
+        })
+    }
+
+    /// The prefetch a subscription asks for: `prefetch`, raised for batches so that each of
+    /// the binding's `concurrency` handlers can fill one (as each of Spring AMQP's concurrent
+    /// consumers has a prefetch of at least `batchSize`), at most 65535.
+    pub fn effective_prefetch(&self, binding: &BindingConfig) -> u16 {
+        match self.batching(binding) {
+            Some(_) => {
+                let wanted = u32::from(self.batch_size) * binding.consumer.concurrency.max(1);
+                self.prefetch.max(u16::try_from(wanted).unwrap_or(u16::MAX))
+            }
+            None => self.prefetch,
+        }
     }
 }
 

@@ -24,7 +24,7 @@ use super::super::retry::BackOff;
 use super::super::trace;
 use super::failure::{FailedDelivery, FailurePolicy};
 use super::route::Routes;
-use crate::binder::{BinderFuture, Inbound, Published, Settlement, Settler};
+use crate::binder::{Batching, BinderFuture, Inbound, Published, Settlement, Settler};
 use crate::codec::Codecs;
 use crate::config::AcknowledgeMode;
 
@@ -35,6 +35,9 @@ pub(crate) struct InputRuntime {
     pub destination: Arc<str>,
     /// `consumer.concurrency`: handlers run in the queue loop at 1, in tasks above.
     pub concurrency: u32,
+    /// How deliveries are assembled into batches, for a `consumer.batchMode` binding
+    /// ([`batch`](super::batch)); `None`: one at a time.
+    pub batch: Option<Batching>,
     /// `consumer.defaultRetryable`.
     pub default_retryable: bool,
     /// `consumer.retryableExceptions`.
@@ -62,7 +65,7 @@ impl std::fmt::Debug for InputRuntime {
 }
 
 impl InputRuntime {
-    fn manual(&self) -> bool {
+    pub(super) fn manual(&self) -> bool {
         self.acknowledge_mode == AcknowledgeMode::Manual
     }
 
@@ -111,6 +114,15 @@ impl InputRuntime {
         let Outcome::Reply(body) = route.handler.call(call).await? else {
             return Ok(());
         };
+        self.send_reply(route, body).await
+    }
+
+    /// Sends a handler's reply to its listener's output binding.
+    pub(super) async fn send_reply(
+        &self,
+        route: &super::route::Route,
+        body: ReplyBody,
+    ) -> Result<(), HandlerError> {
         let Some(output) = &route.output else {
             return Err(HandlerError::fatal(format!(
                 "the handler `{}` returned a reply but binding `{}` has no output binding for it",
@@ -131,12 +143,12 @@ impl InputRuntime {
         })
     }
 
-    fn retryable(&self, error: &HandlerError, attempt: u32) -> bool {
+    pub(super) fn retryable(&self, error: &HandlerError, attempt: u32) -> bool {
         attempt < self.backoff.max_attempts
             && error.should_retry(self.default_retryable, &self.retryable_exceptions)
     }
 
-    fn pending(&self, inbound: Inbound, queue: Arc<str>) -> Pending {
+    pub(super) fn pending(&self, inbound: Inbound, queue: Arc<str>) -> Pending {
         // The attempt number is not a span field: a subscriber that formats spans appends
         // every recorded value (`attempt=1 attempt=2 ...`); events that need it carry it.
         // At debug level: with the default `info` logging a disabled span costs nothing per
@@ -248,7 +260,7 @@ impl InputRuntime {
 
     /// Tells observers how an attempt that started at `started` (when someone observes)
     /// ended.
-    fn observe_attempt(
+    pub(super) fn observe_attempt(
         &self,
         started: Option<Stamp>,
         attempt: u32,
@@ -298,7 +310,7 @@ impl InputRuntime {
     /// or the handler settles), else down the failure pipeline.
     /// An ack that completes at once costs no allocation; the failure pipeline is boxed,
     /// so that the future of every delivery stays small.
-    fn conclude<'a>(
+    pub(super) fn conclude<'a>(
         &'a self,
         pending: &'a Pending,
         result: Result<(), HandlerError>,
@@ -344,10 +356,10 @@ impl InputRuntime {
 pub(crate) struct Pending {
     /// The message, shared with the binder: a payload handler decodes from it in place
     /// (an `Incoming` handler gets its own copy).
-    content: Arc<Published>,
+    pub(super) content: Arc<Published>,
     /// The queue it came from.
-    queue: Arc<str>,
-    redelivered: bool,
+    pub(super) queue: Arc<str>,
+    pub(super) redelivered: bool,
     settler: HeldSettler,
     span: tracing::Span,
 }

@@ -3,19 +3,21 @@
 //! binding's desired state (pause, resume, stop, start).
 
 use std::collections::VecDeque;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
 
 use futures::FutureExt;
 use futures::task::AtomicWaker;
-use tokio::sync::watch;
+use tokio::sync::{OwnedSemaphorePermit, watch};
 
 use super::super::lifecycle::{BindingState, DesiredWatch};
 use super::super::observe::{BindingStateChanged, Settle, Settled};
 use super::super::panics;
 use super::delivery::InputRuntime;
-use crate::binder::{BinderErrorKind, BoundConsumer, Inbound, Settlement, Subscription};
+
+use crate::binder::{Batching, BinderErrorKind, BoundConsumer, Inbound, Settlement, Subscription};
 use crate::config::AcknowledgeMode;
 
 /// The first wait after a subscribe fails; each failure doubles it, up to `recoveryInterval`.
@@ -202,17 +204,25 @@ impl QueueLoop {
     }
 
     /// Shutting down: handles the auto-ack deliveries already received, which cannot go
-    /// back to the queue (the shutdown waits for this, up to its timeout).
+    /// back to the queue (the shutdown waits for this, up to its timeout); in batches for a
+    /// `batchMode` binding.
     async fn handle_stash(&mut self) {
         while let Some(inbound) = self.stash.pop_front() {
             let Ok(permit) = self.rt.permits.clone().acquire_owned().await else {
                 return;
             };
             let _counted = self.rt.inflight.enter();
-            self.rt
-                .clone()
-                .handle(inbound, self.queue.clone(), permit)
-                .await;
+            let rt = self.rt.clone();
+            match self.rt.batch {
+                None => rt.handle(inbound, self.queue.clone(), permit).await,
+                Some(batching) => {
+                    let more = self.stash.len().min(batching.size - 1);
+                    let batch = std::iter::once(inbound)
+                        .chain(self.stash.drain(..more))
+                        .collect();
+                    rt.handle_batch(batch, self.queue.clone(), permit).await;
+                }
+            }
         }
     }
 
@@ -332,10 +342,31 @@ impl QueueLoop {
             };
             inbound
         };
-        // A free handler slot, so `concurrency` bounds work in progress and, at 1, messages
-        // start in queue order. It is taken after the delivery: a retry waiting for a slot
-        // must not wait on a loop that holds one while no delivery can come (prefetch
-        // exhausted).
+        if let Some(batching) = self.rt.batch {
+            return Box::pin(self.run_batch(inbound, batching)).await;
+        }
+        let Some(permit) = self.slot().await else {
+            Box::pin(self.give_back(inbound)).await;
+            return Step::Continue;
+        };
+        if self.rt.concurrency > 1 {
+            let rt = self.rt.clone();
+            self.rt
+                .inflight
+                .spawn(rt.handle(inbound, self.queue.clone(), permit));
+            return Step::Continue;
+        }
+        let _counted = self.rt.inflight.enter();
+        let work = self.rt.clone().handle(inbound, self.queue.clone(), permit);
+        tokio::pin!(work);
+        self.run_here(work).await
+    }
+
+    /// A free handler slot, so `concurrency` bounds work in progress and, at 1, messages
+    /// start in queue order; `None` when the binding is paused, stopped or shutting down
+    /// first. It is taken after the delivery: a retry waiting for a slot must not wait on a
+    /// loop that holds one while no delivery can come (prefetch exhausted).
+    async fn slot(&mut self) -> Option<OwnedSemaphorePermit> {
         let permit = match self.rt.permits.clone().try_acquire_owned() {
             Ok(p) => Some(p),
             Err(_) => {
@@ -351,36 +382,102 @@ impl QueueLoop {
         };
         // Deliveries that are always ready would otherwise keep this task from yielding.
         tokio::task::consume_budget().await;
-        let Some(permit) = permit else {
-            // Paused, stopped or shutting down before it started: the delivery goes back to
-            // the queue untouched; an auto-ack one cannot, and waits in the stash.
-            if self.auto_ack {
-                self.stash.push_front(inbound);
-            } else {
-                let requeued = inbound.settler.settle(Settlement::Requeue).await;
-                self.rt.observers.emit(|o| {
-                    o.settled(&Settled {
-                        binding: &self.rt.name,
-                        binding_index: self.rt.observers.binding_index(),
-                        how: Settle::Requeue,
-                        error: requeued.as_ref().err(),
-                    })
-                });
+        permit
+    }
+
+    /// A delivery taken before a pause, stop or shutdown left no slot for it: it goes back
+    /// to the queue untouched; an auto-ack one cannot, and waits in the stash.
+    async fn give_back(&mut self, inbound: Inbound) {
+        if self.auto_ack {
+            self.stash.push_front(inbound);
+        } else {
+            let requeued = inbound.settler.settle(Settlement::Requeue).await;
+            self.rt.observers.emit(|o| {
+                o.settled(&Settled {
+                    binding: &self.rt.name,
+                    binding_index: self.rt.observers.binding_index(),
+                    how: Settle::Requeue,
+                    error: requeued.as_ref().err(),
+                })
+            });
+        }
+    }
+
+    /// A `batchMode` binding's step, from a batch's first delivery: the rest of the batch,
+    /// a handler slot, then the batch's handling (here at `concurrency` 1, in a task above).
+    async fn run_batch(&mut self, first: Inbound, batching: Batching) -> Step {
+        let batch = self.fill(first, batching).await;
+        let Some(permit) = self.slot().await else {
+            // Last first: the stash keeps the batch's order.
+            for inbound in batch.into_iter().rev() {
+                self.give_back(inbound).await;
             }
             return Step::Continue;
         };
+        let work = self
+            .rt
+            .clone()
+            .handle_batch(batch, self.queue.clone(), permit);
         if self.rt.concurrency > 1 {
-            let rt = self.rt.clone();
-            self.rt
-                .inflight
-                .spawn(rt.handle(inbound, self.queue.clone(), permit));
+            self.rt.inflight.spawn(work);
             return Step::Continue;
         }
-        // Concurrency 1: the handler runs here, in queue order, and control changes that
-        // arrive meanwhile take effect at once.
         let _counted = self.rt.inflight.enter();
-        let work = self.rt.clone().handle(inbound, self.queue.clone(), permit);
         tokio::pin!(work);
+        self.run_here(work).await
+    }
+
+    /// A batch from its first delivery: stashed deliveries, then the subscription's, up to
+    /// the batch size; shorter when no delivery comes within the receive timeout, when the
+    /// subscription ends, or when the binding's desired state changes (the change is left
+    /// unseen, so it takes effect while the batch is handled, as during one delivery's).
+    /// As in `running`, a delivery the subscription already holds is taken at once and only a
+    /// wait is raced with the control: a ready delivery is never dropped.
+    async fn fill(&mut self, first: Inbound, batching: Batching) -> Vec<Inbound> {
+        let mut batch = Vec::with_capacity(batching.size);
+        batch.push(first);
+        while batch.len() < batching.size {
+            if let Some(stashed) = self.stash.pop_front() {
+                batch.push(stashed);
+                continue;
+            }
+            if !matches!(self.desired.has_changed(), Ok(false)) {
+                break;
+            }
+            let Some(sub) = self.subscription.as_mut() else {
+                break;
+            };
+            let (changed, desired) = (&self.changed, &self.desired);
+            let mut next = sub.next();
+            let inbound = match (&mut next).now_or_never() {
+                Some(inbound) => inbound,
+                None => {
+                    let wait = std::future::poll_fn(|cx| {
+                        changed.register(cx.waker());
+                        match desired.has_changed() {
+                            Ok(false) => next.poll_unpin(cx).map(Some),
+                            _ => Poll::Ready(None),
+                        }
+                    });
+                    match tokio::time::timeout(batching.receive_timeout, wait).await {
+                        Ok(Some(inbound)) => inbound,
+                        // The control changed, or nothing came in time.
+                        Ok(None) | Err(_) => break,
+                    }
+                }
+            };
+            match inbound {
+                Some(inbound) => batch.push(inbound),
+                // The subscription ended: the next step finds out.
+                None => break,
+            }
+        }
+        batch
+    }
+
+    /// Runs a handler's work in the loop (`concurrency` 1: in queue order); control
+    /// changes that arrive meanwhile take effect at once.
+    async fn run_here(&mut self, mut work: Pin<&mut impl Future<Output = ()>>) -> Step {
         let mut watching = true;
         let mut flushed = false;
         loop {

@@ -29,6 +29,11 @@ impl Routes {
         Routes { binding, routes }
     }
 
+    /// The first listener: a `batchMode` binding's only one.
+    pub(crate) fn only(&self) -> &Route {
+        &self.routes[0]
+    }
+
     /// The listener for a message. None matching, or several, is a failure (never a
     /// silent drop).
     pub(crate) fn choose(&self, message: &Message) -> Result<&Route, HandlerError> {
