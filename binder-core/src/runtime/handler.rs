@@ -270,6 +270,19 @@ pub trait Handler: Send + Sync + 'static {
     }
 }
 
+/// A handler call's boxed future: the future `made` returned, run with its outcome
+/// converted, or the error that failed the call before it ran.
+fn boxed<Fut, R>(made: Result<Fut, HandlerError>) -> BoxFuture<Result<Outcome, HandlerError>>
+where
+    Fut: Future<Output = R> + Send + 'static,
+    R: IntoOutcome,
+{
+    match made {
+        Ok(fut) => Box::pin(async move { fut.await.into_outcome() }),
+        Err(e) => Box::pin(async move { Err(e) }),
+    }
+}
+
 struct PayloadHandler<F, T> {
     f: F,
     _payload: std::marker::PhantomData<fn() -> T>,
@@ -283,13 +296,7 @@ where
     R: IntoOutcome,
 {
     fn call(&self, call: Call<'_>) -> BoxFuture<Result<Outcome, HandlerError>> {
-        match call.decoded::<T>() {
-            Ok(value) => {
-                let fut = (self.f)(value);
-                Box::pin(async move { fut.await.into_outcome() })
-            }
-            Err(e) => Box::pin(async move { Err(e) }),
-        }
+        boxed(call.decoded::<T>().map(&self.f))
     }
 }
 
@@ -351,10 +358,7 @@ where
     R: IntoOutcome,
 {
     fn call(&self, call: Call<'_>) -> BoxFuture<Result<Outcome, HandlerError>> {
-        match (self.0)(call) {
-            Ok(fut) => Box::pin(async move { fut.await.into_outcome() }),
-            Err(e) => Box::pin(async move { Err(e) }),
-        }
+        boxed((self.0)(call))
     }
 }
 
@@ -399,13 +403,7 @@ where
 {
     /// Outside batch mode, one message whose payload is a list.
     fn call(&self, call: Call<'_>) -> BoxFuture<Result<Outcome, HandlerError>> {
-        match call.decoded::<Vec<T>>() {
-            Ok(items) => {
-                let fut = (self.f)(items);
-                Box::pin(async move { fut.await.into_outcome() })
-            }
-            Err(e) => Box::pin(async move { Err(e) }),
-        }
+        boxed(call.decoded::<Vec<T>>().map(&self.f))
     }
 
     fn takes_batches(&self) -> bool {
@@ -413,13 +411,7 @@ where
     }
 
     fn call_batch(&self, batch: Batch<'_>) -> BoxFuture<Result<Outcome, HandlerError>> {
-        match batch.decoded::<T>() {
-            Ok(items) => {
-                let fut = (self.f)(items);
-                Box::pin(async move { fut.await.into_outcome() })
-            }
-            Err(e) => Box::pin(async move { Err(e) }),
-        }
+        boxed(batch.decoded::<T>().map(&self.f))
     }
 }
 
@@ -466,10 +458,7 @@ where
     GR: IntoOutcome,
 {
     fn call(&self, call: Call<'_>) -> BoxFuture<Result<Outcome, HandlerError>> {
-        match (self.one)(call) {
-            Ok(fut) => Box::pin(async move { fut.await.into_outcome() }),
-            Err(e) => Box::pin(async move { Err(e) }),
-        }
+        boxed((self.one)(call))
     }
 
     fn takes_batches(&self) -> bool {
@@ -477,10 +466,7 @@ where
     }
 
     fn call_batch(&self, batch: Batch<'_>) -> BoxFuture<Result<Outcome, HandlerError>> {
-        match (self.batch)(batch) {
-            Ok(fut) => Box::pin(async move { fut.await.into_outcome() }),
-            Err(e) => Box::pin(async move { Err(e) }),
-        }
+        boxed((self.batch)(batch))
     }
 }
 

@@ -39,27 +39,50 @@ fn shares(msgs: Vec<BenchMsg>, parts: usize) -> Vec<Vec<BenchMsg>> {
 /// the broker before the next is delivered).
 pub const BATCHED_PREFETCH: u16 = 200;
 
+/// The batch size of the "ours, batches of 100" contender (`consumer.batchMode`, opted into:
+/// its listeners take `Vec<BenchMsg>`).
+pub const BATCH_SIZE: u16 = 100;
+
+/// How an "ours" contender's inputs are tuned beyond the defaults.
+#[derive(Debug, Clone, Copy)]
+pub enum OursTuning {
+    /// The defaults.
+    Defaults,
+    /// `prefetch` of [`BATCHED_PREFETCH`].
+    Prefetch,
+    /// Batches of [`BATCH_SIZE`].
+    Batches,
+}
+
 /// Ours: `destinations` outputs and `#[stream_listener]` inputs on a fresh embedded broker,
 /// default binding settings unless `prefetch` is given, one producer task per destination
 /// calling `Output::send`.
 pub async fn ours_throughput(
     msgs: Vec<BenchMsg>,
     destinations: usize,
-    prefetch: Option<u16>,
+    tuned: OursTuning,
 ) -> Vec<Figure> {
     let n = msgs.len();
     let sink = Sink::new(n);
+    let batches = matches!(tuned, OursTuning::Batches);
     let (pairs, listeners) = if destinations == 1 {
-        (ours::pairs("bench", 1, false), vec![ours::ONE])
+        let one = if batches { ours::ONE_BATCH } else { ours::ONE };
+        (ours::pairs("bench", 1, false), vec![one])
     } else {
         assert_eq!(
             destinations, 4,
             "our listeners are declared for 1 or 4 inputs"
         );
-        (ours::pairs("bench", 4, true), ours::FOUR.to_vec())
+        let four = if batches {
+            ours::FOUR_BATCH
+        } else {
+            ours::FOUR
+        };
+        (ours::pairs("bench", 4, true), four.to_vec())
     };
     let tuning = Tuning {
-        prefetch,
+        prefetch: matches!(tuned, OursTuning::Prefetch).then_some(BATCHED_PREFETCH),
+        batch: batches.then_some(BATCH_SIZE),
         ..Tuning::default()
     };
     let app = OursApp::start(&Target::Embedded, &pairs, &tuning, Some(&listeners), &sink).await;

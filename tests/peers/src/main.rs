@@ -90,22 +90,46 @@ fn in_process_throughput<'a>(
     destinations: usize,
     timed: &impl Fn(Run<'a>) -> Vec<Figure>,
 ) {
-    let mut c = vec!["ours", "ruststream", "engine alone", "ours, prefetch 200"];
-    let mut ratios = vec![(0, 1, 0), (2, 1, 0), (0, 2, 0), (3, 1, 0), (3, 0, 0)];
+    use inproc::OursTuning;
+    let mut c = vec![
+        "ours",
+        "ruststream",
+        "engine alone",
+        "ours, prefetch 200",
+        "ours, batches of 100",
+    ];
+    let mut ratios = vec![
+        (0, 1, 0),
+        (2, 1, 0),
+        (0, 2, 0),
+        (3, 1, 0),
+        (3, 0, 0),
+        (4, 1, 0),
+        (4, 0, 0),
+    ];
     if destinations == 1 {
         c.push("mpsc(1024)");
-        ratios.extend([(0, 4, 0), (1, 4, 0)]);
+        ratios.extend([(0, 5, 0), (1, 5, 0)]);
     }
     let r = run_rounds(&c, s.rounds, |i| {
         let msgs = bench_msgs(s.messages);
         timed(match i {
-            0 => Box::pin(inproc::ours_throughput(msgs, destinations, None)),
+            0 => Box::pin(inproc::ours_throughput(
+                msgs,
+                destinations,
+                OursTuning::Defaults,
+            )),
             1 => Box::pin(inproc::rs_throughput(msgs, destinations)),
             2 => Box::pin(inproc::engine_throughput(msgs, destinations)),
             3 => Box::pin(inproc::ours_throughput(
                 msgs,
                 destinations,
-                Some(inproc::BATCHED_PREFETCH),
+                OursTuning::Prefetch,
+            )),
+            4 => Box::pin(inproc::ours_throughput(
+                msgs,
+                destinations,
+                OursTuning::Batches,
             )),
             _ => Box::pin(inproc::mpsc_throughput(msgs)),
         })
@@ -151,10 +175,15 @@ fn main() {
                     "  {} messages; ours: #[stream_listener] on `embedded`, default settings \
                      (prefetch 1), Output::send awaited per message; engine alone: the broker \
                      engine without the framework, prefetch 1, an ack per message; ours, \
-                     prefetch {}: ours with `consumer.prefetch: {}`",
+                     prefetch {}: ours with `consumer.prefetch: {}`; ours, batches of {}: \
+                     ours with `consumer.batchMode` and `enableBatching`, `batchSize: {}`, \
+                     `receiveTimeout: {}`, listeners taking Vec<BenchMsg>",
                     s.messages,
                     inproc::BATCHED_PREFETCH,
-                    inproc::BATCHED_PREFETCH
+                    inproc::BATCHED_PREFETCH,
+                    inproc::BATCH_SIZE,
+                    inproc::BATCH_SIZE,
+                    ours::BATCH_RECEIVE_TIMEOUT_MS
                 );
                 in_process_throughput(&s, 1, &timed);
             }

@@ -67,6 +67,48 @@ async fn four3(m: BenchMsg, sink: State<Sink>) -> Result<(), HandlerError> {
     Ok(())
 }
 
+#[stream_listener(input = OneIn)]
+async fn one_batch(ms: Vec<BenchMsg>, sink: State<Sink>) -> Result<(), HandlerError> {
+    for m in &ms {
+        sink.arrived(m);
+    }
+    Ok(())
+}
+
+#[stream_listener(input = In0)]
+async fn four0_batch(ms: Vec<BenchMsg>, sink: State<Sink>) -> Result<(), HandlerError> {
+    ms.iter().for_each(|m| sink.arrived(m));
+    Ok(())
+}
+
+#[stream_listener(input = In1)]
+async fn four1_batch(ms: Vec<BenchMsg>, sink: State<Sink>) -> Result<(), HandlerError> {
+    ms.iter().for_each(|m| sink.arrived(m));
+    Ok(())
+}
+
+#[stream_listener(input = In2)]
+async fn four2_batch(ms: Vec<BenchMsg>, sink: State<Sink>) -> Result<(), HandlerError> {
+    ms.iter().for_each(|m| sink.arrived(m));
+    Ok(())
+}
+
+#[stream_listener(input = In3)]
+async fn four3_batch(ms: Vec<BenchMsg>, sink: State<Sink>) -> Result<(), HandlerError> {
+    ms.iter().for_each(|m| sink.arrived(m));
+    Ok(())
+}
+
+/// The batch listener of input `in` (`consumer.batchMode`).
+pub static ONE_BATCH: &ListenerDef = &one_batch_listener;
+/// The batch listeners of inputs `in0` to `in3`.
+pub static FOUR_BATCH: [&ListenerDef; 4] = [
+    &four0_batch_listener,
+    &four1_batch_listener,
+    &four2_batch_listener,
+    &four3_batch_listener,
+];
+
 /// The listener of input `in` (destination of output `out`).
 pub static ONE: &ListenerDef = &one_listener;
 /// The listeners of inputs `in0` to `in3` (destinations of outputs `out0` to `out3`).
@@ -103,7 +145,14 @@ pub struct Tuning {
     pub prefetch: Option<u16>,
     /// `rabbit.bindings.<output>.producer.deliveryMode` (`PERSISTENT`, `NON_PERSISTENT`).
     pub delivery_mode: Option<&'static str>,
+    /// Batches of this size: the inputs' `consumer.batchMode`, with the extension's
+    /// `enableBatching`, `batchSize` and a `receiveTimeout` of [`BATCH_RECEIVE_TIMEOUT_MS`].
+    pub batch: Option<u16>,
 }
+
+/// The receive timeout of the batch contenders: the last, short batch of a run waits this
+/// long for a delivery that does not come.
+pub const BATCH_RECEIVE_TIMEOUT_MS: u64 = 2;
 
 /// The configuration of `pairs` (output, input, destination): each output sends to the
 /// destination the input consumes from, in group `g`.
@@ -117,14 +166,23 @@ pub fn config_yaml(binder: &str, pairs: &[(String, String, String)], tuning: &Tu
             y,
             "        {inp}:\n          destination: {dest}\n          group: g"
         );
+        if tuning.batch.is_some() {
+            let _ = writeln!(y, "          consumer:\n            batchMode: true");
+        }
     }
-    if tuning.prefetch.is_some() || tuning.delivery_mode.is_some() {
+    if tuning.prefetch.is_some() || tuning.delivery_mode.is_some() || tuning.batch.is_some() {
         y.push_str("      rabbit:\n        bindings:\n");
         for (out, inp, _) in pairs {
+            if tuning.prefetch.is_some() || tuning.batch.is_some() {
+                let _ = writeln!(y, "          {inp}:\n            consumer:");
+            }
             if let Some(p) = tuning.prefetch {
+                let _ = writeln!(y, "              prefetch: {p}");
+            }
+            if let Some(b) = tuning.batch {
                 let _ = writeln!(
                     y,
-                    "          {inp}:\n            consumer:\n              prefetch: {p}"
+                    "              enableBatching: true\n              batchSize: {b}\n              receiveTimeout: {BATCH_RECEIVE_TIMEOUT_MS}"
                 );
             }
             if let Some(m) = tuning.delivery_mode {

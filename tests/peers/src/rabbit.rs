@@ -160,6 +160,7 @@ fn tuning(mode: Mode) -> Tuning {
         } else {
             "NON_PERSISTENT"
         }),
+        batch: None,
     }
 }
 

@@ -15,7 +15,7 @@ use tracing::Instrument;
 
 use super::super::error::HandlerError;
 use super::super::handler::{Batch, Outcome};
-use super::super::observe::{Received, Retried};
+use super::super::observe::Received;
 use super::super::panics;
 use super::delivery::{InputRuntime, Pending};
 use crate::binder::Inbound;
@@ -72,14 +72,7 @@ impl InputRuntime {
                     tokio::time::sleep(wait).await;
                     attempt += 1;
                     for _ in &pendings {
-                        self.observers.emit(|o| {
-                            o.retried(&Retried {
-                                binding: &self.name,
-                                binding_index: self.observers.binding_index(),
-                                attempt,
-                                delay: wait,
-                            })
-                        });
+                        self.retried(attempt, wait);
                     }
                 }
                 result => break result,

@@ -114,7 +114,9 @@ impl InputRuntime {
         let Outcome::Reply(body) = route.handler.call(call).await? else {
             return Ok(());
         };
-        self.send_reply(route, body).await
+        // Boxed: most handlers return no reply, and a publish inlined here would make every
+        // delivery's future (moved once per delivery) several times larger.
+        Box::pin(self.send_reply(route, body)).await
     }
 
     /// Sends a handler's reply to its listener's output binding.
@@ -129,8 +131,6 @@ impl InputRuntime {
                 route.name, self.name
             )));
         };
-        // Boxed: most handlers return no reply, and a publish inlined here would make every
-        // delivery's future (moved once per delivery) several times larger.
         let sent = match body {
             ReplyBody::Value(v) => Box::pin(output.send(&*v)).await,
             ReplyBody::Message(m) => Box::pin(output.send_message(*m)).await,
@@ -238,14 +238,7 @@ impl InputRuntime {
                 break;
             };
             attempt += 1;
-            self.observers.emit(|o| {
-                o.retried(&Retried {
-                    binding: &self.name,
-                    binding_index: self.observers.binding_index(),
-                    attempt,
-                    delay: wait,
-                })
-            });
+            self.retried(attempt, wait);
             let started = self.observers.clock();
             let result = self.run_attempt(&pending, attempt).await;
             drop(permit);
@@ -256,6 +249,18 @@ impl InputRuntime {
             }
         }
         self.conclude(&pending, Err(error), attempt).await;
+    }
+
+    /// Tells observers that attempt number `attempt` is about to run after `delay`.
+    pub(super) fn retried(&self, attempt: u32, delay: std::time::Duration) {
+        self.observers.emit(|o| {
+            o.retried(&Retried {
+                binding: &self.name,
+                binding_index: self.observers.binding_index(),
+                attempt,
+                delay,
+            })
+        });
     }
 
     /// Tells observers how an attempt that started at `started` (when someone observes)

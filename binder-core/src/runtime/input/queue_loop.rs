@@ -345,7 +345,14 @@ impl QueueLoop {
         if let Some(batching) = self.rt.batch {
             return Box::pin(self.run_batch(inbound, batching)).await;
         }
-        let Some(permit) = self.slot().await else {
+        // The slot and the handler's run as `slot` and `run_here` do, written out here: the
+        // path of every delivery, without their futures' layers (a batch's path has them).
+        let permit = match self.rt.permits.clone().try_acquire_owned() {
+            Ok(p) => Some(p),
+            Err(_) => Box::pin(self.wait_for_slot()).await,
+        };
+        tokio::task::consume_budget().await;
+        let Some(permit) = permit else {
             Box::pin(self.give_back(inbound)).await;
             return Step::Continue;
         };
@@ -359,7 +366,22 @@ impl QueueLoop {
         let _counted = self.rt.inflight.enter();
         let work = self.rt.clone().handle(inbound, self.queue.clone(), permit);
         tokio::pin!(work);
-        self.run_here(work).await
+        let mut watching = true;
+        let mut flushed = false;
+        loop {
+            tokio::select! {
+                biased;
+                () = &mut work => return Step::Continue,
+                () = std::future::ready(()), if !flushed => {
+                    flushed = true;
+                    self.flush().await;
+                }
+                changed = self.desired.changed(), if watching => match changed {
+                    Ok(()) => Box::pin(self.apply_while_busy()).await,
+                    Err(_) => watching = false,
+                },
+            }
+        }
     }
 
     /// A free handler slot, so `concurrency` bounds work in progress and, at 1, messages
@@ -369,20 +391,23 @@ impl QueueLoop {
     async fn slot(&mut self) -> Option<OwnedSemaphorePermit> {
         let permit = match self.rt.permits.clone().try_acquire_owned() {
             Ok(p) => Some(p),
-            Err(_) => {
-                // Every slot is taken (retries, or `concurrency` handlers): held-back acks
-                // go out before the wait.
-                self.flush().await;
-                tokio::select! {
-                    biased;
-                    _ = self.desired.changed() => None,
-                    p = self.rt.permits.clone().acquire_owned() => p.ok(),
-                }
-            }
+            // Boxed: the rare path, kept out of the loop's future.
+            Err(_) => Box::pin(self.wait_for_slot()).await,
         };
         // Deliveries that are always ready would otherwise keep this task from yielding.
         tokio::task::consume_budget().await;
         permit
+    }
+
+    /// Every slot is taken (retries, or `concurrency` handlers): held-back acks go out, then
+    /// the wait for a slot, or for a change of the desired state (`None`).
+    async fn wait_for_slot(&mut self) -> Option<OwnedSemaphorePermit> {
+        self.flush().await;
+        tokio::select! {
+            biased;
+            _ = self.desired.changed() => None,
+            p = self.rt.permits.clone().acquire_owned() => p.ok(),
+        }
     }
 
     /// A delivery taken before a pause, stop or shutdown left no slot for it: it goes back

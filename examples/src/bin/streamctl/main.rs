@@ -100,6 +100,26 @@ struct Cli {
     command: Command,
 }
 
+/// What `set_policy` and `set_operator_policy` take besides the target.
+#[derive(clap::Args, Debug)]
+struct PolicyArgs {
+    /// Among the policies (of its kind) matching a name, the highest priority applies.
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
+    priority: i64,
+    /// What it applies to: queues, exchanges or all.
+    #[arg(long = "apply-to", default_value = "all", value_parser = ["queues", "exchanges", "all"])]
+    apply_to: String,
+    /// Its name.
+    name: String,
+    /// A regular expression searched for in queue and exchange names (one starting with `-`
+    /// is taken as a pattern too).
+    #[arg(allow_hyphen_values = true)]
+    pattern: String,
+    /// The keys it sets, as a JSON object: '{"max-length": 1000, "dead-letter-exchange":
+    /// "dlx"}' (an operator policy sets limits only).
+    definition: String,
+}
+
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Print the topology (exchanges, queues, bindings) a configuration declares.
@@ -223,20 +243,8 @@ enum Command {
     SetPolicy {
         #[command(flatten)]
         target: Target,
-        /// Among the policies matching a name, the highest priority applies.
-        #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
-        priority: i64,
-        /// What the policy applies to: queues, exchanges or all.
-        #[arg(long = "apply-to", default_value = "all", value_parser = ["queues", "exchanges", "all"])]
-        apply_to: String,
-        /// The policy's name.
-        name: String,
-        /// A regular expression searched for in queue and exchange names (one starting with
-        /// `-` is taken as a pattern too).
-        #[arg(allow_hyphen_values = true)]
-        pattern: String,
-        /// The keys it sets, as a JSON object: '{"max-length": 1000, "dead-letter-exchange": "dlx"}'.
-        definition: String,
+        #[command(flatten)]
+        policy: PolicyArgs,
     },
     /// Clear a policy (needs a management API).
     #[command(name = "clear_policy")]
@@ -263,20 +271,8 @@ enum Command {
     SetOperatorPolicy {
         #[command(flatten)]
         target: Target,
-        /// Among the operator policies matching a name, the highest priority applies.
-        #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
-        priority: i64,
-        /// What the operator policy applies to: queues, exchanges or all.
-        #[arg(long = "apply-to", default_value = "all", value_parser = ["queues", "exchanges", "all"])]
-        apply_to: String,
-        /// The operator policy's name.
-        name: String,
-        /// A regular expression searched for in queue names (one starting with `-` is taken
-        /// as a pattern too).
-        #[arg(allow_hyphen_values = true)]
-        pattern: String,
-        /// The limits it sets, as a JSON object: '{"max-length": 100000}'.
-        definition: String,
+        #[command(flatten)]
+        policy: PolicyArgs,
     },
     /// Clear an operator policy (needs a management API).
     #[command(name = "clear_operator_policy")]
@@ -330,23 +326,15 @@ enum Command {
 }
 
 /// `set_policy` or `set_operator_policy`.
-fn set_policy(
-    target: Target,
-    kind: policies::Kind,
-    name: String,
-    pattern: String,
-    definition: String,
-    priority: i64,
-    apply_to: String,
-) -> ExitCode {
+fn set_policy(target: Target, kind: policies::Kind, policy: PolicyArgs) -> ExitCode {
     operate(async move {
         let spec = policies::PolicySpec {
-            pattern: &pattern,
-            definition: &definition,
-            priority,
-            apply_to: &apply_to,
+            pattern: &policy.pattern,
+            definition: &policy.definition,
+            priority: policy.priority,
+            apply_to: &policy.apply_to,
         };
-        policies::set(&target, kind, &name, &spec)
+        policies::set(&target, kind, &policy.name, &spec)
     })
 }
 
@@ -491,44 +479,16 @@ fn main() -> ExitCode {
             name,
             explanation,
         } => operate(async move { connections::close(&target, &name, &explanation) }),
-        Command::SetPolicy {
-            target,
-            priority,
-            apply_to,
-            name,
-            pattern,
-            definition,
-        } => set_policy(
-            target,
-            policies::Kind::Policy,
-            name,
-            pattern,
-            definition,
-            priority,
-            apply_to,
-        ),
+        Command::SetPolicy { target, policy } => set_policy(target, policies::Kind::Policy, policy),
         Command::ClearPolicy { target, name } => {
             operate(async move { policies::clear(&target, policies::Kind::Policy, &name) })
         }
         Command::ListPolicies { target, format } => {
             operate(async move { policies::list(&target, policies::Kind::Policy, format) })
         }
-        Command::SetOperatorPolicy {
-            target,
-            priority,
-            apply_to,
-            name,
-            pattern,
-            definition,
-        } => set_policy(
-            target,
-            policies::Kind::Operator,
-            name,
-            pattern,
-            definition,
-            priority,
-            apply_to,
-        ),
+        Command::SetOperatorPolicy { target, policy } => {
+            set_policy(target, policies::Kind::Operator, policy)
+        }
         Command::ClearOperatorPolicy { target, name } => {
             operate(async move { policies::clear(&target, policies::Kind::Operator, &name) })
         }
