@@ -12,7 +12,7 @@ use binder_amqp::topology::{plan_consumer, plan_producer};
 use binder_amqp::{DEFAULT_FRAME_MAX, header_frame_size};
 use binder_core::binder::Settlement;
 use binder_core::message::{Decimal, DeliveryMode, HeaderValue, Headers, Message, Properties};
-use binder_core::runtime::{HandlerError, Reply, handler};
+use binder_core::runtime::{BindingState, HandlerError, Reply, handler};
 use futures::future::maybe_done;
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
@@ -671,6 +671,49 @@ pub async fn batches_are_assembled_in_order_and_dead_lettered_whole(env: &Env) {
         let reason = dead.message().headers.get_str("x-exception-message");
         assert_eq!(reason, Some("batch refused"));
         dead.settler.settle(Settlement::Ack).await.unwrap();
+    }
+    app.shutdown().await;
+}
+
+/// A batch binding whose queue is deleted while a batch waits for more: the batch it had is
+/// handled, and the binding then knows its subscription ended (it recovers, rather than
+/// waiting for ever on a consumer the broker cancelled).
+pub async fn a_batch_binding_whose_queue_goes_while_a_batch_fills_recovers(env: &Env) {
+    let yaml = "spring.cloud.stream:
+  bindings.in: {destination: '{p}bgone', group: g, consumer: {batchMode: true}}
+  rabbit.bindings.in.consumer: {enableBatching: true, batchSize: 10, receiveTimeout: 3000}
+";
+    let (tx, mut rx) = mpsc::unbounded_channel::<Vec<u32>>();
+    let h = handler::batch(move |items: Vec<Item>| {
+        let tx = tx.clone();
+        async move {
+            let _ = tx.send(items.iter().map(|i| i.id).collect());
+        }
+    });
+    let app = env.app(yaml, |b| b.listener("in", h)).await;
+    let dest = format!("{}bgone", env.p);
+    app.publisher().send(&dest, &item(1)).await.unwrap();
+    let queue = format!("{dest}.g");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while env.inspect(&queue).await.messages > 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the consumer never took the message"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let mut plan = plan_consumer(&env.config(yaml).binding("in"), "x").plan;
+    plan.exchanges.clear();
+    env.amqp().remove(&plan).await.unwrap();
+    assert_eq!(recv(&mut rx).await, vec![1], "the short batch is handled");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while app.state("in") != Some(BindingState::Recovering) {
+        assert!(
+            Instant::now() < deadline,
+            "the binding never saw its subscription end: {:?}",
+            app.state("in")
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
     app.shutdown().await;
 }

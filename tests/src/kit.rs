@@ -351,6 +351,7 @@ macro_rules! conformance_suite {
             retries_are_counted_and_do_not_block,
             poison_messages_go_to_the_dlq,
             batches_are_assembled_in_order_and_dead_lettered_whole,
+            a_batch_binding_whose_queue_goes_while_a_batch_fills_recovers,
             prefetch_bounds_unsettled_deliveries,
             order_is_kept_with_one_consumer,
             pipelined_sends_are_confirmed_in_order,

@@ -117,6 +117,7 @@ impl Target for Channels {
             [
                 "ack_requeue_reject",
                 "batches_are_assembled_in_order_and_dead_lettered_whole",
+                "a_batch_binding_whose_queue_goes_while_a_batch_fills_recovers",
                 "cancelled_auto_ack_subscriptions_hand_out_what_they_received",
                 "dead_letters_fit_beside_large_foreign_headers",
                 "poison_messages_go_to_the_dlq",

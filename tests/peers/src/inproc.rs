@@ -55,8 +55,8 @@ pub enum OursTuning {
 }
 
 /// Ours: `destinations` outputs and `#[stream_listener]` inputs on a fresh embedded broker,
-/// default binding settings unless `prefetch` is given, one producer task per destination
-/// calling `Output::send`.
+/// default binding settings unless `tuned` says otherwise (prefetch 200, or batches of 100
+/// with `Vec<BenchMsg>` listeners), one producer task per destination calling `Output::send`.
 pub async fn ours_throughput(
     msgs: Vec<BenchMsg>,
     destinations: usize,

@@ -82,9 +82,9 @@ const SCENARIOS: [&str; 7] = [
 /// A run of one contender, boxed so that every contender of a scenario has one type.
 type Run<'a> = std::pin::Pin<Box<dyn Future<Output = Vec<Figure>> + 'a>>;
 
-/// Scenarios 1 and 3: `messages` over `destinations`, ours at the defaults and at
-/// [`inproc::BATCHED_PREFETCH`], ruststream, the engine alone, and with one destination tokio's
-/// `mpsc`.
+/// Scenarios 1 and 3: `messages` over `destinations`, ours at the defaults, at
+/// [`inproc::BATCHED_PREFETCH`] and in batches of [`inproc::BATCH_SIZE`], ruststream, the
+/// engine alone, and with one destination tokio's `mpsc`.
 fn in_process_throughput<'a>(
     s: &Settings,
     destinations: usize,

@@ -259,7 +259,8 @@ impl RabbitConsumerProperties {
     pub fn effective_prefetch(&self, binding: &BindingConfig) -> u16 {
         match self.batching(binding) {
             Some(_) => {
-                let wanted = u32::from(self.batch_size) * binding.consumer.concurrency.max(1);
+                let wanted =
+                    u32::from(self.batch_size).saturating_mul(binding.consumer.concurrency);
                 self.prefetch.max(u16::try_from(wanted).unwrap_or(u16::MAX))
             }
             None => self.prefetch,

@@ -101,7 +101,7 @@ impl InputRuntime {
             };
             match route.handler.call_batch(batch).await? {
                 Outcome::Done => Ok(()),
-                Outcome::Reply(body) => self.send_reply(route, body).await,
+                Outcome::Reply(body) => Box::pin(self.send_reply(route, body)).await,
             }
         };
         match AssertUnwindSafe(unguarded).catch_unwind().await {

@@ -132,8 +132,8 @@ impl InputRuntime {
             )));
         };
         let sent = match body {
-            ReplyBody::Value(v) => Box::pin(output.send(&*v)).await,
-            ReplyBody::Message(m) => Box::pin(output.send_message(*m)).await,
+            ReplyBody::Value(v) => output.send(&*v).await,
+            ReplyBody::Message(m) => output.send_message(*m).await,
         };
         sent.map_err(|e| {
             HandlerError::retryable(format!(

@@ -324,21 +324,7 @@ impl QueueLoop {
                 Err(step) => return step,
             };
             let Some(inbound) = inbound else {
-                // The broker cancelled the consumer (queue deleted, connection lost): subscribe
-                // again at once, then back off while that fails. A subscription that ended
-                // within STABLE of being made counts as a failed try, so one that keeps
-                // ending at once is not retried in a busy loop.
-                tracing::warn!(binding = %self.rt.name, queue = %self.queue, "the broker ended the subscription (consumer cancelled, queue deleted or connection lost); subscribing again");
-                self.lost = Some("the broker ended the subscription".to_owned());
-                self.subscription = None;
-                let lived = self.subscribed_at.take().map(|t| t.elapsed());
-                self.report(BindingState::Recovering);
-                if lived.is_some_and(|l| l >= STABLE) {
-                    self.retry = Duration::ZERO;
-                    return Step::Continue;
-                }
-                let wait = self.next_wait(false);
-                return Box::pin(self.back_off(wait)).await;
+                return Box::pin(self.subscription_ended()).await;
             };
             inbound
         };
@@ -349,7 +335,8 @@ impl QueueLoop {
         // path of every delivery, without their futures' layers (a batch's path has them).
         let permit = match self.rt.permits.clone().try_acquire_owned() {
             Ok(p) => Some(p),
-            Err(_) => Box::pin(self.wait_for_slot()).await,
+            // Not boxed: with every slot busy (`concurrency` handlers) it is every delivery's.
+            Err(_) => self.wait_for_slot().await,
         };
         tokio::task::consume_budget().await;
         let Some(permit) = permit else {
@@ -382,6 +369,24 @@ impl QueueLoop {
                 },
             }
         }
+    }
+
+    /// The broker cancelled the consumer (queue deleted, connection lost): subscribe again at
+    /// once, then back off while that fails. A subscription that ended within STABLE of being
+    /// made counts as a failed try, so one that keeps ending at once is not retried in a busy
+    /// loop. (Its `next` is not called again: after its end it may wait for ever.)
+    async fn subscription_ended(&mut self) -> Step {
+        tracing::warn!(binding = %self.rt.name, queue = %self.queue, "the broker ended the subscription (consumer cancelled, queue deleted or connection lost); subscribing again");
+        self.lost = Some("the broker ended the subscription".to_owned());
+        self.subscription = None;
+        let lived = self.subscribed_at.take().map(|t| t.elapsed());
+        self.report(BindingState::Recovering);
+        if lived.is_some_and(|l| l >= STABLE) {
+            self.retry = Duration::ZERO;
+            return Step::Continue;
+        }
+        let wait = self.next_wait(false);
+        Box::pin(self.back_off(wait)).await
     }
 
     /// A free handler slot, so `concurrency` bounds work in progress and, at 1, messages
@@ -431,25 +436,37 @@ impl QueueLoop {
     /// A `batchMode` binding's step, from a batch's first delivery: the rest of the batch,
     /// a handler slot, then the batch's handling (here at `concurrency` 1, in a task above).
     async fn run_batch(&mut self, first: Inbound, batching: Batching) -> Step {
-        let batch = self.fill(first, batching).await;
-        let Some(permit) = self.slot().await else {
-            // Last first: the stash keeps the batch's order.
-            for inbound in batch.into_iter().rev() {
-                self.give_back(inbound).await;
+        let (batch, ended) = self.fill(first, batching).await;
+        let step = match self.slot().await {
+            None => {
+                // Last first: the stash keeps the batch's order.
+                for inbound in batch.into_iter().rev() {
+                    self.give_back(inbound).await;
+                }
+                Step::Continue
             }
-            return Step::Continue;
+            Some(permit) => {
+                let work = self
+                    .rt
+                    .clone()
+                    .handle_batch(batch, self.queue.clone(), permit);
+                if self.rt.concurrency > 1 {
+                    self.rt.inflight.spawn(work);
+                    Step::Continue
+                } else {
+                    let _counted = self.rt.inflight.enter();
+                    tokio::pin!(work);
+                    self.run_here(work).await
+                }
+            }
         };
-        let work = self
-            .rt
-            .clone()
-            .handle_batch(batch, self.queue.clone(), permit);
-        if self.rt.concurrency > 1 {
-            self.rt.inflight.spawn(work);
-            return Step::Continue;
+        match step {
+            // The batch ended with the subscription, still set unless the control gave it up.
+            Step::Continue if ended && self.subscription.is_some() => {
+                self.subscription_ended().await
+            }
+            step => step,
         }
-        let _counted = self.rt.inflight.enter();
-        tokio::pin!(work);
-        self.run_here(work).await
     }
 
     /// A batch from its first delivery: stashed deliveries, then the subscription's, up to
@@ -458,7 +475,9 @@ impl QueueLoop {
     /// unseen, so it takes effect while the batch is handled, as during one delivery's).
     /// As in `running`, a delivery the subscription already holds is taken at once and only a
     /// wait is raced with the control: a ready delivery is never dropped.
-    async fn fill(&mut self, first: Inbound, batching: Batching) -> Vec<Inbound> {
+    ///
+    /// Also says whether the subscription ended (its `next` gave `None`).
+    async fn fill(&mut self, first: Inbound, batching: Batching) -> (Vec<Inbound>, bool) {
         let mut batch = Vec::with_capacity(batching.size);
         batch.push(first);
         while batch.len() < batching.size {
@@ -493,11 +512,10 @@ impl QueueLoop {
             };
             match inbound {
                 Some(inbound) => batch.push(inbound),
-                // The subscription ended: the next step finds out.
-                None => break,
+                None => return (batch, true),
             }
         }
-        batch
+        (batch, false)
     }
 
     /// Runs a handler's work in the loop (`concurrency` 1: in queue order); control
