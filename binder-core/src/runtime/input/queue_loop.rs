@@ -16,7 +16,6 @@ use super::super::lifecycle::{BindingState, DesiredWatch};
 use super::super::observe::{BindingStateChanged, Settle, Settled};
 use super::super::panics;
 use super::delivery::InputRuntime;
-
 use crate::binder::{Batching, BinderErrorKind, BoundConsumer, Inbound, Settlement, Subscription};
 use crate::config::AcknowledgeMode;
 
@@ -338,6 +337,7 @@ impl QueueLoop {
             // Not boxed: with every slot busy (`concurrency` handlers) it is every delivery's.
             Err(_) => self.wait_for_slot().await,
         };
+        // Deliveries that are always ready would otherwise keep this task from yielding.
         tokio::task::consume_budget().await;
         let Some(permit) = permit else {
             Box::pin(self.give_back(inbound)).await;
@@ -350,6 +350,8 @@ impl QueueLoop {
                 .spawn(rt.handle(inbound, self.queue.clone(), permit));
             return Step::Continue;
         }
+        // Concurrency 1: the handler runs here, in queue order, and control changes that
+        // arrive meanwhile take effect at once.
         let _counted = self.rt.inflight.enter();
         let work = self.rt.clone().handle(inbound, self.queue.clone(), permit);
         tokio::pin!(work);
@@ -359,6 +361,7 @@ impl QueueLoop {
             tokio::select! {
                 biased;
                 () = &mut work => return Step::Continue,
+                // The handler waits: the acks held back for earlier deliveries go out now.
                 () = std::future::ready(()), if !flushed => {
                     flushed = true;
                     self.flush().await;
