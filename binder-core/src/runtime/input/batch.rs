@@ -16,8 +16,7 @@ use tracing::Instrument;
 use super::super::error::HandlerError;
 use super::super::handler::{Batch, Outcome};
 use super::super::observe::Received;
-use super::super::panics;
-use super::delivery::{InputRuntime, Pending};
+use super::delivery::{InputRuntime, Pending, caught};
 use crate::binder::Inbound;
 use crate::message::Message;
 
@@ -106,12 +105,7 @@ impl InputRuntime {
         };
         match AssertUnwindSafe(unguarded).catch_unwind().await {
             Ok(result) => result,
-            Err(panic) => {
-                let said = panics::text(&*panic);
-                let (location, backtrace) =
-                    panics::take(&said).map_or((None, None), |n| (n.location, n.backtrace));
-                Err(HandlerError::panic(said, location.as_deref(), backtrace))
-            }
+            Err(panic) => Err(caught(&*panic)),
         }
     }
 }

@@ -89,12 +89,7 @@ impl InputRuntime {
         let guarded = AssertUnwindSafe(self.attempt_unguarded(pending, attempt)).catch_unwind();
         trace::scope(&pending.content.message, guarded).map(|outcome| match outcome {
             Ok(result) => result,
-            Err(panic) => {
-                let said = panics::text(&*panic);
-                let (location, backtrace) =
-                    panics::take(&said).map_or((None, None), |n| (n.location, n.backtrace));
-                Err(HandlerError::panic(said, location.as_deref(), backtrace))
-            }
+            Err(panic) => Err(caught(&*panic)),
         })
     }
 
@@ -355,6 +350,15 @@ impl InputRuntime {
             }
         }
     }
+}
+
+/// The failure of an attempt whose handler panicked with `panic`, with where it happened
+/// (noted by the runtime's panic hook on this thread).
+pub(super) fn caught(panic: &(dyn std::any::Any + Send)) -> HandlerError {
+    let said = panics::text(panic);
+    let (location, backtrace) =
+        panics::take(&said).map_or((None, None), |n| (n.location, n.backtrace));
+    HandlerError::panic(said, location.as_deref(), backtrace)
 }
 
 /// A delivery being handled: what its attempts and its settlement need.
