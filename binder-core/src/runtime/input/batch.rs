@@ -78,7 +78,6 @@ impl InputRuntime {
             }
         };
         drop(permit);
-        drop(messages);
         for pending in &pendings {
             self.conclude(pending, result.clone(), attempt).await;
         }
